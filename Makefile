@@ -1,0 +1,52 @@
+# proxy-operator: `make run` starts the operator on an embedded API server,
+# `make test` runs every test. See README.md.
+
+GO        ?= go
+GOFLAGS   ?=
+BIN       := $(CURDIR)/bin
+GO_PKGS   := ./...
+# Integration tests start etcd + kube-apiserver per package; 2 cores want few at once.
+TEST_P    ?= 2
+TEST_TIMEOUT ?= 25m
+
+.PHONY: all build test unit generate verify testenv deps fmt vet clean
+
+all: build
+
+## build: compile every package and the binaries into bin/
+build:
+	$(GO) build $(GO_PKGS)
+
+## test: unit and integration tests, with the race detector
+test: testenv
+	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(GO_PKGS)
+
+## unit: only the tests that need no API server or external proxy
+unit:
+	$(GO) test -short -race $(GO_PKGS)
+
+## generate: regenerate deepcopy, register, openapi, clients and the CRD
+generate:
+	hack/update-codegen.sh
+
+## verify: generated code and CRD up to date, gofmt and go vet clean
+verify: fmt vet
+	hack/verify-codegen.sh
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(GO_PKGS)
+
+## testenv: build the pinned kube-apiserver, etcd and kubectl into bin/ (no-op when current)
+testenv:
+	hack/tools/build.sh
+
+## deps: install the Debian packages the tests use as real peers (needs root)
+deps:
+	hack/install-deps.sh
+
+clean:
+	rm -rf $(BIN) .local

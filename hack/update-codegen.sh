@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Regenerates everything derived from pkg/apis: deepcopy, register, openapi,
+# applyconfigurations, clientset, listers, informers (code-generator's
+# kube_codegen.sh) and the CRD (controller-gen). Both tools are pinned in go.mod.
+#
+# OUTPUT_ROOT (default: the repo) lets verify-codegen.sh generate into a copy.
+set -o errexit -o nounset -o pipefail
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+ROOT=${OUTPUT_ROOT:-$REPO_ROOT}
+cd "$ROOT"
+
+MODULE=github.com/proxyfleet/proxy-operator
+BOILERPLATE="$ROOT/hack/boilerplate.go.txt"
+CODEGEN_PKG=$(go list -m -f '{{.Dir}}' k8s.io/code-generator)
+# kube_codegen.sh installs its generators into GOBIN; keep them out of the user's.
+export GOBIN="$REPO_ROOT/bin/codegen"
+mkdir -p "$GOBIN"
+# shellcheck source=/dev/null
+source "$CODEGEN_PKG/kube_codegen.sh"
+
+kube::codegen::gen_helpers --boilerplate "$BOILERPLATE" "$ROOT/pkg/apis"
+kube::codegen::gen_register --boilerplate "$BOILERPLATE" "$ROOT/pkg/apis"
+
+kube::codegen::gen_openapi \
+    --output-dir "$ROOT/pkg/generated/openapi" \
+    --output-pkg "$MODULE/pkg/generated/openapi" \
+    --extra-pkgs k8s.io/api/core/v1 \
+    --report-filename "$ROOT/hack/api-rule-violations.list" \
+    --update-report \
+    --boilerplate "$BOILERPLATE" \
+    "$ROOT/pkg/apis"
+
+# The apply configurations are built from the OpenAPI schema so that the
+# generated fake clientset can serve Apply for Proxy (structured merge needs it).
+schema=$(mktemp)
+trap 'rm -f "$schema"' EXIT
+go run ./hack/openapi-schema >"$schema"
+
+kube::codegen::gen_client \
+    --with-watch \
+    --with-applyconfig \
+    --applyconfig-openapi-schema "$schema" \
+    --applyconfig-externals "k8s.io/api/core/v1.ResourceRequirements:k8s.io/client-go/applyconfigurations/core/v1,k8s.io/api/core/v1.Toleration:k8s.io/client-go/applyconfigurations/core/v1" \
+    --output-dir "$ROOT/pkg/generated" \
+    --output-pkg "$MODULE/pkg/generated" \
+    --boilerplate "$BOILERPLATE" \
+    "$ROOT/pkg/apis"
+
+go tool controller-gen crd:allowDangerousTypes=false paths=./pkg/apis/... output:crd:dir="$ROOT/artifacts/crd"

@@ -1,0 +1,32 @@
+package v1alpha1
+
+// Names the operator writes onto objects and provider instances (design §2).
+const (
+	// Finalizer holds a Managed Proxy until its instance is deleted.
+	Finalizer = "crawl.proxyfleet.io/instance"
+	// SpecHashAnnotation records the hash of the spec (and resolved cloud-init)
+	// that the current instance was created from; a mismatch means replace.
+	SpecHashAnnotation = "crawl.proxyfleet.io/spec-hash"
+
+	// TagManagedBy marks every provider instance the operator created.
+	TagManagedBy = "crawl.proxyfleet.io/managed-by"
+	// ManagedByValue is the value of TagManagedBy.
+	ManagedByValue = "proxy-operator"
+	// TagProxyUID ties an instance to the Proxy it serves; GC keys on it.
+	TagProxyUID = "crawl.proxyfleet.io/proxy-uid"
+	// TagProxyNamespace and TagProxyName say which Proxy that is, for humans.
+	TagProxyNamespace = "crawl.proxyfleet.io/proxy-namespace"
+	TagProxyName      = "crawl.proxyfleet.io/proxy-name"
+
+	// AuthUsernameKey and AuthPasswordKey are the keys of the spec.auth Secret.
+	AuthUsernameKey = "username"
+	AuthPasswordKey = "password"
+)
+
+// Condition types of status.conditions.
+const (
+	// ConditionProvisioned: the instance exists and runs (always True for External).
+	ConditionProvisioned = "Provisioned"
+	// ConditionHealthy: probes through the proxy succeed.
+	ConditionHealthy = "Healthy"
+)
