@@ -1,0 +1,325 @@
+package forwardproxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Server is a forward proxy. Create it with [New]; serve with [Server.Serve]
+// or mount it as an http.Handler (then MaxConns is not enforced and
+// Shutdown/Close act only on the tunnels it opened).
+type Server struct {
+	cfg       Config
+	log       klog.Logger
+	srv       *http.Server
+	rp        *httputil.ReverseProxy
+	transport *http.Transport
+
+	auth     bool
+	userHash [sha256.Size]byte
+	passHash [sha256.Size]byte
+
+	conns atomic.Int64 // client connections accepted by Serve and not yet closed
+
+	mu           sync.Mutex
+	shuttingDown bool
+	tunnels      map[*tunnel]struct{}
+	tunnelWG     sync.WaitGroup
+}
+
+// Stats is a point-in-time view of a Server's load.
+type Stats struct {
+	// Conns counts open client connections accepted by Serve, tunnels
+	// included.
+	Conns int
+	// Tunnels counts CONNECT requests being dialled or tunnelled.
+	Tunnels int
+}
+
+// New validates cfg, applies defaults and returns a Server.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		tunnels: make(map[*tunnel]struct{}),
+	}
+	if cfg.Username != "" {
+		s.auth = true
+		s.userHash = sha256.Sum256([]byte(cfg.Username))
+		s.passHash = sha256.Sum256([]byte(cfg.Password))
+	}
+	errorLog := log.New(logWriter{s.log.V(2)}, "", 0)
+	s.transport = &http.Transport{
+		Proxy:                 nil, // never chain through $HTTP_PROXY
+		DialContext:           s.dial,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       cfg.IdleTimeout,
+		ExpectContinueTimeout: time.Second,
+		// Transparent: do not ask for gzip and decompress behind the
+		// client's back.
+		DisableCompression: true,
+	}
+	s.rp = &httputil.ReverseProxy{
+		Rewrite:        s.rewrite,
+		Transport:      s.transport,
+		ModifyResponse: s.modifyResponse,
+		ErrorHandler:   s.forwardError,
+		ErrorLog:       errorLog,
+	}
+	s.srv = &http.Server{
+		Handler:                      s,
+		ReadHeaderTimeout:            cfg.ReadHeaderTimeout,
+		IdleTimeout:                  cfg.IdleTimeout,
+		ErrorLog:                     errorLog,
+		DisableGeneralOptionsHandler: true,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if tc, ok := c.(*trackedConn); ok && tc.overLimit {
+				return context.WithValue(ctx, overLimitKey{}, true)
+			}
+			return ctx
+		},
+	}
+	return s, nil
+}
+
+// Serve accepts connections on l until Shutdown or Close, and then returns
+// http.ErrServerClosed. It enforces MaxConns.
+func (s *Server) Serve(l net.Listener) error {
+	return s.srv.Serve(&limitListener{Listener: l, s: s})
+}
+
+// Shutdown stops accepting connections, closes idle keep-alive connections,
+// and waits for in-flight requests and open tunnels to finish. When ctx ends
+// first, it closes whatever is left and returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.shuttingDown = true
+	s.mu.Unlock()
+
+	err := s.srv.Shutdown(ctx)
+
+	tunnelsDone := make(chan struct{})
+	go func() {
+		s.tunnelWG.Wait()
+		close(tunnelsDone)
+	}()
+	select {
+	case <-tunnelsDone:
+	case <-ctx.Done():
+		s.closeTunnels()
+		<-tunnelsDone
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
+		_ = s.srv.Close()
+	}
+	s.transport.CloseIdleConnections()
+	return err
+}
+
+// Close closes listeners, connections and tunnels immediately.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.shuttingDown = true
+	s.mu.Unlock()
+	err := s.srv.Close()
+	s.closeTunnels()
+	s.tunnelWG.Wait()
+	s.transport.CloseIdleConnections()
+	return err
+}
+
+// Stats returns the current load.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{Conns: int(s.conns.Load()), Tunnels: len(s.tunnels)}
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	over, _ := r.Context().Value(overLimitKey{}).(bool)
+	if over {
+		// One answer, then the connection goes: it is beyond the limit.
+		w.Header().Set("Connection", "close")
+	}
+	if r.Method != http.MethodConnect && r.URL.Host == "" {
+		s.serveDirect(w, r)
+		return
+	}
+	if over {
+		s.log.V(2).Info("Refusing request: connection limit reached", "method", r.Method, "target", r.URL.Host, "client", r.RemoteAddr, "maxConns", s.cfg.MaxConns)
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "503 proxy connection limit reached", http.StatusServiceUnavailable)
+		return
+	}
+	if !s.authorized(r) {
+		s.log.V(2).Info("Refusing request: proxy authentication missing or wrong", "method", r.Method, "target", r.URL.Host, "client", r.RemoteAddr)
+		w.Header().Set("Proxy-Authenticate", `Basic realm="`+Realm+`"`)
+		if r.Method == http.MethodConnect {
+			w.Header().Set("Connection", "close")
+		}
+		http.Error(w, "407 proxy authentication required", http.StatusProxyAuthRequired)
+		return
+	}
+	if r.Method == http.MethodConnect {
+		s.serveConnect(w, r)
+		return
+	}
+	s.serveForward(w, r)
+}
+
+// serveDirect answers requests addressed to the proxy itself.
+func (s *Server) serveDirect(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write([]byte("ok"))
+		return
+	}
+	http.Error(w, "400 this is a forward proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port", http.StatusBadRequest)
+}
+
+// authorized reports whether r carries the configured credentials. Both
+// fields are always compared, in constant time over fixed-size digests.
+func (s *Server) authorized(r *http.Request) bool {
+	if !s.auth {
+		return true
+	}
+	user, pass, ok := parseBasic(r.Header.Get("Proxy-Authorization"))
+	if !ok {
+		return false
+	}
+	uh := sha256.Sum256([]byte(user))
+	ph := sha256.Sum256([]byte(pass))
+	return subtle.ConstantTimeCompare(uh[:], s.userHash[:])&subtle.ConstantTimeCompare(ph[:], s.passHash[:]) == 1
+}
+
+// parseBasic parses an RFC 7617 "Basic" credential.
+func parseBasic(h string) (user, pass string, ok bool) {
+	const prefix = "basic "
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", "", false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(h[len(prefix):]))
+	if err != nil {
+		return "", "", false
+	}
+	return strings.Cut(string(raw), ":")
+}
+
+// dial dials a target with the dial timeout, reporting a timeout as
+// *dialTimeoutError.
+func (s *Server) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+	defer cancel()
+	c, err := s.cfg.DialContext(dctx, network, addr)
+	if err != nil {
+		var ne net.Error
+		if ctx.Err() == nil && (errors.Is(dctx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())) {
+			return nil, &dialTimeoutError{addr: addr, timeout: s.cfg.DialTimeout, err: err}
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+type dialTimeoutError struct {
+	addr    string
+	timeout time.Duration
+	err     error
+}
+
+func (e *dialTimeoutError) Error() string {
+	return fmt.Sprintf("dial %s: timed out after %v: %v", e.addr, e.timeout, e.err)
+}
+func (e *dialTimeoutError) Unwrap() error { return e.err }
+func (e *dialTimeoutError) Timeout() bool { return true }
+
+// upstreamError writes the 502 or 504 for an error reaching a target.
+func upstreamError(w http.ResponseWriter, err error) int {
+	var te *dialTimeoutError
+	if errors.As(err, &te) {
+		http.Error(w, "504 timed out connecting to target", http.StatusGatewayTimeout)
+		return http.StatusGatewayTimeout
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		http.Error(w, "502 cannot connect to target", http.StatusBadGateway)
+		return http.StatusBadGateway
+	}
+	http.Error(w, "502 error talking to target", http.StatusBadGateway)
+	return http.StatusBadGateway
+}
+
+type overLimitKey struct{}
+
+// limitListener counts client connections and marks those beyond MaxConns.
+type limitListener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	n := l.s.conns.Add(1)
+	return &trackedConn{
+		Conn:      c,
+		s:         l.s,
+		overLimit: l.s.cfg.MaxConns > 0 && n > int64(l.s.cfg.MaxConns),
+	}, nil
+}
+
+// trackedConn decrements the connection count once, on Close.
+type trackedConn struct {
+	net.Conn
+	s         *Server
+	overLimit bool
+	once      sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() { c.s.conns.Add(-1) })
+	return c.Conn.Close()
+}
+
+// CloseWrite half-closes the connection when the underlying one can.
+func (c *trackedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// logWriter adapts a logr verbosity level to a log.Logger (for net/http's
+// own error messages).
+type logWriter struct{ l klog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.l.Info("net/http", "msg", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
