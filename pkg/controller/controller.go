@@ -1,0 +1,379 @@
+// Package controller reconciles Proxy objects: one rate-limited workqueue of
+// Proxy keys, fed by Proxy and Secret informers and by the health engine, and
+// a sync that provisions, replaces and deletes instances through providers and
+// writes status. It is the only writer of Proxy status.
+//
+// It does not probe proxies (pkg/health does, and reports through
+// HealthSource), hand out leases (pkg/lease), or collect orphans (pkg/gc).
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	crawlscheme "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/scheme"
+	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
+	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
+)
+
+// FieldManager names the operator in managedFields and audit logs.
+const FieldManager = "proxy-operator"
+
+// Durations of the time-based requeues; Config can override them.
+const (
+	// ProvisioningPoll: how often a provisioning instance is polled.
+	ProvisioningPoll = 5 * time.Second
+	// DeletionPoll: how often a deleting instance is polled until gone.
+	DeletionPoll = 5 * time.Second
+	// DriftPoll: how often a running instance is re-checked (stopped, vanished).
+	DriftPoll = 2 * time.Minute
+	// QuotaRetry: the fixed retry of a create refused for quota; backoff
+	// would grow past the moment quota frees.
+	QuotaRetry = time.Minute
+)
+
+// The sync's requeue instructions besides a positive duration.
+const (
+	// done: no time-based requeue; an event brings the key back.
+	done time.Duration = 0
+	// requeueNow: process the key again at once (the next pass acts on what
+	// this one learned, such as an instance that vanished).
+	requeueNow time.Duration = -1
+)
+
+// cloudInitSecretIndex indexes Proxies by the "namespace/name" of the Secret
+// their spec.cloudInit.secretRef names, so a Secret event finds its Proxies
+// without scanning the namespace.
+const cloudInitSecretIndex = "cloudInitSecret"
+
+// HealthSource is the health engine as the controller sees it.
+type HealthSource interface {
+	// Verdict returns the latest verdict the engine reported for the proxy
+	// (a first verdict, a flip, or a material latency change: not every
+	// probe, so that a steady fleet causes no status writes), and false
+	// while it has none.
+	Verdict(key cache.ObjectName) (HealthVerdict, bool)
+}
+
+// HealthVerdict is what the controller writes into the Healthy condition.
+type HealthVerdict struct {
+	// Address is the host:port the verdict was measured against.
+	Address string
+	Healthy bool
+	// Message says why in a few words; it never holds a credential.
+	Message string
+	Latency time.Duration
+	// CheckedAt is when the probe behind this verdict ran.
+	CheckedAt time.Time
+}
+
+// Config is what a Controller needs. Zero durations take the defaults above.
+type Config struct {
+	CrawlClient    versioned.Interface
+	KubeClient     kubernetes.Interface
+	ProxyInformer  crawlinformers.ProxyInformer
+	SecretInformer coreinformers.SecretInformer
+	// Providers are the enabled providers by name; a Proxy naming another fails.
+	Providers map[crawlv1alpha1.ProviderName]provider.Provider
+	// Health reports probe verdicts; nil means none yet (no Healthy condition).
+	Health HealthSource
+	// Recorder records events; nil starts a broadcaster to the API in Run.
+	Recorder record.EventRecorder
+	Clock    clock.PassiveClock
+	Metrics  Metrics
+
+	ProvisioningPoll, DeletionPoll, DriftPoll, QuotaRetry time.Duration
+}
+
+// Metrics receives the controller's measurements; see pkg/metrics.
+type Metrics interface {
+	ObserveSync(result string, d time.Duration)
+	ObserveProviderCall(providerName, op string, err error)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) ObserveSync(string, time.Duration)         {}
+func (noMetrics) ObserveProviderCall(string, string, error) {}
+
+// Controller reconciles Proxies.
+type Controller struct {
+	crawl     versioned.Interface
+	kube      kubernetes.Interface
+	proxies   crawllisters.ProxyLister
+	secrets   corelisters.SecretLister
+	indexer   cache.Indexer
+	synced    []cache.InformerSynced
+	providers map[crawlv1alpha1.ProviderName]provider.Provider
+	health    HealthSource
+	recorder  record.EventRecorder
+	clock     clock.PassiveClock
+	metrics   Metrics
+	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
+
+	provisioningPoll, deletionPoll, driftPoll, quotaRetry time.Duration
+}
+
+// NewController wires the informers' handlers and the queue. It starts nothing.
+func NewController(cfg Config) (*Controller, error) {
+	utilruntime.Must(crawlscheme.AddToScheme(scheme.Scheme))
+	c := &Controller{
+		crawl:            cfg.CrawlClient,
+		kube:             cfg.KubeClient,
+		proxies:          cfg.ProxyInformer.Lister(),
+		secrets:          cfg.SecretInformer.Lister(),
+		indexer:          cfg.ProxyInformer.Informer().GetIndexer(),
+		providers:        cfg.Providers,
+		health:           cfg.Health,
+		recorder:         cfg.Recorder,
+		clock:            cfg.Clock,
+		metrics:          cfg.Metrics,
+		provisioningPoll: orDefault(cfg.ProvisioningPoll, ProvisioningPoll),
+		deletionPoll:     orDefault(cfg.DeletionPoll, DeletionPoll),
+		driftPoll:        orDefault(cfg.DriftPoll, DriftPoll),
+		quotaRetry:       orDefault(cfg.QuotaRetry, QuotaRetry),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, 5*time.Minute),
+				&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(50), 500)},
+			),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "proxies"},
+		),
+	}
+	if c.clock == nil {
+		c.clock = clock.RealClock{}
+	}
+	if c.metrics == nil {
+		c.metrics = noMetrics{}
+	}
+	if c.providers == nil {
+		c.providers = map[crawlv1alpha1.ProviderName]provider.Provider{}
+	}
+
+	proxyInformer := cfg.ProxyInformer.Informer()
+	if err := proxyInformer.AddIndexers(cache.Indexers{cloudInitSecretIndex: indexByCloudInitSecret}); err != nil {
+		return nil, fmt.Errorf("adding the cloud-init Secret index: %w", err)
+	}
+	proxyReg, err := proxyInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueObject,
+		UpdateFunc: func(oldObj, newObj any) {
+			old, okOld := oldObj.(*crawlv1alpha1.Proxy)
+			cur, okNew := newObj.(*crawlv1alpha1.Proxy)
+			if okOld && okNew && !proxyChanged(old, cur) {
+				return
+			}
+			c.enqueueObject(newObj)
+		},
+		DeleteFunc: c.enqueueObject,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("adding the Proxy event handler: %w", err)
+	}
+	secretReg, err := cfg.SecretInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueProxiesOfSecret,
+		UpdateFunc: func(oldObj, newObj any) {
+			if sameResourceVersion(oldObj, newObj) {
+				return // a resync, not a change
+			}
+			c.enqueueProxiesOfSecret(newObj)
+		},
+		DeleteFunc: c.enqueueProxiesOfSecret,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("adding the Secret event handler: %w", err)
+	}
+	c.synced = []cache.InformerSynced{proxyReg.HasSynced, secretReg.HasSynced}
+	return c, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// Enqueue puts a Proxy key on the queue; the health engine calls it on a
+// verdict the status should show.
+func (c *Controller) Enqueue(key cache.ObjectName) { c.queue.Add(key) }
+
+// Run waits for the caches, runs workers until ctx ends, then shuts the queue
+// down and returns once every worker has finished its item.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	logger := klog.FromContext(ctx)
+
+	if c.recorder == nil {
+		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+		broadcaster.StartStructuredLogging(4)
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kube.CoreV1().Events("")})
+		defer broadcaster.Shutdown()
+		c.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
+	}
+
+	logger.Info("Waiting for informer caches to sync")
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+		c.queue.ShutDown()
+		return errors.New("informer caches did not sync")
+	}
+
+	logger.Info("Starting workers", "count", workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
+	}
+	<-ctx.Done()
+	logger.Info("Shutting down workers")
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNextWorkItem(ctx) {
+	}
+}
+
+// processNextWorkItem syncs one key; false once the queue is shut down.
+func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+
+	start := c.clock.Now()
+	requeue, err := c.sync(ctx, key)
+	c.metrics.ObserveSync(syncResult(requeue, err), c.clock.Since(start))
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Sync failed; retrying with backoff", "proxy", key, "err", err)
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	if requeue != done {
+		c.queue.AddAfter(key, max(requeue, 0))
+	}
+	return true
+}
+
+func syncResult(requeue time.Duration, err error) string {
+	switch {
+	case err != nil:
+		return "error"
+	case requeue != done:
+		return "requeue"
+	default:
+		return "success"
+	}
+}
+
+// sync reconciles one Proxy and writes its status at most once. It returns
+// when to look again (done, requeueNow or a duration) or an error to retry
+// with backoff.
+func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Duration, error) {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "proxy", key)
+	ctx = klog.NewContext(ctx, logger)
+	logger.V(4).Info("Syncing")
+
+	cached, err := c.proxies.Proxies(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		logger.V(4).Info("Proxy is gone")
+		return done, nil
+	}
+	if err != nil {
+		return done, err
+	}
+	p := cached.DeepCopy()
+
+	var requeue time.Duration
+	switch {
+	case p.DeletionTimestamp != nil:
+		requeue, err = c.reconcileDelete(ctx, p)
+	case p.Spec.Mode == crawlv1alpha1.ModeExternal:
+		requeue, err = c.reconcileExternal(ctx, p)
+	default:
+		requeue, err = c.reconcileManaged(ctx, p)
+	}
+	if statusErr := c.updateStatusIfChanged(ctx, cached, p); statusErr != nil {
+		return done, errors.Join(err, statusErr)
+	}
+	return requeue, err
+}
+
+func (c *Controller) enqueueObject(obj any) {
+	key, err := cache.DeletionHandlingObjectToName(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+// enqueueProxiesOfSecret enqueues every Proxy whose cloud-init names the Secret.
+func (c *Controller) enqueueProxiesOfSecret(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	secret, ok := obj.(*corev1.Secret)
+	if !ok {
+		return
+	}
+	proxies, err := c.indexer.ByIndex(cloudInitSecretIndex, cache.MetaObjectToName(secret).String())
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for _, obj := range proxies {
+		c.enqueueObject(obj)
+	}
+}
+
+func indexByCloudInitSecret(obj any) ([]string, error) {
+	p, ok := obj.(*crawlv1alpha1.Proxy)
+	if !ok || p.Spec.CloudInit == nil || p.Spec.CloudInit.SecretRef == nil {
+		return nil, nil
+	}
+	return []string{cache.NewObjectName(p.Namespace, p.Spec.CloudInit.SecretRef.Name).String()}, nil
+}
+
+// proxyChanged says whether an update can change what sync does. Status-only
+// updates (our own writes) and resyncs are filtered out.
+func proxyChanged(old, cur *crawlv1alpha1.Proxy) bool {
+	if old.ResourceVersion == cur.ResourceVersion {
+		return false
+	}
+	return old.Generation != cur.Generation ||
+		!old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
+		len(old.Finalizers) != len(cur.Finalizers) ||
+		old.Annotations[crawlv1alpha1.SpecHashAnnotation] != cur.Annotations[crawlv1alpha1.SpecHashAnnotation] ||
+		old.Status.ProviderID != cur.Status.ProviderID
+}
+
+func sameResourceVersion(oldObj, newObj any) bool {
+	o, okOld := oldObj.(interface{ GetResourceVersion() string })
+	n, okNew := newObj.(interface{ GetResourceVersion() string })
+	return okOld && okNew && o.GetResourceVersion() == n.GetResourceVersion()
+}

@@ -1,0 +1,25 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+)
+
+// reconcileExternal records an External proxy's endpoint and health. It never
+// calls a provider and needs no finalizer: there is nothing to clean up.
+func (c *Controller) reconcileExternal(ctx context.Context, p *crawlv1alpha1.Proxy) (time.Duration, error) {
+	ep := p.Spec.Endpoint
+	if ep == nil { // the CRD forbids this; guard against objects from before it
+		c.setProvisioned(p, metav1.ConditionFalse, ReasonPermanentError, "spec.endpoint is required when spec.mode is External")
+		return done, nil
+	}
+	p.Status.IP, p.Status.Port = ep.Host, ep.Port
+	c.setProvisioned(p, metav1.ConditionTrue, ReasonExternalEndpoint, fmt.Sprintf("external proxy at %s", address(ep.Host, ep.Port)))
+	c.applyHealth(ctx, p)
+	return done, nil
+}

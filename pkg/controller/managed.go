@@ -1,0 +1,257 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
+)
+
+// reconcileManaged drives a Managed Proxy's instance toward its spec: create,
+// adopt, replace, observe; every provider error is classified (reference §3).
+func (c *Controller) reconcileManaged(ctx context.Context, p *crawlv1alpha1.Proxy) (time.Duration, error) {
+	if !hasFinalizer(p) {
+		// The update event brings the key back with the finalizer in the cache.
+		return done, c.updateMetadata(ctx, p, func(p *crawlv1alpha1.Proxy) {
+			p.Finalizers = append(p.Finalizers, crawlv1alpha1.Finalizer)
+		})
+	}
+	if permanentlyFailed(p) {
+		return done, nil // silent until the spec changes
+	}
+	prov, ok := c.providers[p.Spec.Provider]
+	if !ok {
+		c.setProvisioned(p, metav1.ConditionFalse, ReasonProviderNotEnabled,
+			fmt.Sprintf("provider %q is not enabled in this operator (flag --providers)", p.Spec.Provider))
+		return done, nil
+	}
+
+	cloudInit, err := c.resolveCloudInit(p)
+	if err != nil {
+		c.setProvisioned(p, metav1.ConditionFalse, ReasonCloudInitError, err.Error())
+		return done, err
+	}
+	hash := specHash(p.Spec, cloudInit)
+	recorded := p.Annotations[crawlv1alpha1.SpecHashAnnotation]
+
+	switch {
+	case p.Status.ProviderID == "":
+		return c.createInstance(ctx, p, prov, hash, cloudInit)
+	case recorded == "":
+		// An instance without a recorded hash (the annotation write was lost):
+		// adopt it as built from the current spec rather than replace it.
+		klog.FromContext(ctx).V(2).Info("Adopting instance", "instance", p.Status.ProviderID)
+		return done, c.setSpecHash(ctx, p, hash)
+	case recorded != hash:
+		return c.replaceInstance(ctx, p, prov, hash)
+	default:
+		return c.observeInstance(ctx, p, prov)
+	}
+}
+
+func (c *Controller) createInstance(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, hash string, cloudInit []byte) (time.Duration, error) {
+	inst, err := prov.Create(ctx, provider.CreateRequest{
+		Name:      provider.InstanceName(p.UID),
+		Proxy:     p,
+		Tags:      provider.Tags(p),
+		CloudInit: cloudInit,
+		SpecHash:  hash,
+	})
+	c.metrics.ObserveProviderCall(string(p.Spec.Provider), "create", err)
+	if err != nil {
+		return c.providerFailure(ctx, p, "create", err)
+	}
+	p.Status.ProviderID = inst.ID
+	klog.FromContext(ctx).Info("Created instance", "instance", inst.ID)
+	c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonCreated, "Created instance %s", inst.ID)
+	if err := c.setSpecHash(ctx, p, hash); err != nil {
+		return done, err
+	}
+	return c.applyInstance(ctx, p, prov, inst)
+}
+
+// replaceInstance deletes the instance built from an older spec; once it is
+// gone, the next pass creates its successor. Instances never overlap, so a
+// replaced proxy never holds two egress IPs.
+func (c *Controller) replaceInstance(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, hash string) (time.Duration, error) {
+	id := p.Status.ProviderID
+	inst, err := prov.Get(ctx, id)
+	c.metrics.ObserveProviderCall(string(p.Spec.Provider), "get", err)
+	if errors.Is(err, provider.ErrNotFound) {
+		clearInstance(p)
+		c.setProvisioned(p, metav1.ConditionFalse, ReasonProvisioning, "creating the replacement instance")
+		return requeueNow, c.setSpecHash(ctx, p, hash)
+	}
+	if err != nil {
+		return c.providerFailure(ctx, p, "get", err)
+	}
+	if err := c.deleteUnlessGoing(ctx, p, prov, inst); err != nil {
+		return c.providerFailure(ctx, p, "delete", err)
+	}
+	clearHealth(p)
+	if c.setProvisioned(p, metav1.ConditionFalse, ReasonReplacing, fmt.Sprintf("replacing instance %s: the spec or cloud-init changed", id)) {
+		klog.FromContext(ctx).Info("Replacing instance", "instance", id)
+		c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonReplacing, "Replacing instance %s: the spec or cloud-init changed", id)
+	}
+	return c.deletionPoll, nil
+}
+
+// observeInstance polls the current instance and stages what it shows.
+func (c *Controller) observeInstance(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider) (time.Duration, error) {
+	id := p.Status.ProviderID
+	inst, err := prov.Get(ctx, id)
+	c.metrics.ObserveProviderCall(string(p.Spec.Provider), "get", err)
+	if errors.Is(err, provider.ErrNotFound) {
+		if !conditionReasonIs(p, crawlv1alpha1.ConditionProvisioned, ReasonReplacing) {
+			klog.FromContext(ctx).Info("Instance vanished; creating a new one", "instance", id)
+			c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonInstanceVanished, "Instance %s vanished; creating a new one", id)
+		}
+		clearInstance(p)
+		c.setProvisioned(p, metav1.ConditionFalse, ReasonProvisioning, fmt.Sprintf("instance %s is gone; creating a new one", id))
+		return requeueNow, nil
+	}
+	if err != nil {
+		return c.providerFailure(ctx, p, "get", err)
+	}
+	return c.applyInstance(ctx, p, prov, inst)
+}
+
+// applyInstance stages status for an observed instance and says when to look again.
+func (c *Controller) applyInstance(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, inst provider.Instance) (time.Duration, error) {
+	switch inst.State {
+	case provider.StateRunning:
+		p.Status.IP, p.Status.Port = inst.IP, inst.Port
+		c.setProvisioned(p, metav1.ConditionTrue, ReasonCreated, fmt.Sprintf("instance %s is running at %s", inst.ID, address(inst.IP, inst.Port)))
+		c.applyHealth(ctx, p)
+		return c.driftPoll, nil
+	case provider.StateStopped:
+		// Instances are cattle: a stopped one is deleted and created anew.
+		if err := c.deleteUnlessGoing(ctx, p, prov, inst); err != nil {
+			return c.providerFailure(ctx, p, "delete", err)
+		}
+		clearHealth(p)
+		if c.setProvisioned(p, metav1.ConditionFalse, ReasonReplacing, fmt.Sprintf("instance %s stopped (%s); replacing it", inst.ID, inst.Message)) {
+			klog.FromContext(ctx).Info("Instance stopped; replacing it", "instance", inst.ID, "detail", inst.Message)
+			c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonInstanceStopped, "Instance %s stopped (%s); replacing it", inst.ID, inst.Message)
+		}
+		return c.deletionPoll, nil
+	default:
+		msg := fmt.Sprintf("instance %s is starting", inst.ID)
+		if inst.Message != "" {
+			msg += ": " + inst.Message
+		}
+		c.setProvisioned(p, metav1.ConditionFalse, ReasonProvisioning, msg)
+		return c.provisioningPoll, nil
+	}
+}
+
+// deleteUnlessGoing asks the provider to delete inst unless it is already
+// stopped on our request, so polls don't pile up delete calls.
+func (c *Controller) deleteUnlessGoing(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, inst provider.Instance) error {
+	requested := conditionReasonIs(p, crawlv1alpha1.ConditionProvisioned, ReasonReplacing) ||
+		conditionReasonIs(p, crawlv1alpha1.ConditionProvisioned, ReasonDeleting)
+	if inst.State == provider.StateStopped && requested {
+		return nil
+	}
+	err := prov.Delete(ctx, inst.ID)
+	c.metrics.ObserveProviderCall(string(p.Spec.Provider), "delete", err)
+	return err
+}
+
+// providerFailure turns a provider error into status and a retry by its class.
+func (c *Controller) providerFailure(ctx context.Context, p *crawlv1alpha1.Proxy, op string, err error) (time.Duration, error) {
+	switch provider.Class(err) {
+	case provider.ErrQuotaExceeded:
+		if c.setProvisioned(p, metav1.ConditionFalse, ReasonQuotaExceeded, fmt.Sprintf("%s: %v", op, err)) {
+			klog.FromContext(ctx).Info("Provider quota exceeded; retrying on a fixed schedule", "op", op, "err", err, "retry", c.quotaRetry)
+			c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonQuotaExceeded, "Provider %s %s: %v (retrying every %s)", p.Spec.Provider, op, err, c.quotaRetry)
+		}
+		return c.quotaRetry, nil
+	case provider.ErrPermanent:
+		if c.setProvisioned(p, metav1.ConditionFalse, ReasonPermanentError, fmt.Sprintf("%s: %v", op, err)) {
+			klog.FromContext(ctx).Info("Permanent provider error; waiting for a spec change", "op", op, "err", err)
+			c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonPermanentError, "Provider %s %s: %v (nothing more happens until the spec changes)", p.Spec.Provider, op, err)
+		}
+		return done, nil
+	default:
+		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonProviderError, "Provider %s %s: %v (retrying)", p.Spec.Provider, op, err)
+		return done, fmt.Errorf("provider %s %s: %w", p.Spec.Provider, op, err)
+	}
+}
+
+// permanentlyFailed is the latch: a permanent error at this generation stops
+// all provider calls until the spec (and so the generation) changes.
+func permanentlyFailed(p *crawlv1alpha1.Proxy) bool {
+	cond := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionProvisioned)
+	return cond != nil && cond.Reason == ReasonPermanentError && cond.ObservedGeneration == p.Generation
+}
+
+// resolveCloudInit returns the cloud-init content (nil without cloudInit).
+// Errors name the Secret and key, never the content.
+func (c *Controller) resolveCloudInit(p *crawlv1alpha1.Proxy) ([]byte, error) {
+	ci := p.Spec.CloudInit
+	switch {
+	case ci == nil:
+		return nil, nil
+	case ci.Inline != nil:
+		return []byte(*ci.Inline), nil
+	case ci.SecretRef == nil:
+		return nil, errors.New("spec.cloudInit has neither inline nor secretRef")
+	}
+	key := ci.SecretRef.Key
+	if key == "" {
+		key = "user-data"
+	}
+	secret, err := c.secrets.Secrets(p.Namespace).Get(ci.SecretRef.Name)
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("cloud-init Secret %q not found", ci.SecretRef.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading cloud-init Secret %q: %w", ci.SecretRef.Name, err)
+	}
+	data, ok := secret.Data[key]
+	if !ok {
+		return nil, fmt.Errorf("cloud-init Secret %q has no key %q", ci.SecretRef.Name, key)
+	}
+	return data, nil
+}
+
+func (c *Controller) setSpecHash(ctx context.Context, p *crawlv1alpha1.Proxy, hash string) error {
+	return c.updateMetadata(ctx, p, func(p *crawlv1alpha1.Proxy) {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[crawlv1alpha1.SpecHashAnnotation] = hash
+	})
+}
+
+// updateMetadata applies change to p's metadata and writes it with Update;
+// p keeps its staged status and takes the new resourceVersion, so the status
+// write at the end of the sync does not conflict with our own update.
+func (c *Controller) updateMetadata(ctx context.Context, p *crawlv1alpha1.Proxy, change func(*crawlv1alpha1.Proxy)) error {
+	change(p)
+	updated, err := c.crawl.CrawlV1alpha1().Proxies(p.Namespace).Update(ctx, p, metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil {
+		return fmt.Errorf("updating metadata: %w", err)
+	}
+	p.ObjectMeta = updated.ObjectMeta
+	return nil
+}
+
+func hasFinalizer(p *crawlv1alpha1.Proxy) bool {
+	for _, f := range p.Finalizers {
+		if f == crawlv1alpha1.Finalizer {
+			return true
+		}
+	}
+	return false
+}

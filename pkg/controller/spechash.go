@@ -1,0 +1,49 @@
+package controller
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+)
+
+// hashedSpec is what an instance is built from. healthCheck and maxLeases are
+// left out: changing how a proxy is probed or shared never needs a new
+// instance. Field order is fixed by the struct, and encoding/json sorts map
+// keys, so the encoding (and the hash) is stable.
+type hashedSpec struct {
+	Mode       crawlv1alpha1.ProxyMode           `json:"mode"`
+	Provider   crawlv1alpha1.ProviderName        `json:"provider,omitempty"`
+	Kubernetes *crawlv1alpha1.KubernetesProvider `json:"kubernetes,omitempty"`
+	Local      *crawlv1alpha1.LocalProvider      `json:"local,omitempty"`
+	GCE        *crawlv1alpha1.GCEProvider        `json:"gce,omitempty"`
+	Endpoint   *crawlv1alpha1.Endpoint           `json:"endpoint,omitempty"`
+	Auth       *crawlv1alpha1.ProxyAuth          `json:"auth,omitempty"`
+	// CloudInit is the digest of the resolved content, whether inline or from
+	// a Secret, so rotating the Secret replaces the instance.
+	CloudInit string `json:"cloudInit,omitempty"`
+}
+
+// specHash identifies the instance a spec and its resolved cloud-init make.
+func specHash(spec crawlv1alpha1.ProxySpec, cloudInit []byte) string {
+	h := hashedSpec{
+		Mode:       spec.Mode,
+		Provider:   spec.Provider,
+		Kubernetes: spec.Kubernetes,
+		Local:      spec.Local,
+		GCE:        spec.GCE,
+		Endpoint:   spec.Endpoint,
+		Auth:       spec.Auth,
+	}
+	if cloudInit != nil {
+		sum := sha256.Sum256(cloudInit)
+		h.CloudInit = hex.EncodeToString(sum[:])
+	}
+	data, err := json.Marshal(h)
+	if err != nil {
+		panic("specHash: " + err.Error()) // plain structs of strings and numbers always encode
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
+}
