@@ -302,7 +302,7 @@ type LocalSecretRef struct {
 }
 
 // HealthCheck says how a proxy is probed through itself.
-// +kubebuilder:validation:XValidation:rule="duration(self.timeout) < duration(self.interval)",message="spec.healthCheck.timeout must be less than spec.healthCheck.interval",fieldPath=".timeout"
+// +kubebuilder:validation:XValidation:rule="!has(self.timeout) || !has(self.interval) || duration(self.timeout) < duration(self.interval)",message="spec.healthCheck.timeout must be less than spec.healthCheck.interval",fieldPath=".timeout"
 type HealthCheck struct {
 	// URL is the target fetched through the proxy. An https URL is reached
 	// with CONNECT and TLS through the tunnel, so it exercises both.
@@ -325,7 +325,7 @@ type HealthCheck struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="spec.healthCheck.interval must be between 1s and 24h"
 	// +optional
-	Interval metav1.Duration `json:"interval,omitempty"`
+	Interval *metav1.Duration `json:"interval,omitempty"`
 
 	// Timeout bounds one probe (Go duration, above zero and less than interval).
 	// +kubebuilder:default="5s"
@@ -333,7 +333,7 @@ type HealthCheck struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="spec.healthCheck.timeout must be above zero"
 	// +optional
-	Timeout metav1.Duration `json:"timeout,omitempty"`
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// SuccessThreshold is how many consecutive successful probes make an
 	// unhealthy (or new) proxy healthy.

@@ -1,0 +1,146 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+)
+
+var proxiesGVR = crawlv1alpha1.SchemeGroupVersion.WithResource("proxies")
+
+// validExternal and validManaged are the smallest valid specs; each invalid
+// case below breaks exactly one rule of one of them.
+const validExternal = `
+mode: External
+endpoint: {host: 127.0.0.1, port: 3128}
+`
+
+const validManaged = `
+provider: kubernetes
+`
+
+// TestInvalidProxiesAreRejected sends one manifest per schema rule to the real
+// API server and checks that it is refused with a message naming the field.
+func TestInvalidProxiesAreRejected(t *testing.T) {
+	tests := map[string]struct {
+		spec      string // the whole spec, YAML
+		wantField string // must appear in the error
+	}{
+		"unknown mode":                     {spec: `{mode: Hybrid, provider: local}`, wantField: "spec.mode"},
+		"External without endpoint":        {spec: `{mode: External}`, wantField: "spec.endpoint"},
+		"Managed without provider":         {spec: `{mode: Managed}`, wantField: "spec.provider"},
+		"default mode without provider":    {spec: `{maxLeases: 2}`, wantField: "spec.provider"},
+		"unknown provider":                 {spec: `{provider: aws}`, wantField: "spec.provider"},
+		"External with provider":           {spec: `{mode: External, provider: local, endpoint: {host: h, port: 1}}`, wantField: "spec.provider"},
+		"External with cloudInit":          {spec: `{mode: External, endpoint: {host: h, port: 1}, cloudInit: {inline: x}}`, wantField: "spec.cloudInit"},
+		"Managed with endpoint":            {spec: `{provider: local, endpoint: {host: h, port: 1}}`, wantField: "spec.endpoint"},
+		"kubernetes block, local provider": {spec: `{provider: local, kubernetes: {port: 3128}}`, wantField: "spec.kubernetes"},
+		"gce block, kubernetes provider":   {spec: `{provider: kubernetes, gce: {zone: z}}`, wantField: "spec.gce"},
+		"local block, gce provider":        {spec: `{provider: gce, local: {}}`, wantField: "spec.local"},
+		"cloudInit inline and secretRef":   {spec: `{provider: local, cloudInit: {inline: x, secretRef: {name: s}}}`, wantField: "spec.cloudInit"},
+		"cloudInit empty":                  {spec: `{provider: local, cloudInit: {}}`, wantField: "spec.cloudInit"},
+		"cloudInit secret name invalid":    {spec: `{provider: local, cloudInit: {secretRef: {name: Not_A_Name}}}`, wantField: "spec.cloudInit.secretRef.name"},
+		"cloudInit secret key invalid":     {spec: `{provider: local, cloudInit: {secretRef: {name: s, key: "a/b"}}}`, wantField: "spec.cloudInit.secretRef.key"},
+		"timeout equal to interval":        {spec: `{provider: local, healthCheck: {interval: 5s, timeout: 5s}}`, wantField: "spec.healthCheck.timeout"},
+		"timeout above interval":           {spec: `{provider: local, healthCheck: {interval: 2s, timeout: 1m}}`, wantField: "spec.healthCheck.timeout"},
+		"timeout zero":                     {spec: `{provider: local, healthCheck: {timeout: 0s}}`, wantField: "spec.healthCheck.timeout"},
+		"interval below 1s":                {spec: `{provider: local, healthCheck: {interval: 500ms, timeout: 100ms}}`, wantField: "spec.healthCheck.interval"},
+		"interval not a duration":          {spec: `{provider: local, healthCheck: {interval: soon}}`, wantField: "spec.healthCheck.interval"},
+		"successThreshold zero":            {spec: `{provider: local, healthCheck: {successThreshold: 0}}`, wantField: "spec.healthCheck.successThreshold"},
+		"failureThreshold zero":            {spec: `{provider: local, healthCheck: {failureThreshold: 0}}`, wantField: "spec.healthCheck.failureThreshold"},
+		"expectedStatus below 100":         {spec: `{provider: local, healthCheck: {expectedStatus: 99}}`, wantField: "spec.healthCheck.expectedStatus"},
+		"url with ftp scheme":              {spec: `{provider: local, healthCheck: {url: "ftp://example.test/x"}}`, wantField: "spec.healthCheck.url"},
+		"url relative":                     {spec: `{provider: local, healthCheck: {url: "/generate_204"}}`, wantField: "spec.healthCheck.url"},
+		"endpoint port 0":                  {spec: `{mode: External, endpoint: {host: h, port: 0}}`, wantField: "spec.endpoint.port"},
+		"endpoint port 65536":              {spec: `{mode: External, endpoint: {host: h, port: 65536}}`, wantField: "spec.endpoint.port"},
+		"endpoint without host":            {spec: `{mode: External, endpoint: {port: 3128}}`, wantField: "spec.endpoint.host"},
+		"endpoint host with a space":       {spec: `{mode: External, endpoint: {host: "bad host", port: 3128}}`, wantField: "spec.endpoint.host"},
+		"endpoint scheme socks5":           {spec: `{mode: External, endpoint: {host: h, port: 1, scheme: socks5}}`, wantField: "spec.endpoint.scheme"},
+		"kubernetes port 0":                {spec: `{provider: kubernetes, kubernetes: {port: 0}}`, wantField: "spec.kubernetes.port"},
+		"gce port 70000":                   {spec: `{provider: gce, gce: {port: 70000}}`, wantField: "spec.gce.port"},
+		"maxLeases zero":                   {spec: `{provider: local, maxLeases: 0}`, wantField: "spec.maxLeases"},
+		"auth without secret name":         {spec: `{provider: local, auth: {secretRef: {}}}`, wantField: "spec.auth.secretRef.name"},
+		"unknown field":                    {spec: `{provider: local, colour: blue}`, wantField: "spec.colour"},
+		"unknown nested field":             {spec: `{provider: local, healthCheck: {retries: 3}}`, wantField: "spec.healthCheck.retries"},
+		"wrong type":                       {spec: `{provider: local, maxLeases: many}`, wantField: "spec.maxLeases"},
+	}
+	ctx := context.Background()
+	client := dynamic.NewForConfigOrDie(env.Config).Resource(proxiesGVR).Namespace(newNamespace(t))
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			obj := proxyObject(t, dnsName(name), tc.spec)
+			_, err := client.Create(ctx, obj, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
+			if err == nil {
+				t.Fatalf("created; want rejection naming %s", tc.wantField)
+			}
+			if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
+				t.Fatalf("error %v is not Invalid or BadRequest", err)
+			}
+			if !strings.Contains(err.Error(), tc.wantField) {
+				t.Errorf("error does not name %s:\n%v", tc.wantField, err)
+			}
+		})
+	}
+	if len(tests) < 25 {
+		t.Errorf("only %d invalid manifests; the schema has more rules than that", len(tests))
+	}
+}
+
+// TestValidMinimalProxiesAreAccepted guards the invalid cases above: each of
+// them breaks a spec that is otherwise accepted.
+func TestValidMinimalProxiesAreAccepted(t *testing.T) {
+	ctx := context.Background()
+	client := dynamic.NewForConfigOrDie(env.Config).Resource(proxiesGVR).Namespace(newNamespace(t))
+	for name, spec := range map[string]string{"external": validExternal, "managed": validManaged} {
+		if _, err := client.Create(ctx, proxyObject(t, name, spec), metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestModeIsImmutable(t *testing.T) {
+	ctx := context.Background()
+	client := dynamic.NewForConfigOrDie(env.Config).Resource(proxiesGVR).Namespace(newNamespace(t))
+	created, err := client.Create(ctx, proxyObject(t, "flip", validExternal), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _, _ := unstructured.NestedMap(created.Object, "spec")
+	spec["mode"] = "Managed"
+	spec["provider"] = "local"
+	delete(spec, "endpoint")
+	if err := unstructured.SetNestedMap(created.Object, spec, "spec"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = client.Update(ctx, created, metav1.UpdateOptions{})
+	if err == nil || !apierrors.IsInvalid(err) {
+		t.Fatalf("update changing mode: got %v, want Invalid", err)
+	}
+	if !strings.Contains(err.Error(), "spec.mode") || !strings.Contains(err.Error(), "immutable") {
+		t.Errorf("error does not say spec.mode is immutable:\n%v", err)
+	}
+}
+
+// proxyObject builds an unstructured Proxy from a spec written in YAML, so that
+// invalid values the typed API cannot express still reach the server.
+func proxyObject(t *testing.T, name, specYAML string) *unstructured.Unstructured {
+	t.Helper()
+	spec := map[string]any{}
+	if err := yaml.Unmarshal([]byte(specYAML), &spec); err != nil {
+		t.Fatalf("bad test spec %q: %v", specYAML, err)
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": crawlv1alpha1.SchemeGroupVersion.String(),
+		"kind":       "Proxy",
+		"metadata":   map[string]any{"name": name},
+		"spec":       spec,
+	}}
+}
