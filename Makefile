@@ -9,7 +9,7 @@ GO_PKGS   := ./...
 TEST_P    ?= 2
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build test unit generate verify testenv deps fmt vet clean
+.PHONY: all build test generate verify testenv deps fmt vet clean
 
 all: build
 
@@ -20,10 +20,6 @@ build:
 ## test: unit and integration tests, with the race detector
 test: testenv
 	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(GO_PKGS)
-
-## unit: only the tests that need no API server or external proxy
-unit:
-	$(GO) test -short -race $(GO_PKGS)
 
 ## generate: regenerate deepcopy, register, openapi, clients and the CRD
 generate:

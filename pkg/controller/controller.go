@@ -16,12 +16,11 @@ import (
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -34,7 +33,6 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlscheme "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/scheme"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
-	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
@@ -103,6 +101,9 @@ type Config struct {
 	Recorder record.EventRecorder
 	Clock    clock.PassiveClock
 	Metrics  Metrics
+	// WorkqueueMetrics receives the queue's depth, latency and retries; nil
+	// uses client-go's global provider (none unless one was registered).
+	WorkqueueMetrics workqueue.MetricsProvider
 
 	ProvisioningPoll, DeletionPoll, DriftPoll, QuotaRetry time.Duration
 }
@@ -120,9 +121,11 @@ func (noMetrics) ObserveProviderCall(string, string, error) {}
 
 // Controller reconciles Proxies.
 type Controller struct {
-	crawl     versioned.Interface
-	kube      kubernetes.Interface
-	proxies   crawllisters.ProxyLister
+	crawl versioned.Interface
+	kube  kubernetes.Interface
+	// objects reads Proxies from the informer cache, or from our own last
+	// write when the cache has not caught up with it yet.
+	objects   cache.MutationCache
 	secrets   corelisters.SecretLister
 	indexer   cache.Indexer
 	synced    []cache.InformerSynced
@@ -138,11 +141,9 @@ type Controller struct {
 
 // NewController wires the informers' handlers and the queue. It starts nothing.
 func NewController(cfg Config) (*Controller, error) {
-	utilruntime.Must(crawlscheme.AddToScheme(scheme.Scheme))
 	c := &Controller{
 		crawl:            cfg.CrawlClient,
 		kube:             cfg.KubeClient,
-		proxies:          cfg.ProxyInformer.Lister(),
 		secrets:          cfg.SecretInformer.Lister(),
 		indexer:          cfg.ProxyInformer.Informer().GetIndexer(),
 		providers:        cfg.Providers,
@@ -159,7 +160,7 @@ func NewController(cfg Config) (*Controller, error) {
 				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, 5*time.Minute),
 				&workqueue.TypedBucketRateLimiter[cache.ObjectName]{Limiter: rate.NewLimiter(rate.Limit(50), 500)},
 			),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "proxies"},
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "proxies", MetricsProvider: cfg.WorkqueueMetrics},
 		),
 	}
 	if c.clock == nil {
@@ -173,12 +174,21 @@ func NewController(cfg Config) (*Controller, error) {
 	}
 
 	proxyInformer := cfg.ProxyInformer.Informer()
+	// Integer resourceVersions hold for every etcd-backed API server; the
+	// entries leave the cache as soon as the informer delivers the same or a
+	// newer version.
+	c.objects = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), proxyInformer.GetStore(),
+		cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 20000})
 	if err := proxyInformer.AddIndexers(cache.Indexers{cloudInitSecretIndex: indexByCloudInitSecret}); err != nil {
 		return nil, fmt.Errorf("adding the cloud-init Secret index: %w", err)
 	}
 	proxyReg, err := proxyInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueObject,
+		AddFunc: func(obj any) {
+			c.observeProxy(obj)
+			c.enqueueObject(obj)
+		},
 		UpdateFunc: func(oldObj, newObj any) {
+			c.observeProxy(newObj)
 			old, okOld := oldObj.(*crawlv1alpha1.Proxy)
 			cur, okNew := newObj.(*crawlv1alpha1.Proxy)
 			if okOld && okNew && !proxyChanged(old, cur) {
@@ -186,7 +196,15 @@ func NewController(cfg Config) (*Controller, error) {
 			}
 			c.enqueueObject(newObj)
 		},
-		DeleteFunc: c.enqueueObject,
+		DeleteFunc: func(obj any) {
+			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			if p, ok := obj.(*crawlv1alpha1.Proxy); ok {
+				c.objects.OnDelete(p)
+			}
+			c.enqueueObject(obj)
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("adding the Proxy event handler: %w", err)
@@ -230,12 +248,21 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		broadcaster.StartStructuredLogging(4)
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.kube.CoreV1().Events("")})
 		defer broadcaster.Shutdown()
-		c.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager})
+		// A private scheme: events need our kinds, and the global
+		// scheme.Scheme is shared by everything in the process.
+		eventScheme := runtime.NewScheme()
+		if err := crawlscheme.AddToScheme(eventScheme); err != nil {
+			return fmt.Errorf("building the event scheme: %w", err)
+		}
+		c.recorder = broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: FieldManager})
 	}
 
 	logger.Info("Waiting for informer caches to sync")
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
 		c.queue.ShutDown()
+		if ctx.Err() != nil {
+			return nil // shut down before the caches synced: not a failure
+		}
 		return errors.New("informer caches did not sync")
 	}
 
@@ -298,13 +325,14 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	ctx = klog.NewContext(ctx, logger)
 	logger.V(4).Info("Syncing")
 
-	cached, err := c.proxies.Proxies(key.Namespace).Get(key.Name)
-	if apierrors.IsNotFound(err) {
-		logger.V(4).Info("Proxy is gone")
-		return done, nil
-	}
+	obj, exists, err := c.objects.GetByKey(key.String())
 	if err != nil {
 		return done, err
+	}
+	cached, ok := obj.(*crawlv1alpha1.Proxy)
+	if !exists || !ok {
+		logger.V(4).Info("Proxy is gone")
+		return done, nil
 	}
 	p := cached.DeepCopy()
 
@@ -321,6 +349,14 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 		return done, errors.Join(err, statusErr)
 	}
 	return requeue, err
+}
+
+// observeProxy tells the mutation cache what the informer delivered, so it
+// drops our own writes once the informer has caught up with them.
+func (c *Controller) observeProxy(obj any) {
+	if p, ok := obj.(*crawlv1alpha1.Proxy); ok {
+		c.objects.OnAddOrUpdate(p)
+	}
 }
 
 func (c *Controller) enqueueObject(obj any) {

@@ -59,13 +59,14 @@ func (c *Controller) updateStatusIfChanged(ctx context.Context, cached, p *crawl
 	}
 	ctx, cancel := context.WithTimeout(ctx, statusWriteTimeout)
 	defer cancel()
-	_, err := c.crawl.CrawlV1alpha1().Proxies(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{FieldManager: FieldManager})
+	updated, err := c.crawl.CrawlV1alpha1().Proxies(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{FieldManager: FieldManager})
 	if apierrors.IsNotFound(err) {
 		return nil // deleted meanwhile (our finalizer removal, say)
 	}
 	if err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
+	c.objects.Mutation(updated)
 	return nil
 }
 

@@ -1,0 +1,65 @@
+// Command proxy-operator runs the Proxy controller (and, as they land, the
+// health engine, orphan collection and the lease API) against a Kubernetes
+// cluster. All wiring lives in pkg/operator; this is flags, logging, signals
+// and the exit code.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/proxyfleet/proxy-operator/pkg/operator"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+// Exit codes: 0 after a requested shutdown, 1 when the operator failed or
+// lost the leader lease, 2 for bad flags.
+func run() int {
+	klog.InitFlags(flag.CommandLine)
+	opts := operator.DefaultOptions()
+	opts.AddFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "Print the version and exit.")
+	flag.Parse()
+	defer klog.Flush()
+
+	if *showVersion {
+		fmt.Println("proxy-operator", operator.Version())
+		return 0
+	}
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "proxy-operator: unexpected arguments %q: every setting is a flag (see -help)\n", flag.Args())
+		return 2
+	}
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "proxy-operator: invalid flags:\n%v\n", err)
+		return 2
+	}
+
+	signalled, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-signalled.Done()
+		stop() // a second signal kills at once instead of waiting for the drain
+	}()
+	ctx := klog.NewContext(signalled, klog.Background())
+
+	// The providers compiled into this binary. None yet: the kubernetes and
+	// local providers are registered here when they land, e.g.
+	//	"kubernetes": kubernetesprovider.New,
+	providers := operator.ProviderRegistry{}
+
+	if err := operator.Run(ctx, opts, providers); err != nil {
+		klog.Background().Error(err, "proxy-operator failed")
+		return 1
+	}
+	return 0
+}

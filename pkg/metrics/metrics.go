@@ -1,0 +1,224 @@
+// Package metrics holds every Prometheus metric the operator exports, on one
+// private registry served by Handler: reconcile results and durations, provider
+// calls and their error classes, the fleet by phase, leadership, build info,
+// client-go workqueue metrics, and the Go and process collectors.
+//
+// Nothing here registers on prometheus.DefaultRegisterer or runs at init, so
+// tests may build as many Metrics as they like. The one process-global piece is
+// client-go's workqueue metrics provider: see RegisterWorkqueueProvider.
+//
+// It measures; it does not decide anything. Callers (pkg/controller through
+// its Metrics interface, pkg/operator for leadership) report what happened.
+package metrics
+
+import (
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/util/workqueue"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
+)
+
+// namespace prefixes the operator's own metrics; the workqueue metrics keep
+// client-go's conventional names so that existing dashboards work.
+const namespace = "proxy_operator"
+
+// The sync results pkg/controller reports; they are pre-declared so that a
+// replica that never reconciled exports zeros rather than nothing.
+var syncResults = []string{"success", "requeue", "error"}
+
+// Metrics is the operator's registry and the metrics on it. Its methods are
+// safe for concurrent use.
+type Metrics struct {
+	registry *prometheus.Registry
+
+	reconcileTotal    *prometheus.CounterVec
+	reconcileDuration *prometheus.HistogramVec
+	providerCalls     *prometheus.CounterVec
+	providerErrors    *prometheus.CounterVec
+	leader            prometheus.Gauge
+	buildInfo         *prometheus.GaugeVec
+	proxies           *proxyCollector
+	workqueue         *workqueueProvider
+}
+
+// New builds the metrics on a fresh private registry.
+func New() *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		reconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "reconcile_total",
+			Help:      "Proxy syncs by result: success, requeue (a time-based poll follows) or error (retried with backoff).",
+		}, []string{"result"}),
+		reconcileDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "reconcile_duration_seconds",
+			Help:      "Duration of one Proxy sync, provider calls and the status write included, by result.",
+			// 1ms to ~33s: a cached no-op sync at the bottom, a slow cloud API call at the top.
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"result"}),
+		providerCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "provider_calls_total",
+			Help:      "Calls to a provider by provider and operation (create, get, delete, list), whatever their outcome.",
+		}, []string{"provider", "op"}),
+		providerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "provider_errors_total",
+			Help:      "Failed provider calls by provider, operation and error class (quota, permanent, transient). An instance reported as not found is an answer, not an error.",
+		}, []string{"provider", "op", "class"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "leader",
+			Help:      "1 while this process holds the leader lease (or runs without leader election), else 0.",
+		}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "build_info",
+			Help:      "Always 1; the version label says which build of the operator runs.",
+		}, []string{"version"}),
+		proxies:   &proxyCollector{desc: proxiesDesc},
+		workqueue: newWorkqueueProvider(),
+	}
+	for _, result := range syncResults {
+		m.reconcileTotal.WithLabelValues(result)
+		m.reconcileDuration.WithLabelValues(result)
+	}
+	m.registry.MustRegister(
+		m.reconcileTotal, m.reconcileDuration,
+		m.providerCalls, m.providerErrors,
+		m.leader, m.buildInfo, m.proxies,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	m.workqueue.mustRegister(m.registry)
+	return m
+}
+
+// Handler serves the registry in the Prometheus exposition formats, for /metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.InstrumentMetricHandler(m.registry, promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{
+		// A collector failing (the lister, say) should not hide every other metric.
+		ErrorHandling: promhttp.ContinueOnError,
+		Registry:      m.registry,
+	}))
+}
+
+// RegisterWorkqueueProvider makes client-go's workqueues report to this
+// registry (depth, adds, queue latency, work duration, unfinished work, the
+// longest running processor, retries, each labelled by queue name).
+//
+// workqueue.SetProvider is process-global and the first call wins; a queue
+// takes the provider in force when it is created. So call this once per
+// process, from the operator, before creating any controller; a second
+// Metrics in the same process (a test) cannot take the provider over. Queues
+// built with an explicit MetricsProvider in their config (WorkqueueProvider)
+// are not affected by the global.
+func (m *Metrics) RegisterWorkqueueProvider() {
+	workqueue.SetProvider(m.workqueue)
+}
+
+// WorkqueueProvider is the provider RegisterWorkqueueProvider installs, for a
+// queue configured with it directly instead of through the global.
+func (m *Metrics) WorkqueueProvider() workqueue.MetricsProvider { return m.workqueue }
+
+// ObserveSync records one Proxy sync; it implements controller.Metrics.
+func (m *Metrics) ObserveSync(result string, d time.Duration) {
+	m.reconcileTotal.WithLabelValues(result).Inc()
+	m.reconcileDuration.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// ObserveProviderCall records one provider call; it implements
+// controller.Metrics. provider.ErrNotFound counts as a call only: "the
+// instance is gone" is an answer the controller acts on, not a failure.
+func (m *Metrics) ObserveProviderCall(providerName, op string, err error) {
+	m.providerCalls.WithLabelValues(providerName, op).Inc()
+	if err == nil || errors.Is(err, provider.ErrNotFound) {
+		return
+	}
+	m.providerErrors.WithLabelValues(providerName, op, provider.ClassName(err)).Inc()
+}
+
+// SetLeader records whether this process leads.
+func (m *Metrics) SetLeader(leading bool) {
+	if leading {
+		m.leader.Set(1)
+		return
+	}
+	m.leader.Set(0)
+}
+
+// SetBuildInfo records the running version; call it once at start-up.
+func (m *Metrics) SetBuildInfo(version string) {
+	m.buildInfo.Reset()
+	m.buildInfo.WithLabelValues(version).Set(1)
+}
+
+// WatchProxies makes proxy_operator_proxies count the lister's Proxies by
+// phase at every scrape. Until it is called the metric has no series. Calling
+// it again replaces the lister.
+func (m *Metrics) WatchProxies(lister crawllisters.ProxyLister) {
+	m.proxies.lister.Store(&lister)
+}
+
+var proxiesDesc = prometheus.NewDesc(
+	prometheus.BuildFQName(namespace, "", "proxies"),
+	"Proxies by status.phase, counted from the informer cache at scrape time. A Proxy not yet synced counts as Pending.",
+	[]string{"phase"}, nil,
+)
+
+// phases are exported even when empty so that a dashboard sees 0, not a gap.
+var phases = []crawlv1alpha1.ProxyPhase{
+	crawlv1alpha1.PhasePending,
+	crawlv1alpha1.PhaseProvisioning,
+	crawlv1alpha1.PhaseReady,
+	crawlv1alpha1.PhaseUnhealthy,
+	crawlv1alpha1.PhaseFailed,
+	crawlv1alpha1.PhaseDeleting,
+}
+
+// proxyCollector counts Proxies at scrape time: always right, and free
+// between scrapes (no event handler keeps a tally that could drift).
+type proxyCollector struct {
+	desc   *prometheus.Desc
+	lister atomic.Pointer[crawllisters.ProxyLister]
+}
+
+func (c *proxyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
+	lister := c.lister.Load()
+	if lister == nil {
+		return
+	}
+	proxies, err := (*lister).List(labels.Everything())
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	counts := make(map[crawlv1alpha1.ProxyPhase]int, len(phases))
+	for _, p := range proxies {
+		phase := p.Status.Phase
+		if phase == "" {
+			phase = crawlv1alpha1.PhasePending
+		}
+		counts[phase]++
+	}
+	for _, phase := range phases {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[phase]), string(phase))
+		delete(counts, phase)
+	}
+	for phase, n := range counts { // a phase newer than this binary
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), string(phase))
+	}
+}

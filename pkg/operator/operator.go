@@ -1,0 +1,406 @@
+// Package operator wires the proxy-operator process together: the REST
+// config and clientsets, the informers, the controller, the metrics server,
+// leader election, and the order in which all of it starts and drains.
+//
+// It decides no reconcile behaviour (pkg/controller does) and parses no
+// command line (cmd/proxy-operator does, through Options.AddFlags).
+//
+// Every replica runs the informers and the metrics server (/metrics,
+// /healthz, /readyz), so a standby has warm caches and is Ready; only the
+// leader runs the loops that act on the fleet (runLeader). A replica that
+// loses the lease exits with an error so that its Pod restarts clean, rather
+// than trying to lead again with state from its first term.
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+
+	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
+	"github.com/proxyfleet/proxy-operator/pkg/metrics"
+)
+
+// LeaseName names the coordination.k8s.io Lease the replicas elect a leader with.
+const LeaseName = "proxy-operator"
+
+// shutdownTimeout bounds the graceful shutdown of an HTTP server; a scrape
+// or probe still running after it is cut off.
+const shutdownTimeout = 10 * time.Second
+
+// errLostLease ends the process when another replica took the lease over
+// (or it could not be renewed in time).
+var errLostLease = errors.New("lost the leader lease; exiting so that the Pod restarts clean")
+
+// Run runs the operator until ctx ends (SIGTERM), then drains: the
+// controller's workers finish their item, the leader lease is released, the
+// informers stop and the metrics server shuts down. It returns nil after a
+// requested shutdown, and an error when start-up fails, a server fails, or
+// this replica loses the lease.
+//
+// providers holds the providers compiled into the binary; --providers picks
+// the enabled ones, and naming one that is missing is a start-up error.
+func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
+	logger := klog.FromContext(ctx)
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	logger.Info("Starting proxy-operator", "version", Version(), "namespace", namespaceForLog(o.Namespace), "leaderElect", o.LeaderElect)
+
+	cfg, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	cfg.UserAgent = "proxy-operator/" + Version()
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	crawl, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("crawl.proxyfleet.io client: %w", err)
+	}
+
+	m := metrics.New()
+	m.SetBuildInfo(Version())
+	// Before NewController: a workqueue takes the provider in force when it is built.
+	m.RegisterWorkqueueProvider()
+
+	enabled, err := buildProviders(ctx, o.Providers, providers, ProviderEnv{KubeClient: kube, RESTConfig: rest.CopyConfig(cfg), Options: o})
+	if err != nil {
+		return err
+	}
+
+	// No periodic resync: the controller polls instances on its own
+	// schedule, and its handlers drop resyncs anyway.
+	kubeInformers := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace))
+	crawlInformers := crawlinformers.NewSharedInformerFactoryWithOptions(crawl, 0, crawlinformers.WithNamespace(o.Namespace))
+	proxyInformer := crawlInformers.Crawl().V1alpha1().Proxies()
+	secretInformer := kubeInformers.Core().V1().Secrets()
+	ctrl, err := controller.NewController(controller.Config{
+		CrawlClient:      crawl,
+		KubeClient:       kube,
+		ProxyInformer:    proxyInformer,
+		SecretInformer:   secretInformer,
+		Providers:        enabled,
+		Metrics:          m,
+		WorkqueueMetrics: m.WorkqueueProvider(),
+	})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	m.WatchProxies(proxyInformer.Lister())
+
+	op := &operator{
+		opts:           o,
+		metrics:        m,
+		controller:     ctrl,
+		kubeInformers:  kubeInformers,
+		crawlInformers: crawlInformers,
+		synced:         []cache.InformerSynced{proxyInformer.Informer().HasSynced, secretInformer.Informer().HasSynced},
+	}
+	if o.LeaderElect {
+		// Lease renewals get a client of their own, with its own rate
+		// limit, so a controller burst (a thousand status writes after a
+		// failover) cannot delay them past the renew deadline. Its timeout
+		// leaves room for a second attempt within the deadline.
+		leCfg := rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election")
+		leCfg.Timeout = o.LeaderElectRenewDeadline / 2
+		if op.leaseClient, err = kubernetes.NewForConfig(leCfg); err != nil {
+			return fmt.Errorf("leader election client: %w", err)
+		}
+	}
+
+	// Listen before anything runs, so a taken port fails start-up at once.
+	ln, err := net.Listen("tcp", o.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("--metrics-addr: %w", err)
+	}
+	logger.Info("Serving metrics and health", "addr", ln.Addr().String())
+	// The lease API (design §7) will listen on --lease-addr from runLeader.
+	logger.V(2).Info("Lease API not served yet", "leaseAddr", o.LeaseAddr)
+	return op.run(ctx, ln)
+}
+
+// operator is one process's running parts.
+type operator struct {
+	opts Options
+	// leaseClient holds the leader Lease; nil without leader election.
+	leaseClient    kubernetes.Interface
+	metrics        *metrics.Metrics
+	controller     *controller.Controller
+	kubeInformers  informers.SharedInformerFactory
+	crawlInformers crawlinformers.SharedInformerFactory
+	// synced reports the caches /readyz and the leader wait for.
+	synced []cache.InformerSynced
+}
+
+// run starts the informers, then runs the metrics server and the leader
+// path in one errgroup: either failing stops the other.
+func (op *operator) run(ctx context.Context, metricsListener net.Listener) error {
+	logger := klog.FromContext(ctx)
+
+	// The informers outlive ctx: the controller's workers still read the
+	// listers while they finish their items. They stop once the leader
+	// path has returned.
+	informerCtx, stopInformers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopInformers()
+	logger.V(2).Info("Starting informers")
+	op.kubeInformers.StartWithContext(informerCtx)
+	op.crawlInformers.StartWithContext(informerCtx)
+
+	stopLogging := context.AfterFunc(ctx, func() { logger.V(2).Info("Shutdown requested: draining") })
+	defer stopLogging()
+
+	g, gctx := errgroup.WithContext(ctx)
+	leaderDone := make(chan struct{})
+	g.Go(func() error {
+		defer close(leaderDone)
+		defer func() {
+			stopInformers()
+			op.kubeInformers.Shutdown()
+			op.crawlInformers.Shutdown()
+			logger.V(2).Info("Informers stopped")
+		}()
+		if !op.opts.LeaderElect {
+			return op.runUnelected(gctx)
+		}
+		return op.runElected(gctx)
+	})
+	g.Go(func() error {
+		// The server stays up while the leader path drains, so probes and
+		// scrapes see the shutdown; it goes last.
+		return op.serveMetrics(gctx, metricsListener, leaderDone)
+	})
+	err := g.Wait()
+	if err == nil {
+		logger.Info("Stopped")
+	}
+	return err
+}
+
+// runUnelected runs the leader path without an election (--leader-elect=false).
+func (op *operator) runUnelected(ctx context.Context) error {
+	op.metrics.SetLeader(true)
+	defer op.metrics.SetLeader(false)
+	if err := op.runLeader(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
+	return errors.New("leader loops stopped before shutdown was requested")
+}
+
+// runElected campaigns for the Lease and runs the leader path while it holds
+// it. The lease is released only after the leader path has returned, so no
+// standby takes over while a worker of this one is still writing.
+func (op *operator) runElected(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	hostname, err := os.Hostname()
+	if err != nil {
+		return fmt.Errorf("leader election identity: %w", err)
+	}
+	// The suffix tells two processes on one host (or a restarted container
+	// in the same Pod) apart.
+	identity := hostname + "_" + utilrand.String(8)
+
+	started := make(chan context.Context, 1)
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: op.opts.LeaderElectNamespace, Name: LeaseName},
+			Client:     op.leaseClient.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+		},
+		LeaseDuration:   op.opts.LeaderElectLeaseDuration,
+		RenewDeadline:   op.opts.LeaderElectRenewDeadline,
+		RetryPeriod:     op.opts.LeaderElectRetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            LeaseName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leaderCtx context.Context) {
+				op.metrics.SetLeader(true)
+				started <- leaderCtx
+			},
+			OnStoppedLeading: func() { op.metrics.SetLeader(false) },
+			OnNewLeader: func(holder string) {
+				logger.V(2).Info("Leader observed", "identity", holder, "self", holder == identity)
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+
+	// The elector's own context ends only when we say so (not with ctx), so
+	// that it keeps renewing while the leader path drains, then releases.
+	electCtx, stopElecting := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElecting()
+	electorDone := make(chan struct{})
+	go func() {
+		defer close(electorDone)
+		elector.Run(electCtx)
+	}()
+	stopElection := func() {
+		stopElecting()
+		<-electorDone // with ReleaseOnCancel, Run clears the holder before it returns
+		logger.V(2).Info("Leader election stopped; lease released if held", "lease", op.opts.LeaderElectNamespace+"/"+LeaseName)
+	}
+	logger.V(2).Info("Campaigning for the leader lease", "lease", op.opts.LeaderElectNamespace+"/"+LeaseName, "identity", identity)
+
+	var leaderCtx context.Context
+	select {
+	case <-ctx.Done():
+		stopElection()
+		return nil
+	case leaderCtx = <-started:
+	}
+	logger.Info("Started leading", "identity", identity)
+
+	// The leader path ends on shutdown (ctx) or when the elector stops
+	// leading (leaderCtx).
+	leadCtx, cancelLead := context.WithCancel(ctx)
+	stopAfter := context.AfterFunc(leaderCtx, cancelLead)
+	leadErr := op.runLeader(leadCtx)
+	stopAfter()
+	cancelLead()
+	lost := ctx.Err() == nil && leaderCtx.Err() != nil
+	stopElection()
+
+	switch {
+	case lost:
+		return errLostLease
+	case leadErr != nil:
+		return leadErr
+	case ctx.Err() == nil:
+		return errors.New("leader loops stopped before shutdown was requested")
+	}
+	return nil
+}
+
+// runLeader runs what only the leader may run, until ctx ends, and returns
+// once all of it has stopped. Leader-only loops join here, in this errgroup:
+//   - the health engine (pkg/health, --health-workers), reporting to
+//     op.controller.Enqueue;
+//   - orphan collection every --gc-interval (pkg/gc);
+//   - the lease API on --lease-addr (pkg/lease, --lease-auth), whose
+//     /readyz is true on the leader only (design §7). Not served yet.
+func (op *operator) runLeader(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	// Wait here rather than in the controller alone, so that a shutdown
+	// before the caches sync is a clean stop, not a start-up failure.
+	logger.V(2).Info("Waiting for informer caches")
+	if !cache.WaitForCacheSync(ctx.Done(), op.synced...) {
+		logger.V(2).Info("Stopped before the informer caches synced")
+		return nil
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer logger.V(2).Info("Controller stopped: workers finished their items")
+		return op.controller.Run(ctx, op.opts.Workers)
+	})
+	err := g.Wait()
+	logger.V(2).Info("Leader loops stopped")
+	return err
+}
+
+// serveMetrics serves /metrics, /healthz and /readyz until stop closes (the
+// leader path is done) and then shuts down gracefully. ctx only carries the
+// logger: the server outlives the shutdown request on purpose.
+func (op *operator) serveMetrics(ctx context.Context, ln net.Listener, stop <-chan struct{}) error {
+	logger := klog.FromContext(ctx)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", op.metrics.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", op.serveReadyz)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("metrics server on %s: %w", ln.Addr(), err)
+	case <-stop:
+	}
+	logger.V(2).Info("Shutting down the metrics server")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(shutdownCtx)
+	<-served // http.ErrServerClosed once Shutdown began
+	if err != nil {
+		return fmt.Errorf("metrics server shutdown: %w", err)
+	}
+	logger.V(2).Info("Metrics server stopped")
+	return nil
+}
+
+// serveReadyz is 200 once the informer caches have synced, on every replica;
+// it follows nothing else (not leadership: a standby with warm caches is
+// ready to take over).
+func (op *operator) serveReadyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	for _, synced := range op.synced {
+		if !synced() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "informer caches not synced")
+			return
+		}
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// restConfig loads --kubeconfig, else $KUBECONFIG (a list of files, as
+// kubectl reads it), else the in-cluster config.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	rules := &clientcmd.ClientConfigLoadingRules{}
+	source := "--kubeconfig " + kubeconfig
+	switch env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar); {
+	case kubeconfig != "":
+		rules.ExplicitPath = kubeconfig
+	case env != "":
+		rules.Precedence = filepath.SplitList(env)
+		source = "$KUBECONFIG"
+	default:
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig or $KUBECONFIG, and not in a cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	return cfg, nil
+}
+
+func namespaceForLog(ns string) string {
+	if ns == "" {
+		return "(all)"
+	}
+	return ns
+}

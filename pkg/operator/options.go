@@ -1,0 +1,284 @@
+package operator
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/leaderelection"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+)
+
+// Lease API authentication modes (--lease-auth).
+const (
+	// LeaseAuthKubernetes checks bearer tokens with a TokenReview and calls
+	// with a SubjectAccessReview.
+	LeaseAuthKubernetes = "kubernetes"
+	// LeaseAuthNone lets anyone in: local development only.
+	LeaseAuthNone = "none"
+)
+
+// serviceAccountNamespaceFile holds the Pod's namespace when it runs in a cluster.
+const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// Options are the operator's flags (design §8), beside klog's.
+type Options struct {
+	// Kubeconfig is the kubeconfig file; empty: $KUBECONFIG, else in-cluster.
+	Kubeconfig string
+	// Namespace restricts the operator to one namespace; empty: all.
+	Namespace string
+	// Workers is how many Proxies the controller syncs at once.
+	Workers int
+	// KubeAPIQPS and KubeAPIBurst bound the operator's API requests (leader
+	// election has its own budget, so a busy controller cannot starve lease
+	// renewals).
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+
+	// LeaderElect runs leader election so that one replica reconciles; off
+	// for a single replica outside a Deployment (make run).
+	LeaderElect bool
+	// LeaderElectNamespace holds the Lease lock.
+	LeaderElectNamespace string
+	// LeaderElectLeaseDuration is how long a standby waits after the last
+	// renewal before it takes over; RenewDeadline is how long the leader
+	// keeps retrying a renewal before it gives up leading (and exits);
+	// RetryPeriod is the interval between attempts.
+	LeaderElectLeaseDuration time.Duration
+	LeaderElectRenewDeadline time.Duration
+	LeaderElectRetryPeriod   time.Duration
+
+	// LeaseAddr is where the leader will serve the lease API (design §7).
+	// Reserved: nothing listens there yet (see runLeader).
+	LeaseAddr string
+	// LeaseAuth is LeaseAuthKubernetes or LeaseAuthNone.
+	LeaseAuth string
+	// MetricsAddr serves /metrics, /healthz and /readyz on every replica.
+	MetricsAddr string
+
+	// HealthWorkers bounds the health probes running at once.
+	HealthWorkers int
+	// Providers are the enabled providers (spec.provider values); each needs
+	// a factory in the ProviderRegistry given to Run.
+	Providers []string
+	// LocalStateDir is where the local provider keeps its state.
+	LocalStateDir string
+	// GCInterval is how often orphaned provider instances are collected.
+	GCInterval time.Duration
+}
+
+// DefaultOptions returns the defaults of every flag.
+func DefaultOptions() Options {
+	return Options{
+		Workers: 3,
+		// A 1,000-proxy fleet after a restart or failover syncs every Proxy
+		// once (a status write each, plus events): at client-go's default of
+		// 5 QPS that is minutes of stale status; at 100 it is ~10 s. The burst
+		// absorbs a spec change across a labelled group without queueing.
+		// Steady state is near zero: status is written only on change.
+		KubeAPIQPS:               100,
+		KubeAPIBurst:             200,
+		LeaderElect:              true,
+		LeaderElectNamespace:     inClusterNamespace(serviceAccountNamespaceFile),
+		LeaderElectLeaseDuration: 15 * time.Second,
+		LeaderElectRenewDeadline: 10 * time.Second,
+		LeaderElectRetryPeriod:   2 * time.Second,
+		LeaseAddr:                ":8080",
+		LeaseAuth:                LeaseAuthKubernetes,
+		MetricsAddr:              ":9090",
+		// 1,000 proxies probed every 30 s at up to ~1 s a probe keep ~35
+		// workers busy; 64 leaves room for probes that run into their timeout.
+		HealthWorkers: 64,
+		// Providers is empty until the kubernetes and local providers land;
+		// a Managed Proxy naming a provider that is not enabled goes Failed.
+		Providers:  nil,
+		GCInterval: 10 * time.Minute,
+	}
+}
+
+// inClusterNamespace is the namespace the Pod runs in, or "default" outside
+// a cluster.
+func inClusterNamespace(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "default"
+	}
+	if ns := strings.TrimSpace(string(data)); ns != "" {
+		return ns
+	}
+	return "default"
+}
+
+// AddFlags binds o to fs, with o's current values as the defaults; start
+// from DefaultOptions.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file. Empty: $KUBECONFIG, else the in-cluster config.")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Only reconcile Proxies (and read Secrets) in this namespace. Empty: all namespaces.")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "How many Proxies are reconciled at once.")
+	fs.Var((*float32Value)(&o.KubeAPIQPS), "kube-api-qps", "Steady rate of requests to the Kubernetes API, per second.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Requests to the Kubernetes API allowed above --kube-api-qps in a burst.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader through a Lease so that one replica reconciles; the others stand by.")
+	fs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", o.LeaderElectNamespace, fmt.Sprintf("Namespace of the %q Lease. Default: the Pod's own namespace in a cluster, else \"default\".", LeaseName))
+	fs.DurationVar(&o.LeaderElectLeaseDuration, "leader-elect-lease-duration", o.LeaderElectLeaseDuration, "How long a standby waits after the leader's last renewal before taking over.")
+	fs.DurationVar(&o.LeaderElectRenewDeadline, "leader-elect-renew-deadline", o.LeaderElectRenewDeadline, "How long the leader retries renewing before it stops leading (and exits). Less than the lease duration.")
+	fs.DurationVar(&o.LeaderElectRetryPeriod, "leader-elect-retry-period", o.LeaderElectRetryPeriod, "Interval between attempts to acquire or renew the lease.")
+	fs.StringVar(&o.LeaseAddr, "lease-addr", o.LeaseAddr, "Address of the lease API (design §7), served by the leader. Reserved: not served yet.")
+	fs.StringVar(&o.LeaseAuth, "lease-auth", o.LeaseAuth, `Authentication of the lease API: "kubernetes" (TokenReview + SubjectAccessReview) or "none" (local development only).`)
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz, on every replica.")
+	fs.IntVar(&o.HealthWorkers, "health-workers", o.HealthWorkers, "How many health probes run at once.")
+	fs.Var((*listValue)(&o.Providers), "providers", fmt.Sprintf("Comma-separated providers to enable (%s). A Managed Proxy naming another fails.", strings.Join(knownProviders(), ", ")))
+	fs.StringVar(&o.LocalStateDir, "local-state-dir", o.LocalStateDir, "Directory where the local provider keeps its processes' state. Required when --providers includes local.")
+	fs.DurationVar(&o.GCInterval, "gc-interval", o.GCInterval, "How often provider instances whose Proxy is gone are collected.")
+}
+
+// float32Value is a flag.Value for rest.Config's float32 QPS.
+type float32Value float32
+
+func (v *float32Value) String() string { return strconv.FormatFloat(float64(*v), 'g', -1, 32) }
+
+func (v *float32Value) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 32)
+	if err != nil {
+		return err
+	}
+	*v = float32Value(f)
+	return nil
+}
+
+// listValue is a comma-separated flag; blanks are dropped, so "" is empty.
+type listValue []string
+
+func (v *listValue) String() string { return strings.Join(*v, ",") }
+
+func (v *listValue) Set(s string) error {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	*v = out
+	return nil
+}
+
+// knownProviders are the provider names the API accepts (spec.provider).
+func knownProviders() []string {
+	return []string{string(crawlv1alpha1.ProviderKubernetes), string(crawlv1alpha1.ProviderLocal), string(crawlv1alpha1.ProviderGCE)}
+}
+
+// Validate checks every option on its own and against the others; each error
+// names its flag.
+func (o *Options) Validate() error {
+	var errs []error
+	bad := func(flagName, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", flagName, fmt.Sprintf(format, args...)))
+	}
+
+	if o.Namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(o.Namespace) {
+			bad("namespace", "%q is not a namespace name: %s", o.Namespace, msg)
+		}
+	}
+	if o.Workers < 1 {
+		bad("workers", "must be at least 1, got %d", o.Workers)
+	}
+	if !(o.KubeAPIQPS > 0) { // also rejects NaN
+		bad("kube-api-qps", "must be positive, got %v", o.KubeAPIQPS)
+	}
+	if o.KubeAPIBurst < 1 {
+		bad("kube-api-burst", "must be at least 1, got %d", o.KubeAPIBurst)
+	} else if o.KubeAPIQPS > 0 && float32(o.KubeAPIBurst) < o.KubeAPIQPS {
+		bad("kube-api-burst", "must be at least --kube-api-qps (%v), got %d", o.KubeAPIQPS, o.KubeAPIBurst)
+	}
+
+	if o.LeaderElect {
+		if o.LeaderElectNamespace == "" {
+			bad("leader-elect-namespace", "must be set when --leader-elect is true")
+		} else {
+			for _, msg := range validation.IsDNS1123Label(o.LeaderElectNamespace) {
+				bad("leader-elect-namespace", "%q is not a namespace name: %s", o.LeaderElectNamespace, msg)
+			}
+		}
+		// The rules client-go's leader elector enforces, stated with our flag names.
+		switch {
+		case o.LeaderElectRetryPeriod <= 0:
+			bad("leader-elect-retry-period", "must be positive, got %v", o.LeaderElectRetryPeriod)
+		case o.LeaderElectRenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(o.LeaderElectRetryPeriod)):
+			bad("leader-elect-renew-deadline", "must be greater than %v × --leader-elect-retry-period (%v), got %v",
+				leaderelection.JitterFactor, o.LeaderElectRetryPeriod, o.LeaderElectRenewDeadline)
+		case o.LeaderElectLeaseDuration <= o.LeaderElectRenewDeadline:
+			bad("leader-elect-lease-duration", "must be greater than --leader-elect-renew-deadline (%v), got %v",
+				o.LeaderElectRenewDeadline, o.LeaderElectLeaseDuration)
+		}
+	}
+
+	metricsOK := checkAddr("metrics-addr", o.MetricsAddr, bad)
+	leaseOK := checkAddr("lease-addr", o.LeaseAddr, bad)
+	if metricsOK && leaseOK && sameListenAddr(o.MetricsAddr, o.LeaseAddr) {
+		bad("lease-addr", "must differ from --metrics-addr (both are %q)", o.LeaseAddr)
+	}
+	switch o.LeaseAuth {
+	case LeaseAuthKubernetes, LeaseAuthNone:
+	default:
+		bad("lease-auth", "must be %q or %q, got %q", LeaseAuthKubernetes, LeaseAuthNone, o.LeaseAuth)
+	}
+
+	if o.HealthWorkers < 1 {
+		bad("health-workers", "must be at least 1, got %d", o.HealthWorkers)
+	}
+	seen := map[string]bool{}
+	for _, name := range o.Providers {
+		switch {
+		case !slices.Contains(knownProviders(), name):
+			bad("providers", "unknown provider %q (known: %s)", name, strings.Join(knownProviders(), ", "))
+		case seen[name]:
+			bad("providers", "provider %q is listed twice", name)
+		}
+		seen[name] = true
+	}
+	if seen[string(crawlv1alpha1.ProviderLocal)] && o.LocalStateDir == "" {
+		bad("local-state-dir", "must be set when --providers includes %s", crawlv1alpha1.ProviderLocal)
+	}
+	if o.GCInterval <= 0 {
+		bad("gc-interval", "must be positive, got %v", o.GCInterval)
+	}
+	return errors.Join(errs...)
+}
+
+// checkAddr reports whether addr is a host:port a server can listen on.
+func checkAddr(flagName, addr string, bad func(flagName, format string, args ...any)) bool {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		bad(flagName, "%q is not host:port: %v", addr, err)
+		return false
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil {
+		bad(flagName, "%q: port %q is not a number from 0 to 65535", addr, port)
+		return false
+	} else if n == 0 {
+		// Port 0 would bind somewhere nobody (probes, Prometheus) could find.
+		bad(flagName, "%q: port 0 is not allowed: give a fixed port", addr)
+		return false
+	}
+	return true
+}
+
+// sameListenAddr reports whether two valid listen addresses would clash: the
+// same port on the same host, or on all interfaces.
+func sameListenAddr(a, b string) bool {
+	hostA, portA, _ := net.SplitHostPort(a)
+	hostB, portB, _ := net.SplitHostPort(b)
+	if portA != portB {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return hostA == hostB || wildcard(hostA) || wildcard(hostB)
+}

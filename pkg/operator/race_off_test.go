@@ -1,0 +1,5 @@
+//go:build !race
+
+package operator_test
+
+const raceEnabled = false
