@@ -9,13 +9,18 @@ GO_PKGS   := ./...
 TEST_P    ?= 2
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build test generate verify testenv deps fmt vet clean
+.PHONY: all build run test generate verify testenv deps fmt vet clean
 
 all: build
 
-## build: compile every package and the binaries into bin/
+## build: compile every package, and the binaries into bin/
 build:
 	$(GO) build $(GO_PKGS)
+	$(GO) build -o $(BIN)/ ./cmd/proxy-operator ./cmd/forward-proxy ./hack/local-up
+
+## run: the operator on an embedded API server (or on $$KUBECONFIG's cluster); ARGS= passes flags
+run: build testenv
+	$(BIN)/local-up $(ARGS)
 
 ## test: unit and integration tests, with the race detector
 test: testenv

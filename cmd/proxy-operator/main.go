@@ -52,10 +52,7 @@ func run() int {
 	}()
 	ctx := klog.NewContext(signalled, klog.Background())
 
-	// The providers compiled into this binary. None yet: the kubernetes and
-	// local providers are registered here when they land, e.g.
-	//	"kubernetes": kubernetesprovider.New,
-	providers := operator.ProviderRegistry{}
+	providers := operator.BuiltinProviders()
 
 	if err := operator.Run(ctx, opts, providers); err != nil {
 		klog.Background().Error(err, "proxy-operator failed")

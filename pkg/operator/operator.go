@@ -118,6 +118,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		kubeInformers:  kubeInformers,
 		crawlInformers: crawlInformers,
 		synced:         []cache.InformerSynced{proxyInformer.Informer().HasSynced, secretInformer.Informer().HasSynced},
+		labeler:        podLabeler{client: kube, namespace: o.PodNamespace, name: o.PodName},
 	}
 	if o.LeaderElect {
 		// Lease renewals get a client of their own, with its own rate
@@ -153,6 +154,8 @@ type operator struct {
 	crawlInformers crawlinformers.SharedInformerFactory
 	// synced reports the caches /readyz and the leader wait for.
 	synced []cache.InformerSynced
+	// labeler marks this process's Pod as the leader for the lease Service.
+	labeler podLabeler
 }
 
 // run starts the informers, then runs the metrics server and the leader
@@ -165,6 +168,11 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 	// path has returned.
 	informerCtx, stopInformers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopInformers()
+	// A restarted container keeps its Pod, and with it a leader label
+	// from its previous life: clear it before anything else.
+	if err := op.labeler.set(ctx, false); err != nil {
+		logger.Error(err, "Clearing a stale leader label")
+	}
 	logger.V(2).Info("Starting informers")
 	op.kubeInformers.StartWithContext(informerCtx)
 	op.crawlInformers.StartWithContext(informerCtx)
@@ -311,6 +319,14 @@ func (op *operator) runLeader(ctx context.Context) error {
 		logger.V(2).Info("Stopped before the informer caches synced")
 		return nil
 	}
+	if err := op.labeler.set(ctx, true); err != nil {
+		return err // the lease Service could not reach us
+	}
+	defer func() {
+		if err := op.labeler.set(context.WithoutCancel(ctx), false); err != nil {
+			logger.Error(err, "Removing the leader label")
+		}
+	}()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer logger.V(2).Info("Controller stopped: workers finished their items")

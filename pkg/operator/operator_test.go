@@ -244,9 +244,9 @@ func TestStartupErrors(t *testing.T) {
 		wantLog  string
 	}{
 		"provider not built in": {
-			args:     []string{"--providers=kubernetes"},
+			args:     []string{"--providers=gce"},
 			wantCode: 1,
-			wantLog:  `--providers: provider \"kubernetes\" is not built into this binary`,
+			wantLog:  `--providers: provider \"gce\" is not built into this binary`,
 		},
 		"version": {
 			args:     []string{"--version"},

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	kubernetesprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
 )
 
 // Lease API authentication modes (--lease-auth).
@@ -69,10 +70,18 @@ type Options struct {
 	// Providers are the enabled providers (spec.provider values); each needs
 	// a factory in the ProviderRegistry given to Run.
 	Providers []string
+	// KubernetesDefaultImage is the Pod image when spec.kubernetes.image is empty.
+	KubernetesDefaultImage string
 	// LocalStateDir is where the local provider keeps its state.
 	LocalStateDir string
 	// GCInterval is how often orphaned provider instances are collected.
 	GCInterval time.Duration
+
+	// PodName and PodNamespace name the operator's own Pod (from the
+	// downward API), which the leader labels for the lease Service; empty
+	// outside a Pod.
+	PodName      string
+	PodNamespace string
 }
 
 // DefaultOptions returns the defaults of every flag.
@@ -97,10 +106,13 @@ func DefaultOptions() Options {
 		// 1,000 proxies probed every 30 s at up to ~1 s a probe keep ~35
 		// workers busy; 64 leaves room for probes that run into their timeout.
 		HealthWorkers: 64,
-		// Providers is empty until the kubernetes and local providers land;
-		// a Managed Proxy naming a provider that is not enabled goes Failed.
-		Providers:  nil,
-		GCInterval: 10 * time.Minute,
+		// In a cluster, Pods; local and gce are opt-in. A Managed Proxy
+		// naming a provider that is not enabled goes Failed.
+		Providers:              []string{string(crawlv1alpha1.ProviderKubernetes)},
+		KubernetesDefaultImage: kubernetesprovider.DefaultImage,
+		GCInterval:             10 * time.Minute,
+		PodName:                os.Getenv("POD_NAME"),
+		PodNamespace:           os.Getenv("POD_NAMESPACE"),
 	}
 }
 
@@ -135,8 +147,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz, on every replica.")
 	fs.IntVar(&o.HealthWorkers, "health-workers", o.HealthWorkers, "How many health probes run at once.")
 	fs.Var((*listValue)(&o.Providers), "providers", fmt.Sprintf("Comma-separated providers to enable (%s). A Managed Proxy naming another fails.", strings.Join(knownProviders(), ", ")))
+	fs.StringVar(&o.KubernetesDefaultImage, "kubernetes-default-image", o.KubernetesDefaultImage, "The image of Pod instances whose spec.kubernetes.image is empty (a forward-proxy build).")
 	fs.StringVar(&o.LocalStateDir, "local-state-dir", o.LocalStateDir, "Directory where the local provider keeps its processes' state. Required when --providers includes local.")
 	fs.DurationVar(&o.GCInterval, "gc-interval", o.GCInterval, "How often provider instances whose Proxy is gone are collected.")
+	fs.StringVar(&o.PodName, "pod-name", o.PodName, "The operator's own Pod (default $POD_NAME); the leader labels it "+LeaderLabel+"=true for the lease Service.")
+	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "The namespace of the operator's own Pod (default $POD_NAMESPACE).")
 }
 
 // float32Value is a flag.Value for rest.Config's float32 QPS.

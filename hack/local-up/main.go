@@ -1,0 +1,291 @@
+// Command local-up is what `make run` runs: the operator in the foreground.
+//
+// With KUBECONFIG set it runs the operator against that cluster. Without it,
+// it brings up the embedded default: etcd and kube-apiserver from pkg/testenv
+// with their data under .local/, the CRD, a local HTTPS target, an existing
+// forward proxy to point an External Proxy at, and the examples (one External
+// and two local-provider Managed proxies), and prints what to try next.
+// Ctrl-C stops everything it started and leaves no process behind.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
+	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	"github.com/proxyfleet/proxy-operator/pkg/operator"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
+	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+)
+
+type config struct {
+	dir               string
+	targetAddr        string
+	externalProxyAddr string
+	examples          string
+	operator          operator.Options
+}
+
+func main() {
+	klog.InitFlags(nil)
+	cfg := config{operator: operator.DefaultOptions()}
+	flag.StringVar(&cfg.dir, "dir", ".local", "where the embedded API server and the local instances keep their state")
+	flag.StringVar(&cfg.targetAddr, "target-addr", "127.0.0.1:8443", "the local HTTPS target the example proxies are probed against")
+	flag.StringVar(&cfg.externalProxyAddr, "external-proxy-addr", "127.0.0.1:3128", "the existing forward proxy the External example points at")
+	flag.StringVar(&cfg.examples, "examples", "examples", "the directory of example manifests")
+	cfg.operator.AddFlags(flag.CommandLine)
+	// Development defaults: one replica, no cluster auth for the lease API,
+	// loopback only.
+	for name, value := range map[string]string{
+		"leader-elect": "false", "lease-auth": "none", "providers": "local",
+		"lease-addr": "127.0.0.1:8080", "metrics-addr": "127.0.0.1:9090", "local-state-dir": "",
+	} {
+		if err := flag.Set(name, value); err != nil {
+			panic(err)
+		}
+	}
+	flag.Parse()
+	if cfg.operator.LocalStateDir == "" {
+		cfg.operator.LocalStateDir = filepath.Join(cfg.dir, "instances")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	if err := run(ctx, cfg); err != nil {
+		klog.Background().Error(err, "local-up failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+func run(ctx context.Context, cfg config) error {
+	if kubeconfig := os.Getenv("KUBECONFIG"); kubeconfig != "" {
+		klog.FromContext(ctx).Info("KUBECONFIG is set: running the operator against that cluster", "kubeconfig", kubeconfig)
+		cfg.operator.Kubeconfig = kubeconfig
+		return runOperator(ctx, cfg)
+	}
+	return runEmbedded(ctx, cfg)
+}
+
+func runEmbedded(ctx context.Context, cfg config) error {
+	logger := klog.FromContext(ctx)
+	dir, err := filepath.Abs(cfg.dir)
+	if err != nil {
+		return err
+	}
+	logger.Info("Starting etcd and kube-apiserver", "dir", dir)
+	env, err := testenv.Start(ctx, testenv.Options{Dir: filepath.Join(dir, "apiserver")})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			logger.Error(err, "Stopping the API server")
+		}
+	}()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		return err
+	}
+	cfg.operator.Kubeconfig = kubeconfig
+
+	target, err := startTarget(cfg.targetAddr)
+	if err != nil {
+		return fmt.Errorf("local HTTPS target: %w", err)
+	}
+	defer target.Close()
+	externalProxy, err := startExternalProxy(cfg.externalProxyAddr)
+	if err != nil {
+		return fmt.Errorf("external forward proxy: %w", err)
+	}
+	defer externalProxy.Close()
+
+	if err := createExamples(ctx, env.Config, cfg); err != nil {
+		return err
+	}
+	printNextSteps(kubeconfig, cfg)
+	return runOperator(ctx, cfg)
+}
+
+// runOperator runs the operator until ctx ends; local instances it started
+// are then stopped so that nothing outlives `make run`.
+func runOperator(ctx context.Context, cfg config) error {
+	if err := cfg.operator.Validate(); err != nil {
+		return err
+	}
+	err := operator.Run(ctx, cfg.operator, operator.BuiltinProviders())
+	if stopErr := stopLocalInstances(context.WithoutCancel(ctx), cfg.operator.LocalStateDir); stopErr != nil {
+		err = errors.Join(err, stopErr)
+	}
+	return err
+}
+
+// stopLocalInstances deletes every local-provider instance: they are
+// detached so that they outlive an operator restart, but not `make run`.
+// The next run recreates them (the controller finds them gone).
+func stopLocalInstances(ctx context.Context, stateDir string) error {
+	if _, err := os.Stat(stateDir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	prov, err := local.New(local.Options{StateDir: stateDir})
+	if err != nil {
+		return err
+	}
+	instances, err := prov.ListByTag(ctx, crawlv1alpha1.TagManagedBy, crawlv1alpha1.ManagedByValue)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, inst := range instances {
+		errs = append(errs, prov.Delete(ctx, inst.ID))
+	}
+	klog.FromContext(ctx).Info("Stopped local proxy instances", "count", len(instances))
+	return errors.Join(errs...)
+}
+
+// startTarget serves /generate_204 over TLS with a self-signed certificate;
+// the examples probe it with tls.insecureSkipVerify.
+func startTarget(addr string) (*httptest.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/generate_204" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	srv.Listener = ln
+	srv.StartTLS()
+	return srv, nil
+}
+
+// startExternalProxy runs a forward proxy that stands for one the team
+// already operates.
+func startExternalProxy(addr string) (interface{ Close() error }, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := forwardproxy.New(forwardproxy.Config{Name: "external-example"})
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
+}
+
+// createExamples creates the External and local examples in the default
+// namespace, pointed at this program's target and proxy. Existing objects
+// (from an earlier run; etcd keeps its data under .local/) are left alone.
+func createExamples(ctx context.Context, config *rest.Config, cfg config) error {
+	client := versioned.NewForConfigOrDie(config).CrawlV1alpha1().Proxies(metav1.NamespaceDefault)
+	host, port, err := splitHostPort(cfg.externalProxyAddr)
+	if err != nil {
+		return err
+	}
+	targetURL := "https://" + cfg.targetAddr + "/generate_204"
+	for _, file := range []string{"external.yaml", "local.yaml"} {
+		proxies, err := readProxies(filepath.Join(cfg.examples, file))
+		if err != nil {
+			return err
+		}
+		for _, p := range proxies {
+			p.Spec.HealthCheck.URL = targetURL
+			p.Spec.HealthCheck.TLS = &crawlv1alpha1.HealthCheckTLS{InsecureSkipVerify: true}
+			if p.Spec.Mode == crawlv1alpha1.ModeExternal {
+				p.Spec.Endpoint.Host, p.Spec.Endpoint.Port = host, port
+			}
+			_, err := client.Create(ctx, p, metav1.CreateOptions{FieldManager: "local-up"})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating example %s: %w", p.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func readProxies(path string) ([]*crawlv1alpha1.Proxy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*crawlv1alpha1.Proxy
+	for _, doc := range splitDocuments(data) {
+		var p crawlv1alpha1.Proxy
+		if err := yaml.UnmarshalStrict(doc, &p); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if p.Kind == "Proxy" {
+			out = append(out, &p)
+		}
+	}
+	return out, nil
+}
+
+// splitDocuments splits a multi-document YAML file at its "---" lines.
+func splitDocuments(data []byte) [][]byte {
+	var docs [][]byte
+	for _, doc := range documentSeparator.Split(string(data), -1) {
+		if strings.TrimSpace(comment.ReplaceAllString(doc, "")) != "" {
+			docs = append(docs, []byte(doc))
+		}
+	}
+	return docs
+}
+
+var (
+	documentSeparator = regexp.MustCompile(`(?m)^---\s*$`)
+	comment           = regexp.MustCompile(`(?m)^#.*$`)
+)
+
+func splitHostPort(addr string) (string, int32, error) {
+	host, portText, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.ParseInt(portText, 10, 32)
+	if err != nil {
+		return "", 0, fmt.Errorf("port of %q: %w", addr, err)
+	}
+	return host, int32(port), nil
+}
+
+func printNextSteps(kubeconfig string, cfg config) {
+	fmt.Printf(`
+proxy-operator is starting on an embedded API server (state in %s).
+In another terminal:
+
+  export KUBECONFIG=%s
+  bin/kubectl get proxies -w
+  bin/kubectl describe proxy local-1
+  curl -s http://%s/metrics | grep proxy_operator_proxies
+
+Ctrl-C stops the operator, its local proxies and the API server.
+
+`, cfg.dir, kubeconfig, cfg.operator.MetricsAddr)
+}

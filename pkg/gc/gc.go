@@ -1,0 +1,257 @@
+// Package gc collects orphaned provider instances: instances the operator
+// created (tag managed-by=proxy-operator) whose Proxy no longer exists, as
+// happens when a Proxy's finalizer was removed by hand, its namespace was
+// force-deleted, or a crash came between a Create and the status write of a
+// Proxy deleted meanwhile. It runs on the leader, one round every Interval.
+//
+// It never deletes on doubt. An instance is kept when the informer cache
+// holds a Proxy with the instance's proxy-uid tag; otherwise its Proxy is
+// read from the API server (the cache may be stale), and the instance is
+// deleted only if that read says NotFound for that very Proxy, or finds a
+// Proxy of that name with another UID (deleted and recreated). Any other
+// outcome (a read error, missing tags) keeps the instance. Instances without
+// a proxy-uid tag are never touched.
+//
+// It is not the deletion path of a Proxy (the controller's finalizer is),
+// and it does not watch instances: it lists them through the Provider
+// interface.
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
+)
+
+// ReasonOrphanDeleted is the reason of the event recorded for a collected
+// instance.
+const ReasonOrphanDeleted = "OrphanDeleted"
+
+// liveReadTimeout bounds one confirmation read from the API server.
+const liveReadTimeout = 30 * time.Second
+
+// Metrics receives how many instances each round deleted, per provider;
+// see pkg/metrics.
+type Metrics interface {
+	ObserveCollected(provider string, n int)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) ObserveCollected(string, int) {}
+
+// Config is what a Collector needs.
+type Config struct {
+	// Providers are the enabled providers; each round lists every one.
+	Providers map[crawlv1alpha1.ProviderName]provider.Provider
+	// Proxies is the informer cache: a Proxy found there saves a live read.
+	Proxies crawllisters.ProxyLister
+	// ProxiesSynced, optional, is the Proxy informer's HasSynced: Run waits
+	// for it before the first round, because a cold cache turns every
+	// instance into a live read. Correctness never depends on it.
+	ProxiesSynced cache.InformerSynced
+	// Live reads a Proxy from the API server to confirm it is gone.
+	Live versioned.Interface
+	// Interval is the time between rounds; a round is also cut off after it.
+	Interval time.Duration
+	// Recorder, optional, records an OrphanDeleted event per deletion.
+	Recorder record.EventRecorder
+	// Metrics, optional, counts deletions.
+	Metrics Metrics
+	// Clock ticks the rounds; default the real clock.
+	Clock clock.WithTicker
+}
+
+// Collector deletes orphaned instances. Create with New.
+type Collector struct {
+	providers map[crawlv1alpha1.ProviderName]provider.Provider
+	proxies   crawllisters.ProxyLister
+	synced    cache.InformerSynced
+	live      versioned.Interface
+	interval  time.Duration
+	recorder  record.EventRecorder
+	metrics   Metrics
+	clock     clock.WithTicker
+}
+
+// New checks cfg. It starts nothing.
+func New(cfg Config) (*Collector, error) {
+	switch {
+	case cfg.Proxies == nil:
+		return nil, errors.New("gc: the Proxy lister is required")
+	case cfg.Live == nil:
+		return nil, errors.New("gc: the live client is required: without it no deletion can be confirmed")
+	case cfg.Interval <= 0:
+		return nil, fmt.Errorf("gc: interval must be positive, got %v", cfg.Interval)
+	}
+	c := &Collector{
+		providers: cfg.Providers,
+		proxies:   cfg.Proxies,
+		synced:    cfg.ProxiesSynced,
+		live:      cfg.Live,
+		interval:  cfg.Interval,
+		recorder:  cfg.Recorder,
+		metrics:   cfg.Metrics,
+		clock:     cfg.Clock,
+	}
+	if c.metrics == nil {
+		c.metrics = noMetrics{}
+	}
+	if c.clock == nil {
+		c.clock = clock.RealClock{}
+	}
+	return c, nil
+}
+
+// Run collects at once (after the cache synced) and then every Interval,
+// until ctx ends; it returns nil then. Call it on the leader only.
+func (c *Collector) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("gc")
+	ctx = klog.NewContext(ctx, logger)
+	if c.synced != nil && !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+		return nil // ctx ended first
+	}
+	ticker := c.clock.NewTicker(c.interval)
+	defer ticker.Stop()
+	logger.V(2).Info("Collecting orphaned instances", "interval", c.interval, "providers", slices.Sorted(maps.Keys(c.providers)))
+	for {
+		c.round(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C():
+		}
+	}
+}
+
+func (c *Collector) round(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, c.interval)
+	defer cancel()
+	logger := klog.FromContext(ctx)
+	deleted, err := c.CollectOnce(ctx)
+	if err != nil {
+		logger.Error(err, "Orphan collection incomplete; the next round retries", "deleted", deleted)
+		return
+	}
+	logger.V(4).Info("Orphan collection done", "deleted", deleted)
+}
+
+// CollectOnce runs one round over every provider and returns how many
+// instances it deleted. The error joins everything that went wrong (a
+// provider that could not be listed, an instance that could not be
+// confirmed or deleted); the round goes on past each.
+func (c *Collector) CollectOnce(ctx context.Context) (int, error) {
+	cached, err := c.cachedUIDs()
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(c.providers)) {
+		n, err := c.collect(ctx, name, c.providers[name], cached)
+		total += n
+		c.metrics.ObserveCollected(string(name), n)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("provider %s: %w", name, err))
+		}
+	}
+	return total, errors.Join(errs...)
+}
+
+// cachedUIDs is the set of Proxy UIDs in the informer cache, taken once per
+// round: instances are matched by UID, whatever their other tags say.
+func (c *Collector) cachedUIDs() (sets.Set[types.UID], error) {
+	proxies, err := c.proxies.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("gc: listing cached Proxies: %w", err)
+	}
+	uids := sets.New[types.UID]()
+	for _, p := range proxies {
+		uids.Insert(p.UID)
+	}
+	return uids, nil
+}
+
+// collect runs one round over one provider.
+func (c *Collector) collect(ctx context.Context, providerName crawlv1alpha1.ProviderName, prov provider.Provider, cached sets.Set[types.UID]) (int, error) {
+	logger := klog.FromContext(ctx).WithValues("provider", providerName)
+	instances, err := prov.ListByTag(ctx, crawlv1alpha1.TagManagedBy, crawlv1alpha1.ManagedByValue)
+	if err != nil {
+		return 0, fmt.Errorf("listing instances: %w", err)
+	}
+	deleted := 0
+	var errs []error
+	for _, inst := range instances {
+		d := orphaned(inst.Tags, cached, nil)
+		var live *liveRead
+		if d.action == actionConfirm {
+			live = c.readLive(ctx, inst.Tags)
+			d = orphaned(inst.Tags, cached, live)
+		}
+		proxyRef := klog.KRef(inst.Tags[crawlv1alpha1.TagProxyNamespace], inst.Tags[crawlv1alpha1.TagProxyName])
+		if d.action != actionDelete {
+			logger.V(5).Info("Keeping instance", "instance", inst.ID, "proxy", proxyRef, "reason", d.reason)
+			if live != nil && live.err != nil {
+				errs = append(errs, fmt.Errorf("instance %s kept: %s", inst.ID, d.reason))
+			}
+			continue
+		}
+		if err := prov.Delete(ctx, inst.ID); err != nil {
+			errs = append(errs, fmt.Errorf("deleting orphaned instance %s: %w", inst.ID, err))
+			continue
+		}
+		deleted++
+		logger.Info("Deleted orphaned instance", "instance", inst.ID, "proxy", proxyRef,
+			"proxyUID", inst.Tags[crawlv1alpha1.TagProxyUID], "reason", d.reason)
+		if c.recorder != nil {
+			c.recorder.Eventf(orphanRef(inst.Tags), corev1.EventTypeNormal, ReasonOrphanDeleted,
+				"Deleted orphaned %s instance %s: %s", providerName, inst.ID, d.reason)
+		}
+	}
+	return deleted, errors.Join(errs...)
+}
+
+// readLive reads the instance's Proxy from the API server (a quorum read,
+// not the cache). orphaned asks for it only when both tags are set.
+func (c *Collector) readLive(ctx context.Context, tags map[string]string) *liveRead {
+	ctx, cancel := context.WithTimeout(ctx, liveReadTimeout)
+	defer cancel()
+	p, err := c.live.CrawlV1alpha1().Proxies(tags[crawlv1alpha1.TagProxyNamespace]).
+		Get(ctx, tags[crawlv1alpha1.TagProxyName], metav1.GetOptions{})
+	if err != nil {
+		return &liveRead{err: err}
+	}
+	return &liveRead{uid: p.UID}
+}
+
+// orphanRef is the involved object of the OrphanDeleted event: the vanished
+// Proxy itself, by namespace, name and the UID the instance was tagged with.
+// The event lands in the Proxy's namespace (kubectl get events -n), and the
+// old UID keeps it out of `kubectl describe` of a successor of the same name.
+func orphanRef(tags map[string]string) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		APIVersion: crawlv1alpha1.SchemeGroupVersion.String(),
+		Kind:       "Proxy",
+		Namespace:  tags[crawlv1alpha1.TagProxyNamespace],
+		Name:       tags[crawlv1alpha1.TagProxyName],
+		UID:        types.UID(tags[crawlv1alpha1.TagProxyUID]),
+	}
+}
