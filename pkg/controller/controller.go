@@ -61,10 +61,10 @@ const (
 	requeueNow time.Duration = -1
 )
 
-// cloudInitSecretIndex indexes Proxies by the "namespace/name" of the Secret
-// their spec.cloudInit.secretRef names, so a Secret event finds its Proxies
-// without scanning the namespace.
-const cloudInitSecretIndex = "cloudInitSecret"
+// secretIndex indexes Proxies by the "namespace/name" of the Secrets their
+// spec.cloudInit.secretRef and spec.auth.secretRef name, so a Secret event
+// finds its Proxies without scanning the namespace.
+const secretIndex = "secret"
 
 // HealthSource is the health engine as the controller sees it.
 type HealthSource interface {
@@ -179,8 +179,8 @@ func NewController(cfg Config) (*Controller, error) {
 	// newer version.
 	c.objects = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), proxyInformer.GetStore(),
 		cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 20000})
-	if err := proxyInformer.AddIndexers(cache.Indexers{cloudInitSecretIndex: indexByCloudInitSecret}); err != nil {
-		return nil, fmt.Errorf("adding the cloud-init Secret index: %w", err)
+	if err := proxyInformer.AddIndexers(cache.Indexers{secretIndex: indexBySecret}); err != nil {
+		return nil, fmt.Errorf("adding the Secret index: %w", err)
 	}
 	proxyReg, err := proxyInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -368,7 +368,8 @@ func (c *Controller) enqueueObject(obj any) {
 	c.queue.Add(key)
 }
 
-// enqueueProxiesOfSecret enqueues every Proxy whose cloud-init names the Secret.
+// enqueueProxiesOfSecret enqueues every Proxy whose cloud-init or
+// credentials name the Secret.
 func (c *Controller) enqueueProxiesOfSecret(obj any) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
@@ -377,7 +378,7 @@ func (c *Controller) enqueueProxiesOfSecret(obj any) {
 	if !ok {
 		return
 	}
-	proxies, err := c.indexer.ByIndex(cloudInitSecretIndex, cache.MetaObjectToName(secret).String())
+	proxies, err := c.indexer.ByIndex(secretIndex, cache.MetaObjectToName(secret).String())
 	if err != nil {
 		utilruntime.HandleError(err)
 		return
@@ -387,12 +388,19 @@ func (c *Controller) enqueueProxiesOfSecret(obj any) {
 	}
 }
 
-func indexByCloudInitSecret(obj any) ([]string, error) {
+func indexBySecret(obj any) ([]string, error) {
 	p, ok := obj.(*crawlv1alpha1.Proxy)
-	if !ok || p.Spec.CloudInit == nil || p.Spec.CloudInit.SecretRef == nil {
+	if !ok {
 		return nil, nil
 	}
-	return []string{cache.NewObjectName(p.Namespace, p.Spec.CloudInit.SecretRef.Name).String()}, nil
+	var keys []string
+	if ci := p.Spec.CloudInit; ci != nil && ci.SecretRef != nil {
+		keys = append(keys, cache.NewObjectName(p.Namespace, ci.SecretRef.Name).String())
+	}
+	if a := p.Spec.Auth; a != nil && (len(keys) == 0 || a.SecretRef.Name != p.Spec.CloudInit.SecretRef.Name) {
+		keys = append(keys, cache.NewObjectName(p.Namespace, a.SecretRef.Name).String())
+	}
+	return keys, nil
 }
 
 // proxyChanged says whether an update can change what sync does. Status-only

@@ -27,16 +27,16 @@ func (c *Controller) reconcileDelete(ctx context.Context, p *crawlv1alpha1.Proxy
 		// an orphan that pkg/gc collects.
 		return done, c.removeFinalizer(ctx, p)
 	}
-	prov, ok := c.providers[p.Spec.Provider]
+	ref, ok := c.recordedInstance(p)
 	if !ok {
 		c.setProvisioned(p, metav1.ConditionFalse, ReasonProviderNotEnabled, fmt.Sprintf(
-			"cannot delete instance %s: provider %q is not enabled in this operator; enable it, or remove the finalizer %s to abandon the instance",
-			id, p.Spec.Provider, crawlv1alpha1.Finalizer))
+			"cannot delete instance %s: its provider is not enabled in this operator; enable it, or remove the finalizer %s to abandon the instance",
+			id, crawlv1alpha1.Finalizer))
 		return done, nil
 	}
 
-	inst, err := prov.Get(ctx, id)
-	c.metrics.ObserveProviderCall(string(p.Spec.Provider), "get", err)
+	inst, err := ref.prov.Get(ctx, ref.id)
+	c.metrics.ObserveProviderCall(ref.providerName, "get", err)
 	if errors.Is(err, provider.ErrNotFound) {
 		klog.FromContext(ctx).Info("Deleted instance", "instance", id)
 		c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonDeleted, "Deleted instance %s", id)
@@ -45,7 +45,7 @@ func (c *Controller) reconcileDelete(ctx context.Context, p *crawlv1alpha1.Proxy
 	if err != nil {
 		return c.providerFailure(ctx, p, "get", err)
 	}
-	if err := c.deleteUnlessGoing(ctx, p, prov, inst); err != nil {
+	if err := c.deleteUnlessGoing(ctx, p, ref, inst); err != nil {
 		return c.providerFailure(ctx, p, "delete", err)
 	}
 	clearHealth(p)

@@ -104,7 +104,9 @@ type harness struct {
 
 type harnessOptions struct {
 	workers  int
-	provider *fake.Provider
+	provider *fake.Provider // "local"
+	// kubernetes, when set, is a second provider registered as "kubernetes".
+	kubernetes *fake.Provider
 }
 
 func startController(t *testing.T, opts harnessOptions) *harness {
@@ -136,12 +138,16 @@ func startController(t *testing.T, opts harnessOptions) *harness {
 	operatorKube := kubernetes.NewForConfigOrDie(cfg)
 	crawlFactory := crawlinformers.NewSharedInformerFactoryWithOptions(operatorCrawl, 0, crawlinformers.WithNamespace(h.ns))
 	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(operatorKube, 0, kubeinformers.WithNamespace(h.ns))
+	providers := map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderLocal: h.provider}
+	if opts.kubernetes != nil {
+		providers[crawlv1alpha1.ProviderKubernetes] = opts.kubernetes
+	}
 	ctrl, err := controller.NewController(controller.Config{
 		CrawlClient:      operatorCrawl,
 		KubeClient:       operatorKube,
 		ProxyInformer:    crawlFactory.Crawl().V1alpha1().Proxies(),
 		SecretInformer:   kubeFactory.Core().V1().Secrets(),
-		Providers:        map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderLocal: h.provider},
+		Providers:        providers,
 		Health:           h.health,
 		ProvisioningPoll: 100 * time.Millisecond,
 		DeletionPoll:     100 * time.Millisecond,
@@ -274,13 +280,13 @@ func TestCreateBecomesReady(t *testing.T) {
 	created := h.create(managed("p1"))
 	p := h.makeReady("p1")
 
-	if got, want := p.Status.ProviderID, provider.InstanceName(created.UID); got != want {
+	if got, want := p.Status.ProviderID, provider.ProviderID("local", provider.InstanceName(created.UID)); got != want {
 		t.Errorf("providerID = %q, want %q", got, want)
 	}
 	if !slicesContain(p.Finalizers, crawlv1alpha1.Finalizer) || p.Annotations[crawlv1alpha1.SpecHashAnnotation] == "" {
 		t.Errorf("finalizer %v / spec-hash %q not recorded", p.Finalizers, p.Annotations[crawlv1alpha1.SpecHashAnnotation])
 	}
-	inst, ok := h.provider.Instance(p.Status.ProviderID)
+	inst, ok := h.provider.Instance(provider.InstanceName(created.UID))
 	if !ok {
 		t.Fatal("the fake provider has no instance")
 	}
@@ -353,6 +359,61 @@ func TestCloudInitSecretRotationReplacesInstance(t *testing.T) {
 	h.makeReady("p1")
 	if n := len(h.provider.Instances()); n != 1 {
 		t.Errorf("%d instances after the rotation, want 1", n)
+	}
+}
+
+// TestProviderChangeMovesInstance: switching spec.provider deletes the old
+// instance through the provider that made it, then creates one with the new.
+func TestProviderChangeMovesInstance(t *testing.T) {
+	t.Parallel()
+	pods := fake.New()
+	h := startController(t, harnessOptions{kubernetes: pods})
+	h.create(managed("p1"))
+	h.makeReady("p1")
+
+	h.update("p1", func(p *crawlv1alpha1.Proxy) { p.Spec.Provider = crawlv1alpha1.ProviderKubernetes })
+	h.eventually(20*time.Second, "instance moved", func() (bool, string) {
+		return len(h.provider.Instances()) == 0 && len(pods.Instances()) == 1,
+			fmt.Sprintf("%d local and %d kubernetes instances", len(h.provider.Instances()), len(pods.Instances()))
+	})
+	p := h.makeReady("p1")
+	if !strings.HasPrefix(p.Status.ProviderID, "kubernetes://") {
+		t.Errorf("providerID %q does not name the new provider", p.Status.ProviderID)
+	}
+}
+
+// TestCredentialsRotationReplacesInstance: instances are configured with the
+// credentials, so a new password in the auth Secret replaces the instance.
+func TestCredentialsRotationReplacesInstance(t *testing.T) {
+	t.Parallel()
+	h := startController(t, harnessOptions{})
+	secrets := h.kube.CoreV1().Secrets(h.ns)
+	creds, err := secrets.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
+		Data:       map[string][]byte{"username": []byte("crawler"), "password": []byte("first")},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := managed("p1")
+	p.Spec.Auth = &crawlv1alpha1.ProxyAuth{SecretRef: crawlv1alpha1.LocalSecretRef{Name: "creds"}}
+	h.create(p)
+	h.makeReady("p1")
+	hash := h.get("p1").Annotations[crawlv1alpha1.SpecHashAnnotation]
+
+	creds.Data["password"] = []byte("second")
+	if _, err := secrets.Update(context.Background(), creds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(20*time.Second, "replacement after the rotation", func() (bool, string) {
+		return len(h.provider.CreateRequests()) == 2, fmt.Sprintf("%d create requests", len(h.provider.CreateRequests()))
+	})
+	got := h.makeReady("p1")
+	if got.Annotations[crawlv1alpha1.SpecHashAnnotation] == hash {
+		t.Error("the spec hash did not change with the credentials")
+	}
+	if strings.Contains(got.Annotations[crawlv1alpha1.SpecHashAnnotation], "second") {
+		t.Error("the password reached the annotation")
 	}
 }
 

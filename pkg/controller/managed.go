@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -40,22 +42,58 @@ func (c *Controller) reconcileManaged(ctx context.Context, p *crawlv1alpha1.Prox
 		c.setProvisioned(p, metav1.ConditionFalse, ReasonCloudInitError, err.Error())
 		return done, err
 	}
-	hash := specHash(p.Spec, cloudInit)
+	credentials, err := c.credentialsDigest(p)
+	if err != nil {
+		c.setProvisioned(p, metav1.ConditionFalse, ReasonCredentialsError, err.Error())
+		return done, err
+	}
+	hash := specHash(p.Spec, cloudInit, credentials)
 	recorded := p.Annotations[crawlv1alpha1.SpecHashAnnotation]
 
-	switch {
-	case p.Status.ProviderID == "":
+	if p.Status.ProviderID == "" {
 		return c.createInstance(ctx, p, prov, hash, cloudInit)
+	}
+	inst, ok := c.recordedInstance(p)
+	if !ok {
+		return done, nil
+	}
+	switch {
 	case recorded == "":
 		// An instance without a recorded hash (the annotation write was lost):
 		// adopt it as built from the current spec rather than replace it.
 		klog.FromContext(ctx).V(2).Info("Adopting instance", "instance", p.Status.ProviderID)
 		return done, c.setSpecHash(ctx, p, hash)
 	case recorded != hash:
-		return c.replaceInstance(ctx, p, prov, hash)
+		return c.replaceInstance(ctx, p, inst, hash)
 	default:
-		return c.observeInstance(ctx, p, prov)
+		return c.observeInstance(ctx, p, inst)
 	}
+}
+
+// instanceRef is status.providerID resolved: the provider that made the
+// instance (not necessarily spec.provider, which may have changed since)
+// and the instance's ID there.
+type instanceRef struct {
+	providerName string
+	prov         provider.Provider
+	id           string
+}
+
+// recordedInstance resolves status.providerID. When the maker is not enabled
+// it stages ProviderNotEnabled and returns false: nothing can be done to the
+// instance here.
+func (c *Controller) recordedInstance(p *crawlv1alpha1.Proxy) (instanceRef, bool) {
+	name, id, ok := provider.SplitProviderID(p.Status.ProviderID)
+	if !ok { // recorded before IDs named their provider
+		name, id = string(p.Spec.Provider), p.Status.ProviderID
+	}
+	prov, ok := c.providers[crawlv1alpha1.ProviderName(name)]
+	if !ok {
+		c.setProvisioned(p, metav1.ConditionFalse, ReasonProviderNotEnabled, fmt.Sprintf(
+			"instance %s was made by provider %q, which is not enabled in this operator (flag --providers)", p.Status.ProviderID, name))
+		return instanceRef{}, false
+	}
+	return instanceRef{providerName: name, prov: prov, id: id}, true
 }
 
 func (c *Controller) createInstance(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, hash string, cloudInit []byte) (time.Duration, error) {
@@ -70,22 +108,22 @@ func (c *Controller) createInstance(ctx context.Context, p *crawlv1alpha1.Proxy,
 	if err != nil {
 		return c.providerFailure(ctx, p, "create", err)
 	}
-	p.Status.ProviderID = inst.ID
-	klog.FromContext(ctx).Info("Created instance", "instance", inst.ID)
-	c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonCreated, "Created instance %s", inst.ID)
+	p.Status.ProviderID = provider.ProviderID(string(p.Spec.Provider), inst.ID)
+	klog.FromContext(ctx).Info("Created instance", "instance", p.Status.ProviderID)
+	c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonCreated, "Created instance %s", p.Status.ProviderID)
 	if err := c.setSpecHash(ctx, p, hash); err != nil {
 		return done, err
 	}
-	return c.applyInstance(ctx, p, prov, inst)
+	return c.applyInstance(ctx, p, instanceRef{providerName: string(p.Spec.Provider), prov: prov, id: inst.ID}, inst)
 }
 
 // replaceInstance deletes the instance built from an older spec; once it is
 // gone, the next pass creates its successor. Instances never overlap, so a
 // replaced proxy never holds two egress IPs.
-func (c *Controller) replaceInstance(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, hash string) (time.Duration, error) {
+func (c *Controller) replaceInstance(ctx context.Context, p *crawlv1alpha1.Proxy, ref instanceRef, hash string) (time.Duration, error) {
 	id := p.Status.ProviderID
-	inst, err := prov.Get(ctx, id)
-	c.metrics.ObserveProviderCall(string(p.Spec.Provider), "get", err)
+	inst, err := ref.prov.Get(ctx, ref.id)
+	c.metrics.ObserveProviderCall(ref.providerName, "get", err)
 	if errors.Is(err, provider.ErrNotFound) {
 		clearInstance(p)
 		c.setProvisioned(p, metav1.ConditionFalse, ReasonProvisioning, "creating the replacement instance")
@@ -94,7 +132,7 @@ func (c *Controller) replaceInstance(ctx context.Context, p *crawlv1alpha1.Proxy
 	if err != nil {
 		return c.providerFailure(ctx, p, "get", err)
 	}
-	if err := c.deleteUnlessGoing(ctx, p, prov, inst); err != nil {
+	if err := c.deleteUnlessGoing(ctx, p, ref, inst); err != nil {
 		return c.providerFailure(ctx, p, "delete", err)
 	}
 	clearHealth(p)
@@ -106,10 +144,10 @@ func (c *Controller) replaceInstance(ctx context.Context, p *crawlv1alpha1.Proxy
 }
 
 // observeInstance polls the current instance and stages what it shows.
-func (c *Controller) observeInstance(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider) (time.Duration, error) {
+func (c *Controller) observeInstance(ctx context.Context, p *crawlv1alpha1.Proxy, ref instanceRef) (time.Duration, error) {
 	id := p.Status.ProviderID
-	inst, err := prov.Get(ctx, id)
-	c.metrics.ObserveProviderCall(string(p.Spec.Provider), "get", err)
+	inst, err := ref.prov.Get(ctx, ref.id)
+	c.metrics.ObserveProviderCall(ref.providerName, "get", err)
 	if errors.Is(err, provider.ErrNotFound) {
 		if !conditionReasonIs(p, crawlv1alpha1.ConditionProvisioned, ReasonReplacing) {
 			klog.FromContext(ctx).Info("Instance vanished; creating a new one", "instance", id)
@@ -122,30 +160,31 @@ func (c *Controller) observeInstance(ctx context.Context, p *crawlv1alpha1.Proxy
 	if err != nil {
 		return c.providerFailure(ctx, p, "get", err)
 	}
-	return c.applyInstance(ctx, p, prov, inst)
+	return c.applyInstance(ctx, p, ref, inst)
 }
 
 // applyInstance stages status for an observed instance and says when to look again.
-func (c *Controller) applyInstance(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, inst provider.Instance) (time.Duration, error) {
+func (c *Controller) applyInstance(ctx context.Context, p *crawlv1alpha1.Proxy, ref instanceRef, inst provider.Instance) (time.Duration, error) {
+	id := p.Status.ProviderID
 	switch inst.State {
 	case provider.StateRunning:
 		p.Status.IP, p.Status.Port = inst.IP, inst.Port
-		c.setProvisioned(p, metav1.ConditionTrue, ReasonCreated, fmt.Sprintf("instance %s is running at %s", inst.ID, address(inst.IP, inst.Port)))
+		c.setProvisioned(p, metav1.ConditionTrue, ReasonCreated, fmt.Sprintf("instance %s is running at %s", id, address(inst.IP, inst.Port)))
 		c.applyHealth(ctx, p)
 		return c.driftPoll, nil
 	case provider.StateStopped:
 		// Instances are cattle: a stopped one is deleted and created anew.
-		if err := c.deleteUnlessGoing(ctx, p, prov, inst); err != nil {
+		if err := c.deleteUnlessGoing(ctx, p, ref, inst); err != nil {
 			return c.providerFailure(ctx, p, "delete", err)
 		}
 		clearHealth(p)
-		if c.setProvisioned(p, metav1.ConditionFalse, ReasonReplacing, fmt.Sprintf("instance %s stopped (%s); replacing it", inst.ID, inst.Message)) {
-			klog.FromContext(ctx).Info("Instance stopped; replacing it", "instance", inst.ID, "detail", inst.Message)
-			c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonInstanceStopped, "Instance %s stopped (%s); replacing it", inst.ID, inst.Message)
+		if c.setProvisioned(p, metav1.ConditionFalse, ReasonReplacing, fmt.Sprintf("instance %s stopped (%s); replacing it", id, inst.Message)) {
+			klog.FromContext(ctx).Info("Instance stopped; replacing it", "instance", id, "detail", inst.Message)
+			c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonInstanceStopped, "Instance %s stopped (%s); replacing it", id, inst.Message)
 		}
 		return c.deletionPoll, nil
 	default:
-		msg := fmt.Sprintf("instance %s is starting", inst.ID)
+		msg := fmt.Sprintf("instance %s is starting", id)
 		if inst.Message != "" {
 			msg += ": " + inst.Message
 		}
@@ -156,14 +195,14 @@ func (c *Controller) applyInstance(ctx context.Context, p *crawlv1alpha1.Proxy, 
 
 // deleteUnlessGoing asks the provider to delete inst unless it is already
 // stopped on our request, so polls don't pile up delete calls.
-func (c *Controller) deleteUnlessGoing(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, inst provider.Instance) error {
+func (c *Controller) deleteUnlessGoing(ctx context.Context, p *crawlv1alpha1.Proxy, ref instanceRef, inst provider.Instance) error {
 	requested := conditionReasonIs(p, crawlv1alpha1.ConditionProvisioned, ReasonReplacing) ||
 		conditionReasonIs(p, crawlv1alpha1.ConditionProvisioned, ReasonDeleting)
 	if inst.State == provider.StateStopped && requested {
 		return nil
 	}
-	err := prov.Delete(ctx, inst.ID)
-	c.metrics.ObserveProviderCall(string(p.Spec.Provider), "delete", err)
+	err := ref.prov.Delete(ctx, ref.id)
+	c.metrics.ObserveProviderCall(ref.providerName, "delete", err)
 	return err
 }
 
@@ -223,6 +262,33 @@ func (c *Controller) resolveCloudInit(p *crawlv1alpha1.Proxy) ([]byte, error) {
 		return nil, fmt.Errorf("cloud-init Secret %q has no key %q", ci.SecretRef.Name, key)
 	}
 	return data, nil
+}
+
+// credentialsDigest is a digest of the spec.auth Secret's username and
+// password ("" without auth): the instance is configured with them, so a
+// rotation must replace it. Only the digest enters the spec hash.
+func (c *Controller) credentialsDigest(p *crawlv1alpha1.Proxy) (string, error) {
+	if p.Spec.Auth == nil {
+		return "", nil
+	}
+	name := p.Spec.Auth.SecretRef.Name
+	secret, err := c.secrets.Secrets(p.Namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("credentials Secret %q not found", name)
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading credentials Secret %q: %w", name, err)
+	}
+	for _, key := range []string{crawlv1alpha1.AuthUsernameKey, crawlv1alpha1.AuthPasswordKey} {
+		if len(secret.Data[key]) == 0 {
+			return "", fmt.Errorf("credentials Secret %q has no key %q", name, key)
+		}
+	}
+	sum := sha256.New()
+	sum.Write(secret.Data[crawlv1alpha1.AuthUsernameKey])
+	sum.Write([]byte{0})
+	sum.Write(secret.Data[crawlv1alpha1.AuthPasswordKey])
+	return hex.EncodeToString(sum.Sum(nil)), nil
 }
 
 func (c *Controller) setSpecHash(ctx context.Context, p *crawlv1alpha1.Proxy, hash string) error {

@@ -23,10 +23,14 @@ type hashedSpec struct {
 	// CloudInit is the digest of the resolved content, whether inline or from
 	// a Secret, so rotating the Secret replaces the instance.
 	CloudInit string `json:"cloudInit,omitempty"`
+	// Credentials is the digest of the spec.auth Secret's content: instances
+	// are configured with the credentials, so rotating them replaces it.
+	Credentials string `json:"credentials,omitempty"`
 }
 
-// specHash identifies the instance a spec and its resolved cloud-init make.
-func specHash(spec crawlv1alpha1.ProxySpec, cloudInit []byte) string {
+// specHash identifies the instance a spec, its resolved cloud-init and its
+// credentials' digest make.
+func specHash(spec crawlv1alpha1.ProxySpec, cloudInit []byte, credentialsDigest string) string {
 	h := hashedSpec{
 		Mode:       spec.Mode,
 		Provider:   spec.Provider,
@@ -35,6 +39,8 @@ func specHash(spec crawlv1alpha1.ProxySpec, cloudInit []byte) string {
 		GCE:        spec.GCE,
 		Endpoint:   spec.Endpoint,
 		Auth:       spec.Auth,
+		// Already a digest: the Secret's content never reaches the hash input.
+		Credentials: credentialsDigest,
 	}
 	if cloudInit != nil {
 		sum := sha256.Sum256(cloudInit)

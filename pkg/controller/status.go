@@ -30,6 +30,7 @@ const (
 	ReasonPermanentError     = "PermanentError"
 	ReasonProviderNotEnabled = "ProviderNotEnabled"
 	ReasonCloudInitError     = "CloudInitError"
+	ReasonCredentialsError   = "CredentialsError"
 	// Healthy reasons.
 	ReasonProbeSucceeded = "ProbeSucceeded"
 	ReasonProbeFailed    = "ProbeFailed"

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -34,6 +35,8 @@ const (
 	testUID       = "6f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8"
 	testInstance  = "px-6f1c2a3b4d5e6f70" // provider.InstanceName(testUID)
 	testIP        = "127.0.0.7"
+	// testProviderID is status.providerID of testInstance made by the local provider.
+	testProviderID = "local://" + testInstance
 )
 
 var (
@@ -65,7 +68,7 @@ func withFinalizer(p *crawlv1alpha1.Proxy) {
 }
 
 // withHash records the hash of the spec as it is when this option runs.
-func withHash(p *crawlv1alpha1.Proxy) { withHashOf(specHash(p.Spec, nil))(p) }
+func withHash(p *crawlv1alpha1.Proxy) { withHashOf(specHash(p.Spec, nil, ""))(p) }
 
 func withHashOf(h string) proxyOption {
 	return func(p *crawlv1alpha1.Proxy) {
@@ -76,12 +79,43 @@ func withHashOf(h string) proxyOption {
 	}
 }
 
-func withInstance(p *crawlv1alpha1.Proxy) { p.Status.ProviderID = testInstance }
+func withInstance(p *crawlv1alpha1.Proxy) { p.Status.ProviderID = testProviderID }
 
 func withRunningStatus(p *crawlv1alpha1.Proxy) {
-	p.Status.ProviderID, p.Status.IP, p.Status.Port = testInstance, testIP, 3128
+	p.Status.ProviderID, p.Status.IP, p.Status.Port = testProviderID, testIP, 3128
 	withCondition(crawlv1alpha1.ConditionProvisioned, metav1.ConditionTrue, ReasonCreated,
-		fmt.Sprintf("instance %s is running at %s:3128", testInstance, testIP))(p)
+		fmt.Sprintf("instance %s is running at %s:3128", testProviderID, testIP))(p)
+}
+
+func withAuth(p *crawlv1alpha1.Proxy) {
+	p.Spec.Auth = &crawlv1alpha1.ProxyAuth{SecretRef: crawlv1alpha1.LocalSecretRef{Name: "creds"}}
+}
+
+func credentialsSecret(password string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds"},
+		Data:       map[string][]byte{"username": []byte("crawler"), "password": []byte(password)},
+	}
+}
+
+// digestOf is credentialsDigest for credentialsSecret(password).
+func digestOf(password string) string {
+	c := &Controller{secrets: corelisters.NewSecretLister(indexerWith(credentialsSecret(password)))}
+	d, err := c.credentialsDigest(newProxy(withAuth))
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+func indexerWith(objs ...runtime.Object) cache.Indexer {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, o := range objs {
+		if err := idx.Add(o); err != nil {
+			panic(err)
+		}
+	}
+	return idx
 }
 
 func withCondition(condType string, status metav1.ConditionStatus, reason, message string) proxyOption {
@@ -207,7 +241,7 @@ func TestSync(t *testing.T) {
 			wantRequeue:   DriftPoll,
 			wantActions:   []string{"update proxies", "update proxies/status"},
 			wantCalls:     []fake.Call{{Op: fake.OpCreate, ID: testInstance}},
-			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testInstance, IP: "127.0.0.2", Conditions: []string{"Provisioned=True/Created"}},
+			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: "127.0.0.2", Conditions: []string{"Provisioned=True/Created"}},
 			wantEvents:    []string{"Normal Created"},
 			wantHashSet:   true,
 		},
@@ -237,7 +271,7 @@ func TestSync(t *testing.T) {
 			wantRequeue:   DriftPoll,
 			wantActions:   []string{"update proxies", "update proxies/status"},
 			wantCalls:     []fake.Call{{Op: fake.OpCreate, ID: testInstance}},
-			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testInstance, IP: "127.0.0.2", Conditions: []string{"Provisioned=True/Created"}},
+			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: "127.0.0.2", Conditions: []string{"Provisioned=True/Created"}},
 			wantEvents:    []string{"Normal Created"},
 			wantHashSet:   true,
 			wantCreateIn:  string(cloudData),
@@ -282,12 +316,12 @@ func TestSync(t *testing.T) {
 			wantRequeue:   DeletionPoll,
 			wantActions:   []string{"update proxies/status"},
 			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}, {Op: fake.OpDelete, ID: testInstance}},
-			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testInstance, IP: testIP, Conditions: []string{"Provisioned=False/Replacing"}},
+			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=False/Replacing"}},
 			wantEvents:    []string{"Normal Replacing"},
 		},
 		"replacing, old instance stopping: no second delete": {
 			proxy: newProxy(withFinalizer, withHashOf("0000000000000000"), withInstance,
-				withCondition(crawlv1alpha1.ConditionProvisioned, metav1.ConditionFalse, ReasonReplacing, "replacing instance "+testInstance+": the spec or cloud-init changed"), withObservedStatus),
+				withCondition(crawlv1alpha1.ConditionProvisioned, metav1.ConditionFalse, ReasonReplacing, "replacing instance "+testProviderID+": the spec or cloud-init changed"), withObservedStatus),
 			setupProvider: func(fp *fake.Provider) {
 				fp.Inject(provider.Instance{ID: testInstance, State: provider.StateStopped, Message: "deleting"})
 			},
@@ -312,7 +346,7 @@ func TestSync(t *testing.T) {
 			wantRequeue: ProvisioningPoll,
 			wantActions: []string{"update proxies/status"},
 			wantCalls:   []fake.Call{{Op: fake.OpGet, ID: testInstance}},
-			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testInstance, Conditions: []string{"Provisioned=False/Provisioning"}},
+			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, Conditions: []string{"Provisioned=False/Provisioning"}},
 		},
 		"instance running, not yet probed: provisioned, drift poll": {
 			proxy:         newProxy(withFinalizer, withHash, withInstance),
@@ -320,7 +354,7 @@ func TestSync(t *testing.T) {
 			wantRequeue:   DriftPoll,
 			wantActions:   []string{"update proxies/status"},
 			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}},
-			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testInstance, IP: testIP, Conditions: []string{"Provisioned=True/Created"}},
+			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=True/Created"}},
 		},
 		"instance running and healthy: Ready with latency": {
 			proxy:         newProxy(withFinalizer, withHash, withRunningStatus, withObservedStatus),
@@ -329,7 +363,7 @@ func TestSync(t *testing.T) {
 			wantRequeue:   DriftPoll,
 			wantActions:   []string{"update proxies/status"},
 			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}},
-			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseReady, ProviderID: testInstance, IP: testIP, Latency: 12, Conditions: []string{"Provisioned=True/Created", "Healthy=True/ProbeSucceeded"}},
+			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseReady, ProviderID: testProviderID, IP: testIP, Latency: 12, Conditions: []string{"Provisioned=True/Created", "Healthy=True/ProbeSucceeded"}},
 			wantEvents:    []string{"Normal Healthy"},
 		},
 		"instance running and failing probes: Unhealthy": {
@@ -339,7 +373,7 @@ func TestSync(t *testing.T) {
 			wantRequeue:   DriftPoll,
 			wantActions:   []string{"update proxies/status"},
 			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}},
-			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseUnhealthy, ProviderID: testInstance, IP: testIP, Latency: 2, Conditions: []string{"Provisioned=True/Created", "Healthy=False/ProbeFailed"}},
+			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseUnhealthy, ProviderID: testProviderID, IP: testIP, Latency: 2, Conditions: []string{"Provisioned=True/Created", "Healthy=False/ProbeFailed"}},
 			wantEvents:    []string{"Warning Unhealthy"},
 		},
 		"a verdict about another address is ignored": {
@@ -370,7 +404,7 @@ func TestSync(t *testing.T) {
 			wantRequeue: DeletionPoll,
 			wantActions: []string{"update proxies/status"},
 			wantCalls:   []fake.Call{{Op: fake.OpGet, ID: testInstance}, {Op: fake.OpDelete, ID: testInstance}},
-			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testInstance, IP: testIP, Conditions: []string{"Provisioned=False/Replacing"}},
+			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=False/Replacing"}},
 			wantEvents:  []string{"Warning InstanceStopped"},
 		},
 		"instance vanished: forget it and create at once": {
@@ -388,6 +422,52 @@ func TestSync(t *testing.T) {
 			wantErr:       true,
 			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}},
 			wantEvents:    []string{"Warning ProviderError"},
+		},
+		"an instance recorded before IDs named their provider is still found": {
+			proxy: newProxy(withFinalizer, withHash, withRunningStatus, func(p *crawlv1alpha1.Proxy) {
+				p.Status.ProviderID = testInstance
+			}, withObservedStatus),
+			setupProvider: runningInstance,
+			wantRequeue:   DriftPoll,
+			wantActions:   []string{"update proxies/status"}, // the condition message names the ID
+			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}},
+			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testInstance, IP: testIP, Conditions: []string{"Provisioned=True/Created"}},
+		},
+		"spec.provider changed: the old instance is deleted through its own provider": {
+			proxy:         newProxy(withFinalizer, withHash, withRunningStatus, withProvider(crawlv1alpha1.ProviderKubernetes), withObservedStatus),
+			setupProvider: runningInstance, // in the local fake; the kubernetes fake sees no call
+			wantRequeue:   DeletionPoll,
+			wantActions:   []string{"update proxies/status"},
+			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}, {Op: fake.OpDelete, ID: testInstance}},
+			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=False/Replacing"}},
+			wantEvents:    []string{"Normal Replacing"},
+		},
+		"credentials Secret missing: CredentialsError and backoff": {
+			proxy:       newProxy(withFinalizer, withAuth),
+			wantErr:     true,
+			wantActions: []string{"update proxies/status"},
+			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseProvisioning, Conditions: []string{"Provisioned=False/CredentialsError"}},
+		},
+		"credentials unchanged: no replace": {
+			proxy: newProxy(withFinalizer, withAuth, func(p *crawlv1alpha1.Proxy) {
+				withHashOf(specHash(p.Spec, nil, digestOf("old-password")))(p)
+			}, withRunningStatus, withObservedStatus),
+			secrets:       []*corev1.Secret{credentialsSecret("old-password")},
+			setupProvider: runningInstance,
+			wantRequeue:   DriftPoll,
+			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}},
+		},
+		"credentials rotated: the instance is replaced": {
+			proxy: newProxy(withFinalizer, withAuth, func(p *crawlv1alpha1.Proxy) {
+				withHashOf(specHash(p.Spec, nil, digestOf("old-password")))(p)
+			}, withRunningStatus, withObservedStatus),
+			secrets:       []*corev1.Secret{credentialsSecret("new-password")},
+			setupProvider: runningInstance,
+			wantRequeue:   DeletionPoll,
+			wantActions:   []string{"update proxies/status"},
+			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}, {Op: fake.OpDelete, ID: testInstance}},
+			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=False/Replacing"}},
+			wantEvents:    []string{"Normal Replacing"},
 		},
 		"external: endpoint recorded, no provider, no finalizer": {
 			proxy:       newProxy(withExternal),
@@ -426,7 +506,7 @@ func TestSync(t *testing.T) {
 			wantRequeue:   DeletionPoll,
 			wantActions:   []string{"update proxies/status"},
 			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}, {Op: fake.OpDelete, ID: testInstance}},
-			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseDeleting, ProviderID: testInstance, IP: testIP, Conditions: []string{"Provisioned=False/Deleting"}},
+			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseDeleting, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=False/Deleting"}},
 			wantFinal:     ptr.To(true),
 		},
 		"deleting, instance gone: finalizer removed": {
@@ -439,10 +519,12 @@ func TestSync(t *testing.T) {
 			wantFinal:     ptr.To(false),
 		},
 		"deleting with the provider not enabled: finalizer kept, reason given": {
-			proxy:       newProxy(withFinalizer, withProvider(crawlv1alpha1.ProviderGCE), withRunningStatus, withDeleting, withObservedStatus),
+			proxy: newProxy(withFinalizer, withProvider(crawlv1alpha1.ProviderGCE), withRunningStatus, func(p *crawlv1alpha1.Proxy) {
+				p.Status.ProviderID = "gce://crawl/europe-west1-b/" + testInstance
+			}, withDeleting, withObservedStatus),
 			wantRequeue: done,
 			wantActions: []string{"update proxies/status"},
-			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseDeleting, ProviderID: testInstance, IP: testIP, Conditions: []string{"Provisioned=False/ProviderNotEnabled"}},
+			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseDeleting, ProviderID: "gce://crawl/europe-west1-b/" + testInstance, IP: testIP, Conditions: []string{"Provisioned=False/ProviderNotEnabled"}},
 			wantFinal:   ptr.To(true),
 		},
 	}
@@ -468,6 +550,9 @@ func TestSync(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantCalls, f.provider.Calls(), cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("provider calls (-want +got):\n%s", diff)
+			}
+			if calls := f.other.Calls(); len(calls) > 0 {
+				t.Errorf("the other provider was called: %v", calls)
 			}
 			if diff := cmp.Diff(tc.wantEvents, f.events(), cmpopts.EquateEmpty(), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
@@ -510,7 +595,8 @@ func TestSync(t *testing.T) {
 type fixture struct {
 	controller *Controller
 	crawl      *crawlfake.Clientset
-	provider   *fake.Provider
+	provider   *fake.Provider // "local"
+	other      *fake.Provider // "kubernetes"; every row expects it untouched
 	recorder   *record.FakeRecorder
 }
 
@@ -526,6 +612,7 @@ func newFixture(t *testing.T, proxy *crawlv1alpha1.Proxy, secrets []*corev1.Secr
 	f := &fixture{
 		crawl:    crawlfake.NewSimpleClientset(crawlObjects...),
 		provider: fake.New(fake.WithClock(clocktesting.NewFakePassiveClock(testNow))),
+		other:    fake.New(),
 		recorder: record.NewFakeRecorder(100),
 	}
 	kube := kubefake.NewSimpleClientset(kubeObjects...)
@@ -539,10 +626,13 @@ func newFixture(t *testing.T, proxy *crawlv1alpha1.Proxy, secrets []*corev1.Secr
 		KubeClient:     kube,
 		ProxyInformer:  proxyInformer,
 		SecretInformer: secretInformer,
-		Providers:      map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderLocal: f.provider},
-		Health:         health,
-		Recorder:       f.recorder,
-		Clock:          clocktesting.NewFakeClock(testNow),
+		Providers: map[crawlv1alpha1.ProviderName]provider.Provider{
+			crawlv1alpha1.ProviderLocal:      f.provider,
+			crawlv1alpha1.ProviderKubernetes: f.other,
+		},
+		Health:   health,
+		Recorder: f.recorder,
+		Clock:    clocktesting.NewFakeClock(testNow),
 	})
 	if err != nil {
 		t.Fatal(err)

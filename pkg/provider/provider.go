@@ -153,3 +153,18 @@ type classified struct {
 func (c *classified) Error() string { return c.err.Error() }
 
 func (c *classified) Unwrap() []error { return []error{c.class, c.err} }
+
+// ProviderID is what status.providerID records: the provider that made the
+// instance and the instance's ID there, as "<provider>://<id>" (the shape of
+// a Node's spec.providerID). Knowing the maker lets the controller delete an
+// instance through its own provider after spec.provider changed.
+func ProviderID(providerName, id string) string { return providerName + "://" + id }
+
+// SplitProviderID parses a ProviderID; ok is false for anything else.
+func SplitProviderID(providerID string) (providerName, id string, ok bool) {
+	providerName, id, ok = strings.Cut(providerID, "://")
+	if !ok || providerName == "" || id == "" {
+		return "", "", false
+	}
+	return providerName, id, true
+}

@@ -53,3 +53,26 @@ func TestInstanceName(t *testing.T) {
 		}
 	}
 }
+
+func TestProviderID(t *testing.T) {
+	tests := map[string]struct {
+		in               string
+		wantName, wantID string
+		wantOK           bool
+	}{
+		"kubernetes":       {in: ProviderID("kubernetes", "ns/px-1"), wantName: "kubernetes", wantID: "ns/px-1", wantOK: true},
+		"gce with slashes": {in: ProviderID("gce", "proj/zone/px-1"), wantName: "gce", wantID: "proj/zone/px-1", wantOK: true},
+		"no scheme":        {in: "px-1"},
+		"empty id":         {in: "local://"},
+		"empty provider":   {in: "://px-1"},
+		"empty":            {in: ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			gotName, gotID, ok := SplitProviderID(tc.in)
+			if gotName != tc.wantName || gotID != tc.wantID || ok != tc.wantOK {
+				t.Errorf("SplitProviderID(%q) = %q, %q, %v; want %q, %q, %v", tc.in, gotName, gotID, ok, tc.wantName, tc.wantID, tc.wantOK)
+			}
+		})
+	}
+}

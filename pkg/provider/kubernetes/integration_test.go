@@ -305,7 +305,7 @@ func TestProxyRunsAsPod(t *testing.T) {
 
 	p := h.waitProvisioned("p1", "")
 	instance := provider.InstanceName(created.UID)
-	if want := h.ns + "/" + instance; p.Status.ProviderID != want {
+	if want := provider.ProviderID("kubernetes", h.ns+"/"+instance); p.Status.ProviderID != want {
 		t.Errorf("providerID %q, want %q", p.Status.ProviderID, want)
 	}
 	if !isLoopbackPodIP(p.Status.IP) || p.Status.Port != podprovider.DefaultPort {

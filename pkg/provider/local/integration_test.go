@@ -164,7 +164,7 @@ func TestControllerRunsLocalInstances(t *testing.T) {
 			fmt.Sprintf("phase %s, conditions %+v", p.Status.Phase, p.Status.Conditions)
 	})
 	st := readStateFile(t, stateDir, id)
-	if p.Status.ProviderID != id || p.Status.IP != "127.0.0.1" || p.Status.Port != st.Port {
+	if p.Status.ProviderID != provider.ProviderID("local", id) || p.Status.IP != "127.0.0.1" || p.Status.Port != st.Port {
 		t.Errorf("status %+v, want instance %s at 127.0.0.1:%d", p.Status, id, st.Port)
 	}
 	target := proxytest.StartHTTPSTarget(t)
