@@ -45,6 +45,7 @@ type Metrics struct {
 	reconcileDuration *prometheus.HistogramVec
 	providerCalls     *prometheus.CounterVec
 	providerErrors    *prometheus.CounterVec
+	gcCollected       *prometheus.CounterVec
 	leader            prometheus.Gauge
 	buildInfo         *prometheus.GaugeVec
 	proxies           *proxyCollector
@@ -77,6 +78,11 @@ func New() *Metrics {
 			Name:      "provider_errors_total",
 			Help:      "Failed provider calls by provider, operation and error class (quota, permanent, transient). An instance reported as not found is an answer, not an error.",
 		}, []string{"provider", "op", "class"}),
+		gcCollected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "gc_collected_total",
+			Help:      "Orphaned instances deleted by garbage collection, by provider: instances whose Proxy is confirmed gone by a live read.",
+		}, []string{"provider"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "leader",
@@ -96,13 +102,18 @@ func New() *Metrics {
 	}
 	m.registry.MustRegister(
 		m.reconcileTotal, m.reconcileDuration,
-		m.providerCalls, m.providerErrors,
+		m.providerCalls, m.providerErrors, m.gcCollected,
 		m.leader, m.buildInfo, m.proxies,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	m.workqueue.mustRegister(m.registry)
 	return m
+}
+
+// ObserveCollected counts instances garbage collection deleted (pkg/gc).
+func (m *Metrics) ObserveCollected(providerName string, n int) {
+	m.gcCollected.WithLabelValues(providerName).Add(float64(n))
 }
 
 // Handler serves the registry in the Prometheus exposition formats, for /metrics.

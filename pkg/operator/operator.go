@@ -23,18 +23,23 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
@@ -119,6 +124,18 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		crawlInformers: crawlInformers,
 		synced:         []cache.InformerSynced{proxyInformer.Informer().HasSynced, secretInformer.Informer().HasSynced},
 		labeler:        podLabeler{client: kube, namespace: o.PodNamespace, name: o.PodName},
+		kube:           kube,
+	}
+	op.gcConfig = gc.Config{
+		Providers:     enabled,
+		Proxies:       proxyInformer.Lister(),
+		ProxiesSynced: proxyInformer.Informer().HasSynced,
+		Live:          crawl,
+		Interval:      o.GCInterval,
+		Metrics:       m,
+	}
+	if _, err := gc.New(op.gcConfig); err != nil { // fail at start-up, not on becoming leader
+		return fmt.Errorf("garbage collection: %w", err)
 	}
 	if o.LeaderElect {
 		// Lease renewals get a client of their own, with its own rate
@@ -156,6 +173,11 @@ type operator struct {
 	synced []cache.InformerSynced
 	// labeler marks this process's Pod as the leader for the lease Service.
 	labeler podLabeler
+	// gcConfig configures orphan collection on the leader (the event
+	// recorder is added there).
+	gcConfig gc.Config
+	// kube records the leader loops' events.
+	kube kubernetes.Interface
 }
 
 // run starts the informers, then runs the metrics server and the leader
@@ -331,6 +353,19 @@ func (op *operator) runLeader(ctx context.Context) error {
 	g.Go(func() error {
 		defer logger.V(2).Info("Controller stopped: workers finished their items")
 		return op.controller.Run(ctx, op.opts.Workers)
+	})
+	g.Go(func() error {
+		defer logger.V(2).Info("Garbage collection stopped")
+		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: op.kube.CoreV1().Events("")})
+		defer broadcaster.Shutdown()
+		cfg := op.gcConfig
+		cfg.Recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "proxy-operator-gc"})
+		collector, err := gc.New(cfg)
+		if err != nil {
+			return err
+		}
+		return collector.Run(ctx)
 	})
 	err := g.Wait()
 	logger.V(2).Info("Leader loops stopped")

@@ -243,10 +243,10 @@ func TestStartupErrors(t *testing.T) {
 		wantCode int
 		wantLog  string
 	}{
-		"provider not built in": {
-			args:     []string{"--providers=gce"},
+		"gce credentials Secret missing": {
+			args:     []string{"--providers=gce", "--gce-project=p", "--gce-zone=z", "--gce-credentials-secret=default/no-such-secret"},
 			wantCode: 1,
-			wantLog:  `--providers: provider \"gce\" is not built into this binary`,
+			wantLog:  `--gce-credentials-secret default/no-such-secret`,
 		},
 		"version": {
 			args:     []string{"--version"},

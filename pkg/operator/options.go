@@ -72,6 +72,11 @@ type Options struct {
 	Providers []string
 	// KubernetesDefaultImage is the Pod image when spec.kubernetes.image is empty.
 	KubernetesDefaultImage string
+	// GCEProject and GCEZone are the defaults of spec.gce.project and zone;
+	// GCECredentialsSecret ("namespace/name", key key.json) holds a
+	// service-account key, empty for Application Default Credentials.
+	GCEProject, GCEZone  string
+	GCECredentialsSecret string
 	// LocalStateDir is where the local provider keeps its state.
 	LocalStateDir string
 	// GCInterval is how often orphaned provider instances are collected.
@@ -148,6 +153,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.HealthWorkers, "health-workers", o.HealthWorkers, "How many health probes run at once.")
 	fs.Var((*listValue)(&o.Providers), "providers", fmt.Sprintf("Comma-separated providers to enable (%s). A Managed Proxy naming another fails.", strings.Join(knownProviders(), ", ")))
 	fs.StringVar(&o.KubernetesDefaultImage, "kubernetes-default-image", o.KubernetesDefaultImage, "The image of Pod instances whose spec.kubernetes.image is empty (a forward-proxy build).")
+	fs.StringVar(&o.GCEProject, "gce-project", o.GCEProject, "Google Cloud project of gce instances whose spec.gce.project is empty.")
+	fs.StringVar(&o.GCEZone, "gce-zone", o.GCEZone, "Compute Engine zone of gce instances whose spec.gce.zone is empty.")
+	fs.StringVar(&o.GCECredentialsSecret, "gce-credentials-secret", o.GCECredentialsSecret, "namespace/name of a Secret whose key.json is a service-account key for the gce provider; empty: Application Default Credentials.")
 	fs.StringVar(&o.LocalStateDir, "local-state-dir", o.LocalStateDir, "Directory where the local provider keeps its processes' state. Required when --providers includes local.")
 	fs.DurationVar(&o.GCInterval, "gc-interval", o.GCInterval, "How often provider instances whose Proxy is gone are collected.")
 	fs.StringVar(&o.PodName, "pod-name", o.PodName, "The operator's own Pod (default $POD_NAME); the leader labels it "+LeaderLabel+"=true for the lease Service.")
@@ -258,6 +266,11 @@ func (o *Options) Validate() error {
 			bad("providers", "provider %q is listed twice", name)
 		}
 		seen[name] = true
+	}
+	if ref := o.GCECredentialsSecret; ref != "" {
+		if ns, name, ok := strings.Cut(ref, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			bad("gce-credentials-secret", "must be namespace/name, got %q", ref)
+		}
 	}
 	if seen[string(crawlv1alpha1.ProviderLocal)] && o.LocalStateDir == "" {
 		bad("local-state-dir", "must be set when --providers includes %s", crawlv1alpha1.ProviderLocal)
