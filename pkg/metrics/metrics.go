@@ -25,6 +25,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
@@ -46,6 +47,7 @@ type Metrics struct {
 	providerCalls     *prometheus.CounterVec
 	providerErrors    *prometheus.CounterVec
 	gcCollected       *prometheus.CounterVec
+	health            healthMetrics
 	leader            prometheus.Gauge
 	buildInfo         *prometheus.GaugeVec
 	proxies           *proxyCollector
@@ -93,6 +95,7 @@ func New() *Metrics {
 			Name:      "build_info",
 			Help:      "Always 1; the version label says which build of the operator runs.",
 		}, []string{"version"}),
+		health:    newHealthMetrics(),
 		proxies:   &proxyCollector{desc: proxiesDesc},
 		workqueue: newWorkqueueProvider(),
 	}
@@ -107,6 +110,8 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.health.predeclare(health.Results)
+	m.registry.MustRegister(m.health.collectors()...)
 	m.workqueue.mustRegister(m.registry)
 	return m
 }

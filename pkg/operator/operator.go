@@ -42,6 +42,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 )
 
@@ -102,12 +103,30 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	crawlInformers := crawlinformers.NewSharedInformerFactoryWithOptions(crawl, 0, crawlinformers.WithNamespace(o.Namespace))
 	proxyInformer := crawlInformers.Crawl().V1alpha1().Proxies()
 	secretInformer := kubeInformers.Core().V1().Secrets()
-	ctrl, err := controller.NewController(controller.Config{
+	secrets := secretInformer.Lister()
+	// The engine reports verdicts into the controller's queue; the
+	// controller reads them back through Verdict. ctrl is set before
+	// anything runs.
+	var ctrl *controller.Controller
+	engine, err := health.New(health.Config{
+		Proxies: proxyInformer.Lister(),
+		Secrets: func(_ context.Context, namespace, name string) (*corev1.Secret, error) {
+			return secrets.Secrets(namespace).Get(name)
+		},
+		Enqueue: func(key cache.ObjectName) { ctrl.Enqueue(key) },
+		Workers: o.HealthWorkers,
+		Metrics: m,
+	})
+	if err != nil {
+		return fmt.Errorf("health engine: %w", err)
+	}
+	ctrl, err = controller.NewController(controller.Config{
 		CrawlClient:      crawl,
 		KubeClient:       kube,
 		ProxyInformer:    proxyInformer,
 		SecretInformer:   secretInformer,
 		Providers:        enabled,
+		Health:           engine,
 		Metrics:          m,
 		WorkqueueMetrics: m.WorkqueueProvider(),
 	})
@@ -125,6 +144,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		synced:         []cache.InformerSynced{proxyInformer.Informer().HasSynced, secretInformer.Informer().HasSynced},
 		labeler:        podLabeler{client: kube, namespace: o.PodNamespace, name: o.PodName},
 		kube:           kube,
+		health:         engine,
 	}
 	op.gcConfig = gc.Config{
 		Providers:     enabled,
@@ -173,6 +193,8 @@ type operator struct {
 	synced []cache.InformerSynced
 	// labeler marks this process's Pod as the leader for the lease Service.
 	labeler podLabeler
+	// health probes every proxy through itself, on the leader.
+	health *health.Engine
 	// gcConfig configures orphan collection on the leader (the event
 	// recorder is added there).
 	gcConfig gc.Config
@@ -353,6 +375,10 @@ func (op *operator) runLeader(ctx context.Context) error {
 	g.Go(func() error {
 		defer logger.V(2).Info("Controller stopped: workers finished their items")
 		return op.controller.Run(ctx, op.opts.Workers)
+	})
+	g.Go(func() error {
+		defer logger.V(2).Info("Health engine stopped")
+		return op.health.Run(ctx)
 	})
 	g.Go(func() error {
 		defer logger.V(2).Info("Garbage collection stopped")

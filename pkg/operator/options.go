@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
 	kubernetesprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
 )
 
@@ -108,9 +109,9 @@ func DefaultOptions() Options {
 		LeaseAddr:                ":8080",
 		LeaseAuth:                LeaseAuthKubernetes,
 		MetricsAddr:              ":9090",
-		// 1,000 proxies probed every 30 s at up to ~1 s a probe keep ~35
-		// workers busy; 64 leaves room for probes that run into their timeout.
-		HealthWorkers: 64,
+		// Sized in pkg/health (Little's law with room for probes that run
+		// into their timeout); benchmarked at 10,000 proxies.
+		HealthWorkers: health.DefaultWorkers,
 		// In a cluster, Pods; local and gce are opt-in. A Managed Proxy
 		// naming a provider that is not enabled goes Failed.
 		Providers:              []string{string(crawlv1alpha1.ProviderKubernetes)},

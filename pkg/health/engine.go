@@ -1,0 +1,474 @@
+package health
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+)
+
+// Defaults of Config.
+const (
+	// DefaultWorkers bounds the probes in flight. A pool keeps its schedule
+	// while Workers > probes/s × seconds per probe (Little's law). Sized for
+	// 10,000 proxies at the default 30s interval (333 probes/s): at ~0.3s a
+	// probe through a remote proxy (dial, CONNECT, TLS) that keeps ~100
+	// workers busy, ~270 when a tenth of the fleet hangs until the 5s
+	// timeout; 512 leaves headroom. pkg/health/bench measures the edge:
+	// 1,000 probes/s of 0.2s keep the schedule, of 0.7s do not. An idle
+	// worker is a parked goroutine.
+	DefaultWorkers = 512
+	// DefaultTick is how often the scheduler looks for due probes; a probe
+	// starts up to one tick after its due time.
+	DefaultTick = time.Second
+	// DefaultMinReportInterval rate-limits reports of latency changes.
+	DefaultMinReportInterval = time.Minute
+)
+
+// queueFactor sizes the queue of due probes: queueFactor × Workers.
+const queueFactor = 4
+
+// Config is what an Engine needs. Zero values take the defaults above.
+type Config struct {
+	// Proxies lists Proxies from the informer cache.
+	Proxies crawllisters.ProxyLister
+	// Secrets reads the spec.auth Secret of a proxy (from an informer cache
+	// in the operator). Nil fails every probe of a proxy with spec.auth.
+	Secrets func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+	// Enqueue puts a proxy's key on the controller's queue; it is called
+	// when a verdict worth writing into status was reported.
+	Enqueue func(cache.ObjectName)
+	// Workers bounds the probes in flight. Default DefaultWorkers.
+	Workers int
+	// Tick is the scheduler's period. Default DefaultTick.
+	Tick time.Duration
+	// MinReportInterval is the least time between two reports of a latency
+	// change of the same proxy. Default DefaultMinReportInterval.
+	MinReportInterval time.Duration
+	// Clock schedules probes and stamps them. Default the real clock.
+	Clock clock.WithTicker
+	// Metrics receives measurements. Default NoMetrics.
+	Metrics Metrics
+	// Logger is used by Run; the zero value means klog.FromContext(ctx).
+	Logger klog.Logger
+	// RootCAs verify the certificates of https targets (and https proxies);
+	// nil means the system roots. Tests set it to trust a local CA.
+	RootCAs *x509.CertPool
+}
+
+// Engine probes proxies and keeps their verdicts. It implements
+// controller.HealthSource.
+type Engine struct {
+	proxies           crawllisters.ProxyLister
+	secrets           func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+	enqueue           func(cache.ObjectName)
+	workers           int
+	tick              time.Duration
+	minReportInterval time.Duration
+	clock             clock.WithTicker
+	metrics           Metrics
+	logger            klog.Logger
+	rootCAs           *x509.CertPool
+
+	// probe is Probe; unit tests script it.
+	probe   func(context.Context, Target) Result
+	running atomic.Bool
+
+	mu     sync.RWMutex
+	states map[cache.ObjectName]*proxyState
+	// jitter spreads first probes; guarded by mu.
+	jitter *rand.Rand
+}
+
+var _ controller.HealthSource = (*Engine)(nil)
+
+// proxyState is what the engine knows of one proxy instance at one address.
+type proxyState struct {
+	uid     string
+	address string
+	// interval is the one due was computed with.
+	interval time.Duration
+	due      time.Time
+	inFlight bool
+	counters counters
+	// reported is the snapshot Verdict returns, nil before the first
+	// verdict; reportedAt is when it was reported.
+	reported   *controller.HealthVerdict
+	reportedAt time.Time
+}
+
+// job is one probe handed to a worker.
+type job struct {
+	key   cache.ObjectName
+	state *proxyState
+	check check
+	due   time.Time
+}
+
+// New validates cfg and applies defaults. It starts nothing.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Proxies == nil {
+		return nil, errors.New("health: Config.Proxies is required")
+	}
+	if cfg.Enqueue == nil {
+		return nil, errors.New("health: Config.Enqueue is required")
+	}
+	if cfg.Workers < 0 || cfg.Tick < 0 || cfg.MinReportInterval < 0 {
+		return nil, fmt.Errorf("health: Workers (%d), Tick (%v) and MinReportInterval (%v) must not be negative",
+			cfg.Workers, cfg.Tick, cfg.MinReportInterval)
+	}
+	e := &Engine{
+		proxies:           cfg.Proxies,
+		secrets:           cfg.Secrets,
+		enqueue:           cfg.Enqueue,
+		workers:           orDefault(cfg.Workers, DefaultWorkers),
+		tick:              orDefault(cfg.Tick, DefaultTick),
+		minReportInterval: orDefault(cfg.MinReportInterval, DefaultMinReportInterval),
+		clock:             cfg.Clock,
+		metrics:           cfg.Metrics,
+		logger:            cfg.Logger,
+		rootCAs:           cfg.RootCAs,
+		probe:             Probe,
+		states:            map[cache.ObjectName]*proxyState{},
+		jitter:            rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+	}
+	if e.clock == nil {
+		e.clock = clock.RealClock{}
+	}
+	if e.metrics == nil {
+		e.metrics = NoMetrics{}
+	}
+	return e, nil
+}
+
+// Verdict returns the latest verdict reported for the proxy, with the
+// address it was measured against; false before the first one, and for a
+// proxy the engine does not probe.
+func (e *Engine) Verdict(key cache.ObjectName) (controller.HealthVerdict, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	st, ok := e.states[key]
+	if !ok || st.reported == nil {
+		return controller.HealthVerdict{}, false
+	}
+	return *st.reported, true
+}
+
+// Run schedules and runs probes until ctx ends, then waits for the workers
+// and forgets every verdict (a process that stops leading must not serve
+// stale ones). The operator runs it on the leader only.
+func (e *Engine) Run(ctx context.Context) error {
+	if !e.running.CompareAndSwap(false, true) {
+		return errors.New("health: the engine is already running")
+	}
+	defer e.running.Store(false)
+	logger := e.logger
+	if logger.GetSink() == nil {
+		logger = klog.FromContext(ctx)
+	}
+	logger = logger.WithName("health")
+	ctx = klog.NewContext(ctx, logger)
+
+	e.resetStates()
+	defer e.resetStates()
+
+	// The queue lets a tick hand out more probes than there are idle
+	// workers at that instant: without it a tick could start at most
+	// Workers probes however fast they finish, capping the engine at
+	// Workers per Tick (512/s, half of what the benchmark asked). A full
+	// queue means a saturated pool.
+	jobs := make(chan job, queueFactor*e.workers)
+	var wg sync.WaitGroup
+	for range e.workers {
+		wg.Go(func() { e.work(ctx, jobs) })
+	}
+	ticker := e.clock.NewTicker(e.tick)
+	logger.Info("Health engine started", "workers", e.workers, "tick", e.tick)
+
+	// A send fails when the queue is full: the probe stays due, and the
+	// next tick tries again.
+	dispatch := func(j job) bool {
+		select {
+		case jobs <- j:
+			return true
+		default:
+			return false
+		}
+	}
+	e.schedule(ctx, e.clock.Now(), dispatch)
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-ticker.C():
+			e.schedule(ctx, e.clock.Now(), dispatch)
+		}
+	}
+	ticker.Stop()
+	close(jobs)
+	wg.Wait()
+	logger.Info("Health engine stopped")
+	return nil
+}
+
+func (e *Engine) resetStates() {
+	e.mu.Lock()
+	e.states = map[cache.ObjectName]*proxyState{}
+	e.mu.Unlock()
+}
+
+// schedule is one tick: it brings the per-proxy states in line with the
+// cache and dispatches the due probes.
+func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job) bool) {
+	logger := klog.FromContext(ctx)
+	proxies, err := e.proxies.List(labels.Everything())
+	if err != nil {
+		logger.Error(err, "Listing Proxies from the cache")
+		return
+	}
+	var (
+		forget                      []cache.ObjectName
+		due                         []job
+		skipped                     int
+		healthy, unhealthy, unknown int
+	)
+	e.mu.Lock()
+	seen := make(map[cache.ObjectName]struct{}, len(proxies))
+	for _, p := range proxies {
+		address, ok := proxyAddress(p)
+		if !ok || p.DeletionTimestamp != nil {
+			continue // its state, if any, is pruned below
+		}
+		key := cache.MetaObjectToName(p)
+		seen[key] = struct{}{}
+		interval := intervalOf(p)
+
+		st, known := e.states[key]
+		if known && (st.uid != string(p.UID) || st.address != address) {
+			// A replaced instance starts with fresh counters, and its
+			// predecessor's verdict must not stand for it.
+			logger.V(4).Info("Proxy has a new address or instance: starting over", "proxy", klog.KObj(p), "address", address)
+			forget = append(forget, key)
+			st = nil
+		}
+		if st == nil {
+			st = e.newState(p, address, interval, now, !known)
+			e.states[key] = st
+		}
+		switch st.counters.verdict {
+		case verdictHealthy:
+			healthy++
+		case verdictUnhealthy:
+			unhealthy++
+		default:
+			unknown++
+		}
+
+		if interval != st.interval {
+			// An edited interval applies from now, not after the old one.
+			st.due = minTime(st.due, now.Add(interval))
+			st.interval = interval
+		}
+		if !st.inFlight && !now.Before(st.due) {
+			due = append(due, job{key: key, state: st, check: checkFor(p, address, e.rootCAs), due: st.due})
+		}
+	}
+	for key := range e.states {
+		if _, ok := seen[key]; !ok {
+			delete(e.states, key)
+			forget = append(forget, key)
+		}
+	}
+	// The most overdue first: when the pool cannot take them all, those
+	// left waiting are the ones that waited least.
+	slices.SortFunc(due, func(a, b job) int { return a.due.Compare(b.due) })
+	for i, j := range due {
+		if !dispatch(j) {
+			skipped = len(due) - i
+			break
+		}
+		j.state.inFlight = true
+		j.state.due = nextDue(j.due, j.check.interval, now)
+	}
+	e.mu.Unlock()
+
+	for _, key := range forget {
+		e.metrics.ForgetProxy(key)
+	}
+	for range skipped {
+		e.metrics.ProbeDispatchSkipped()
+	}
+	if skipped > 0 {
+		logger.V(4).Info("Probe queue full; due probes wait for the next tick", "skipped", skipped)
+	}
+	e.metrics.SetProxiesByVerdict(healthy, unhealthy, unknown)
+}
+
+// newState starts tracking a proxy; the first probe is due at a uniformly
+// random point of the first interval, so that a fleet seen at once (a new
+// leader) is not probed all in the same tick. seed is true for a proxy
+// this engine did not track before: then its verdict starts from the
+// Healthy condition a previous leader wrote, so that probes that agree
+// with it report nothing (no status writes, no events, after a handover).
+func (e *Engine) newState(p *crawlv1alpha1.Proxy, address string, interval time.Duration, now time.Time, seed bool) *proxyState {
+	st := &proxyState{
+		uid:      string(p.UID),
+		address:  address,
+		interval: interval,
+		due:      now.Add(time.Duration(e.jitter.Int64N(int64(interval)))),
+	}
+	if seed {
+		st.counters, st.reported, st.reportedAt = seedFromStatus(p, address)
+	}
+	return st
+}
+
+// seedFromStatus returns the verdict the proxy's status shows, as if the
+// engine had reported it, or nothing when there is no Healthy condition.
+func seedFromStatus(p *crawlv1alpha1.Proxy, address string) (counters, *controller.HealthVerdict, time.Time) {
+	cond := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionHealthy)
+	if cond == nil || (cond.Status != metav1.ConditionTrue && cond.Status != metav1.ConditionFalse) {
+		return counters{}, nil, time.Time{}
+	}
+	healthy := cond.Status == metav1.ConditionTrue
+	c := counters{verdict: verdictUnhealthy}
+	if healthy {
+		c.verdict = verdictHealthy
+	}
+	var checkedAt time.Time
+	if p.Status.LastHealthCheckTime != nil {
+		checkedAt = p.Status.LastHealthCheckTime.Time
+	}
+	return c, &controller.HealthVerdict{
+		Address:   address,
+		Healthy:   healthy,
+		Message:   cond.Message,
+		Latency:   time.Duration(p.Status.LatencyMillis) * time.Millisecond,
+		CheckedAt: checkedAt,
+	}, checkedAt
+}
+
+// nextDue keeps the proxy's cadence (due + interval), skipping the slots a
+// late probe missed rather than bunching them.
+func nextDue(due time.Time, interval time.Duration, now time.Time) time.Time {
+	next := due.Add(interval)
+	if behind := now.Sub(next); behind >= 0 {
+		next = next.Add((behind/interval + 1) * interval)
+	}
+	return next
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// work runs the jobs it is handed until the channel closes.
+func (e *Engine) work(ctx context.Context, jobs <-chan job) {
+	for j := range jobs {
+		started := e.clock.Now()
+		e.metrics.ObserveScheduleDelay(started.Sub(j.due))
+		r := e.runCheck(ctx, j)
+		if ctx.Err() != nil {
+			continue // shutting down: the failure is ours, not the proxy's
+		}
+		e.record(ctx, j, r, started, e.clock.Now())
+	}
+}
+
+// runCheck adds the proxy's credentials to the target and probes it.
+func (e *Engine) runCheck(ctx context.Context, j job) Result {
+	t := j.check.target
+	if j.check.authSecret != "" {
+		user, pass, err := e.credentials(ctx, j.key.Namespace, j.check.authSecret)
+		if err != nil {
+			return Result{Class: ResultError, Message: err.Error()}
+		}
+		withAuth := *t.Proxy
+		withAuth.User = url.UserPassword(user, pass)
+		t.Proxy = &withAuth
+	}
+	return e.probe(ctx, t)
+}
+
+// credentials reads the spec.auth Secret. Its errors name the Secret and
+// the key, never a value.
+func (e *Engine) credentials(ctx context.Context, namespace, name string) (user, pass string, err error) {
+	if e.secrets == nil {
+		return "", "", fmt.Errorf("auth Secret %q: the engine has no Secret reader", name)
+	}
+	s, err := e.secrets(ctx, namespace, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", "", fmt.Errorf("auth Secret %q not found", name)
+	case err != nil:
+		return "", "", fmt.Errorf("reading auth Secret %q: %w", name, err)
+	}
+	u, okU := s.Data[crawlv1alpha1.AuthUsernameKey]
+	p, okP := s.Data[crawlv1alpha1.AuthPasswordKey]
+	if !okU || !okP {
+		return "", "", fmt.Errorf("auth Secret %q needs the keys %q and %q", name, crawlv1alpha1.AuthUsernameKey, crawlv1alpha1.AuthPasswordKey)
+	}
+	return string(u), string(p), nil
+}
+
+// record applies a probe result to the proxy's state and reports the
+// verdict when it is worth a status write.
+func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.Time) {
+	e.mu.Lock()
+	st := e.states[j.key]
+	if st != j.state {
+		// Pruned or replaced while the probe ran: the result is about an
+		// instance or address that is no longer the proxy's.
+		e.mu.Unlock()
+		return
+	}
+	st.inFlight = false
+	st.counters = transition(st.counters, r.OK, j.check.thresholds)
+	why := reportReason(st.reported, st.reportedAt, st.counters, r.Latency, r.OK, now, e.minReportInterval)
+	var v controller.HealthVerdict
+	if why != "" {
+		v = controller.HealthVerdict{
+			Address:   st.address,
+			Healthy:   st.counters.verdict == verdictHealthy,
+			Message:   r.Message,
+			CheckedAt: started,
+		}
+		if v.Healthy {
+			v.Latency = r.Latency // a failed probe's duration is not a latency
+		}
+		st.reported, st.reportedAt = &v, now
+	}
+	failures := st.counters.failures
+	e.mu.Unlock()
+
+	e.metrics.ObserveProbe(j.key, r.Class, r.Latency, started)
+	e.metrics.SetConsecutiveFailures(j.key, failures)
+	if why == "" {
+		return
+	}
+	klog.FromContext(ctx).V(2).Info("Reporting health verdict", "proxy", klog.KRef(j.key.Namespace, j.key.Name),
+		"why", why, "healthy", v.Healthy, "latency", v.Latency, "message", v.Message)
+	e.enqueue(j.key)
+}

@@ -1,0 +1,787 @@
+package health
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+)
+
+const (
+	testNamespace = "ns"
+	testInterval  = 10 * time.Second
+	testTick      = time.Second
+)
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// proxyOption adjusts a fixture Proxy.
+type proxyOption func(*crawlv1alpha1.Proxy)
+
+// testProxy is an External proxy at 127.0.0.1:<port> with an address in
+// status, probed every testInterval, thresholds 1 and 3.
+func testProxy(name string, opts ...proxyOption) *crawlv1alpha1.Proxy {
+	p := &crawlv1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name, UID: types.UID(name + "-uid-1")},
+		Spec: crawlv1alpha1.ProxySpec{
+			Mode:     crawlv1alpha1.ModeExternal,
+			Endpoint: &crawlv1alpha1.Endpoint{Host: "127.0.0.1", Port: 3128},
+			HealthCheck: crawlv1alpha1.HealthCheck{
+				URL:              "http://127.0.0.1:1/generate_204",
+				Interval:         &metav1.Duration{Duration: testInterval},
+				Timeout:          &metav1.Duration{Duration: time.Second},
+				SuccessThreshold: 1,
+				FailureThreshold: 3,
+			},
+		},
+		Status: crawlv1alpha1.ProxyStatus{IP: "127.0.0.1", Port: 3128},
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+func withThresholds(success, failure int32) proxyOption {
+	return func(p *crawlv1alpha1.Proxy) {
+		p.Spec.HealthCheck.SuccessThreshold, p.Spec.HealthCheck.FailureThreshold = success, failure
+	}
+}
+
+func withAddress(ip string, port int32) proxyOption {
+	return func(p *crawlv1alpha1.Proxy) { p.Status.IP, p.Status.Port = ip, port }
+}
+
+func withUID(uid string) proxyOption {
+	return func(p *crawlv1alpha1.Proxy) { p.UID = types.UID(uid) }
+}
+
+func withAuth(secret string) proxyOption {
+	return func(p *crawlv1alpha1.Proxy) {
+		p.Spec.Auth = &crawlv1alpha1.ProxyAuth{SecretRef: crawlv1alpha1.LocalSecretRef{Name: secret}}
+	}
+}
+
+func deleting() proxyOption {
+	return func(p *crawlv1alpha1.Proxy) { p.DeletionTimestamp = &metav1.Time{Time: t0} }
+}
+
+// withHealthyCondition is the status a previous leader wrote.
+func withHealthyCondition(status metav1.ConditionStatus, message string, latency time.Duration, checked time.Time) proxyOption {
+	return func(p *crawlv1alpha1.Proxy) {
+		p.Status.Conditions = append(p.Status.Conditions, metav1.Condition{
+			Type: crawlv1alpha1.ConditionHealthy, Status: status, Reason: "ProbeSucceeded", Message: message,
+		})
+		p.Status.LatencyMillis = latency.Milliseconds()
+		p.Status.LastHealthCheckTime = &metav1.Time{Time: checked}
+	}
+}
+
+// fixture drives an Engine synchronously: each step moves the fake clock,
+// runs one scheduler tick, and records the dispatched probes at once with
+// scripted results.
+type fixture struct {
+	t       *testing.T
+	ctx     context.Context
+	engine  *Engine
+	clock   *testingclock.FakeClock
+	store   cache.Indexer
+	metrics *recordingMetrics
+
+	mu       sync.Mutex
+	enqueued map[cache.ObjectName]int
+}
+
+func newFixture(t *testing.T, proxies ...*crawlv1alpha1.Proxy) *fixture {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	f := &fixture{
+		t:        t,
+		ctx:      ctx,
+		clock:    testingclock.NewFakeClock(t0),
+		store:    cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+		metrics:  newRecordingMetrics(),
+		enqueued: map[cache.ObjectName]int{},
+	}
+	for _, p := range proxies {
+		f.put(p)
+	}
+	e, err := New(Config{
+		Proxies: crawllisters.NewProxyLister(f.store),
+		Enqueue: func(key cache.ObjectName) {
+			f.mu.Lock()
+			f.enqueued[key]++
+			f.mu.Unlock()
+		},
+		Tick:    testTick,
+		Clock:   f.clock,
+		Metrics: f.metrics,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.jitter = rand.New(rand.NewPCG(1, 2))
+	f.engine = e
+	return f
+}
+
+func (f *fixture) put(p *crawlv1alpha1.Proxy) {
+	f.t.Helper()
+	if err := f.store.Update(p); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) remove(name string) {
+	f.t.Helper()
+	if err := f.store.Delete(testProxy(name)); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) enqueues(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.enqueued[cache.NewObjectName(testNamespace, name)]
+}
+
+// tick runs the scheduler at the clock's time and returns the jobs it
+// dispatched, without running them.
+func (f *fixture) tick() []job {
+	var jobs []job
+	f.engine.schedule(f.ctx, f.clock.Now(), func(j job) bool {
+		jobs = append(jobs, j)
+		return true
+	})
+	return jobs
+}
+
+// step moves the clock by d, ticks, and records each dispatched probe with
+// result(name); it returns the names probed.
+func (f *fixture) step(d time.Duration, result func(name string) Result) []string {
+	f.clock.Step(d)
+	var probed []string
+	for _, j := range f.tick() {
+		now := f.clock.Now()
+		f.engine.record(f.ctx, j, result(j.key.Name), now, now)
+		probed = append(probed, j.key.Name)
+	}
+	return probed
+}
+
+func (f *fixture) verdict(name string) (controller.HealthVerdict, bool) {
+	return f.engine.Verdict(cache.NewObjectName(testNamespace, name))
+}
+
+func success(latency time.Duration) Result {
+	return Result{OK: true, Class: ResultSuccess, Message: fmt.Sprintf("target answered 204 in %s", latency), Latency: latency}
+}
+
+func failure(msg string) Result {
+	return Result{Class: ResultConnectError, Message: msg, Latency: time.Millisecond}
+}
+
+func always(r Result) func(string) Result { return func(string) Result { return r } }
+
+// recordingMetrics keeps what the engine measured.
+type recordingMetrics struct {
+	mu        sync.Mutex
+	probes    map[string]int // by result
+	lastProbe map[cache.ObjectName]time.Time
+	failures  map[cache.ObjectName]int
+	forgotten map[cache.ObjectName]int
+	byVerdict [3]int // healthy, unhealthy, unknown
+	delays    []time.Duration
+	skipped   int
+}
+
+func newRecordingMetrics() *recordingMetrics {
+	return &recordingMetrics{
+		probes:    map[string]int{},
+		lastProbe: map[cache.ObjectName]time.Time{},
+		failures:  map[cache.ObjectName]int{},
+		forgotten: map[cache.ObjectName]int{},
+	}
+}
+
+func (m *recordingMetrics) ObserveProbe(key cache.ObjectName, result string, _ time.Duration, started time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.probes[result]++
+	m.lastProbe[key] = started
+}
+
+func (m *recordingMetrics) SetConsecutiveFailures(key cache.ObjectName, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failures[key] = n
+}
+
+func (m *recordingMetrics) ForgetProxy(key cache.ObjectName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.forgotten[key]++
+	delete(m.lastProbe, key)
+	delete(m.failures, key)
+}
+
+func (m *recordingMetrics) SetProxiesByVerdict(healthy, unhealthy, unknown int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.byVerdict = [3]int{healthy, unhealthy, unknown}
+}
+
+func (m *recordingMetrics) ObserveScheduleDelay(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.delays = append(m.delays, d)
+}
+
+func (m *recordingMetrics) ProbeDispatchSkipped() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.skipped++
+}
+
+// TestThresholds drives one proxy through probe results and checks, after
+// each probe, the reported verdict and the number of Enqueue calls.
+func TestThresholds(t *testing.T) {
+	ok := success(10 * time.Millisecond)
+	bad := failure("connecting to the proxy: connection refused")
+	type after struct {
+		Reported *bool // nil: no reported verdict
+		Enqueues int
+	}
+	yes, no := new(bool), new(bool)
+	*yes = true
+	tests := map[string]struct {
+		success, failure int32
+		results          []Result
+		want             []after
+	}{
+		"new proxy: healthy only at successThreshold": {
+			success: 2, failure: 3,
+			results: []Result{ok, ok, ok},
+			want:    []after{{nil, 0}, {yes, 1}, {yes, 1}},
+		},
+		"new proxy: unhealthy only at failureThreshold": {
+			success: 1, failure: 3,
+			results: []Result{bad, bad, bad, bad},
+			want:    []after{{nil, 0}, {nil, 0}, {no, 1}, {no, 1}},
+		},
+		"healthy to unhealthy at failureThreshold, a success restarts the run": {
+			success: 1, failure: 2,
+			results: []Result{ok, bad, ok, bad, bad, bad},
+			want:    []after{{yes, 1}, {yes, 1}, {yes, 1}, {yes, 1}, {no, 2}, {no, 2}},
+		},
+		"unhealthy back to healthy at successThreshold": {
+			success: 2, failure: 1,
+			results: []Result{bad, ok, bad, ok, ok, ok},
+			want:    []after{{no, 1}, {no, 1}, {no, 1}, {no, 1}, {yes, 2}, {yes, 2}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, testProxy("p", withThresholds(tc.success, tc.failure)))
+			f.tick() // first sight: the first probe is due within one interval
+			var got []after
+			for i, r := range tc.results {
+				probed := f.step(testInterval, always(r))
+				if len(probed) != 1 {
+					t.Fatalf("step %d probed %v, want exactly p", i, probed)
+				}
+				a := after{Enqueues: f.enqueues("p")}
+				if v, ok := f.verdict("p"); ok {
+					a.Reported = &v.Healthy
+				}
+				got = append(got, a)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("after each probe (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestReportedSnapshot: the reported verdict carries the address, the
+// message, the latency (healthy only) and the probe's start time.
+func TestReportedSnapshot(t *testing.T) {
+	f := newFixture(t, testProxy("p", withAddress("127.0.0.9", 8080), withThresholds(1, 1)))
+	f.tick()
+	f.step(testInterval, always(success(42*time.Millisecond)))
+	got, _ := f.verdict("p")
+	want := controller.HealthVerdict{Address: "127.0.0.9:8080", Healthy: true, Message: "target answered 204 in 42ms",
+		Latency: 42 * time.Millisecond, CheckedAt: f.clock.Now()}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("healthy verdict (-want +got):\n%s", diff)
+	}
+
+	f.step(testInterval, always(Result{Class: ResultTimeout, Message: "timeout after 1s waiting for the response", Latency: time.Second}))
+	got, _ = f.verdict("p")
+	want = controller.HealthVerdict{Address: "127.0.0.9:8080", Healthy: false, Message: "timeout after 1s waiting for the response",
+		CheckedAt: f.clock.Now()}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("unhealthy verdict (-want +got):\n%s", diff)
+	}
+}
+
+// TestUnchangedVerdictIsNotReported: probes that agree with the verdict, and
+// failures below the threshold, neither Enqueue nor move the snapshot.
+func TestUnchangedVerdictIsNotReported(t *testing.T) {
+	f := newFixture(t, testProxy("p"))
+	f.tick()
+	f.step(testInterval, always(success(10*time.Millisecond)))
+	first, _ := f.verdict("p")
+	if f.enqueues("p") != 1 {
+		t.Fatalf("first verdict: %d enqueues, want 1", f.enqueues("p"))
+	}
+	results := []Result{
+		success(12 * time.Millisecond), success(9 * time.Millisecond), success(25 * time.Millisecond),
+		failure("connecting to the proxy: connection refused"), failure("timeout after 1s waiting for the response"),
+		success(10 * time.Millisecond), success(10 * time.Millisecond),
+	}
+	for _, r := range results {
+		f.step(testInterval, always(r))
+	}
+	if got := f.enqueues("p"); got != 1 {
+		t.Errorf("%d enqueues after probes that agree with the verdict, want 1", got)
+	}
+	if got, _ := f.verdict("p"); !cmp.Equal(got, first) {
+		t.Errorf("the reported snapshot moved: %+v, want %+v", got, first)
+	}
+	f.metrics.mu.Lock()
+	defer f.metrics.mu.Unlock()
+	if got, want := f.metrics.lastProbe[cache.NewObjectName(testNamespace, "p")], f.clock.Now(); !got.Equal(want) {
+		t.Errorf("latest-probe metric = %v, want %v (every probe counts)", got, want)
+	}
+	if got := f.metrics.probes[ResultSuccess] + f.metrics.probes[ResultConnectError]; got != 1+len(results) {
+		t.Errorf("%d probes observed, want %d", got, 1+len(results))
+	}
+}
+
+// TestLatencyReportRateLimit: a material latency change is reported at most
+// once per MinReportInterval; an immaterial one never.
+func TestLatencyReportRateLimit(t *testing.T) {
+	f := newFixture(t, testProxy("p"))
+	f.tick()
+	f.step(testInterval, always(success(100*time.Millisecond))) // first verdict at T
+	reportedAt := f.clock.Now()
+
+	steps := []struct {
+		latency     time.Duration
+		wantReports int
+		wantLatency time.Duration
+	}{
+		{140 * time.Millisecond, 1, 100 * time.Millisecond}, // +40%: immaterial
+		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // material, T+20s: rate-limited
+		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+30s
+		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+40s
+		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+50s
+		{300 * time.Millisecond, 2, 300 * time.Millisecond}, // T+60s: reported
+		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+70s: material again, rate-limited
+	}
+	for i, s := range steps {
+		f.step(testInterval, always(success(s.latency)))
+		v, _ := f.verdict("p")
+		if got := f.enqueues("p"); got != s.wantReports || v.Latency != s.wantLatency {
+			t.Errorf("probe %d at T+%v with %v: %d reports, reported latency %v; want %d, %v",
+				i, f.clock.Now().Sub(reportedAt), s.latency, got, v.Latency, s.wantReports, s.wantLatency)
+		}
+	}
+}
+
+// TestJitterSpread: the first probes of a fleet seen at once spread evenly
+// over the first interval instead of bunching in one tick.
+func TestJitterSpread(t *testing.T) {
+	const n = 1000
+	var proxies []*crawlv1alpha1.Proxy
+	for i := range n {
+		proxies = append(proxies, testProxy(fmt.Sprintf("p%04d", i)))
+	}
+	f := newFixture(t, proxies...)
+	perTick := []int{len(f.tick())}
+	for range testInterval / testTick {
+		perTick = append(perTick, len(f.step(testTick, always(success(time.Millisecond)))))
+	}
+	// Tick k dispatches the probes due in ((k-1)s, ks]: ~n/10 for k = 1..10.
+	total := 0
+	for _, c := range perTick {
+		total += c
+	}
+	if total != n {
+		t.Fatalf("%d first probes within one interval, want %d (per tick: %v)", total, n, perTick)
+	}
+	want := n / int(testInterval/testTick)
+	for k, c := range perTick[1:] {
+		if c < want/2 || c > want*3/2 {
+			t.Errorf("tick %d dispatched %d first probes, want about %d (per tick: %v)", k+1, c, want, perTick)
+		}
+	}
+	if perTick[0] > want/10 {
+		t.Errorf("the first tick dispatched %d probes: bunched (per tick: %v)", perTick[0], perTick)
+	}
+	// The next round keeps the spread: each proxy is probed once more per interval.
+	again := 0
+	for range testInterval / testTick {
+		again += len(f.step(testTick, always(success(time.Millisecond))))
+	}
+	if again != n {
+		t.Errorf("second interval probed %d proxies, want %d", again, n)
+	}
+}
+
+// TestSeedFromHealthyCondition: after a leader handover, a proxy's verdict
+// starts from the condition the previous leader wrote; probes that agree
+// report nothing, and the seeded snapshot reproduces the status exactly.
+func TestSeedFromHealthyCondition(t *testing.T) {
+	checked := t0.Add(-20 * time.Second)
+	bad := failure("connecting to the proxy: connection refused")
+	tests := map[string]struct {
+		opts        []proxyOption
+		results     []Result
+		wantEnqueue int
+		wantHealthy bool
+	}{
+		"healthy status, successes: silent": {
+			opts:        []proxyOption{withHealthyCondition(metav1.ConditionTrue, "target answered 204 in 5ms", 5*time.Millisecond, checked)},
+			results:     []Result{success(6 * time.Millisecond), success(4 * time.Millisecond), success(7 * time.Millisecond)},
+			wantEnqueue: 0, wantHealthy: true,
+		},
+		"unhealthy status, failures: silent": {
+			opts:        []proxyOption{withHealthyCondition(metav1.ConditionFalse, "connecting to the proxy: connection refused", 0, checked)},
+			results:     []Result{bad, bad, bad, bad},
+			wantEnqueue: 0, wantHealthy: false,
+		},
+		"healthy status, failures below the threshold: silent": {
+			opts:        []proxyOption{withHealthyCondition(metav1.ConditionTrue, "target answered 204 in 5ms", 5*time.Millisecond, checked)},
+			results:     []Result{bad, bad},
+			wantEnqueue: 0, wantHealthy: true,
+		},
+		"healthy status, failures at the threshold: a flip": {
+			opts:        []proxyOption{withHealthyCondition(metav1.ConditionTrue, "target answered 204 in 5ms", 5*time.Millisecond, checked)},
+			results:     []Result{bad, bad, bad},
+			wantEnqueue: 1, wantHealthy: false,
+		},
+		"unhealthy status, a success: a flip": {
+			opts:        []proxyOption{withHealthyCondition(metav1.ConditionFalse, "connecting to the proxy: connection refused", 0, checked)},
+			results:     []Result{success(5 * time.Millisecond)},
+			wantEnqueue: 1, wantHealthy: true,
+		},
+		"no condition: a first verdict": {
+			results:     []Result{success(5 * time.Millisecond)},
+			wantEnqueue: 1, wantHealthy: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := testProxy("p", tc.opts...)
+			f := newFixture(t, p)
+			f.tick()
+			if len(p.Status.Conditions) > 0 {
+				// Before any probe, the snapshot is exactly what status shows:
+				// the controller applying it writes nothing.
+				got, ok := f.verdict("p")
+				cond := p.Status.Conditions[0]
+				want := controller.HealthVerdict{Address: "127.0.0.1:3128", Healthy: cond.Status == metav1.ConditionTrue,
+					Message: cond.Message, Latency: time.Duration(p.Status.LatencyMillis) * time.Millisecond, CheckedAt: checked}
+				if diff := cmp.Diff(want, got); !ok || diff != "" {
+					t.Errorf("seeded snapshot (ok=%v) (-want +got):\n%s", ok, diff)
+				}
+			}
+			for _, r := range tc.results {
+				f.step(testInterval, always(r))
+			}
+			if got := f.enqueues("p"); got != tc.wantEnqueue {
+				t.Errorf("%d enqueues, want %d", got, tc.wantEnqueue)
+			}
+			if v, ok := f.verdict("p"); !ok || v.Healthy != tc.wantHealthy {
+				t.Errorf("verdict %+v (ok=%v), want healthy=%v", v, ok, tc.wantHealthy)
+			}
+		})
+	}
+}
+
+// TestStateReset: a proxy deleted, deleting, without an address, replaced
+// (new UID) or moved (new address) loses its state and its verdict; a
+// replacement starts with fresh counters and no seeded verdict.
+func TestStateReset(t *testing.T) {
+	tests := map[string]struct {
+		change      func(f *fixture)
+		wantTracked bool // the engine still probes the proxy
+	}{
+		"deleted from the cache": {change: func(f *fixture) { f.remove("p") }},
+		"deleting":               {change: func(f *fixture) { f.put(testProxy("p", withThresholds(2, 3), deleting())) }},
+		"no address any more":    {change: func(f *fixture) { f.put(testProxy("p", withThresholds(2, 3), withAddress("", 0))) }},
+		"replaced: new UID": {
+			change:      func(f *fixture) { f.put(testProxy("p", withThresholds(2, 3), withUID("p-uid-2"))) },
+			wantTracked: true,
+		},
+		"moved: new address": {
+			change:      func(f *fixture) { f.put(testProxy("p", withThresholds(2, 3), withAddress("127.0.0.2", 3128))) },
+			wantTracked: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			// The status says healthy too: a reset must not seed from it,
+			// since it describes the predecessor.
+			f := newFixture(t, testProxy("p", withThresholds(2, 3),
+				withHealthyCondition(metav1.ConditionTrue, "target answered 204 in 5ms", 5*time.Millisecond, t0)))
+			f.tick()
+			f.step(testInterval, always(success(5*time.Millisecond)))
+			f.step(testInterval, always(success(5*time.Millisecond)))
+			// A probe of the old instance is in flight during the change.
+			f.clock.Step(testInterval)
+			inFlight := f.tick()
+			if len(inFlight) != 1 {
+				t.Fatalf("%d probes dispatched, want 1", len(inFlight))
+			}
+
+			tc.change(f)
+			f.tick()
+			if _, ok := f.verdict("p"); ok {
+				t.Error("the old verdict survived the change")
+			}
+			key := cache.NewObjectName(testNamespace, "p")
+			f.metrics.mu.Lock()
+			forgotten := f.metrics.forgotten[key]
+			f.metrics.mu.Unlock()
+			if forgotten != 1 {
+				t.Errorf("ForgetProxy called %d times, want 1", forgotten)
+			}
+			// The old instance's result arrives late: it is dropped.
+			now := f.clock.Now()
+			f.engine.record(f.ctx, inFlight[0], failure("connecting to the proxy: connection refused"), now, now)
+			if _, ok := f.verdict("p"); ok {
+				t.Error("a result about the old instance made a verdict")
+			}
+
+			probes := 0
+			for range 2 {
+				probes += len(f.step(testInterval, always(success(5*time.Millisecond))))
+			}
+			_, ok := f.verdict("p")
+			if tc.wantTracked != (probes > 0) || tc.wantTracked != ok {
+				t.Errorf("after the change: %d probes, verdict %v; want tracked=%v", probes, ok, tc.wantTracked)
+			}
+			if tc.wantTracked && probes != 2 {
+				// Fresh counters: successThreshold 2 needs both.
+				t.Errorf("%d probes before the new verdict, want 2", probes)
+			}
+		})
+	}
+}
+
+// TestSaturatedPool: a due probe that finds the pool saturated stays due,
+// is counted, and goes at a later tick, the most overdue first; its
+// lateness is measured from its due time.
+func TestSaturatedPool(t *testing.T) {
+	f := newFixture(t, testProxy("p"), testProxy("q"))
+	f.tick()
+	refuse := func(job) bool { return false }
+	for range testInterval / testTick {
+		f.clock.Step(testTick)
+		f.engine.schedule(f.ctx, f.clock.Now(), refuse)
+	}
+	f.metrics.mu.Lock()
+	skipped := f.metrics.skipped
+	f.metrics.mu.Unlock()
+	if skipped == 0 {
+		t.Fatal("no skipped dispatch counted")
+	}
+
+	// Room for one: the one due first goes.
+	f.engine.mu.RLock()
+	dues := map[string]time.Time{}
+	for key, st := range f.engine.states {
+		dues[key.Name] = st.due
+	}
+	f.engine.mu.RUnlock()
+	wantFirst := "p"
+	if dues["q"].Before(dues["p"]) {
+		wantFirst = "q"
+	}
+	var first []job
+	f.clock.Step(testTick)
+	f.engine.schedule(f.ctx, f.clock.Now(), func(j job) bool {
+		if len(first) == 1 {
+			return false
+		}
+		first = append(first, j)
+		return true
+	})
+	if len(first) != 1 || first[0].key.Name != wantFirst || !first[0].state.inFlight {
+		t.Fatalf("dispatched %v; want %s (due at %v, the other at %v), in flight", first, wantFirst, dues["p"].Sub(t0), dues["q"].Sub(t0))
+	}
+	if late := f.clock.Now().Sub(first[0].due); late <= testTick {
+		t.Errorf("the job is %v late, want more than the %v tick: it waited", late, testTick)
+	}
+	if more := f.tick(); len(more) != 1 || more[0].key.Name == wantFirst {
+		t.Errorf("next tick dispatched %v, want only the other proxy (the first is in flight)", more)
+	}
+}
+
+// noJitter makes rand.Int64N(n) return 0 for any n that is not a power of
+// two (a source of constant 0 would make it loop forever): every new proxy
+// is due at once.
+type noJitter struct{}
+
+func (noJitter) Uint64() uint64 { return 1 }
+
+// TestRunQueuesMoreThanWorkers: one tick hands out more probes than there
+// are workers; they queue and run without waiting for another tick.
+func TestRunQueuesMoreThanWorkers(t *testing.T) {
+	const workers, proxies = 2, 8 // the queue holds queueFactor × workers
+	var all []*crawlv1alpha1.Proxy
+	for i := range proxies {
+		all = append(all, testProxy(fmt.Sprintf("p%d", i), withThresholds(1, 1)))
+	}
+	f := newFixture(t, all...)
+	f.engine.workers = workers
+	f.engine.jitter = rand.New(noJitter{})
+	f.engine.probe = func(context.Context, Target) Result { return success(time.Millisecond) }
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.engine.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	// The clock never moves: only Run's first tick dispatches.
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.enqueued) == proxies, nil
+	})
+	if err != nil {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		t.Fatalf("%d of %d proxies probed in one tick with %d workers", len(f.enqueued), proxies, workers)
+	}
+}
+
+// TestCredentials: spec.auth credentials reach the probe in the proxy URL;
+// a missing Secret fails the probe with a message naming the Secret only.
+func TestCredentials(t *testing.T) {
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds"},
+		Data:       map[string][]byte{"username": []byte("alice"), "password": []byte("s3cret-Pa55")},
+	}
+	tests := map[string]struct {
+		secret      *corev1.Secret
+		wantProxy   string // the proxy URL the probe got; "" when none
+		wantMessage string
+	}{
+		"credentials from the Secret": {secret: secret, wantProxy: "http://alice:s3cret-Pa55@127.0.0.1:3128", wantMessage: "ok"},
+		"missing Secret":              {wantMessage: `auth Secret "creds" not found`},
+		"Secret without a password": {
+			secret:      &corev1.Secret{ObjectMeta: secret.ObjectMeta, Data: map[string][]byte{"username": []byte("alice")}},
+			wantMessage: `auth Secret "creds" needs the keys "username" and "password"`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, testProxy("p", withAuth("creds"), withThresholds(1, 1)))
+			f.engine.secrets = func(_ context.Context, ns, name string) (*corev1.Secret, error) {
+				if tc.secret == nil || ns != testNamespace || name != tc.secret.Name {
+					return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
+				}
+				return tc.secret, nil
+			}
+			var gotProxy string
+			f.engine.probe = func(_ context.Context, target Target) Result {
+				gotProxy = target.Proxy.String()
+				return Result{OK: true, Class: ResultSuccess, Message: "ok"}
+			}
+			f.tick()
+			f.clock.Step(testInterval)
+			for _, j := range f.tick() {
+				f.engine.record(f.ctx, j, f.engine.runCheck(f.ctx, j), f.clock.Now(), f.clock.Now())
+			}
+			v, _ := f.verdict("p")
+			if gotProxy != tc.wantProxy || v.Message != tc.wantMessage {
+				t.Errorf("probe got proxy %q, verdict message %q; want %q, %q", gotProxy, v.Message, tc.wantProxy, tc.wantMessage)
+			}
+		})
+	}
+}
+
+// TestRun runs the engine's own loop on the fake clock: the ticker drives
+// the scheduler, workers probe, the verdict is reported through Enqueue,
+// and stopping forgets it.
+func TestRun(t *testing.T) {
+	f := newFixture(t, testProxy("p"), testProxy("q", withThresholds(1, 1)))
+	f.engine.workers = 2
+	f.engine.probe = func(_ context.Context, target Target) Result {
+		return success(3 * time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.engine.Run(ctx) }()
+
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if f.enqueues("p") == 1 && f.enqueues("q") == 1 {
+			return true, nil
+		}
+		if f.clock.HasWaiters() { // the ticker is waiting: move time on
+			f.clock.Step(testTick)
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no verdicts reported: p %d, q %d enqueues", f.enqueues("p"), f.enqueues("q"))
+	}
+	if v, ok := f.verdict("p"); !ok || !v.Healthy {
+		t.Errorf("verdict of p = %+v, %v; want healthy", v, ok)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if _, ok := f.verdict("p"); ok {
+		t.Error("a stopped engine still serves a verdict")
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	lister := crawllisters.NewProxyLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
+	enqueue := func(cache.ObjectName) {}
+	tests := map[string]struct {
+		cfg     Config
+		wantErr bool
+	}{
+		"minimal":          {cfg: Config{Proxies: lister, Enqueue: enqueue}},
+		"no lister":        {cfg: Config{Enqueue: enqueue}, wantErr: true},
+		"no enqueue":       {cfg: Config{Proxies: lister}, wantErr: true},
+		"negative workers": {cfg: Config{Proxies: lister, Enqueue: enqueue, Workers: -1}, wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			e, err := New(tc.cfg)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("New: %v, want error %v", err, tc.wantErr)
+			}
+			if err == nil && (e.workers != DefaultWorkers || e.tick != DefaultTick || e.minReportInterval != DefaultMinReportInterval) {
+				t.Errorf("defaults not applied: workers %d, tick %v, min report interval %v", e.workers, e.tick, e.minReportInterval)
+			}
+		})
+	}
+}

@@ -1,0 +1,92 @@
+package health
+
+import (
+	"crypto/x509"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+)
+
+// Defaults of spec.healthCheck, the same as the CRD's, for objects that did
+// not go through the API server's defaulting (built in Go, say).
+const (
+	DefaultURL              = "https://www.gstatic.com/generate_204"
+	DefaultExpectedStatus   = 204
+	DefaultInterval         = 30 * time.Second
+	DefaultTimeout          = 5 * time.Second
+	DefaultSuccessThreshold = 1
+	DefaultFailureThreshold = 3
+)
+
+// check is how one proxy is probed, resolved from its object. Its target
+// has no credentials yet: the worker adds them from authSecret.
+type check struct {
+	target     Target
+	interval   time.Duration
+	thresholds thresholds
+	// authSecret names the spec.auth Secret in the proxy's namespace, "" for none.
+	authSecret string
+}
+
+// proxyAddress is the host:port the proxy is probed at, from its status
+// (where the controller records both Managed and External addresses); false
+// while it has none.
+func proxyAddress(p *crawlv1alpha1.Proxy) (string, bool) {
+	if p.Status.IP == "" || p.Status.Port == 0 {
+		return "", false
+	}
+	return net.JoinHostPort(p.Status.IP, strconv.Itoa(int(p.Status.Port))), true
+}
+
+// intervalOf is spec.healthCheck.interval, or its default.
+func intervalOf(p *crawlv1alpha1.Proxy) time.Duration {
+	if iv := p.Spec.HealthCheck.Interval; iv != nil && iv.Duration > 0 {
+		return iv.Duration
+	}
+	return DefaultInterval
+}
+
+// checkFor resolves how to probe p at address. It is pure.
+func checkFor(p *crawlv1alpha1.Proxy, address string, rootCAs *x509.CertPool) check {
+	hc := p.Spec.HealthCheck
+	scheme := "http"
+	if p.Spec.Mode == crawlv1alpha1.ModeExternal && p.Spec.Endpoint != nil && p.Spec.Endpoint.Scheme == crawlv1alpha1.SchemeHTTPS {
+		scheme = "https"
+	}
+	c := check{
+		target: Target{
+			Proxy:          &url.URL{Scheme: scheme, Host: address},
+			URL:            orDefault(hc.URL, DefaultURL),
+			ExpectedStatus: int(orDefault(hc.ExpectedStatus, DefaultExpectedStatus)),
+			Timeout:        DefaultTimeout,
+			RootCAs:        rootCAs,
+		},
+		interval: intervalOf(p),
+		thresholds: thresholds{
+			success: int(orDefault(hc.SuccessThreshold, DefaultSuccessThreshold)),
+			failure: int(orDefault(hc.FailureThreshold, DefaultFailureThreshold)),
+		},
+	}
+	if hc.Timeout != nil && hc.Timeout.Duration > 0 {
+		c.target.Timeout = hc.Timeout.Duration
+	}
+	if hc.TLS != nil {
+		c.target.InsecureSkipVerify = hc.TLS.InsecureSkipVerify
+		c.target.ServerName = hc.TLS.ServerName
+	}
+	if p.Spec.Auth != nil {
+		c.authSecret = p.Spec.Auth.SecretRef.Name
+	}
+	return c
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,99 @@
+package health
+
+import (
+	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/controller"
+)
+
+// verdict is the engine's opinion of a proxy.
+type verdict int8
+
+const (
+	// verdictUnknown: not enough probes yet to reach either threshold.
+	verdictUnknown verdict = iota
+	verdictHealthy
+	verdictUnhealthy
+)
+
+func (v verdict) String() string {
+	switch v {
+	case verdictHealthy:
+		return "healthy"
+	case verdictUnhealthy:
+		return "unhealthy"
+	default:
+		return "unknown"
+	}
+}
+
+// counters are a proxy's verdict and its current runs of probe results.
+type counters struct {
+	verdict   verdict
+	successes int // consecutive successful probes
+	failures  int // consecutive failed probes
+}
+
+// thresholds are spec.healthCheck's successThreshold and failureThreshold.
+type thresholds struct {
+	success, failure int
+}
+
+// transition counts one probe result. The verdict flips only when a run
+// reaches its threshold, and a first verdict needs the threshold too: a new
+// proxy is healthy after `success` successes, unhealthy after `failure`
+// failures.
+func transition(c counters, ok bool, th thresholds) counters {
+	if ok {
+		c.successes++
+		c.failures = 0
+		if c.verdict != verdictHealthy && c.successes >= th.success {
+			c.verdict = verdictHealthy
+		}
+		return c
+	}
+	c.failures++
+	c.successes = 0
+	if c.verdict != verdictUnhealthy && c.failures >= th.failure {
+		c.verdict = verdictUnhealthy
+	}
+	return c
+}
+
+// Why a verdict is reported to the controller.
+const (
+	reportFirstVerdict = "first verdict"
+	reportFlip         = "flip"
+	reportLatency      = "latency change"
+)
+
+// minLatencyChange is the smallest latency change worth a status write.
+const minLatencyChange = 20 * time.Millisecond
+
+// reportReason decides whether the verdict after a probe is worth a status
+// write, and why; "" means no. reported is the last reported snapshot (nil
+// if none) and reportedAt when it was reported. Reported are: a first
+// verdict, a flip, and, for a healthy proxy, a latency that moved by more
+// than max(20ms, half the reported latency), at most once per minInterval.
+// Anything else (a probe agreeing with the verdict, a failure below the
+// threshold) is silent, so a steady fleet causes no writes.
+func reportReason(reported *controller.HealthVerdict, reportedAt time.Time, c counters, latency time.Duration, probeOK bool, now time.Time, minInterval time.Duration) string {
+	switch {
+	case c.verdict == verdictUnknown:
+		return ""
+	case reported == nil:
+		return reportFirstVerdict
+	case reported.Healthy != (c.verdict == verdictHealthy):
+		return reportFlip
+	case c.verdict != verdictHealthy || !probeOK:
+		return ""
+	}
+	change := latency - reported.Latency
+	if change < 0 {
+		change = -change
+	}
+	if change <= max(minLatencyChange, reported.Latency/2) || now.Sub(reportedAt) < minInterval {
+		return ""
+	}
+	return reportLatency
+}
