@@ -277,15 +277,20 @@ func splitHostPort(addr string) (string, int32, error) {
 
 func printNextSteps(kubeconfig string, cfg config) {
 	fmt.Printf(`
-proxy-operator is starting on an embedded API server (state in %s).
+proxy-operator is starting on an embedded API server (state in %[1]s).
 In another terminal:
 
-  export KUBECONFIG=%s
+  export KUBECONFIG=%[2]s
   bin/kubectl get proxies -w
   bin/kubectl describe proxy local-1
-  curl -s http://%s/metrics | grep proxy_operator_proxies
+
+  # lease a Ready proxy for 30s, use it, release it (the lease API runs with --lease-auth=none here)
+  curl -s -XPOST http://%[3]s/v1/leases -d '{"holder":"me","namespace":"default","ttl":"30s"}'
+  curl -s -XDELETE 'http://%[3]s/v1/leases/<id>?outcome=ok'
+  curl -s 'http://%[3]s/v1/proxies?namespace=default'
+  curl -s http://%[4]s/metrics | grep proxy_operator_proxies
 
 Ctrl-C stops the operator, its local proxies and the API server.
 
-`, cfg.dir, kubeconfig, cfg.operator.MetricsAddr)
+`, cfg.dir, kubeconfig, cfg.operator.LeaseAddr, cfg.operator.MetricsAddr)
 }

@@ -26,6 +26,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
@@ -48,6 +49,7 @@ type Metrics struct {
 	providerErrors    *prometheus.CounterVec
 	gcCollected       *prometheus.CounterVec
 	health            healthMetrics
+	lease             leaseMetrics
 	leader            prometheus.Gauge
 	buildInfo         *prometheus.GaugeVec
 	proxies           *proxyCollector
@@ -96,6 +98,7 @@ func New() *Metrics {
 			Help:      "Always 1; the version label says which build of the operator runs.",
 		}, []string{"version"}),
 		health:    newHealthMetrics(),
+		lease:     newLeaseMetrics(),
 		proxies:   &proxyCollector{desc: proxiesDesc},
 		workqueue: newWorkqueueProvider(),
 	}
@@ -112,6 +115,8 @@ func New() *Metrics {
 	)
 	m.health.predeclare(health.Results)
 	m.registry.MustRegister(m.health.collectors()...)
+	m.lease.predeclare(lease.AcquireOutcomes, lease.LeaseEnds)
+	m.registry.MustRegister(m.lease.collectors()...)
 	m.workqueue.mustRegister(m.registry)
 	return m
 }

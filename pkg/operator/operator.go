@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -42,7 +43,9 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
+	crawlinformersv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 )
 
@@ -169,14 +172,26 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		}
 	}
 
+	var feedSynced cache.InformerSynced
+	if op.leases, feedSynced, err = newLeaseServer(ctx, o, kube, proxyInformer, secrets, m); err != nil {
+		return err
+	}
+	// The leader path waits for the lease feed too: it must know every Ready
+	// proxy before it grants.
+	op.synced = append(op.synced, feedSynced)
+
 	// Listen before anything runs, so a taken port fails start-up at once.
 	ln, err := net.Listen("tcp", o.MetricsAddr)
 	if err != nil {
 		return fmt.Errorf("--metrics-addr: %w", err)
 	}
 	logger.Info("Serving metrics and health", "addr", ln.Addr().String())
-	// The lease API (design §7) will listen on --lease-addr from runLeader.
-	logger.V(2).Info("Lease API not served yet", "leaseAddr", o.LeaseAddr)
+	op.leaseListener, err = net.Listen("tcp", o.LeaseAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("--lease-addr: %w", err)
+	}
+	logger.Info("Serving the lease API", "addr", op.leaseListener.Addr().String(), "auth", o.LeaseAuth)
 	return op.run(ctx, ln)
 }
 
@@ -193,6 +208,10 @@ type operator struct {
 	synced []cache.InformerSynced
 	// labeler marks this process's Pod as the leader for the lease Service.
 	labeler podLabeler
+	// leases is the lease API: served on every replica, answering /v1 calls
+	// only while leading.
+	leases        *lease.Server
+	leaseListener net.Listener
 	// health probes every proxy through itself, on the leader.
 	health *health.Engine
 	// gcConfig configures orphan collection on the leader (the event
@@ -243,6 +262,11 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 		// The server stays up while the leader path drains, so probes and
 		// scrapes see the shutdown; it goes last.
 		return op.serveMetrics(gctx, metricsListener, leaderDone)
+	})
+	g.Go(func() error {
+		// Non-leaders answer 503 NotLeader; the leader answers once runLeader
+		// has called StartLeading. Shutdown wakes long polls with a 503.
+		return op.leases.Serve(gctx, op.leaseListener)
 	})
 	err := g.Wait()
 	if err == nil {
@@ -363,6 +387,15 @@ func (op *operator) runLeader(ctx context.Context) error {
 		logger.V(2).Info("Stopped before the informer caches synced")
 		return nil
 	}
+	// The lease API leads before the Service can route to us (the label).
+	if err := op.leases.StartLeading(ctx); err != nil {
+		return nil // ctx ended while claiming the watermark
+	}
+	defer func() {
+		if err := op.leases.StopLeading(context.WithoutCancel(ctx)); err != nil {
+			logger.Error(err, "Persisting the lease watermark on the way out")
+		}
+	}()
 	if err := op.labeler.set(ctx, true); err != nil {
 		return err // the lease Service could not reach us
 	}
@@ -480,4 +513,48 @@ func namespaceForLog(ns string) string {
 		return "(all)"
 	}
 	return ns
+}
+
+// newLeaseServer builds the lease API: the store fed by the Proxy informer,
+// the authenticator of --lease-auth, credentials from the spec.auth Secrets,
+// and the watermark a successor reads after a leader change.
+func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics) (*lease.Server, cache.InformerSynced, error) {
+	// Every replica signs and verifies lease IDs with one key, created by
+	// the first replica to start.
+	key, err := lease.EnsureKey(ctx, kube, o.LeaderElectNamespace, LeaseKeySecret)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lease signing key: %w", err)
+	}
+	store, err := lease.NewStore(lease.Config{
+		Key:        key,
+		DefaultTTL: o.LeaseDefaultTTL,
+		MinTTL:     o.LeaseMinTTL,
+		MaxTTL:     o.LeaseMaxTTL,
+		Metrics:    m,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("lease store: %w", err)
+	}
+	feed, err := lease.NewFeed(store, proxies)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lease feed: %w", err)
+	}
+	var auth interface {
+		lease.Authenticator
+		lease.Authorizer
+	}
+	if o.LeaseAuth == LeaseAuthNone {
+		auth = lease.NewNoAuth(klog.FromContext(ctx))
+	} else {
+		auth = lease.NewKubernetesAuth(kube, lease.KubernetesAuthOptions{})
+	}
+	hostname, _ := os.Hostname()
+	srv, err := lease.NewServer(lease.ServerConfig{
+		Store:         store,
+		Authenticator: auth,
+		Authorizer:    auth,
+		Credentials:   lease.SecretCredentials(proxies.Lister(), secrets),
+		Watermark:     lease.NewConfigMapWatermark(kube, o.LeaderElectNamespace, LeaseWatermarkConfigMap, hostname),
+	})
+	return srv, feed.HasSynced, err
 }

@@ -16,6 +16,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	kubernetesprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
 )
 
@@ -63,6 +64,10 @@ type Options struct {
 	LeaseAddr string
 	// LeaseAuth is LeaseAuthKubernetes or LeaseAuthNone.
 	LeaseAuth string
+	// LeaseDefaultTTL applies when an acquire names no ttl; LeaseMinTTL and
+	// LeaseMaxTTL bound what a call may ask for. LeaseMaxTTL also bounds how
+	// long a new leader may have to refuse grants after a crash.
+	LeaseDefaultTTL, LeaseMinTTL, LeaseMaxTTL time.Duration
 	// MetricsAddr serves /metrics, /healthz and /readyz on every replica.
 	MetricsAddr string
 
@@ -108,6 +113,9 @@ func DefaultOptions() Options {
 		LeaderElectRetryPeriod:   2 * time.Second,
 		LeaseAddr:                ":8080",
 		LeaseAuth:                LeaseAuthKubernetes,
+		LeaseDefaultTTL:          lease.DefaultTTL,
+		LeaseMinTTL:              lease.DefaultMinTTL,
+		LeaseMaxTTL:              lease.DefaultMaxTTL,
 		MetricsAddr:              ":9090",
 		// Sized in pkg/health (Little's law with room for probes that run
 		// into their timeout); benchmarked at 10,000 proxies.
@@ -150,6 +158,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaderElectRetryPeriod, "leader-elect-retry-period", o.LeaderElectRetryPeriod, "Interval between attempts to acquire or renew the lease.")
 	fs.StringVar(&o.LeaseAddr, "lease-addr", o.LeaseAddr, "Address of the lease API (design §7), served by the leader. Reserved: not served yet.")
 	fs.StringVar(&o.LeaseAuth, "lease-auth", o.LeaseAuth, `Authentication of the lease API: "kubernetes" (TokenReview + SubjectAccessReview) or "none" (local development only).`)
+	fs.DurationVar(&o.LeaseDefaultTTL, "lease-default-ttl", o.LeaseDefaultTTL, "Lease TTL when an acquire names none.")
+	fs.DurationVar(&o.LeaseMinTTL, "lease-min-ttl", o.LeaseMinTTL, "The shortest TTL an acquire or renew may ask for.")
+	fs.DurationVar(&o.LeaseMaxTTL, "lease-max-ttl", o.LeaseMaxTTL, "The longest TTL an acquire or renew may ask for; also bounds how long a new leader refuses grants after a crash.")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz, on every replica.")
 	fs.IntVar(&o.HealthWorkers, "health-workers", o.HealthWorkers, "How many health probes run at once.")
 	fs.Var((*listValue)(&o.Providers), "providers", fmt.Sprintf("Comma-separated providers to enable (%s). A Managed Proxy naming another fails.", strings.Join(knownProviders(), ", ")))
@@ -255,6 +266,14 @@ func (o *Options) Validate() error {
 		bad("lease-auth", "must be %q or %q, got %q", LeaseAuthKubernetes, LeaseAuthNone, o.LeaseAuth)
 	}
 
+	switch {
+	case o.LeaseMinTTL <= 0:
+		bad("lease-min-ttl", "must be positive, got %v", o.LeaseMinTTL)
+	case o.LeaseMaxTTL < o.LeaseMinTTL:
+		bad("lease-max-ttl", "must be at least --lease-min-ttl (%v), got %v", o.LeaseMinTTL, o.LeaseMaxTTL)
+	case o.LeaseDefaultTTL < o.LeaseMinTTL || o.LeaseDefaultTTL > o.LeaseMaxTTL:
+		bad("lease-default-ttl", "must be within --lease-min-ttl and --lease-max-ttl (%v..%v), got %v", o.LeaseMinTTL, o.LeaseMaxTTL, o.LeaseDefaultTTL)
+	}
 	if o.HealthWorkers < 1 {
 		bad("health-workers", "must be at least 1, got %d", o.HealthWorkers)
 	}

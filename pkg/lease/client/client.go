@@ -1,0 +1,419 @@
+// Package client is a Go client of proxy-operator's lease API (docs/api.md):
+// acquire a lease on a Ready proxy, renew it, release it with an outcome,
+// inspect leases and discover proxies. Hold wraps the whole cycle around a
+// function.
+//
+// It depends on the standard library only, so crawlers can use it without
+// pulling in client-go. It is not a retry policy: a 503 comes back as an
+// *Error with RetryAfter, and the caller decides (or asks Acquire to wait).
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// TokenFunc returns the bearer token for a call; "" sends none.
+type TokenFunc func(ctx context.Context) (string, error)
+
+// TokenFile reads the token from a file at every call, so that a rotated
+// projected ServiceAccount token is picked up.
+func TokenFile(path string) TokenFunc {
+	return func(context.Context) (string, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("lease API token: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+}
+
+// Client calls one lease API endpoint. It is safe for concurrent use.
+type Client struct {
+	base  *url.URL
+	http  *http.Client
+	token TokenFunc
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sets the HTTP client (default: one with a 90 s timeout,
+// above the API's longest wait).
+func WithHTTPClient(c *http.Client) Option { return func(cl *Client) { cl.http = c } }
+
+// WithToken sets where the bearer token comes from.
+func WithToken(f TokenFunc) Option { return func(cl *Client) { cl.token = f } }
+
+// New returns a client of the lease API at baseURL, such as
+// http://proxy-operator-lease.crawl-system:8080.
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("lease API URL %q: want http(s)://host[:port][/path]", baseURL)
+	}
+	c := &Client{base: u, http: &http.Client{Timeout: 90 * time.Second}}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c, nil
+}
+
+// AcquireRequest asks for a lease; zero fields take the server's defaults.
+type AcquireRequest struct {
+	// Holder names this worker. Required.
+	Holder string
+	// Namespace restricts the proxies to one namespace.
+	Namespace string
+	// Selector is a label selector such as "region=eu,tier!=slow".
+	Selector string
+	// TTL is the lease's lifetime until renewed.
+	TTL time.Duration
+	// Domain skips proxies cooling down for it (after a banned release).
+	Domain string
+	// Session asks for the same proxy as the session's previous lease.
+	Session string
+	// Wait long-polls this long for capacity before answering 503.
+	Wait time.Duration
+}
+
+// Lease is a granted lease.
+type Lease struct {
+	// ID names the lease in Renew and Release. A renewal returns a new ID;
+	// use the latest (older ones stop working when the leader changes).
+	ID     string
+	Holder string
+	Proxy  LeasedProxy
+	// Credentials are set by Acquire when the proxy requires basic auth.
+	Credentials *Credentials
+	Session     string
+	Domain      string
+	TTL         time.Duration
+	GrantedAt   time.Time
+	ExpiresAt   time.Time
+}
+
+// LeasedProxy is the proxy a lease holds.
+type LeasedProxy struct {
+	Namespace     string
+	Name          string
+	URL           string
+	LatencyMillis int64
+}
+
+// Credentials are the proxy's basic-auth credentials.
+type Credentials struct {
+	Username string
+	Password string
+}
+
+// ProxyURL is the proxy's URL with the credentials in it, ready for
+// http.Transport.Proxy.
+func (l *Lease) ProxyURL() (*url.URL, error) {
+	u, err := url.Parse(l.Proxy.URL)
+	if err != nil {
+		return nil, fmt.Errorf("proxy URL of lease: %w", err)
+	}
+	if l.Credentials != nil {
+		u.User = url.UserPassword(l.Credentials.Username, l.Credentials.Password)
+	}
+	return u, nil
+}
+
+// Proxy is a Ready proxy as discovery lists it.
+type Proxy struct {
+	Namespace     string            `json:"namespace"`
+	Name          string            `json:"name"`
+	URL           string            `json:"url"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	LatencyMillis int64             `json:"latencyMillis"`
+	MaxLeases     int32             `json:"maxLeases"`
+	FreeLeases    int32             `json:"freeLeases"`
+}
+
+// Outcome is how a holder's use of a proxy went.
+type Outcome string
+
+const (
+	OutcomeOK     Outcome = "ok"
+	OutcomeBanned Outcome = "banned"
+	OutcomeError  Outcome = "error"
+)
+
+// LeasesFilter narrows Leases; empty fields match everything.
+type LeasesFilter struct {
+	Holder    string
+	Namespace string
+}
+
+// Acquire asks for a lease.
+func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
+	body := acquireJSON{Holder: req.Holder, Namespace: req.Namespace, Selector: req.Selector,
+		TTL: durationString(req.TTL), Domain: req.Domain, Session: req.Session, Wait: durationString(req.Wait)}
+	var out leaseJSON
+	if err := c.do(ctx, http.MethodPost, "/v1/leases", nil, body, http.StatusCreated, &out); err != nil {
+		return nil, err
+	}
+	return out.lease()
+}
+
+// Renew extends a lease by ttl from now (0: its TTL) and returns it with its
+// new ID.
+func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (*Lease, error) {
+	var out leaseJSON
+	if err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/renew", nil,
+		renewJSON{TTL: durationString(ttl)}, http.StatusOK, &out); err != nil {
+		return nil, err
+	}
+	return out.lease()
+}
+
+// Release ends a lease. OutcomeBanned makes the proxy cool down for domain
+// ("" : the domain the lease was acquired with).
+func (c *Client) Release(ctx context.Context, id string, outcome Outcome, domain string) error {
+	q := url.Values{}
+	if outcome != "" {
+		q.Set("outcome", string(outcome))
+	}
+	if domain != "" {
+		q.Set("domain", domain)
+	}
+	return c.do(ctx, http.MethodDelete, "/v1/leases/"+url.PathEscape(id), q, nil, http.StatusNoContent, nil)
+}
+
+// Lease returns one live lease.
+func (c *Client) Lease(ctx context.Context, id string) (*Lease, error) {
+	var out leaseJSON
+	if err := c.do(ctx, http.MethodGet, "/v1/leases/"+url.PathEscape(id), nil, nil, http.StatusOK, &out); err != nil {
+		return nil, err
+	}
+	return out.lease()
+}
+
+// Leases lists the live leases that match f.
+func (c *Client) Leases(ctx context.Context, f LeasesFilter) ([]Lease, error) {
+	q := url.Values{}
+	if f.Holder != "" {
+		q.Set("holder", f.Holder)
+	}
+	if f.Namespace != "" {
+		q.Set("namespace", f.Namespace)
+	}
+	var out struct {
+		Items []leaseJSON `json:"items"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/v1/leases", q, nil, http.StatusOK, &out); err != nil {
+		return nil, err
+	}
+	leases := make([]Lease, 0, len(out.Items))
+	for _, item := range out.Items {
+		l, err := item.lease()
+		if err != nil {
+			return nil, err
+		}
+		leases = append(leases, *l)
+	}
+	return leases, nil
+}
+
+// Proxies lists the Ready proxies in namespace ("" : all) that match the
+// label selector ("" : all).
+func (c *Client) Proxies(ctx context.Context, namespace, selector string) ([]Proxy, error) {
+	q := url.Values{}
+	if namespace != "" {
+		q.Set("namespace", namespace)
+	}
+	if selector != "" {
+		q.Set("selector", selector)
+	}
+	var out struct {
+		Items []Proxy `json:"items"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/v1/proxies", q, nil, http.StatusOK, &out); err != nil {
+		return nil, err
+	}
+	return out.Items, nil
+}
+
+// do makes one call and decodes a response with status want into out, or
+// an error response into *Error. path is already escaped.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, in any, want int, out any) error {
+	target := strings.TrimSuffix(c.base.String(), "/") + path
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("lease API %s %s: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return fmt.Errorf("lease API %s: %w", method, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.token != nil {
+		token, err := c.token(ctx)
+		if err != nil {
+			return err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("lease API %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != want {
+		return decodeError(resp)
+	}
+	// Read to the end, so that the connection goes back to the pool.
+	defer func() { _, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) }()
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("lease API %s %s: decoding the response: %w", method, path, err)
+	}
+	return nil
+}
+
+// Error is an error answer of the API.
+type Error struct {
+	StatusCode int
+	// Code is the API's error code, such as NoneFree or Revoked (docs/api.md).
+	Code    string
+	Message string
+	// Field names the offending request field of a 400.
+	Field string
+	// RetryAfter is the server's hint on a 503.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("lease API: %d %s: %s", e.StatusCode, e.Code, e.Message)
+}
+
+// Sentinels for errors.Is on an *Error.
+var (
+	// ErrLeaseLost: the lease is gone (404 NotFound, 409 Superseded, 410
+	// Revoked): stop using the proxy and acquire another.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrUnavailable: a 503 (nothing free, cooling down, recovering, not the
+	// leader); RetryAfter says when to try again.
+	ErrUnavailable = errors.New("lease API unavailable")
+)
+
+// Is matches ErrLeaseLost and ErrUnavailable.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrLeaseLost:
+		return e.StatusCode == http.StatusNotFound || e.StatusCode == http.StatusConflict || e.StatusCode == http.StatusGone
+	case ErrUnavailable:
+		return e.StatusCode == http.StatusServiceUnavailable
+	}
+	return false
+}
+
+func decodeError(resp *http.Response) error {
+	e := &Error{StatusCode: resp.StatusCode}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	var body struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+			Field   string `json:"field"`
+		} `json:"error"`
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err := json.Unmarshal(raw, &body); err != nil || body.Error.Code == "" {
+		e.Message = strings.TrimSpace(string(raw[:min(len(raw), 512)]))
+		return e
+	}
+	e.Code, e.Message, e.Field = body.Error.Code, body.Error.Message, body.Error.Field
+	return e
+}
+
+// The JSON of the API.
+
+type acquireJSON struct {
+	Holder    string `json:"holder"`
+	Namespace string `json:"namespace,omitempty"`
+	Selector  string `json:"selector,omitempty"`
+	TTL       string `json:"ttl,omitempty"`
+	Domain    string `json:"domain,omitempty"`
+	Session   string `json:"session,omitempty"`
+	Wait      string `json:"wait,omitempty"`
+}
+
+type renewJSON struct {
+	TTL string `json:"ttl,omitempty"`
+}
+
+type leaseJSON struct {
+	ID     string `json:"id"`
+	Holder string `json:"holder"`
+	Proxy  struct {
+		Namespace     string `json:"namespace"`
+		Name          string `json:"name"`
+		URL           string `json:"url"`
+		LatencyMillis int64  `json:"latencyMillis"`
+	} `json:"proxy"`
+	Credentials *struct {
+		Username string `json:"username"`
+		Password string `json:"password"`
+	} `json:"credentials"`
+	Session   string    `json:"session"`
+	Domain    string    `json:"domain"`
+	TTL       string    `json:"ttl"`
+	GrantedAt time.Time `json:"grantedAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+func (j leaseJSON) lease() (*Lease, error) {
+	ttl, err := time.ParseDuration(j.TTL)
+	if err != nil {
+		return nil, fmt.Errorf("lease API: lease ttl %q: %w", j.TTL, err)
+	}
+	l := &Lease{
+		ID:        j.ID,
+		Holder:    j.Holder,
+		Proxy:     LeasedProxy{Namespace: j.Proxy.Namespace, Name: j.Proxy.Name, URL: j.Proxy.URL, LatencyMillis: j.Proxy.LatencyMillis},
+		Session:   j.Session,
+		Domain:    j.Domain,
+		TTL:       ttl,
+		GrantedAt: j.GrantedAt,
+		ExpiresAt: j.ExpiresAt,
+	}
+	if j.Credentials != nil {
+		l.Credentials = &Credentials{Username: j.Credentials.Username, Password: j.Credentials.Password}
+	}
+	return l, nil
+}
+
+func durationString(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}

@@ -1,0 +1,291 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+)
+
+const testToken = "t0k3n"
+
+// tokenAuth lets in the one test token, with every permission.
+type tokenAuth struct{}
+
+func (tokenAuth) Authenticate(_ context.Context, token string) (lease.User, error) {
+	if token != testToken {
+		return lease.User{}, lease.ErrUnauthenticated
+	}
+	return lease.User{Name: "crawler"}, nil
+}
+
+func (tokenAuth) Authorize(context.Context, lease.User, lease.Attributes) (bool, string, error) {
+	return true, "", nil
+}
+
+type apiServer struct {
+	url    string
+	store  *lease.Store
+	renews atomic.Int32
+}
+
+// startAPI serves a leading lease API on loopback with proxies p1 (whose
+// credentials are u1/pw1) and p2, and short TTLs so that Hold renews often.
+func startAPI(t *testing.T) *apiServer {
+	t.Helper()
+	store, err := lease.NewStore(lease.Config{
+		Key:    []byte("0123456789abcdef0123456789abcdef"),
+		MinTTL: 30 * time.Millisecond, DefaultTTL: 300 * time.Millisecond, MaxTTL: time.Minute,
+		MaxWait: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"p1", "p2"} {
+		store.Upsert(lease.ProxyInfo{
+			Key: cache.NewObjectName("crawl", name), UID: types.UID(name), Ready: true,
+			URL: "http://127.0.0.1:3128" + strings.Repeat("0", i), Labels: map[string]string{"n": name}, LatencyMillis: int64(10 * (i + 1)), MaxLeases: 1,
+		})
+	}
+	srv, err := lease.NewServer(lease.ServerConfig{
+		Store: store, Authenticator: tokenAuth{}, Authorizer: tokenAuth{}, Watermark: &lease.MemoryWatermark{},
+		Credentials: func(_ context.Context, key cache.ObjectName) (*lease.Credentials, error) {
+			if key.Name == "p1" {
+				return &lease.Credentials{Username: "u1", Password: "pw1"}, nil
+			}
+			return nil, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	if err := srv.StartLeading(ctx); err != nil {
+		t.Fatal(err)
+	}
+	api := &apiServer{store: store}
+	handler := srv.Handler()
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/renew") {
+			api.renews.Add(1)
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	api.url = ts.URL
+	return api
+}
+
+func newClient(t *testing.T, url string) *client.Client {
+	t.Helper()
+	c, err := client.New(url, client.WithToken(func(context.Context) (string, error) { return testToken, nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestNewValidatesTheURL(t *testing.T) {
+	for url, wantErr := range map[string]bool{
+		"http://127.0.0.1:8080":     false,
+		"https://lease.example/api": false,
+		"127.0.0.1:8080":            true,
+		"ftp://x":                   true,
+		"http://":                   true,
+		"::":                        true,
+	} {
+		if _, err := client.New(url); (err != nil) != wantErr {
+			t.Errorf("New(%q): err = %v, want error %v", url, err, wantErr)
+		}
+	}
+}
+
+func TestClientCalls(t *testing.T) {
+	api := startAPI(t)
+	c := newClient(t, api.url)
+	ctx := t.Context()
+
+	l, err := c.Acquire(ctx, client.AcquireRequest{Holder: "w1", Namespace: "crawl", TTL: time.Second, Domain: "example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &client.Lease{
+		Holder:      "w1",
+		Proxy:       client.LeasedProxy{Namespace: "crawl", Name: "p1", URL: "http://127.0.0.1:3128", LatencyMillis: 10},
+		Credentials: &client.Credentials{Username: "u1", Password: "pw1"},
+		Domain:      "example.com",
+		TTL:         time.Second,
+	}
+	if diff := cmp.Diff(want, l, cmpopts.IgnoreFields(client.Lease{}, "ID", "GrantedAt", "ExpiresAt")); diff != "" {
+		t.Errorf("Acquire (-want +got):\n%s", diff)
+	}
+	if u, err := l.ProxyURL(); err != nil || u.String() != "http://u1:pw1@127.0.0.1:3128" {
+		t.Errorf("ProxyURL = %v, %v", u, err)
+	}
+
+	renewed, err := c.Renew(ctx, l.ID, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if renewed.TTL != 2*time.Second || renewed.Credentials != nil || !renewed.ExpiresAt.After(l.ExpiresAt) {
+		t.Errorf("Renew = %+v", renewed)
+	}
+	got, err := c.Lease(ctx, renewed.ID)
+	if err != nil || got.Holder != "w1" {
+		t.Errorf("Lease = %+v, %v", got, err)
+	}
+	leases, err := c.Leases(ctx, client.LeasesFilter{Holder: "w1", Namespace: "crawl"})
+	if err != nil || len(leases) != 1 || leases[0].Proxy.Name != "p1" {
+		t.Errorf("Leases = %+v, %v", leases, err)
+	}
+	proxies, err := c.Proxies(ctx, "crawl", "n=p2")
+	wantProxies := []client.Proxy{{Namespace: "crawl", Name: "p2", URL: "http://127.0.0.1:31280", Labels: map[string]string{"n": "p2"}, LatencyMillis: 20, MaxLeases: 1, FreeLeases: 1}}
+	if diff := cmp.Diff(wantProxies, proxies); err != nil || diff != "" {
+		t.Errorf("Proxies (-want +got):\n%s (err %v)", diff, err)
+	}
+	if err := c.Release(ctx, renewed.ID, client.OutcomeBanned, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Renew(ctx, renewed.ID, 0)
+	if !errors.Is(err, client.ErrLeaseLost) {
+		t.Errorf("Renew after release: err = %v, want ErrLeaseLost", err)
+	}
+	// p1 cools down for example.com; p2 is taken, so nothing is left.
+	if _, err := c.Acquire(ctx, client.AcquireRequest{Holder: "w2"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Acquire(ctx, client.AcquireRequest{Holder: "w3", Domain: "example.com"})
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || !errors.Is(err, client.ErrUnavailable) || apiErr.Code != "CoolingDown" || apiErr.RetryAfter != time.Minute {
+		t.Errorf("Acquire while cooling down: err = %#v, want 503 CoolingDown after 1m", err)
+	}
+}
+
+func TestClientErrors(t *testing.T) {
+	api := startAPI(t)
+	ctx := t.Context()
+	anonymous, err := client.New(api.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var apiErr *client.Error
+	if _, err := anonymous.Leases(ctx, client.LeasesFilter{}); !errors.As(err, &apiErr) || apiErr.StatusCode != 401 || apiErr.Code != "Unauthorized" {
+		t.Errorf("without a token: err = %v, want 401 Unauthorized", err)
+	}
+	c := newClient(t, api.url)
+	if _, err := c.Acquire(ctx, client.AcquireRequest{Holder: "w", TTL: time.Hour}); !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Field != "ttl" {
+		t.Errorf("TTL out of bounds: err = %v, want 400 on ttl", err)
+	}
+	failing, err := client.New(api.url, client.WithToken(func(context.Context) (string, error) { return "", errors.New("no token file") }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := failing.Leases(ctx, client.LeasesFilter{}); err == nil || !strings.Contains(err.Error(), "no token file") {
+		t.Errorf("failing token source: err = %v", err)
+	}
+}
+
+func TestHoldRenewsAndReleases(t *testing.T) {
+	for name, tc := range map[string]struct {
+		fnErr       error
+		wantErr     bool
+		wantCooling bool
+	}{
+		"ok":     {},
+		"banned": {fnErr: client.Banned("example.com"), wantErr: true, wantCooling: true},
+		"wrapped ban": {
+			fnErr: errors.Join(errors.New("403 from the site"), client.Banned("example.com")), wantErr: true, wantCooling: true,
+		},
+		"error": {fnErr: errors.New("parse failure"), wantErr: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			api := startAPI(t)
+			c := newClient(t, api.url)
+			var held client.Lease
+			err := c.Hold(t.Context(), client.AcquireRequest{Holder: "w", TTL: 90 * time.Millisecond}, func(ctx context.Context, l client.Lease) error {
+				held = l
+				// Outlive the TTL several times over: renewals keep the lease.
+				poll(t, func() bool { return api.renews.Load() >= 3 })
+				if _, err := api.store.Get(l.ID); err != nil {
+					t.Errorf("lease after renewals: %v", err)
+				}
+				return tc.fnErr
+			})
+			if (err != nil) != tc.wantErr || (tc.wantErr && !errors.Is(err, tc.fnErr)) {
+				t.Fatalf("Hold: err = %v, want %v", err, tc.fnErr)
+			}
+			if held.Credentials == nil || held.Proxy.Name != "p1" {
+				t.Errorf("the function got %+v", held)
+			}
+			leases, err := api.store.List(lease.LeaseFilter{})
+			if err != nil || len(leases) != 0 {
+				t.Errorf("leases after Hold: %+v (%v), want none", leases, err)
+			}
+			_, err = api.store.Acquire(t.Context(), lease.AcquireRequest{Holder: "x", Domain: "example.com", Selector: labels.SelectorFromSet(labels.Set{"n": "p1"})})
+			cooling := errors.Is(err, lease.ErrCoolingDown)
+			if cooling != tc.wantCooling {
+				t.Errorf("p1 cooling down for example.com: %v, want %v (%v)", cooling, tc.wantCooling, err)
+			}
+		})
+	}
+}
+
+func TestHoldStopsWhenTheLeaseIsLost(t *testing.T) {
+	api := startAPI(t)
+	c := newClient(t, api.url)
+	err := c.Hold(t.Context(), client.AcquireRequest{Holder: "w", TTL: 90 * time.Millisecond}, func(ctx context.Context, l client.Lease) error {
+		// The proxy turns Unhealthy: the next renewal is refused, and ctx ends.
+		api.store.Upsert(lease.ProxyInfo{Key: cache.NewObjectName(l.Proxy.Namespace, l.Proxy.Name), UID: "p1", Ready: false, URL: l.Proxy.URL})
+		<-ctx.Done()
+		if cause := context.Cause(ctx); !errors.Is(cause, client.ErrLeaseLost) {
+			t.Errorf("cause = %v, want ErrLeaseLost", cause)
+		}
+		return ctx.Err()
+	})
+	var apiErr *client.Error
+	if !errors.Is(err, client.ErrLeaseLost) || !errors.As(err, &apiErr) || apiErr.Code != "Revoked" {
+		t.Errorf("Hold: err = %v, want ErrLeaseLost from a 410 Revoked", err)
+	}
+}
+
+func TestHoldWithNothingFree(t *testing.T) {
+	api := startAPI(t)
+	c := newClient(t, api.url)
+	called := false
+	err := c.Hold(t.Context(), client.AcquireRequest{Holder: "w", Selector: "n=none"}, func(context.Context, client.Lease) error {
+		called = true
+		return nil
+	})
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.Code != "NoneFree" || apiErr.RetryAfter != time.Second || called {
+		t.Errorf("Hold: err = %v, called %v; want 503 NoneFree and no call", err, called)
+	}
+}
+
+// poll waits for cond with a deadline, without sleeping for a fixed time.
+func poll(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	ticker := time.NewTicker(5 * time.Millisecond)
+	defer ticker.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		<-ticker.C
+	}
+}

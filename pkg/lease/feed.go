@@ -1,0 +1,134 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
+	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+)
+
+// Feed keeps a Store in step with the Proxy informer: every add and update
+// is an Upsert, every delete a Remove. Run it on every replica, so that a
+// standby's store is warm when it starts leading.
+type Feed struct {
+	registration cache.ResourceEventHandlerRegistration
+}
+
+// NewFeed registers the feed's handlers on the informer. It starts nothing:
+// the informer factory's Start does.
+func NewFeed(store *Store, proxies crawlinformers.ProxyInformer) (*Feed, error) {
+	reg, err := proxies.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if p, ok := obj.(*crawlv1alpha1.Proxy); ok {
+				store.Upsert(ProxyInfoFrom(p))
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if p, ok := obj.(*crawlv1alpha1.Proxy); ok {
+				store.Upsert(ProxyInfoFrom(p))
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if p, ok := obj.(*crawlv1alpha1.Proxy); ok {
+				store.Remove(cache.MetaObjectToName(p))
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease feed: %w", err)
+	}
+	return &Feed{registration: reg}, nil
+}
+
+// HasSynced reports whether the store has seen every Proxy of the
+// informer's initial list. Start leading only after it.
+func (f *Feed) HasSynced() bool { return f.registration.HasSynced() }
+
+// ProxyInfoFrom is what the store needs of a Proxy. Ready means phase Ready
+// with an address; a proxy being deleted is never Ready.
+func ProxyInfoFrom(p *crawlv1alpha1.Proxy) ProxyInfo {
+	url := ""
+	if p.Status.IP != "" && p.Status.Port > 0 {
+		scheme := crawlv1alpha1.SchemeHTTP
+		if p.Spec.Mode == crawlv1alpha1.ModeExternal && p.Spec.Endpoint != nil && p.Spec.Endpoint.Scheme != "" {
+			scheme = p.Spec.Endpoint.Scheme
+		}
+		url = string(scheme) + "://" + net.JoinHostPort(p.Status.IP, strconv.Itoa(int(p.Status.Port)))
+	}
+	ready := p.Status.Phase == crawlv1alpha1.PhaseReady && url != "" && p.DeletionTimestamp == nil
+	var readySince time.Time
+	if ready {
+		// Ready needs Provisioned=True and Healthy=True: it began at the later
+		// of their transitions.
+		for _, c := range p.Status.Conditions {
+			if (c.Type == crawlv1alpha1.ConditionProvisioned || c.Type == crawlv1alpha1.ConditionHealthy) && c.LastTransitionTime.After(readySince) {
+				readySince = c.LastTransitionTime.Time
+			}
+		}
+	}
+	return ProxyInfo{
+		Key:           cache.MetaObjectToName(p),
+		UID:           p.UID,
+		Ready:         ready,
+		URL:           url,
+		Labels:        p.Labels,
+		LatencyMillis: p.Status.LatencyMillis,
+		MaxLeases:     p.Spec.MaxLeases,
+		ReadySince:    readySince,
+	}
+}
+
+// Credentials are a proxy's basic-auth credentials, handed to a holder in
+// the response that grants the lease, and nowhere else.
+type Credentials struct {
+	Username string
+	Password string
+}
+
+// CredentialsFunc returns the credentials of a proxy, nil if it needs none.
+// Its errors must not contain the credentials.
+type CredentialsFunc func(ctx context.Context, proxy cache.ObjectName) (*Credentials, error)
+
+// errNoCredentials is wrapped by SecretCredentials' errors.
+var errNoCredentials = errors.New("proxy credentials unavailable")
+
+// SecretCredentials reads credentials from the Secret named by a Proxy's
+// spec.auth.secretRef (keys username and password), through listers.
+func SecretCredentials(proxies crawllisters.ProxyLister, secrets corelisters.SecretLister) CredentialsFunc {
+	return func(_ context.Context, key cache.ObjectName) (*Credentials, error) {
+		p, err := proxies.Proxies(key.Namespace).Get(key.Name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: proxy %s: %w", errNoCredentials, key, err)
+		}
+		if p.Spec.Auth == nil {
+			return nil, nil
+		}
+		name := p.Spec.Auth.SecretRef.Name
+		secret, err := secrets.Secrets(key.Namespace).Get(name)
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: Secret %s/%s of proxy %s not found", errNoCredentials, key.Namespace, name, key)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: Secret %s/%s: %w", errNoCredentials, key.Namespace, name, err)
+		}
+		user, pass := secret.Data[crawlv1alpha1.AuthUsernameKey], secret.Data[crawlv1alpha1.AuthPasswordKey]
+		if len(user) == 0 || len(pass) == 0 {
+			return nil, fmt.Errorf("%w: Secret %s/%s lacks the keys %s and %s", errNoCredentials, key.Namespace, name,
+				crawlv1alpha1.AuthUsernameKey, crawlv1alpha1.AuthPasswordKey)
+		}
+		return &Credentials{Username: string(user), Password: string(pass)}, nil
+	}
+}

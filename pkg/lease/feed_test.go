@@ -1,0 +1,200 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	crawlfake "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/fake"
+	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
+	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+)
+
+type crawlProxyOption func(*crawlv1alpha1.Proxy)
+
+// newCrawlProxy is a Ready Managed Proxy at 127.0.0.5:3128.
+func newCrawlProxy(name string, opts ...crawlProxyOption) *crawlv1alpha1.Proxy {
+	p := &crawlv1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{"tier": "a"}},
+		Spec:       crawlv1alpha1.ProxySpec{Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderLocal, MaxLeases: 2},
+		Status:     crawlv1alpha1.ProxyStatus{Phase: crawlv1alpha1.PhaseReady, IP: "127.0.0.5", Port: 3128, LatencyMillis: 42},
+	}
+	for _, opt := range opts {
+		opt(p)
+	}
+	return p
+}
+
+func TestProxyInfoFrom(t *testing.T) {
+	now := metav1.NewTime(t0)
+	conditions := func(provisioned, healthy time.Time) crawlProxyOption {
+		return func(p *crawlv1alpha1.Proxy) {
+			p.Status.Conditions = []metav1.Condition{
+				{Type: crawlv1alpha1.ConditionProvisioned, Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(provisioned)},
+				{Type: crawlv1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(healthy)},
+			}
+		}
+	}
+	for name, tc := range map[string]struct {
+		proxy          *crawlv1alpha1.Proxy
+		wantReady      bool
+		wantURL        string
+		wantReadySince time.Time
+	}{
+		"Ready managed": {proxy: newCrawlProxy("p"), wantReady: true, wantURL: "http://127.0.0.5:3128"},
+		"Ready since the later transition": {
+			proxy:     newCrawlProxy("p", conditions(t0, t0.Add(time.Minute))),
+			wantReady: true, wantURL: "http://127.0.0.5:3128", wantReadySince: t0.Add(time.Minute),
+		},
+		"not Ready: no Ready time": {
+			proxy: newCrawlProxy("p", conditions(t0, t0.Add(time.Minute)), func(p *crawlv1alpha1.Proxy) {
+				p.Status.Phase = crawlv1alpha1.PhaseUnhealthy
+			}),
+			wantURL: "http://127.0.0.5:3128",
+		},
+		"Ready external over https": {
+			proxy: newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) {
+				p.Spec = crawlv1alpha1.ProxySpec{Mode: crawlv1alpha1.ModeExternal, Endpoint: &crawlv1alpha1.Endpoint{Host: "127.0.0.5", Port: 3128, Scheme: crawlv1alpha1.SchemeHTTPS}}
+			}),
+			wantReady: true, wantURL: "https://127.0.0.5:3128",
+		},
+		"IPv6": {
+			proxy:     newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.IP = "::1" }),
+			wantReady: true, wantURL: "http://[::1]:3128",
+		},
+		"Unhealthy":    {proxy: newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.Phase = crawlv1alpha1.PhaseUnhealthy }), wantURL: "http://127.0.0.5:3128"},
+		"Provisioning": {proxy: newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.Phase = crawlv1alpha1.PhaseProvisioning }), wantURL: "http://127.0.0.5:3128"},
+		"no address":   {proxy: newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.IP = "" })},
+		"no port":      {proxy: newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.Port = 0 })},
+		"being deleted": {
+			proxy:   newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.DeletionTimestamp = &now }),
+			wantURL: "http://127.0.0.5:3128",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := ProxyInfoFrom(tc.proxy)
+			want := ProxyInfo{
+				Key: cache.NewObjectName(testNamespace, "p"), UID: tc.proxy.UID, Ready: tc.wantReady, URL: tc.wantURL,
+				Labels: map[string]string{"tier": "a"}, LatencyMillis: 42, MaxLeases: tc.proxy.Spec.MaxLeases, ReadySince: tc.wantReadySince,
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestFeedKeepsTheStoreInStep(t *testing.T) {
+	client := crawlfake.NewClientset(newCrawlProxy("p1"))
+	factory := crawlinformers.NewSharedInformerFactory(client, 0)
+	store, _, _ := newTestStore(t, nil)
+	feed, err := NewFeed(store, factory.Crawl().V1alpha1().Proxies())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer cancel() // before Shutdown, which waits for the informers to stop
+	eventually(t, func() bool { return feed.HasSynced() })
+	if got := store.Proxies("", nil); len(got) != 1 || got[0].Key.Name != "p1" {
+		t.Fatalf("proxies after sync: %+v", got)
+	}
+	l := acquire(t, store, AcquireRequest{})
+
+	// Unhealthy: the lease is revoked.
+	p := newCrawlProxy("p1", func(p *crawlv1alpha1.Proxy) { p.Status.Phase = crawlv1alpha1.PhaseUnhealthy })
+	if _, err := client.CrawlV1alpha1().Proxies(testNamespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool { _, err := store.Renew(l.ID, 0); return errors.Is(err, ErrRevoked) })
+
+	// A new proxy is added; a deleted one goes.
+	if _, err := client.CrawlV1alpha1().Proxies(testNamespace).Create(ctx, newCrawlProxy("p2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool { return len(store.Proxies("", nil)) == 1 && store.Proxies("", nil)[0].Key.Name == "p2" })
+	if err := client.CrawlV1alpha1().Proxies(testNamespace).Delete(ctx, "p2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool { return len(store.Proxies("", nil)) == 0 })
+}
+
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatal("condition not met in time")
+	}
+}
+
+func TestSecretCredentials(t *testing.T) {
+	withAuth := func(secret string) crawlProxyOption {
+		return func(p *crawlv1alpha1.Proxy) {
+			p.Spec.Auth = &crawlv1alpha1.ProxyAuth{SecretRef: crawlv1alpha1.LocalSecretRef{Name: secret}}
+		}
+	}
+	secret := func(name string, data map[string]string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name}, Data: map[string][]byte{}}
+		for k, v := range data {
+			s.Data[k] = []byte(v)
+		}
+		return s
+	}
+	proxyIndexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	secretIndexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, obj := range []any{
+		newCrawlProxy("open"),
+		newCrawlProxy("closed", withAuth("auth")),
+		newCrawlProxy("missing", withAuth("nope")),
+		newCrawlProxy("partial", withAuth("partial")),
+	} {
+		if err := proxyIndexer.Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, obj := range []any{
+		secret("auth", map[string]string{"username": "u", "password": "hunter2"}),
+		secret("partial", map[string]string{"username": "u"}),
+	} {
+		if err := secretIndexer.Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	creds := SecretCredentials(crawllisters.NewProxyLister(proxyIndexer), corelisters.NewSecretLister(secretIndexer))
+	for name, tc := range map[string]struct {
+		proxy   string
+		want    *Credentials
+		wantErr bool
+	}{
+		"no auth":            {proxy: "open"},
+		"auth":               {proxy: "closed", want: &Credentials{Username: "u", Password: "hunter2"}},
+		"missing Secret":     {proxy: "missing", wantErr: true},
+		"incomplete Secret":  {proxy: "partial", wantErr: true},
+		"proxy not in cache": {proxy: "gone", wantErr: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := creds(context.Background(), cache.NewObjectName(testNamespace, tc.proxy))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if err != nil && (!errors.Is(err, errNoCredentials) || strings.Contains(err.Error(), "hunter2")) {
+				t.Errorf("error %q: want errNoCredentials without the secret", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,61 @@
+package lease
+
+import "time"
+
+// Outcomes of an acquire, the label values of Metrics.ObserveAcquire.
+const (
+	// AcquireGranted: granted at once.
+	AcquireGranted = "granted"
+	// AcquireWaited: granted after waiting for capacity.
+	AcquireWaited = "waited"
+	// AcquireNoneFree: nothing matching had free capacity (503).
+	AcquireNoneFree = "none_free"
+	// AcquireCoolingDown: everything matching and free was cooling down for the domain (503).
+	AcquireCoolingDown = "cooling_down"
+	// AcquireRecovering: a new leader was not granting yet (503).
+	AcquireRecovering = "recovering"
+	// AcquireCanceled: the caller went away while waiting.
+	AcquireCanceled = "canceled"
+)
+
+// AcquireOutcomes lists every acquire outcome, for pre-declaring series.
+var AcquireOutcomes = []string{AcquireGranted, AcquireWaited, AcquireNoneFree, AcquireCoolingDown, AcquireRecovering, AcquireCanceled}
+
+// How a lease ended, the label values of Metrics.ObserveLeaseEnd.
+const (
+	EndReleasedOK     = "released_ok"
+	EndReleasedBanned = "released_banned"
+	EndReleasedError  = "released_error"
+	EndExpired        = "expired"
+	EndRevoked        = "revoked"
+	EndSuperseded     = "superseded"
+)
+
+// LeaseEnds lists every way a lease ends, for pre-declaring series.
+var LeaseEnds = []string{EndReleasedOK, EndReleasedBanned, EndReleasedError, EndExpired, EndRevoked, EndSuperseded}
+
+// Metrics receives the store's measurements; pkg/metrics implements it.
+// Calls are made with the store's lock held: implementations must be quick
+// and must not call back into the store.
+type Metrics interface {
+	// ObserveAcquire counts one finished acquire by outcome (AcquireOutcomes).
+	ObserveAcquire(outcome string)
+	// SetActiveLeases records how many leases are live on this replica.
+	SetActiveLeases(n int)
+	// ObserveLeaseEnd records how long a lease was held and how it ended (LeaseEnds).
+	ObserveLeaseEnd(end string, held time.Duration)
+	// SetCooldowns records how many (proxy, domain) cool-downs are in force.
+	SetCooldowns(n int)
+	// SetRecovering records whether this leader is refusing grants after a
+	// leader change.
+	SetRecovering(recovering bool)
+}
+
+// NoMetrics discards every measurement.
+type NoMetrics struct{}
+
+func (NoMetrics) ObserveAcquire(string)                 {}
+func (NoMetrics) SetActiveLeases(int)                   {}
+func (NoMetrics) ObserveLeaseEnd(string, time.Duration) {}
+func (NoMetrics) SetCooldowns(int)                      {}
+func (NoMetrics) SetRecovering(bool)                    {}

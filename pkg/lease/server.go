@@ -1,0 +1,828 @@
+package lease
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of ServerConfig.
+const (
+	DefaultMaxBodyBytes  = 64 << 10
+	DefaultWatermarkStep = 10 * time.Second
+	DefaultMaxClockSkew  = 2 * time.Second
+)
+
+// HTTP server timeouts. WriteTimeout is the store's MaxWait plus writeSlack,
+// so that a long poll is never cut off by its own server.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeSlack        = 15 * time.Second
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 16 << 10
+	shutdownTimeout   = 10 * time.Second
+	// janitorInterval keeps the gauges current when no call advances the store.
+	janitorInterval = time.Second
+	// watermarkTimeout bounds one watermark write in a request's path.
+	watermarkTimeout = 5 * time.Second
+)
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Store holds the leases. Required.
+	Store *Store
+	// Authenticator and Authorizer check every /v1 call. Required: use
+	// NewKubernetesAuth, or NewNoAuth for local development.
+	Authenticator Authenticator
+	Authorizer    Authorizer
+	// Credentials, if set, adds the proxy's credentials to the response that
+	// grants a lease.
+	Credentials CredentialsFunc
+	// Watermark persists this leader's horizon so that a successor knows how
+	// long to wait after a crash. Without it a new leader refuses grants for
+	// the store's MaxTTL (plus MaxClockSkew) after it starts leading.
+	Watermark Watermark
+	// WatermarkStep is how far ahead of the latest expiry the persisted
+	// horizon runs: larger means fewer writes, and a longer wait for a
+	// successor after a crash.
+	WatermarkStep time.Duration
+	// MaxClockSkew is how far apart the replicas' clocks may be.
+	MaxClockSkew time.Duration
+	// MaxBodyBytes bounds request bodies.
+	MaxBodyBytes int64
+}
+
+// Server is the lease API over HTTP (design §7). Every replica may serve
+// it; only the leader (between StartLeading and StopLeading) answers /v1
+// calls and /readyz, the others answer 503 NotLeader.
+type Server struct {
+	store       *Store
+	clock       clock.WithTicker
+	authn       Authenticator
+	authz       Authorizer
+	credentials CredentialsFunc
+	maxBody     int64
+	skew        time.Duration
+	mux         *http.ServeMux
+	leading     atomic.Bool
+	horizon     *horizonKeeper // nil without a Watermark
+}
+
+// NewServer builds the server; it starts nothing.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	var errs []error
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("a Store is required"))
+	}
+	if cfg.Authenticator == nil || cfg.Authorizer == nil {
+		errs = append(errs, errors.New("an Authenticator and an Authorizer are required (NewNoAuth for none)"))
+	}
+	if cfg.WatermarkStep < 0 || cfg.MaxClockSkew < 0 || cfg.MaxBodyBytes < 0 {
+		errs = append(errs, errors.New("negative WatermarkStep, MaxClockSkew or MaxBodyBytes"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("lease server: %w", err)
+	}
+	s := &Server{
+		store:       cfg.Store,
+		clock:       cfg.Store.clock,
+		authn:       cfg.Authenticator,
+		authz:       cfg.Authorizer,
+		credentials: cfg.Credentials,
+		maxBody:     cfg.MaxBodyBytes,
+		skew:        cfg.MaxClockSkew,
+		mux:         http.NewServeMux(),
+	}
+	if s.maxBody == 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.skew == 0 {
+		s.skew = DefaultMaxClockSkew
+	}
+	if cfg.Watermark != nil {
+		step := cfg.WatermarkStep
+		if step == 0 {
+			step = DefaultWatermarkStep
+		}
+		s.horizon = &horizonKeeper{watermark: cfg.Watermark, store: cfg.Store, clock: s.clock, step: step}
+	}
+	s.mux.HandleFunc("POST /v1/leases", s.leaderOnly(s.acquire))
+	s.mux.HandleFunc("POST /v1/leases/{id}/renew", s.leaderOnly(s.renew))
+	s.mux.HandleFunc("DELETE /v1/leases/{id}", s.leaderOnly(s.release))
+	s.mux.HandleFunc("GET /v1/leases", s.leaderOnly(s.list))
+	s.mux.HandleFunc("GET /v1/leases/{id}", s.leaderOnly(s.get))
+	s.mux.HandleFunc("GET /v1/proxies", s.leaderOnly(s.proxies))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.leading.Load() {
+			writeError(w, http.StatusServiceUnavailable, codeNotLeader, "this replica is not the leader", "")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "leading"})
+	})
+	return s, nil
+}
+
+// Leading reports whether the server answers /v1 calls.
+func (s *Server) Leading() bool { return s.leading.Load() }
+
+// StartLeading makes this replica the lease API's leader. Call it after the
+// leader election was won and the Feed has synced. With a Watermark it
+// claims it first, retrying until ctx ends (the only error); the store then
+// refuses grants until the horizon of the previous leader has passed, and
+// re-learns that leader's leases from their renewals meanwhile. Without a
+// Watermark the refusal lasts MaxTTL.
+func (s *Server) StartLeading(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	if s.horizon == nil {
+		recoverUntil := s.clock.Now().Add(s.store.cfg.MaxTTL + s.skew)
+		s.store.Lead(recoverUntil, time.Time{})
+		s.leading.Store(true)
+		logger.Info("Leading the lease API; no watermark, so no grants until the previous leader's leases have surely expired",
+			"recoverUntil", recoverUntil)
+		return nil
+	}
+	previous, err := s.horizon.claim(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.clock.Now()
+	var recoverUntil time.Time
+	switch {
+	case errors.Is(previous.err, ErrHorizonUnknown):
+		recoverUntil = now.Add(s.store.cfg.MaxTTL + s.skew)
+	case !previous.horizon.IsZero():
+		recoverUntil = previous.horizon.Add(s.skew)
+	}
+	s.store.Lead(recoverUntil, s.horizon.current())
+	s.leading.Store(true)
+	if recoverUntil.After(now) {
+		logger.Info("Leading the lease API; recovering: no grants until every lease of the previous leader has expired or been renewed here",
+			"previousHorizon", previous.horizon, "recoverUntil", recoverUntil)
+	} else {
+		logger.Info("Leading the lease API; no lease of a previous leader can still be live")
+	}
+	return nil
+}
+
+// StopLeading stops answering /v1 calls and forgets every lease. With a
+// Watermark it persists the latest expiry among the live leases, so that a
+// graceful handover makes the successor wait only that long.
+func (s *Server) StopLeading(ctx context.Context) error {
+	s.leading.Store(false)
+	last := s.store.Abdicate()
+	klog.FromContext(ctx).Info("Stopped leading the lease API", "liveLeasesExpireBy", formatHorizon(last))
+	if s.horizon == nil {
+		return nil
+	}
+	return s.horizon.finish(ctx, last)
+}
+
+// Handler serves the API; 404 and 405 are answered in JSON like every error.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := s.mux.Handler(r); pattern == "" {
+			s.noRoute(w, r)
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+// Serve serves the API on ln until ctx ends, then shuts down gracefully:
+// waiting acquires are woken and answered 503 so that clients retry
+// elsewhere. It also runs the store's janitor.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	logger := klog.FromContext(ctx)
+	// Handlers see a context that ends when shutdown begins, so that long
+	// polls return at once instead of holding the shutdown up.
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      s.store.cfg.MaxWait + writeSlack,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := s.clock.NewTicker(janitorInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-baseCtx.Done():
+				return
+			case <-t.C():
+				s.store.Advance()
+			}
+		}
+	})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("Serving the lease API", "addr", ln.Addr().String())
+
+	var err error
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		cancelBase()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+		err = srv.Shutdown(shutdownCtx)
+		cancel()
+		if servedErr := <-served; !errors.Is(servedErr, http.ErrServerClosed) && err == nil {
+			err = servedErr
+		}
+	}
+	cancelBase()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("lease API: %w", err)
+	}
+	logger.V(2).Info("Lease API stopped")
+	return nil
+}
+
+// Error codes of the API (docs/api.md).
+const (
+	codeInvalid                = "Invalid"
+	codeRequestTooLarge        = "RequestTooLarge"
+	codeUnauthorized           = "Unauthorized"
+	codeForbidden              = "Forbidden"
+	codeNotFound               = "NotFound"
+	codeMethodNotAllowed       = "MethodNotAllowed"
+	codeSuperseded             = "Superseded"
+	codeRevoked                = "Revoked"
+	codeNoneFree               = "NoneFree"
+	codeCoolingDown            = "CoolingDown"
+	codeRecovering             = "Recovering"
+	codeNotLeader              = "NotLeader"
+	codeUnavailable            = "Unavailable"
+	codeAuthUnavailable        = "AuthUnavailable"
+	codeCredentialsUnavailable = "CredentialsUnavailable"
+	codeInternal               = "Internal"
+)
+
+func (s *Server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.leading.Load() {
+			writeError(w, http.StatusServiceUnavailable, codeNotLeader, "this replica is not the leader of the lease API: retry through the Service, which routes to the leader", "")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	req, err := decodeAcquire(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	if !s.authorize(w, r, user, Attributes{Verb: VerbCreate, Namespace: req.Namespace}) {
+		return
+	}
+	l, err := s.acquireWithinHorizon(r.Context(), req)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	var creds *Credentials
+	if s.credentials != nil {
+		if creds, err = s.credentials(r.Context(), l.Proxy.Key); err != nil {
+			// A lease without the credentials it needs is useless: give it back.
+			if relErr := s.store.Release(l.ID, OutcomeError, ""); relErr != nil && !errors.Is(relErr, ErrUnknownLease) {
+				klog.FromContext(r.Context()).Error(relErr, "Returning a lease whose credentials are unavailable", "proxy", l.Proxy.Key)
+			}
+			klog.FromContext(r.Context()).Error(err, "Proxy credentials unavailable", "proxy", l.Proxy.Key)
+			writeError(w, http.StatusInternalServerError, codeCredentialsUnavailable,
+				fmt.Sprintf("the credentials of proxy %s are unavailable; the lease was returned", l.Proxy.Key), "")
+			return
+		}
+	}
+	klog.FromContext(r.Context()).V(4).Info("Lease granted", "proxy", l.Proxy.Key, "holder", l.Holder, "user", user.Name, "expiresAt", l.ExpiresAt)
+	w.Header().Set("Location", "/v1/leases/"+l.ID)
+	writeJSON(w, http.StatusCreated, leaseJSONFrom(l, creds))
+}
+
+func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	ttl, err := decodeRenew(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	if !s.authorizeLease(w, r, user, VerbUpdate, id) {
+		return
+	}
+	l, err := s.renewWithinHorizon(r.Context(), id, ttl)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, leaseJSONFrom(l, nil))
+}
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	q, err := decodeRelease(r.URL.Query())
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	if !s.authorizeLease(w, r, user, VerbDelete, id) {
+		return
+	}
+	if err := s.store.Release(id, q.outcome, q.domain); err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if !s.authorizeLease(w, r, user, VerbGet, id) {
+		return
+	}
+	l, err := s.store.Get(id)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, leaseJSONFrom(l, nil))
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	f, err := decodeList(r.URL.Query())
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	if !s.authorize(w, r, user, Attributes{Verb: VerbList, Namespace: f.Namespace}) {
+		return
+	}
+	leases, err := s.store.List(f)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	items := make([]leaseJSON, 0, len(leases))
+	for _, l := range leases {
+		items = append(items, leaseJSONFrom(l, nil))
+	}
+	writeJSON(w, http.StatusOK, listJSON[leaseJSON]{Items: items})
+}
+
+func (s *Server) proxies(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	q, err := decodeProxies(r.URL.Query())
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	if !s.authorize(w, r, user, Attributes{Verb: VerbList, Namespace: q.namespace}) {
+		return
+	}
+	proxies := s.store.Proxies(q.namespace, q.selector)
+	items := make([]proxyJSON, 0, len(proxies))
+	for _, p := range proxies {
+		items = append(items, proxyJSON{
+			Namespace: p.Key.Namespace, Name: p.Key.Name, URL: p.URL, Labels: p.Labels,
+			LatencyMillis: p.LatencyMillis, MaxLeases: p.MaxLeases, FreeLeases: p.FreeLeases,
+		})
+	}
+	writeJSON(w, http.StatusOK, listJSON[proxyJSON]{Items: items})
+}
+
+// acquireWithinHorizon acquires, extending the persisted horizon when the
+// grant needs it, within the request's wait.
+func (s *Server) acquireWithinHorizon(ctx context.Context, req AcquireRequest) (Lease, error) {
+	deadline := s.clock.Now().Add(req.Wait)
+	for {
+		l, err := s.store.Acquire(ctx, req)
+		var beyond *HorizonError
+		if !errors.As(err, &beyond) || s.horizon == nil {
+			if err == nil && s.horizon != nil {
+				s.horizon.keepAhead(klog.NewContext(context.Background(), klog.FromContext(ctx)), l.ExpiresAt)
+			}
+			return l, err
+		}
+		if err := s.horizon.ensure(ctx, beyond.Need); err != nil {
+			return Lease{}, err
+		}
+		req.Wait = max(0, deadline.Sub(s.clock.Now()))
+	}
+}
+
+func (s *Server) renewWithinHorizon(ctx context.Context, id string, ttl time.Duration) (Lease, error) {
+	for {
+		l, err := s.store.Renew(id, ttl)
+		var beyond *HorizonError
+		if !errors.As(err, &beyond) || s.horizon == nil {
+			if err == nil && s.horizon != nil {
+				s.horizon.keepAhead(klog.NewContext(context.Background(), klog.FromContext(ctx)), l.ExpiresAt)
+			}
+			return l, err
+		}
+		if err := s.horizon.ensure(ctx, beyond.Need); err != nil {
+			return Lease{}, err
+		}
+	}
+}
+
+// bearerToken is the token of an "Authorization: Bearer" header, "" if none.
+func bearerToken(r *http.Request) string {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (User, bool) {
+	user, err := s.authn.Authenticate(r.Context(), bearerToken(r))
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator lease API"`)
+		writeError(w, http.StatusUnauthorized, codeUnauthorized, "a valid bearer token is required: "+err.Error(), "")
+		return User{}, false
+	case err != nil:
+		klog.FromContext(r.Context()).Error(err, "Authenticating a lease API call")
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, codeAuthUnavailable, "authentication is unavailable; retry", "")
+		return User{}, false
+	}
+	return user, true
+}
+
+// authorizeLease authorizes a call on one lease in the namespace of its
+// proxy; an ID that is not one of ours is 404.
+func (s *Server) authorizeLease(w http.ResponseWriter, r *http.Request, user User, verb, id string) bool {
+	ns, err := s.store.LeaseNamespace(id)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return false
+	}
+	return s.authorize(w, r, user, Attributes{Verb: verb, Namespace: ns})
+}
+
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, user User, attrs Attributes) bool {
+	allowed, reason, err := s.authz.Authorize(r.Context(), user, attrs)
+	if err != nil {
+		klog.FromContext(r.Context()).Error(err, "Authorizing a lease API call", "user", user.Name, "verb", attrs.Verb, "namespace", attrs.Namespace)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, codeAuthUnavailable, "authorization is unavailable; retry", "")
+		return false
+	}
+	if !allowed {
+		where := "in namespace " + attrs.Namespace
+		if attrs.Namespace == "" {
+			where = "across all namespaces"
+		}
+		msg := fmt.Sprintf("user %q may not %s proxies/leases (crawl.proxyfleet.io) %s", user.Name, attrs.Verb, where)
+		if reason != "" {
+			msg += ": " + reason
+		}
+		writeError(w, http.StatusForbidden, codeForbidden, msg, "")
+		return false
+	}
+	return true
+}
+
+// writeStoreError answers an error of a decoder or the store.
+func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		field       *FieldError
+		tooLarge    *http.MaxBytesError
+		unavailable *UnavailableError
+	)
+	switch {
+	case errors.As(err, &field):
+		writeError(w, http.StatusBadRequest, codeInvalid, err.Error(), field.Field)
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, codeRequestTooLarge, fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit), "")
+	case errors.Is(err, ErrUnknownLease):
+		writeError(w, http.StatusNotFound, codeNotFound, "no such lease: unknown, released or expired; acquire a new one", "")
+	case errors.Is(err, ErrRevoked):
+		writeError(w, http.StatusGone, codeRevoked, err.Error()+"; acquire a new one", "")
+	case errors.Is(err, ErrSuperseded):
+		writeError(w, http.StatusConflict, codeSuperseded, err.Error()+"; acquire a new one", "")
+	case errors.As(err, &unavailable):
+		setRetryAfter(w, unavailable.RetryAfter)
+		code := codeNoneFree
+		switch {
+		case errors.Is(err, ErrCoolingDown):
+			code = codeCoolingDown
+		case errors.Is(err, ErrRecovering):
+			code = codeRecovering
+		}
+		writeError(w, http.StatusServiceUnavailable, code, unavailable.Reason.Error(), "")
+	case errors.Is(err, ErrNotLeader):
+		writeError(w, http.StatusServiceUnavailable, codeNotLeader, err.Error(), "")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errHorizon):
+		if errors.Is(err, errHorizon) {
+			klog.FromContext(r.Context()).Error(err, "Extending the lease horizon")
+		}
+		setRetryAfter(w, time.Second)
+		writeError(w, http.StatusServiceUnavailable, codeUnavailable, "the lease API cannot answer now; retry", "")
+	default:
+		klog.FromContext(r.Context()).Error(err, "Lease API call failed", "method", r.Method, "path", r.URL.Path)
+		writeError(w, http.StatusInternalServerError, codeInternal, "internal error", "")
+	}
+}
+
+// noRoute answers what the mux would answer with 404 or 405, in JSON.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	h, _ := s.mux.Handler(r)
+	rec := &headerRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	switch rec.status {
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", rec.header.Get("Allow"))
+		writeError(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path), "")
+	case http.StatusNotFound:
+		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "")
+	default:
+		// A redirect to the cleaned path: pass it on.
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.status)
+	}
+}
+
+// headerRecorder keeps the status and headers of a response, not its body.
+type headerRecorder struct {
+	header http.Header
+	status int
+}
+
+func (h *headerRecorder) Header() http.Header { return h.header }
+func (h *headerRecorder) Write(b []byte) (int, error) {
+	if h.status == 0 {
+		h.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (h *headerRecorder) WriteHeader(status int) {
+	if h.status == 0 {
+		h.status = status
+	}
+}
+
+func setRetryAfter(w http.ResponseWriter, d time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(max(1, math.Ceil(d.Seconds())))))
+}
+
+// The JSON of the API.
+
+type leaseJSON struct {
+	ID          string           `json:"id"`
+	Holder      string           `json:"holder"`
+	Proxy       proxyRefJSON     `json:"proxy"`
+	Credentials *credentialsJSON `json:"credentials,omitempty"`
+	Session     string           `json:"session,omitempty"`
+	Domain      string           `json:"domain,omitempty"`
+	TTL         string           `json:"ttl"`
+	GrantedAt   time.Time        `json:"grantedAt"`
+	ExpiresAt   time.Time        `json:"expiresAt"`
+}
+
+type proxyRefJSON struct {
+	Namespace     string `json:"namespace"`
+	Name          string `json:"name"`
+	URL           string `json:"url"`
+	LatencyMillis int64  `json:"latencyMillis"`
+}
+
+type credentialsJSON struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+type proxyJSON struct {
+	Namespace     string            `json:"namespace"`
+	Name          string            `json:"name"`
+	URL           string            `json:"url"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	LatencyMillis int64             `json:"latencyMillis"`
+	MaxLeases     int32             `json:"maxLeases"`
+	FreeLeases    int32             `json:"freeLeases"`
+}
+
+type listJSON[T any] struct {
+	Items []T `json:"items"`
+}
+
+type errorJSON struct {
+	Error errorBodyJSON `json:"error"`
+}
+
+type errorBodyJSON struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func leaseJSONFrom(l Lease, creds *Credentials) leaseJSON {
+	out := leaseJSON{
+		ID:     l.ID,
+		Holder: l.Holder,
+		Proxy: proxyRefJSON{
+			Namespace: l.Proxy.Key.Namespace, Name: l.Proxy.Key.Name, URL: l.Proxy.URL, LatencyMillis: l.Proxy.LatencyMillis,
+		},
+		Session:   l.Session,
+		Domain:    l.Domain,
+		TTL:       l.TTL.String(),
+		GrantedAt: l.GrantedAt.UTC(),
+		ExpiresAt: l.ExpiresAt.UTC(),
+	}
+	if creds != nil {
+		out.Credentials = &credentialsJSON{Username: creds.Username, Password: creds.Password}
+	}
+	return out
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	// The client may be gone; there is nobody to tell.
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, message, field string) {
+	writeJSON(w, status, errorJSON{Error: errorBodyJSON{Code: code, Message: message, Field: field}})
+}
+
+// horizonKeeper keeps the persisted horizon ahead of every expiry the store
+// hands out (see Watermark).
+type horizonKeeper struct {
+	watermark Watermark
+	store     *Store
+	clock     clock.Clock
+	step      time.Duration
+
+	mu sync.Mutex
+	// persisted is the horizon written last; floor the one inherited at the
+	// claim, below which no write may go while its leases may live.
+	persisted, floor time.Time
+	stopped          bool
+	extending        atomic.Bool
+}
+
+// errHorizon wraps failures to persist the horizon: grants wait for it.
+var errHorizon = errors.New("cannot persist the lease horizon")
+
+type claimed struct {
+	horizon time.Time
+	err     error // ErrHorizonUnknown, or nil
+}
+
+// claim claims the watermark, retrying with backoff until ctx ends.
+func (h *horizonKeeper) claim(ctx context.Context) (claimed, error) {
+	logger := klog.FromContext(ctx)
+	backoff := 100 * time.Millisecond
+	for {
+		previous, err := h.watermark.Claim(ctx)
+		if err == nil || errors.Is(err, ErrHorizonUnknown) {
+			if err != nil {
+				logger.Error(err, "The previous lease horizon is unreadable; assuming the maximum TTL")
+			}
+			h.mu.Lock()
+			h.floor, h.persisted, h.stopped = previous, previous, false
+			h.mu.Unlock()
+			return claimed{horizon: previous, err: err}, nil
+		}
+		logger.Error(err, "Claiming the lease watermark; retrying", "backoff", backoff)
+		t := h.clock.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return claimed{}, fmt.Errorf("claiming the lease watermark: %w", ctx.Err())
+		case <-t.C():
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (h *horizonKeeper) current() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.persisted.IsZero() {
+		// Nothing persisted: nothing may be granted until ensure writes.
+		return h.clock.Now()
+	}
+	return h.persisted
+}
+
+// ensure persists a horizon of at least need (plus a step, so that the next
+// grants need no write) and passes it to the store.
+func (h *horizonKeeper) ensure(ctx context.Context, need time.Time) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !need.After(h.persisted) {
+		h.store.SetHorizon(h.persisted)
+		return nil
+	}
+	if h.stopped {
+		return ErrNotLeader
+	}
+	target := need.Add(h.step)
+	if h.floor.After(target) {
+		target = h.floor
+	}
+	ctx, cancel := context.WithTimeout(ctx, watermarkTimeout)
+	defer cancel()
+	if err := h.watermark.Save(ctx, target); err != nil {
+		return fmt.Errorf("%w: %w", errHorizon, err)
+	}
+	h.persisted = target
+	h.store.SetHorizon(target)
+	return nil
+}
+
+// keepAhead extends the horizon in the background when an expiry comes
+// within half a step of it, so that grants rarely wait for a write.
+func (h *horizonKeeper) keepAhead(ctx context.Context, expiresAt time.Time) {
+	h.mu.Lock()
+	low := h.persisted.Sub(expiresAt) < h.step/2
+	h.mu.Unlock()
+	if !low || !h.extending.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer h.extending.Store(false)
+		if err := h.ensure(ctx, expiresAt.Add(h.step/2)); err != nil && !errors.Is(err, ErrNotLeader) {
+			klog.FromContext(ctx).Error(err, "Extending the lease horizon ahead of time")
+		}
+	}()
+}
+
+// finish persists the latest live expiry at the end of a term (the floor
+// while inherited leases may still live), so that the successor waits no
+// longer than needed.
+func (h *horizonKeeper) finish(ctx context.Context, lastExpiry time.Time) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	final := lastExpiry
+	if h.floor.After(final) {
+		final = h.floor
+	}
+	ctx, cancel := context.WithTimeout(ctx, watermarkTimeout)
+	defer cancel()
+	if err := h.watermark.Save(ctx, final); err != nil {
+		if errors.Is(err, ErrWatermarkLost) {
+			// The successor claimed already: it read our persisted horizon, which is later still.
+			return nil
+		}
+		return fmt.Errorf("persisting the final lease horizon: %w", err)
+	}
+	h.persisted = final
+	return nil
+}

@@ -1,0 +1,704 @@
+package lease
+
+import (
+	"container/heap"
+	"container/list"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of Config.
+const (
+	DefaultTTL           = 60 * time.Second
+	DefaultMinTTL        = 5 * time.Second
+	DefaultMaxTTL        = 10 * time.Minute
+	DefaultMaxWait       = 60 * time.Second
+	DefaultCooldownBase  = time.Minute
+	DefaultCooldownMax   = time.Hour
+	DefaultCooldownDecay = time.Hour
+	DefaultSessionIdle   = time.Hour
+)
+
+// maxSlots is the CRD's maximum of spec.maxLeases.
+const maxSlots = 10000
+
+// sweepInterval is how often idle sessions are looked for.
+const sweepInterval = time.Minute
+
+// ProxyInfo is what the store knows of a Proxy; the feed derives it from
+// the Proxy object (see ProxyInfoFrom).
+type ProxyInfo struct {
+	Key cache.ObjectName
+	// UID tells a recreated Proxy of the same name from its predecessor.
+	UID types.UID
+	// Ready: status.phase is Ready and the proxy has an address.
+	Ready bool
+	// URL is how crawlers reach the proxy: scheme://ip:port.
+	URL           string
+	Labels        map[string]string
+	LatencyMillis int64
+	// MaxLeases is how many leases may hold the proxy at once (below 1 means 1).
+	MaxLeases int32
+	// ReadySince is when the proxy last became Ready. It comes from the
+	// object (condition transition times), so every replica sees the same
+	// value: a change while Ready means the proxy was not Ready in between,
+	// even if this replica never saw that state, and revokes its leases.
+	ReadySince time.Time
+}
+
+// Config configures a Store. Zero durations take the defaults above.
+type Config struct {
+	// Clock drives expiry, cool-downs and waits. Default: the real clock.
+	Clock clock.WithTicker
+	// Key signs lease IDs (at least MinKeyLen bytes). Every replica must
+	// share it, or a new leader cannot re-learn the old leader's leases.
+	Key []byte
+	// DefaultTTL applies when a request names none; MinTTL and MaxTTL bound
+	// what a request may ask for.
+	DefaultTTL, MinTTL, MaxTTL time.Duration
+	// MaxWait bounds an acquire's long poll.
+	MaxWait time.Duration
+	// CooldownBase is the first cool-down after a ban; each further ban
+	// doubles it up to CooldownMax; each quiet CooldownDecay after a
+	// cool-down ends forgets one ban.
+	CooldownBase, CooldownMax, CooldownDecay time.Duration
+	// SessionIdle is how long an unused sticky session is remembered.
+	SessionIdle time.Duration
+	// Metrics receives measurements. Default: none.
+	Metrics Metrics
+}
+
+func (c Config) withDefaults() Config {
+	orDefault := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	orDefault(&c.DefaultTTL, DefaultTTL)
+	orDefault(&c.MinTTL, DefaultMinTTL)
+	orDefault(&c.MaxTTL, DefaultMaxTTL)
+	orDefault(&c.MaxWait, DefaultMaxWait)
+	orDefault(&c.CooldownBase, DefaultCooldownBase)
+	orDefault(&c.CooldownMax, DefaultCooldownMax)
+	orDefault(&c.CooldownDecay, DefaultCooldownDecay)
+	orDefault(&c.SessionIdle, DefaultSessionIdle)
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Metrics == nil {
+		c.Metrics = NoMetrics{}
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if len(c.Key) < MinKeyLen {
+		errs = append(errs, fmt.Errorf("the lease ID key has %d bytes, want at least %d", len(c.Key), MinKeyLen))
+	}
+	if c.MinTTL <= 0 || c.MinTTL > c.MaxTTL {
+		errs = append(errs, fmt.Errorf("TTL bounds %v..%v: want 0 < min <= max", c.MinTTL, c.MaxTTL))
+	}
+	if c.DefaultTTL < c.MinTTL || c.DefaultTTL > c.MaxTTL {
+		errs = append(errs, fmt.Errorf("default TTL %v is outside %v..%v", c.DefaultTTL, c.MinTTL, c.MaxTTL))
+	}
+	for name, d := range map[string]time.Duration{"max wait": c.MaxWait, "cool-down base": c.CooldownBase, "cool-down decay": c.CooldownDecay, "session idle": c.SessionIdle} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
+		}
+	}
+	if c.CooldownMax < c.CooldownBase {
+		errs = append(errs, fmt.Errorf("cool-down max %v is below its base %v", c.CooldownMax, c.CooldownBase))
+	}
+	return errors.Join(errs...)
+}
+
+// Outcome is how a holder's use of a proxy went, given at release.
+type Outcome string
+
+const (
+	// OutcomeOK: the proxy worked.
+	OutcomeOK Outcome = "ok"
+	// OutcomeBanned: the domain banned the proxy; it cools down for that domain.
+	OutcomeBanned Outcome = "banned"
+	// OutcomeError: something failed, not the proxy's fault as far as the
+	// holder knows; no cool-down.
+	OutcomeError Outcome = "error"
+)
+
+type leaseState int
+
+const (
+	stateLive leaseState = iota
+	// Tombstones stay until the lease's expiry so that its ID gets a
+	// precise answer: revoked (410), superseded (409), or released (404,
+	// kept only for leases re-learned from a previous leader, whose IDs
+	// could otherwise be re-learned again).
+	stateRevoked
+	stateSuperseded
+	stateReleased
+)
+
+type lease struct {
+	key   leaseKey
+	state leaseState
+	// proxy is set while the lease is live.
+	proxy    *proxyState
+	proxyKey cache.ObjectName
+	proxyUID types.UID
+	slot     int32
+	holder   string
+	session  string
+	// sessionScope is the namespace of the acquire: sessions are per namespace.
+	sessionScope string
+	domain       string
+	grantedAt    time.Time
+	expiresAt    time.Time
+	ttl          time.Duration
+	urlHash      uint64
+	// readySince is the proxy's ReadySince at the grant.
+	readySince time.Time
+	index      int // in leaseHeap
+}
+
+type proxyState struct {
+	info ProxyInfo
+	// slots[i] is the live lease in slot i, or nil; len(slots) grows up to capacity.
+	slots        []*lease
+	held         int
+	lastReleased time.Time
+	// cooldowns by domain; cooling counts those in force.
+	cooldowns map[string]*cooldown
+	cooling   int
+	// Positions in the selection orders; nil unless Ready.
+	all, inNamespace *list.Element
+}
+
+func (p *proxyState) capacity() int { return min(max(1, int(p.info.MaxLeases)), maxSlots) }
+func (p *proxyState) free() bool    { return p.held < p.capacity() }
+func (p *proxyState) ready() bool   { return p.all != nil }
+
+func (p *proxyState) freeSlot() int32 {
+	for i, l := range p.slots {
+		if l == nil {
+			return int32(i)
+		}
+	}
+	return int32(len(p.slots))
+}
+
+func (p *proxyState) occupant(slot int32) *lease {
+	if int(slot) < len(p.slots) {
+		return p.slots[slot]
+	}
+	return nil
+}
+
+func (p *proxyState) occupy(l *lease) {
+	for int(l.slot) >= len(p.slots) {
+		p.slots = append(p.slots, nil)
+	}
+	p.slots[l.slot] = l
+	p.held++
+}
+
+// coolingFor returns the cool-down in force for domain, if any.
+func (p *proxyState) coolingFor(domain string) *cooldown {
+	if domain == "" || p.cooling == 0 {
+		return nil
+	}
+	if c := p.cooldowns[domain]; c != nil && c.inForce {
+		return c
+	}
+	return nil
+}
+
+// selectedBefore is the selection order: least recently released first
+// (an expiry counts as a release; never released counts as oldest), then
+// lower latency, then the name, so that the order is total and stable.
+func selectedBefore(a, b *proxyState) bool {
+	if !a.lastReleased.Equal(b.lastReleased) {
+		return a.lastReleased.Before(b.lastReleased)
+	}
+	if a.info.LatencyMillis != b.info.LatencyMillis {
+		return a.info.LatencyMillis < b.info.LatencyMillis
+	}
+	if a.info.Key.Namespace != b.info.Key.Namespace {
+		return a.info.Key.Namespace < b.info.Key.Namespace
+	}
+	return a.info.Key.Name < b.info.Key.Name
+}
+
+// insertInOrder places p into a list kept in selection order. It walks from
+// the back because the usual insert is a proxy just released, which belongs
+// at (or next to) the back.
+func insertInOrder(l *list.List, p *proxyState) *list.Element {
+	for e := l.Back(); e != nil; e = e.Prev() {
+		if !selectedBefore(p, e.Value.(*proxyState)) {
+			return l.InsertAfter(p, e)
+		}
+	}
+	return l.PushFront(p)
+}
+
+type sessionKey struct {
+	namespace string
+	session   string
+}
+
+type session struct {
+	proxy    cache.ObjectName
+	lastUsed time.Time
+}
+
+// Store is the lease store: the proxies it may lease, the leases, cool-downs
+// and sticky sessions, all in memory. It is safe for concurrent use. It does
+// no I/O and starts no goroutines; an acquire that waits uses the caller's.
+type Store struct {
+	cfg     Config
+	clock   clock.WithTicker
+	signer  signer
+	metrics Metrics
+
+	mu      sync.Mutex
+	proxies map[cache.ObjectName]*proxyState
+	// order holds the Ready proxies in selection order; byNamespace the same per namespace.
+	order       *list.List
+	byNamespace map[string]*list.List
+	leases      map[leaseKey]*lease
+	expiries    leaseHeap
+	live        int
+	cooldowns   cooldownHeap
+	inForce     int
+	sessions    map[sessionKey]*session
+	lastSweep   time.Time
+	// changed is closed (and replaced) when capacity may have appeared, to
+	// wake waiting acquires; waiting counts them, so that nobody pays for a
+	// channel when nobody waits.
+	changed chan struct{}
+	waiting int
+
+	leading bool
+	// epoch names the current term; serial numbers its grants.
+	epoch  uint64
+	serial uint64
+	// recoverUntil: no grants before it in this term (see Lead).
+	recoverUntil time.Time
+	recovering   bool
+	// horizon: no lease is granted or renewed beyond it, unless unbounded.
+	horizon   time.Time
+	unbounded bool
+}
+
+// NewStore returns an empty store that does not lead: it tracks proxies but
+// grants nothing until Lead.
+func NewStore(cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("lease store: %w", err)
+	}
+	return &Store{
+		cfg:         cfg,
+		clock:       cfg.Clock,
+		signer:      newSigner(cfg.Key),
+		metrics:     cfg.Metrics,
+		proxies:     map[cache.ObjectName]*proxyState{},
+		order:       list.New(),
+		byNamespace: map[string]*list.List{},
+		leases:      map[leaseKey]*lease{},
+		sessions:    map[sessionKey]*session{},
+		changed:     make(chan struct{}),
+	}, nil
+}
+
+// Config returns the store's configuration with defaults filled in.
+func (s *Store) Config() Config { return s.cfg }
+
+// Upsert adds or updates a proxy. A proxy that stops being Ready, was not
+// Ready in between (ReadySince moved), or whose UID or URL changes, has its
+// leases revoked; a lower MaxLeases revokes the leases in the slots it no
+// longer has.
+func (s *Store) Upsert(info ProxyInfo) {
+	info.Labels = maps.Clone(info.Labels)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	s.advanceLocked(now)
+
+	p := s.proxies[info.Key]
+	if p == nil {
+		p = &proxyState{info: info}
+		s.proxies[info.Key] = p
+		if info.Ready {
+			s.enterOrderLocked(p)
+			s.broadcastLocked()
+		}
+		return
+	}
+	old := p.info
+	switch {
+	case old.UID != info.UID:
+		// Another Proxy object under the same name: nothing carries over.
+		s.revokeLocked(p, 0, now)
+		s.forgetCooldownsLocked(p)
+		p.lastReleased = time.Time{}
+	case old.URL != info.URL || !info.Ready || !old.ReadySince.Equal(info.ReadySince):
+		s.revokeLocked(p, 0, now)
+	default:
+		s.revokeLocked(p, min(max(1, int(info.MaxLeases)), maxSlots), now)
+	}
+	p.info = info
+	switch {
+	case info.Ready && !p.ready():
+		s.enterOrderLocked(p)
+	case !info.Ready && p.ready():
+		s.leaveOrderLocked(p)
+	case info.Ready && old.LatencyMillis != info.LatencyMillis:
+		s.reorderLocked(p)
+	}
+	if info.Ready {
+		// New capacity, labels or a new place in the order may satisfy a waiter.
+		s.broadcastLocked()
+	}
+}
+
+// Remove forgets a proxy and revokes its leases.
+func (s *Store) Remove(key cache.ObjectName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	s.advanceLocked(now)
+	p := s.proxies[key]
+	if p == nil {
+		return
+	}
+	s.revokeLocked(p, 0, now)
+	if p.ready() {
+		s.leaveOrderLocked(p)
+	}
+	s.forgetCooldownsLocked(p)
+	delete(s.proxies, key)
+}
+
+// Lead starts a term: the store grants and renews from now on. Until
+// recoverUntil it grants nothing, and renewals of leases it does not know
+// re-learn them from their IDs (see docs/architecture.md, "Lease failover").
+// A zero horizon means unbounded; otherwise nothing is granted or renewed
+// beyond it until SetHorizon moves it.
+func (s *Store) Lead(recoverUntil, horizon time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	s.leading = true
+	s.epoch = max(uint64(now.UnixNano()), s.epoch+1)
+	s.serial = 0
+	s.recoverUntil = recoverUntil
+	s.recovering = now.Before(recoverUntil)
+	s.metrics.SetRecovering(s.recovering)
+	s.horizon, s.unbounded = horizon, horizon.IsZero()
+	s.broadcastLocked()
+}
+
+// SetHorizon lets the store grant and renew up to t (it never moves back).
+func (s *Store) SetHorizon(t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.After(s.horizon) {
+		s.horizon = t
+	}
+}
+
+// Abdicate ends the term: every lease is forgotten (the next leader learns
+// the live ones from their renewals). It returns the latest expiry among
+// the leases that were live, zero if none.
+func (s *Store) Abdicate() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advanceLocked(s.clock.Now())
+	var last time.Time
+	for _, l := range s.expiries {
+		if l.state == stateLive && l.expiresAt.After(last) {
+			last = l.expiresAt
+		}
+	}
+	for _, p := range s.proxies {
+		clear(p.slots)
+		p.slots, p.held = p.slots[:0], 0
+	}
+	s.leases = map[leaseKey]*lease{}
+	s.expiries = nil
+	s.live = 0
+	s.metrics.SetActiveLeases(0)
+	s.leading, s.recovering = false, false
+	s.metrics.SetRecovering(false)
+	s.broadcastLocked()
+	return last
+}
+
+// Leading reports whether the store is in a term.
+func (s *Store) Leading() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leading
+}
+
+// Advance applies what time has done: expiries, ended cool-downs, the end
+// of recovery. Every operation does this first; a janitor calls it so that
+// the gauges stay current when nobody calls.
+func (s *Store) Advance() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advanceLocked(s.clock.Now())
+}
+
+// ttlFor applies the default and the bounds to a requested TTL.
+func (s *Store) ttlFor(ttl time.Duration, field string) (time.Duration, error) {
+	if ttl == 0 {
+		return s.cfg.DefaultTTL, nil
+	}
+	if ttl < s.cfg.MinTTL || ttl > s.cfg.MaxTTL {
+		return 0, &FieldError{Field: field, Message: fmt.Sprintf("must be between %v and %v", s.cfg.MinTTL, s.cfg.MaxTTL)}
+	}
+	return ttl, nil
+}
+
+func (s *Store) checkHorizonLocked(expiresAt time.Time) error {
+	if !s.unbounded && expiresAt.After(s.horizon) {
+		return &HorizonError{Need: expiresAt}
+	}
+	return nil
+}
+
+// installLocked makes l live on its proxy's slot.
+func (s *Store) installLocked(l *lease) {
+	l.proxy.occupy(l)
+	s.leases[l.key] = l
+	heap.Push(&s.expiries, l)
+	s.live++
+	s.metrics.SetActiveLeases(s.live)
+}
+
+// tombstoneLocked records a lease this store never held live, so that its
+// ID is answered consistently until it expires.
+func (s *Store) tombstoneLocked(tok token, state leaseState) {
+	l := &lease{key: tok.key, state: state, proxyKey: tok.proxy, proxyUID: tok.proxyUID, slot: tok.slot, expiresAt: tok.expiresAt}
+	s.leases[l.key] = l
+	heap.Push(&s.expiries, l)
+}
+
+// endLocked ends a live lease; tombstone stateLive means no tombstone.
+func (s *Store) endLocked(l *lease, end string, now time.Time, tombstone leaseState) {
+	s.freeLocked(l, end, now)
+	if tombstone == stateLive {
+		heap.Remove(&s.expiries, l.index)
+		delete(s.leases, l.key)
+		return
+	}
+	l.state = tombstone
+}
+
+// freeLocked takes a live lease off its proxy.
+func (s *Store) freeLocked(l *lease, end string, at time.Time) {
+	p := l.proxy
+	p.slots[l.slot] = nil
+	p.held--
+	l.proxy = nil
+	s.live--
+	s.metrics.SetActiveLeases(s.live)
+	s.metrics.ObserveLeaseEnd(end, at.Sub(l.grantedAt))
+	if end != EndRevoked && end != EndSuperseded {
+		p.lastReleased = at
+		if p.ready() {
+			s.reorderLocked(p)
+		}
+	}
+	s.broadcastLocked()
+}
+
+// revokeLocked revokes the leases of p in slots from keep on (0: all).
+func (s *Store) revokeLocked(p *proxyState, keep int, now time.Time) {
+	for i := keep; i < len(p.slots); i++ {
+		if l := p.slots[i]; l != nil {
+			s.endLocked(l, EndRevoked, now, stateRevoked)
+		}
+	}
+	if keep < len(p.slots) {
+		p.slots = p.slots[:keep]
+	}
+}
+
+func (s *Store) banLocked(p *proxyState, domain string, now time.Time) {
+	if p.cooldowns == nil {
+		p.cooldowns = map[string]*cooldown{}
+	}
+	c := p.cooldowns[domain]
+	wasInForce := c != nil && c.inForce
+	c = ban(c, cooldownKey{proxy: p.info.Key, domain: domain}, now, s.cfg.CooldownBase, s.cfg.CooldownMax, s.cfg.CooldownDecay)
+	p.cooldowns[domain] = c
+	if c.index < 0 {
+		heap.Push(&s.cooldowns, c)
+	} else {
+		heap.Fix(&s.cooldowns, c.index)
+	}
+	if !wasInForce {
+		p.cooling++
+		s.inForce++
+		s.metrics.SetCooldowns(s.inForce)
+	}
+}
+
+func (s *Store) forgetCooldownsLocked(p *proxyState) {
+	for _, c := range p.cooldowns {
+		if c.inForce {
+			s.inForce--
+		}
+		heap.Remove(&s.cooldowns, c.index)
+	}
+	p.cooldowns, p.cooling = nil, 0
+	s.metrics.SetCooldowns(s.inForce)
+}
+
+// advanceLocked applies what time has done up to now.
+func (s *Store) advanceLocked(now time.Time) {
+	for len(s.expiries) > 0 && !now.Before(s.expiries[0].expiresAt) {
+		l := heap.Pop(&s.expiries).(*lease)
+		delete(s.leases, l.key)
+		if l.state == stateLive {
+			s.freeLocked(l, EndExpired, l.expiresAt)
+		}
+	}
+	for len(s.cooldowns) > 0 && !now.Before(s.cooldowns[0].nextEvent()) {
+		c := s.cooldowns[0]
+		if !c.inForce {
+			heap.Pop(&s.cooldowns)
+			delete(s.proxies[c.key.proxy].cooldowns, c.key.domain)
+			continue
+		}
+		c.inForce = false
+		heap.Fix(&s.cooldowns, 0)
+		s.proxies[c.key.proxy].cooling--
+		s.inForce--
+		s.metrics.SetCooldowns(s.inForce)
+		s.broadcastLocked()
+	}
+	if s.recovering && !now.Before(s.recoverUntil) {
+		s.recovering = false
+		s.metrics.SetRecovering(false)
+		s.broadcastLocked()
+	}
+	if now.Sub(s.lastSweep) >= sweepInterval {
+		s.lastSweep = now
+		for k, sess := range s.sessions {
+			if now.Sub(sess.lastUsed) > s.cfg.SessionIdle {
+				delete(s.sessions, k)
+			}
+		}
+	}
+}
+
+// nextEventLocked is the next time advanceLocked has something to do that
+// may free capacity, zero if nothing is scheduled.
+func (s *Store) nextEventLocked() time.Time {
+	var next time.Time
+	earlier := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	if len(s.expiries) > 0 {
+		earlier(s.expiries[0].expiresAt)
+	}
+	if len(s.cooldowns) > 0 {
+		earlier(s.cooldowns[0].nextEvent())
+	}
+	if s.recovering {
+		earlier(s.recoverUntil)
+	}
+	return next
+}
+
+func (s *Store) broadcastLocked() {
+	if s.waiting > 0 {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+}
+
+func (s *Store) enterOrderLocked(p *proxyState) {
+	p.all = insertInOrder(s.order, p)
+	ns := s.byNamespace[p.info.Key.Namespace]
+	if ns == nil {
+		ns = list.New()
+		s.byNamespace[p.info.Key.Namespace] = ns
+	}
+	p.inNamespace = insertInOrder(ns, p)
+}
+
+func (s *Store) leaveOrderLocked(p *proxyState) {
+	s.order.Remove(p.all)
+	ns := s.byNamespace[p.info.Key.Namespace]
+	ns.Remove(p.inNamespace)
+	if ns.Len() == 0 {
+		delete(s.byNamespace, p.info.Key.Namespace)
+	}
+	p.all, p.inNamespace = nil, nil
+}
+
+func (s *Store) reorderLocked(p *proxyState) {
+	s.leaveOrderLocked(p)
+	s.enterOrderLocked(p)
+}
+
+func (s *Store) viewLocked(l *lease) Lease {
+	return Lease{
+		ID: s.signer.encode(token{
+			key: l.key, slot: l.slot, grantedAt: l.grantedAt, expiresAt: l.expiresAt, ttl: l.ttl, urlHash: l.urlHash, readySince: l.readySince,
+			proxy: l.proxyKey, proxyUID: l.proxyUID, holder: l.holder, domain: l.domain,
+		}),
+		Holder:    l.holder,
+		Proxy:     LeasedProxy{Key: l.proxyKey, URL: l.proxy.info.URL, LatencyMillis: l.proxy.info.LatencyMillis},
+		Session:   l.session,
+		Domain:    l.domain,
+		GrantedAt: l.grantedAt,
+		ExpiresAt: l.expiresAt,
+		TTL:       l.ttl,
+		Slot:      l.slot,
+	}
+}
+
+// NormalizeDomain lower-cases a domain and drops a trailing dot, so that
+// cool-downs match however a client spells the name.
+func NormalizeDomain(domain string) string {
+	return strings.TrimSuffix(strings.ToLower(domain), ".")
+}
+
+// leaseHeap orders leases (live and tombstones) by expiry.
+type leaseHeap []*lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].expiresAt.Before(h[j].expiresAt) }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *leaseHeap) Push(x any) {
+	l := x.(*lease)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	l.index = -1
+	return l
+}
