@@ -9,7 +9,7 @@ GO_PKGS   := ./...
 TEST_P    ?= 2
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build run test generate verify testenv deps fmt vet clean
+.PHONY: all build run test fuzz bench generate verify testenv deps fmt vet clean
 
 all: build
 
@@ -25,6 +25,14 @@ run: build testenv
 ## test: unit and integration tests, with the race detector
 test: testenv
 	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(GO_PKGS)
+
+## fuzz: every go test -fuzz target for FUZZTIME (default 10s) each
+fuzz:
+	hack/fuzz.sh
+
+## bench: every benchmark, side by side with its references; writes docs/benchmarks.md
+bench: testenv
+	hack/bench.sh
 
 ## generate: regenerate deepcopy, register, openapi, clients and the CRD
 generate:

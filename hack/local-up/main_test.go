@@ -29,7 +29,8 @@ import (
 // HTTP, and Ctrl-C (SIGINT) stops everything it started.
 func TestMakeRun(t *testing.T) {
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "github.com/proxyfleet/proxy-operator/hack/local-up", "github.com/proxyfleet/proxy-operator/cmd/forward-proxy")
+	build := exec.Command("go", "build", "-o", bin+"/", "github.com/proxyfleet/proxy-operator/hack/local-up", "github.com/proxyfleet/proxy-operator/cmd/forward-proxy",
+		"github.com/proxyfleet/proxy-operator/examples/crawler")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building local-up and forward-proxy: %v\n%s", err, out)
 	}
@@ -42,10 +43,10 @@ func TestMakeRun(t *testing.T) {
 		defer ln.Close()
 		return ln.Addr().String()
 	}
-	leaseAddr := addr()
+	leaseAddr, targetAddr := addr(), addr()
 	cmd := exec.Command(filepath.Join(bin, "local-up"),
 		"--dir", dir, "--examples", "../../examples",
-		"--target-addr", addr(), "--external-proxy-addr", addr(),
+		"--target-addr", targetAddr, "--external-proxy-addr", addr(),
 		"--lease-addr", leaseAddr, "--metrics-addr", addr(), "--v=2")
 	cmd.Env = append(os.Environ(), "KUBECONFIG=")
 	var out lockedBuffer
@@ -121,6 +122,13 @@ func TestMakeRun(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK {
 		t.Errorf("release answered %d", resp.StatusCode)
+	}
+
+	// The crawler example does a round through a leased proxy.
+	crawler := exec.Command(filepath.Join(bin, "crawler"), "--lease-api", "http://"+leaseAddr,
+		"--url", "https://"+targetAddr+"/generate_204", "--insecure", "--rounds", "1")
+	if out, err := crawler.CombinedOutput(); err != nil || !strings.Contains(string(out), "204 No Content") {
+		t.Errorf("crawler example: %v\n%s", err, out)
 	}
 
 	// Every process it started, before Ctrl-C.

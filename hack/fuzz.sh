@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every go test -fuzz target for a short, bounded time (FUZZTIME, default
+# 10s each). Go allows one fuzz target per invocation, so they run in turn.
+set -o errexit -o nounset -o pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+fuzztime=${FUZZTIME:-10s}
+git grep -l '^func Fuzz' -- '*_test.go' | while read -r file; do
+    pkg=./$(dirname "$file")
+    for target in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$file" | cut -d' ' -f2); do
+        echo "== $pkg $target ($fuzztime)"
+        go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg"
+    done
+done
