@@ -14,29 +14,23 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	compute "google.golang.org/api/compute/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/apimachinery/pkg/util/wait"
-	kubeinformers "k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/controller/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
-	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/gce"
@@ -51,36 +45,10 @@ func TestMain(m *testing.M) { testenv.RunMain(m, &env) }
 
 const defaultZone = "test-zone-a"
 
-// testHealth plays the health engine: probe fetches a loopback target
-// through the proxy at the Proxy's status address and reports the verdict.
-type testHealth struct {
-	mu       sync.Mutex
-	verdicts map[cache.ObjectName]controller.HealthVerdict
-	ctrl     *controller.Controller
-}
-
-func (h *testHealth) Verdict(key cache.ObjectName) (controller.HealthVerdict, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	v, ok := h.verdicts[key]
-	return v, ok
-}
-
-func (h *testHealth) set(key cache.ObjectName, v controller.HealthVerdict) {
-	h.mu.Lock()
-	h.verdicts[key] = v
-	h.mu.Unlock()
-	h.ctrl.Enqueue(key)
-}
-
 type harness struct {
-	t      *testing.T
-	ns     string
-	crawl  versioned.Interface
-	kube   kubernetes.Interface
+	*controllertest.Harness
 	fake   *gcetest.Server
 	gce    *gce.Provider
-	health *testHealth
 	target string
 }
 
@@ -88,57 +56,19 @@ type harness struct {
 // in a namespace of its own.
 func startController(t *testing.T, fake *gcetest.Server) *harness {
 	t.Helper()
-	_, logCtx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(logCtx)
+	_, ctx := ktesting.NewTestContext(t)
 	prov, err := gce.New(ctx, gce.Options{Project: gcetest.DefaultProject, Zone: defaultZone, ClientOptions: fake.ClientOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, fake: fake, gce: prov, target: proxytest.StartHTTPTarget(t).URL,
-		health: &testHealth{verdicts: map[cache.ObjectName]controller.HealthVerdict{}}}
-	h.kube = kubernetes.NewForConfigOrDie(env.Config)
-	h.crawl = versioned.NewForConfigOrDie(env.Config)
-	ns, err := h.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "gce-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	return &harness{
+		Harness: controllertest.Start(t, env.Config, controllertest.Options{
+			NamespacePrefix: "gce-",
+			Workers:         2,
+			Providers:       map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderGCE: prov},
+		}),
+		fake: fake, gce: prov, target: proxytest.StartHTTPTarget(t).URL,
 	}
-	h.ns = ns.Name
-
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = 200, 400
-	operatorCrawl := versioned.NewForConfigOrDie(cfg)
-	operatorKube := kubernetes.NewForConfigOrDie(cfg)
-	crawlFactory := crawlinformers.NewSharedInformerFactoryWithOptions(operatorCrawl, 0, crawlinformers.WithNamespace(h.ns))
-	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(operatorKube, 0, kubeinformers.WithNamespace(h.ns))
-	ctrl, err := controller.NewController(controller.Config{
-		CrawlClient:      operatorCrawl,
-		KubeClient:       operatorKube,
-		ProxyInformer:    crawlFactory.Crawl().V1alpha1().Proxies(),
-		SecretInformer:   kubeFactory.Core().V1().Secrets(),
-		Providers:        map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderGCE: prov},
-		Health:           h.health,
-		ProvisioningPoll: 100 * time.Millisecond,
-		DeletionPoll:     100 * time.Millisecond,
-		DriftPoll:        time.Second,
-		QuotaRetry:       300 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.health.ctrl = ctrl
-	crawlFactory.Start(ctx.Done())
-	kubeFactory.Start(ctx.Done())
-	runDone := make(chan error, 1)
-	go func() { runDone <- ctrl.Run(ctx, 2) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-runDone; err != nil {
-			t.Errorf("controller.Run: %v", err)
-		}
-		crawlFactory.Shutdown()
-		kubeFactory.Shutdown()
-	})
-	return h
 }
 
 // startVMProxy runs a real forward proxy at ip (a loopback address the fake
@@ -168,64 +98,11 @@ func startVMProxy(t *testing.T, ip string) int32 {
 	return int32(l.Addr().(*net.TCPAddr).Port)
 }
 
-func (h *harness) key(name string) cache.ObjectName { return cache.NewObjectName(h.ns, name) }
-
-func (h *harness) create(p *crawlv1alpha1.Proxy) *crawlv1alpha1.Proxy {
-	h.t.Helper()
-	p.Namespace = h.ns
-	created, err := h.crawl.CrawlV1alpha1().Proxies(h.ns).Create(context.Background(), p, metav1.CreateOptions{})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return created
-}
-
-func (h *harness) get(name string) *crawlv1alpha1.Proxy {
-	h.t.Helper()
-	p, err := h.crawl.CrawlV1alpha1().Proxies(h.ns).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return p
-}
-
-func (h *harness) update(name string, change func(*crawlv1alpha1.Proxy)) {
-	h.t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		p, err := h.crawl.CrawlV1alpha1().Proxies(h.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		change(p)
-		_, err = h.crawl.CrawlV1alpha1().Proxies(h.ns).Update(ctx, p, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
-			return false, nil
-		}
-		return err == nil, err
-	})
-	if err != nil {
-		h.t.Fatalf("updating %s: %v", name, err)
-	}
-}
-
-func (h *harness) eventually(timeout time.Duration, what string, cond func() (bool, string)) {
-	h.t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ok, msg := cond()
-		last = msg
-		return ok, nil
-	})
-	if err != nil {
-		h.t.Fatalf("%s: not within %s: %s", what, timeout, last)
-	}
-}
-
 func (h *harness) waitProvisioned(name string) *crawlv1alpha1.Proxy {
-	h.t.Helper()
+	h.T.Helper()
 	var p *crawlv1alpha1.Proxy
-	h.eventually(30*time.Second, name+" provisioned", func() (bool, string) {
-		p = h.get(name)
+	h.Eventually(30*time.Second, name+" provisioned", func() (bool, string) {
+		p = h.Get(name)
 		return meta.IsStatusConditionTrue(p.Status.Conditions, crawlv1alpha1.ConditionProvisioned), fmt.Sprintf("conditions %+v", p.Status.Conditions)
 	})
 	return p
@@ -234,24 +111,24 @@ func (h *harness) waitProvisioned(name string) *crawlv1alpha1.Proxy {
 // probe fetches the loopback target through the proxy at the Proxy's
 // status address, reports the verdict, and waits for the phase it implies.
 func (h *harness) probe(name string) *crawlv1alpha1.Proxy {
-	h.t.Helper()
-	p := h.get(name)
+	h.T.Helper()
+	p := h.Get(name)
 	addr := net.JoinHostPort(p.Status.IP, fmt.Sprint(p.Status.Port))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
 	res, err := proxytest.Fetch(ctx, &url.URL{Scheme: "http", Host: addr}, h.target+"/echo", nil)
 	if err != nil || res.Status != http.StatusOK {
-		h.t.Fatalf("request through %s: status %d, %v", addr, res.Status, err)
+		h.T.Fatalf("request through %s: status %d, %v", addr, res.Status, err)
 	}
 	var echo proxytest.Echo
 	if err := json.Unmarshal(res.Body, &echo); err != nil || len(echo.Header.Values("Via")) == 0 {
-		h.t.Fatalf("the target saw no Via header (%v): the request did not go through the proxy: %s", err, res.Body)
+		h.T.Fatalf("the target saw no Via header (%v): the request did not go through the proxy: %s", err, res.Body)
 	}
-	h.health.set(h.key(name), controller.HealthVerdict{Address: addr, Healthy: true, Message: "fetched through the proxy", Latency: time.Since(start), CheckedAt: time.Now()})
+	h.Health.Set(h.Key(name), controller.HealthVerdict{Address: addr, Healthy: true, Message: "fetched through the proxy", Latency: time.Since(start), CheckedAt: time.Now()})
 	var got *crawlv1alpha1.Proxy
-	h.eventually(20*time.Second, name+" Ready", func() (bool, string) {
-		got = h.get(name)
+	h.Eventually(20*time.Second, name+" Ready", func() (bool, string) {
+		got = h.Get(name)
 		return got.Status.Phase == crawlv1alpha1.PhaseReady, fmt.Sprintf("phase %q, conditions %+v", got.Status.Phase, got.Status.Conditions)
 	})
 	return got
@@ -276,7 +153,7 @@ func TestControllerCreatesVMThatBecomesReady(t *testing.T) {
 	port := startVMProxy(t, ip)
 	spec := gceProxy("p1", port)
 	spec.Spec.GCE.Spot = true
-	created := h.create(spec)
+	created := h.Create(spec)
 
 	p := h.waitProvisioned("p1")
 	name := provider.InstanceName(created.UID)
@@ -293,7 +170,7 @@ func TestControllerCreatesVMThatBecomesReady(t *testing.T) {
 	if !ok {
 		t.Fatal("no VM in the fake")
 	}
-	if vm.Labels["crawl-proxyfleet-io_proxy-uid"] != string(created.UID) || vm.Labels["crawl-proxyfleet-io_proxy-namespace"] != h.ns {
+	if vm.Labels["crawl-proxyfleet-io_proxy-uid"] != string(created.UID) || vm.Labels["crawl-proxyfleet-io_proxy-namespace"] != h.NS {
 		t.Errorf("labels %v", vm.Labels)
 	}
 	if vm.Scheduling == nil || vm.Scheduling.ProvisioningModel != "SPOT" {
@@ -303,11 +180,11 @@ func TestControllerCreatesVMThatBecomesReady(t *testing.T) {
 		t.Errorf("%d inserts, want 1", n)
 	}
 
-	if err := h.crawl.CrawlV1alpha1().Proxies(h.ns).Delete(context.Background(), "p1", metav1.DeleteOptions{}); err != nil {
+	if err := h.Crawl.CrawlV1alpha1().Proxies(h.NS).Delete(context.Background(), "p1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually(30*time.Second, "Proxy and VM gone", func() (bool, string) {
-		_, err := h.crawl.CrawlV1alpha1().Proxies(h.ns).Get(context.Background(), "p1", metav1.GetOptions{})
+	h.Eventually(30*time.Second, "Proxy and VM gone", func() (bool, string) {
+		_, err := h.Crawl.CrawlV1alpha1().Proxies(h.NS).Get(context.Background(), "p1", metav1.GetOptions{})
 		return apierrors.IsNotFound(err) && len(fake.Instances()) == 0, fmt.Sprintf("get: %v, %d VMs", err, len(fake.Instances()))
 	})
 }
@@ -318,14 +195,14 @@ func TestControllerReplacesVMOnSpecChange(t *testing.T) {
 	fake := gcetest.New(t, gcetest.WithAddress(func(_, _, _ string) string { return ip }), gcetest.WithSteps(2))
 	h := startController(t, fake)
 	port := startVMProxy(t, ip)
-	created := h.create(gceProxy("p1", port))
+	created := h.Create(gceProxy("p1", port))
 	h.waitProvisioned("p1")
 	h.probe("p1")
 	name := provider.InstanceName(created.UID)
 
-	h.update("p1", func(p *crawlv1alpha1.Proxy) { p.Spec.GCE.MachineType = "e2-medium" })
-	h.eventually(30*time.Second, "replacement VM running", func() (bool, string) {
-		p := h.get("p1")
+	h.Update("p1", func(p *crawlv1alpha1.Proxy) { p.Spec.GCE.MachineType = "e2-medium" })
+	h.Eventually(30*time.Second, "replacement VM running", func() (bool, string) {
+		p := h.Get("p1")
 		vm, ok := fake.Instance(gcetest.DefaultProject, defaultZone, name)
 		if !ok {
 			return false, "no VM"
@@ -350,19 +227,19 @@ func TestControllerQuotaExceededThenRecovers(t *testing.T) {
 	fake.SetFault(gcetest.MethodInsert, gcetest.QuotaExceeded())
 	h := startController(t, fake)
 	port := startVMProxy(t, ip)
-	h.create(gceProxy("p1", port))
+	h.Create(gceProxy("p1", port))
 
-	h.eventually(30*time.Second, "QuotaExceeded", func() (bool, string) {
-		p := h.get("p1")
+	h.Eventually(30*time.Second, "QuotaExceeded", func() (bool, string) {
+		p := h.Get("p1")
 		c := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionProvisioned)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == controller.ReasonQuotaExceeded &&
 			strings.Contains(c.Message, "Quota 'CPUS' exceeded"), fmt.Sprintf("conditions %+v", p.Status.Conditions)
 	})
-	if p := h.get("p1"); p.Status.Phase != crawlv1alpha1.PhaseProvisioning {
+	if p := h.Get("p1"); p.Status.Phase != crawlv1alpha1.PhaseProvisioning {
 		t.Errorf("phase %q while out of quota, want Provisioning", p.Status.Phase)
 	}
 	// The controller retries on its fixed schedule, not in a tight loop.
-	h.eventually(10*time.Second, "a quota retry", func() (bool, string) {
+	h.Eventually(10*time.Second, "a quota retry", func() (bool, string) {
 		n := fake.CallCount(gcetest.MethodInsert)
 		return n >= 2, fmt.Sprintf("%d inserts", n)
 	})
@@ -384,14 +261,14 @@ func TestGCCollectsOrphanedVM(t *testing.T) {
 	fake := gcetest.New(t, gcetest.WithAddress(func(_, _, _ string) string { return ip }), gcetest.WithZones(gcetest.DefaultProject, defaultZone, "test-zone-b"))
 	h := startController(t, fake)
 	port := startVMProxy(t, ip)
-	live := h.create(gceProxy("live", port))
+	live := h.Create(gceProxy("live", port))
 	h.waitProvisioned("live")
 	h.probe("live")
 	ctx := context.Background()
 
 	// An orphan left by a crash between Create and the status write of a
 	// Proxy deleted meanwhile: exact tags in metadata.
-	gone := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: "gone", UID: uuid.NewUUID()},
+	gone := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: "gone", UID: uuid.NewUUID()},
 		Spec: crawlv1alpha1.ProxySpec{Provider: crawlv1alpha1.ProviderGCE}}
 	orphan, err := h.gce.Create(ctx, provider.CreateRequest{Name: provider.InstanceName(gone.UID), Proxy: gone, Tags: provider.Tags(gone)})
 	if err != nil {
@@ -403,13 +280,13 @@ func TestGCCollectsOrphanedVM(t *testing.T) {
 	fake.Put(gcetest.DefaultProject, "test-zone-b", labelledVM(provider.InstanceName(labelledUID), map[string]string{
 		"crawl-proxyfleet-io_managed-by":      crawlv1alpha1.ManagedByValue,
 		"crawl-proxyfleet-io_proxy-uid":       string(labelledUID),
-		"crawl-proxyfleet-io_proxy-namespace": h.ns,
+		"crawl-proxyfleet-io_proxy-namespace": h.NS,
 		"crawl-proxyfleet-io_proxy-name":      "gone_too",
 	}))
 	// Not the operator's.
 	fake.Put(gcetest.DefaultProject, defaultZone, labelledVM("someone-elses", map[string]string{"team": "search"}))
 
-	factory := crawlinformers.NewSharedInformerFactoryWithOptions(h.crawl, 0, crawlinformers.WithNamespace(h.ns))
+	factory := crawlinformers.NewSharedInformerFactoryWithOptions(h.Crawl, 0, crawlinformers.WithNamespace(h.NS))
 	proxies := factory.Crawl().V1alpha1().Proxies()
 	lister := proxies.Lister()
 	stop := make(chan struct{})
@@ -421,7 +298,7 @@ func TestGCCollectsOrphanedVM(t *testing.T) {
 	collector, err := gc.New(gc.Config{
 		Providers: map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderGCE: h.gce},
 		Proxies:   lister,
-		Live:      h.crawl,
+		Live:      h.Crawl,
 		Interval:  time.Minute,
 	})
 	if err != nil {
@@ -431,7 +308,7 @@ func TestGCCollectsOrphanedVM(t *testing.T) {
 	if err != nil || deleted != 2 {
 		t.Fatalf("CollectOnce = %d, %v; want 2 orphans deleted", deleted, err)
 	}
-	h.eventually(10*time.Second, "orphans gone", func() (bool, string) {
+	h.Eventually(10*time.Second, "orphans gone", func() (bool, string) {
 		var names []string
 		for _, vm := range fake.Instances() {
 			// Get moves a deleted VM on to its end.
@@ -448,7 +325,7 @@ func TestGCCollectsOrphanedVM(t *testing.T) {
 	if _, ok := fake.Instance(gcetest.DefaultProject, defaultZone, "someone-elses"); !ok {
 		t.Error("a VM that is not the operator's was collected")
 	}
-	if p := h.get("live"); p.Status.Phase != crawlv1alpha1.PhaseReady {
+	if p := h.Get("live"); p.Status.Phase != crawlv1alpha1.PhaseReady {
 		t.Errorf("the live Proxy is %s after GC", p.Status.Phase)
 	}
 	if _, err := h.gce.Get(ctx, orphan.ID); !errors.Is(err, provider.ErrNotFound) {

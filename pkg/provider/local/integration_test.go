@@ -18,15 +18,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2/ktesting"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/controller/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
-	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
 	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
@@ -67,56 +65,26 @@ func (c *countingProvider) Get(ctx context.Context, id string) (provider.Instanc
 // cancels the controller and waits for it; the instances stay.
 func runOperator(t *testing.T, ns, stateDir string) (*countingProvider, func()) {
 	t.Helper()
-	cfg := apiServer(t).Config
-	_, logCtx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(logCtx)
-	crawl := versioned.NewForConfigOrDie(cfg)
-	kube := kubernetes.NewForConfigOrDie(cfg)
-	crawlFactory := crawlinformers.NewSharedInformerFactoryWithOptions(crawl, 0, crawlinformers.WithNamespace(ns))
-	kubeFactory := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithNamespace(ns))
-	secrets := kubeFactory.Core().V1().Secrets()
-
-	lp, err := local.New(local.Options{
-		StateDir: stateDir,
-		Binary:   proxytest.ForwardProxyBinary(t),
-		Secrets: func(_ context.Context, namespace, name string) (*corev1.Secret, error) {
-			return secrets.Lister().Secrets(namespace).Get(name)
+	var prov *countingProvider
+	h := controllertest.Start(t, apiServer(t).Config, controllertest.Options{
+		Namespace: ns,
+		Workers:   2,
+		ProvidersWithSecrets: func(secrets corelisters.SecretLister) map[crawlv1alpha1.ProviderName]provider.Provider {
+			lp, err := local.New(local.Options{
+				StateDir: stateDir,
+				Binary:   proxytest.ForwardProxyBinary(t),
+				Secrets: func(_ context.Context, namespace, name string) (*corev1.Secret, error) {
+					return secrets.Secrets(namespace).Get(name)
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prov = &countingProvider{Provider: lp, calls: map[string]int{}}
+			return map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderLocal: prov}
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prov := &countingProvider{Provider: lp, calls: map[string]int{}}
-	ctrl, err := controller.NewController(controller.Config{
-		CrawlClient:      crawl,
-		KubeClient:       kube,
-		ProxyInformer:    crawlFactory.Crawl().V1alpha1().Proxies(),
-		SecretInformer:   secrets,
-		Providers:        map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderLocal: prov},
-		ProvisioningPoll: 100 * time.Millisecond,
-		DeletionPoll:     100 * time.Millisecond,
-		DriftPoll:        time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	crawlFactory.Start(ctx.Done())
-	kubeFactory.Start(ctx.Done())
-	runDone := make(chan error, 1)
-	go func() { runDone <- ctrl.Run(ctx, 2) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-runDone; err != nil {
-				t.Errorf("controller.Run: %v", err)
-			}
-			crawlFactory.Shutdown()
-			kubeFactory.Shutdown()
-		})
-	}
-	t.Cleanup(stop)
-	return prov, stop
+	return prov, h.Stop
 }
 
 func TestControllerRunsLocalInstances(t *testing.T) {
