@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"k8s.io/klog/v2"
@@ -39,6 +41,10 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "proxy-operator: unexpected arguments %q: every setting is a flag (see -help)\n", flag.Args())
 		return 2
 	}
+	if err := refuseBodyDumps(); err != nil {
+		fmt.Fprintf(os.Stderr, "proxy-operator: invalid flags: %v\n", err)
+		return 2
+	}
 	if err := opts.Validate(); err != nil {
 		fmt.Fprintf(os.Stderr, "proxy-operator: invalid flags:\n%v\n", err)
 		return 2
@@ -59,4 +65,28 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// maxVerbosity is the highest -v the operator accepts. From -v=8 client-go
+// logs request and response bodies, and the bodies of Secrets (cloud-init,
+// credentials) are Secret content: never logged, at any verbosity.
+const maxVerbosity = 7
+
+// refuseBodyDumps rejects -v and -vmodule levels at which client-go would
+// log request bodies.
+func refuseBodyDumps() error {
+	if v := flag.Lookup("v"); v != nil {
+		if level, err := strconv.Atoi(v.Value.String()); err == nil && level > maxVerbosity {
+			return fmt.Errorf("-v=%d: the highest level is %d (above it client-go logs request bodies, Secrets included)", level, maxVerbosity)
+		}
+	}
+	if vm := flag.Lookup("vmodule"); vm != nil && vm.Value.String() != "" {
+		for _, entry := range strings.Split(vm.Value.String(), ",") {
+			_, levelText, _ := strings.Cut(entry, "=")
+			if level, err := strconv.Atoi(levelText); err == nil && level > maxVerbosity {
+				return fmt.Errorf("-vmodule=%s: the highest level is %d (above it client-go logs request bodies, Secrets included)", entry, maxVerbosity)
+			}
+		}
+	}
+	return nil
 }

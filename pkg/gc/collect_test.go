@@ -89,11 +89,12 @@ func (l *eventLog) all() []event {
 type metricLog struct {
 	mu        sync.Mutex
 	collected map[string]int
+	calls     map[string]int // "provider/op" → count
 	observed  chan string
 }
 
 func newMetricLog() *metricLog {
-	return &metricLog{collected: map[string]int{}, observed: make(chan string, 100)}
+	return &metricLog{collected: map[string]int{}, calls: map[string]int{}, observed: make(chan string, 100)}
 }
 
 func (m *metricLog) ObserveCollected(providerName string, n int) {
@@ -104,6 +105,13 @@ func (m *metricLog) ObserveCollected(providerName string, n int) {
 	case m.observed <- providerName:
 	default:
 	}
+}
+
+// ObserveProviderCall counts calls per "provider/op" beside the deletions.
+func (m *metricLog) ObserveProviderCall(providerName, op string, _ error) {
+	m.mu.Lock()
+	m.calls[providerName+"/"+op]++
+	m.mu.Unlock()
 }
 
 func (m *metricLog) snapshot() map[string]int {
@@ -527,6 +535,12 @@ func TestRunCollectsWithinOneInterval(t *testing.T) {
 	}
 	if diff := gocmp.Diff(map[string]int{string(local): 2}, f.metrics.snapshot()); diff != "" {
 		t.Errorf("collected (-want +got):\n%s", diff)
+	}
+	f.metrics.mu.Lock()
+	lists, deletes := f.metrics.calls[string(local)+"/list"], f.metrics.calls[string(local)+"/delete"]
+	f.metrics.mu.Unlock()
+	if lists < 2 || deletes != 2 {
+		t.Errorf("provider calls counted: %d lists, %d deletes; want a list per round (>= 2) and 2 deletes", lists, deletes)
 	}
 }
 

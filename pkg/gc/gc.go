@@ -52,11 +52,15 @@ const liveReadTimeout = 30 * time.Second
 // see pkg/metrics.
 type Metrics interface {
 	ObserveCollected(provider string, n int)
+	// ObserveProviderCall counts a provider call (op "list" or "delete") and
+	// its error class, beside the controller's calls.
+	ObserveProviderCall(provider, op string, err error)
 }
 
 type noMetrics struct{}
 
-func (noMetrics) ObserveCollected(string, int) {}
+func (noMetrics) ObserveCollected(string, int)              {}
+func (noMetrics) ObserveProviderCall(string, string, error) {}
 
 // Config is what a Collector needs.
 type Config struct {
@@ -194,6 +198,7 @@ func (c *Collector) cachedUIDs() (sets.Set[types.UID], error) {
 func (c *Collector) collect(ctx context.Context, providerName crawlv1alpha1.ProviderName, prov provider.Provider, cached sets.Set[types.UID]) (int, error) {
 	logger := klog.FromContext(ctx).WithValues("provider", providerName)
 	instances, err := prov.ListByTag(ctx, crawlv1alpha1.TagManagedBy, crawlv1alpha1.ManagedByValue)
+	c.metrics.ObserveProviderCall(string(providerName), "list", err)
 	if err != nil {
 		return 0, fmt.Errorf("listing instances: %w", err)
 	}
@@ -214,7 +219,9 @@ func (c *Collector) collect(ctx context.Context, providerName crawlv1alpha1.Prov
 			}
 			continue
 		}
-		if err := prov.Delete(ctx, inst.ID); err != nil {
+		err := prov.Delete(ctx, inst.ID)
+		c.metrics.ObserveProviderCall(string(providerName), "delete", err)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("deleting orphaned instance %s: %w", inst.ID, err))
 			continue
 		}

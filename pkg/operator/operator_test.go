@@ -253,6 +253,16 @@ func TestStartupErrors(t *testing.T) {
 			wantCode: 0,
 			wantLog:  "proxy-operator ",
 		},
+		"verbosity that would log request bodies": {
+			args:     []string{"--v=9"},
+			wantCode: 2,
+			wantLog:  "-v=9: the highest level is 7",
+		},
+		"vmodule that would log request bodies": {
+			args:     []string{"--vmodule=round_trippers=8"},
+			wantCode: 2,
+			wantLog:  "-vmodule=round_trippers=8: the highest level is 7",
+		},
 		"invalid flag": {
 			args:     []string{"--workers=0"},
 			wantCode: 2,
