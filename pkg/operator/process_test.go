@@ -27,6 +27,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
 )
 
 // pollInterval is how often tests look again; waits are bounded by a deadline.
@@ -82,7 +83,7 @@ func startOperator(t *testing.T, name, ns string, extra ...string) *operatorProc
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	// No $KUBECONFIG from the developer's shell: the flag must be what counts.
 	p.cmd.Env = append(os.Environ(), "KUBECONFIG=")
-	if raceEnabled && os.Getenv("GORACE") == "" {
+	if operatortest.RaceEnabled && os.Getenv("GORACE") == "" {
 		// A race-enabled binary sleeps a second before exiting by default;
 		// that would blur the shutdown timings measured here.
 		p.cmd.Env = append(p.cmd.Env, "GORACE=atexit_sleep_ms=0")

@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
 )
 
 // pollInterval is how often tests look again; every wait has a deadline.
@@ -91,7 +93,7 @@ func startOperator(t *testing.T, name, kubeconfig string, extraEnv []string, arg
 	// No $KUBECONFIG or $POD_NAME from the developer's shell.
 	p.cmd.Env = append(os.Environ(), "KUBECONFIG=", "POD_NAME=", "POD_NAMESPACE=")
 	p.cmd.Env = append(p.cmd.Env, extraEnv...)
-	if raceEnabled && os.Getenv("GORACE") == "" {
+	if operatortest.RaceEnabled && os.Getenv("GORACE") == "" {
 		p.cmd.Env = append(p.cmd.Env, "GORACE=atexit_sleep_ms=0")
 	}
 	if err := p.cmd.Start(); err != nil {

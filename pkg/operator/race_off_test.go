@@ -1,5 +1,0 @@
-//go:build !race
-
-package operator_test
-
-const raceEnabled = false
