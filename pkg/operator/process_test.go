@@ -1,11 +1,9 @@
 package operator_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -19,8 +17,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -163,32 +159,14 @@ func (p *operatorProcess) logs(t *testing.T) string {
 
 // get fetches path from the metrics server.
 func (p *operatorProcess) get(ctx context.Context, path string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.metricsURL+path, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, body, err
+	return operatortest.Get(ctx, p.metricsURL+path)
 }
 
 // scrape reads /metrics.
 func (p *operatorProcess) scrape(ctx context.Context) (scraped, error) {
-	code, body, err := p.get(ctx, "/metrics")
+	families, err := operatortest.Scrape(ctx, p.metricsURL)
 	if err != nil {
-		return nil, err
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %d %s", code, body)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("parsing /metrics of %s: %w", p.name, err)
+		return nil, fmt.Errorf("operator %s: %w", p.name, err)
 	}
 	return families, nil
 }

@@ -1,13 +1,10 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,8 +16,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -181,32 +176,14 @@ func (p *operatorProcess) logs() string {
 
 // get fetches path from the metrics server.
 func (p *operatorProcess) get(ctx context.Context, path string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.metricsURL+path, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, body, err
+	return operatortest.Get(ctx, p.metricsURL+path)
 }
 
 // scrape reads /metrics.
 func (p *operatorProcess) scrape(ctx context.Context) (scraped, error) {
-	code, body, err := p.get(ctx, "/metrics")
+	families, err := operatortest.Scrape(ctx, p.metricsURL)
 	if err != nil {
-		return nil, err
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %d %s", code, body)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("parsing /metrics of %s: %w", p.name, err)
+		return nil, fmt.Errorf("operator %s: %w", p.name, err)
 	}
 	return families, nil
 }
