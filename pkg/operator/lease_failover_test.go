@@ -20,6 +20,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/operator"
+	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
 )
 
@@ -133,7 +134,7 @@ func TestLeaseFailover(t *testing.T) {
 		}
 		return nil
 	})
-	leader.kill(t)
+	kill(t, leader)
 	killed := time.Now()
 	liveAtKill := w.liveAt(killed)
 	horizon, err := persistedHorizon(t.Context(), t, ns)
@@ -338,11 +339,11 @@ var leaseAddrLine = regexp.MustCompile(`"Serving the lease API" addr="([^"]+)"`)
 
 // leaseAPIOf finds the address p serves the lease API on in its log (its
 // --lease-addr is a free port picked by startOperator).
-func leaseAPIOf(t *testing.T, p *operatorProcess) *leaseAPI {
+func leaseAPIOf(t *testing.T, p *operatortest.Process) *leaseAPI {
 	t.Helper()
 	var addr string
-	eventually(t, startTimeout, "operator "+p.name+" serves the lease API", func(context.Context) error {
-		m := leaseAddrLine.FindStringSubmatch(p.logs(t))
+	eventually(t, startTimeout, "operator "+p.Name+" serves the lease API", func(context.Context) error {
+		m := leaseAddrLine.FindStringSubmatch(p.Logs())
 		if m == nil {
 			return errors.New("no \"Serving the lease API\" line in its log yet")
 		}
@@ -353,7 +354,7 @@ func leaseAPIOf(t *testing.T, p *operatorProcess) *leaseAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &leaseAPI{name: p.name, addr: addr, client: c}
+	return &leaseAPI{name: p.Name, addr: addr, client: c}
 }
 
 // leading is nil once the replica answers /readyz of the lease API: it leads.

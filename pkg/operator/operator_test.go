@@ -11,6 +11,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
 )
 
 // Generous bounds for a 2-core machine running race-enabled operators next
@@ -30,13 +32,13 @@ func TestLeaderFailover(t *testing.T) {
 
 	leader, standbys := waitForLeader(t, startTimeout, a, b)
 	standby := standbys[0]
-	t.Logf("operator %s leads, %s stands by", leader.name, standby.name)
+	t.Logf("operator %s leads, %s stands by", leader.Name, standby.Name)
 	// Every replica serves health; a standby's caches are warm, so it is ready too.
-	for _, p := range []*operatorProcess{a, b} {
+	for _, p := range []*operatortest.Process{a, b} {
 		waitReady(t, p, startTimeout)
-		code, body, err := p.get(t.Context(), "/healthz")
+		code, body, err := p.Get(t.Context(), "/healthz")
 		if err != nil || code != http.StatusOK {
-			t.Fatalf("operator %s /healthz: %d %s %v", p.name, code, body, err)
+			t.Fatalf("operator %s /healthz: %d %s %v", p.Name, code, body, err)
 		}
 	}
 
@@ -46,30 +48,30 @@ func TestLeaderFailover(t *testing.T) {
 	}
 	waitConverged(t, ns, fleet, convergeTimeout)
 
-	leaderMetrics, err := leader.scrape(t.Context())
+	leaderMetrics, err := leader.Scrape(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := leaderMetrics.sum("proxy_operator_reconcile_total"); got < fleet {
-		t.Errorf("leader %s: proxy_operator_reconcile_total = %v, want at least %d", leader.name, got, fleet)
+	if got, _ := leaderMetrics.Value("proxy_operator_reconcile_total", nil); got < fleet {
+		t.Errorf("leader %s: proxy_operator_reconcile_total = %v, want at least %d", leader.Name, got, fleet)
 	}
-	if got := leaderMetrics.sum("proxy_operator_proxies"); got != fleet {
-		t.Errorf("leader %s: proxy_operator_proxies = %v, want %d", leader.name, got, fleet)
+	if got, _ := leaderMetrics.Value("proxy_operator_proxies", nil); got != fleet {
+		t.Errorf("leader %s: proxy_operator_proxies = %v, want %d", leader.Name, got, fleet)
 	}
-	standbyMetrics, err := standby.scrape(t.Context())
+	standbyMetrics, err := standby.Scrape(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := standbyMetrics["proxy_operator_reconcile_total"]; !ok {
-		t.Errorf("standby %s exports no proxy_operator_reconcile_total; want it at 0", standby.name)
+		t.Errorf("standby %s exports no proxy_operator_reconcile_total; want it at 0", standby.Name)
 	}
 	for name, want := range map[string]float64{
 		"proxy_operator_reconcile_total": 0,
 		"proxy_operator_leader":          0,
 		"proxy_operator_proxies":         fleet, // warm cache
 	} {
-		if got := standbyMetrics.sum(name); got != want {
-			t.Errorf("standby %s: %s = %v, want %v", standby.name, name, got, want)
+		if got, _ := standbyMetrics.Value(name, nil); got != want {
+			t.Errorf("standby %s: %s = %v, want %v", standby.Name, name, got, want)
 		}
 	}
 
@@ -77,13 +79,13 @@ func TestLeaderFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leader.kill(t)
+	kill(t, leader)
 	killed := time.Now()
 
 	// The Lease lasts 3s after the last renewal; the standby retries every
 	// 500ms (with jitter). 3s + a few seconds of slack.
-	eventually(t, 8*time.Second, "standby "+standby.name+" takes over", func(ctx context.Context) error {
-		v, err := standby.leader(ctx)
+	eventually(t, 8*time.Second, "standby "+standby.Name+" takes over", func(ctx context.Context) error {
+		v, err := leaderGauge(ctx, standby)
 		if err != nil {
 			return err
 		}
@@ -92,7 +94,7 @@ func TestLeaderFailover(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("operator %s took over %v after the leader was killed", standby.name, time.Since(killed).Round(100*time.Millisecond))
+	t.Logf("operator %s took over %v after the leader was killed", standby.Name, time.Since(killed).Round(100*time.Millisecond))
 	if holder, err := leaseHolder(t.Context(), t, ns); err != nil || holder == oldHolder || holder == "" {
 		t.Errorf("Lease holder after failover = %q (err %v); want a new holder, not %q", holder, err, oldHolder)
 	}
@@ -113,12 +115,12 @@ func TestLeaderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitConverged(t, ns, fleet+1, convergeTimeout)
-	after, err := standby.scrape(t.Context())
+	after, err := standby.Scrape(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := after.sum("proxy_operator_reconcile_total"); got < 2 {
-		t.Errorf("new leader %s: proxy_operator_reconcile_total = %v, want at least 2", standby.name, got)
+	if got, _ := after.Value("proxy_operator_reconcile_total", nil); got < 2 {
+		t.Errorf("new leader %s: proxy_operator_reconcile_total = %v, want at least 2", standby.Name, got)
 	}
 }
 
@@ -136,7 +138,7 @@ func TestSIGTERMReleasesLease(t *testing.T) {
 	waitForLeader(t, startTimeout, a)
 	b := startOperator(t, "b", ns, longLease...)
 	waitReady(t, b, startTimeout)
-	if v, err := b.leader(t.Context()); err != nil || v != 0 {
+	if v, err := leaderGauge(t.Context(), b); err != nil || v != 0 {
 		t.Fatalf("standby b: proxy_operator_leader = %v (err %v), want 0", v, err)
 	}
 	createExternalProxy(t, ns, "px", 31280)
@@ -146,9 +148,9 @@ func TestSIGTERMReleasesLease(t *testing.T) {
 		t.Fatalf("Lease holder = %q (err %v), want a's identity", holder, err)
 	}
 
-	a.signal(t, syscall.SIGTERM)
+	a.Signal(t, syscall.SIGTERM)
 	stopped := time.Now()
-	if code := a.waitExit(t, 5*time.Second); code != 0 {
+	if code := a.WaitExit(t, 5*time.Second); code != 0 {
 		t.Errorf("operator a exit code after SIGTERM = %d, want 0", code)
 	}
 	t.Logf("operator a exited %v after SIGTERM", time.Since(stopped).Round(10*time.Millisecond))
@@ -160,7 +162,7 @@ func TestSIGTERMReleasesLease(t *testing.T) {
 		t.Errorf("Lease still held by %q after a exited; want it released", holder)
 	}
 	eventually(t, 5*time.Second, "standby b takes over the released lease", func(ctx context.Context) error {
-		v, err := b.leader(ctx)
+		v, err := leaderGauge(ctx, b)
 		if err != nil {
 			return err
 		}
@@ -169,7 +171,7 @@ func TestSIGTERMReleasesLease(t *testing.T) {
 		}
 		return nil
 	})
-	logs := a.logs(t)
+	logs := a.Logs()
 	for _, step := range []string{
 		"Controller stopped: workers finished their items",
 		"Leader election stopped; lease released if held",
@@ -207,10 +209,10 @@ func TestLostLeaseExits(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Renew deadline 2s, retry 500ms, then the drain.
-	if code := a.waitExit(t, 10*time.Second); code != 1 {
+	if code := a.WaitExit(t, 10*time.Second); code != 1 {
 		t.Errorf("exit code after losing the lease = %d, want 1", code)
 	}
-	if logs := a.logs(t); !strings.Contains(logs, "lost the leader lease") {
+	if logs := a.Logs(); !strings.Contains(logs, "lost the leader lease") {
 		t.Errorf("log of a does not say it lost the lease")
 	}
 	if holder, err := leaseHolder(t.Context(), t, ns); err != nil || holder != "thief" {
@@ -229,8 +231,8 @@ func TestNoLeaderElection(t *testing.T) {
 	if _, err := kube.CoordinationV1().Leases(ns).Get(t.Context(), "proxy-operator", metav1.GetOptions{}); err == nil {
 		t.Errorf("a Lease exists although --leader-elect=false")
 	}
-	a.signal(t, syscall.SIGTERM)
-	if code := a.waitExit(t, 5*time.Second); code != 0 {
+	a.Signal(t, syscall.SIGTERM)
+	if code := a.WaitExit(t, 5*time.Second); code != 0 {
 		t.Errorf("exit code after SIGTERM = %d, want 0", code)
 	}
 }
@@ -272,10 +274,10 @@ func TestStartupErrors(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			p := startOperator(t, dnsName(name), ns, tc.args...)
-			if code := p.waitExit(t, 30*time.Second); code != tc.wantCode {
+			if code := p.WaitExit(t, 30*time.Second); code != tc.wantCode {
 				t.Errorf("exit code = %d, want %d", code, tc.wantCode)
 			}
-			if logs := p.logs(t); !strings.Contains(logs, tc.wantLog) {
+			if logs := p.Logs(); !strings.Contains(logs, tc.wantLog) {
 				t.Errorf("log lacks %q:\n%s", tc.wantLog, logs)
 			}
 		})

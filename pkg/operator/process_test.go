@@ -4,19 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -29,16 +24,6 @@ import (
 // pollInterval is how often tests look again; waits are bounded by a deadline.
 const pollInterval = 100 * time.Millisecond
 
-// operatorProcess is one cmd/proxy-operator process under test.
-type operatorProcess struct {
-	name       string
-	cmd        *exec.Cmd
-	metricsURL string
-	logPath    string
-	exited     chan struct{}
-	waitErr    error // set before exited closes
-}
-
 // leaseTimings are short leader-election settings, so failover fits a test.
 var leaseTimings = []string{
 	"--leader-elect-lease-duration=3s",
@@ -49,150 +34,46 @@ var leaseTimings = []string{
 // startOperator runs the operator against env with flags for ns (its
 // Proxies and its Lease) plus extra; it is killed when the test ends and
 // its log is printed if the test failed (or OPERATOR_TEST_LOGS is set).
-func startOperator(t *testing.T, name, ns string, extra ...string) *operatorProcess {
+func startOperator(t *testing.T, name, ns string, extra ...string) *operatortest.Process {
 	t.Helper()
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 2)
-	args := append([]string{
-		"--kubeconfig=" + kubeconfig,
-		"--namespace=" + ns,
-		"--leader-elect-namespace=" + ns,
-		fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]),
-		fmt.Sprintf("--lease-addr=127.0.0.1:%d", ports[1]),
-		"-v=2",
-	}, extra...)
-	p := &operatorProcess{
-		name:       name,
-		metricsURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
-		logPath:    filepath.Join(dir, name+".log"),
-		exited:     make(chan struct{}),
-	}
-	logFile, err := os.Create(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(operatorBinary, args...)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	// No $KUBECONFIG from the developer's shell: the flag must be what counts.
-	p.cmd.Env = append(os.Environ(), "KUBECONFIG=")
-	if operatortest.RaceEnabled && os.Getenv("GORACE") == "" {
-		// A race-enabled binary sleeps a second before exiting by default;
-		// that would blur the shutdown timings measured here.
-		p.cmd.Env = append(p.cmd.Env, "GORACE=atexit_sleep_ms=0")
-	}
-	if err := p.cmd.Start(); err != nil {
-		logFile.Close()
-		t.Fatalf("starting operator %s: %v", name, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		logFile.Close()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() || os.Getenv("OPERATOR_TEST_LOGS") != "" {
-			logs, _ := os.ReadFile(p.logPath)
-			t.Logf("log of operator %s:\n%s", name, logs)
-		}
+	return operatortest.Start(t, operatortest.ProcessOptions{
+		Binary: operatorBinary,
+		Name:   name,
+		Args: append([]string{
+			"--kubeconfig=" + kubeconfig,
+			"--namespace=" + ns,
+			"--leader-elect-namespace=" + ns,
+			"-v=2",
+		}, extra...),
+		LogsEnv: "OPERATOR_TEST_LOGS",
 	})
-	return p
 }
 
-// kill ends the process with SIGKILL: no drain, no lease release.
-func (p *operatorProcess) kill(t *testing.T) {
+// kill ends p with SIGKILL (no drain, no lease release), failing the test
+// if p had already ended on its own.
+func kill(t *testing.T, p *operatortest.Process) {
 	t.Helper()
-	if err := p.cmd.Process.Kill(); err != nil {
-		t.Fatalf("killing operator %s: %v", p.name, err)
+	if !p.Running() {
+		t.Fatalf("operator %s ended before being killed: %s", p.Name, p.Exit())
 	}
-	<-p.exited
+	p.Kill()
 }
 
-// signal sends sig to the process.
-func (p *operatorProcess) signal(t *testing.T, sig os.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signalling operator %s: %v", p.name, err)
-	}
-}
-
-// waitExit waits up to timeout for the process to exit and returns its exit code.
-func (p *operatorProcess) waitExit(t *testing.T, timeout time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.exited:
-	case <-time.After(timeout):
-		t.Fatalf("operator %s still running %v after being asked to stop", p.name, timeout)
-	}
-	var exitErr *exec.ExitError
-	switch {
-	case p.waitErr == nil:
-		return 0
-	case errors.As(p.waitErr, &exitErr):
-		if status, ok := exitErr.Sys().(syscall.WaitStatus); ok && status.Signaled() {
-			t.Fatalf("operator %s died of %v", p.name, status.Signal())
-		}
-		return exitErr.ExitCode()
-	default:
-		t.Fatalf("operator %s: %v", p.name, p.waitErr)
-		return -1
-	}
-}
-
-func (p *operatorProcess) logs(t *testing.T) string {
-	t.Helper()
-	data, err := os.ReadFile(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data)
-}
-
-// get fetches path from the metrics server.
-func (p *operatorProcess) get(ctx context.Context, path string) (int, []byte, error) {
-	return operatortest.Get(ctx, p.metricsURL+path)
-}
-
-// scrape reads /metrics.
-func (p *operatorProcess) scrape(ctx context.Context) (scraped, error) {
-	families, err := operatortest.Scrape(ctx, p.metricsURL)
-	if err != nil {
-		return nil, fmt.Errorf("operator %s: %w", p.name, err)
-	}
-	return families, nil
-}
-
-// scraped is one scrape, by metric name.
-type scraped map[string]*dto.MetricFamily
-
-// sum adds up every series of a counter or gauge.
-func (s scraped) sum(name string) float64 {
-	var total float64
-	for _, m := range s[name].GetMetric() {
-		total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-	}
-	return total
-}
-
-// leader is the proxy_operator_leader gauge: 1 while the process leads.
-func (p *operatorProcess) leader(ctx context.Context) (float64, error) {
-	s, err := p.scrape(ctx)
+// leaderGauge is p's proxy_operator_leader gauge: 1 while p leads.
+func leaderGauge(ctx context.Context, p *operatortest.Process) (float64, error) {
+	s, err := p.Scrape(ctx)
 	if err != nil {
 		return 0, err
 	}
-	if _, ok := s["proxy_operator_leader"]; !ok {
+	v, ok := s.Value("proxy_operator_leader", nil)
+	if !ok {
 		return 0, errors.New("no proxy_operator_leader in /metrics")
 	}
-	return s.sum("proxy_operator_leader"), nil
+	return v, nil
 }
 
 // eventually polls check until it returns nil, and fails the test with its
@@ -217,19 +98,19 @@ func eventually(t *testing.T, timeout time.Duration, what string, check func(ctx
 }
 
 // waitForLeader waits until exactly one of ps leads and returns it and the others.
-func waitForLeader(t *testing.T, timeout time.Duration, ps ...*operatorProcess) (leader *operatorProcess, standbys []*operatorProcess) {
+func waitForLeader(t *testing.T, timeout time.Duration, ps ...*operatortest.Process) (leader *operatortest.Process, standbys []*operatortest.Process) {
 	t.Helper()
 	eventually(t, timeout, "one operator leads", func(ctx context.Context) error {
 		leader, standbys = nil, nil
 		var leading []string
 		for _, p := range ps {
-			v, err := p.leader(ctx)
+			v, err := leaderGauge(ctx, p)
 			if err != nil {
 				return err
 			}
 			if v == 1 {
 				leader = p
-				leading = append(leading, p.name)
+				leading = append(leading, p.Name)
 			} else {
 				standbys = append(standbys, p)
 			}
@@ -243,10 +124,10 @@ func waitForLeader(t *testing.T, timeout time.Duration, ps ...*operatorProcess) 
 }
 
 // waitReady waits until /readyz of p says 200.
-func waitReady(t *testing.T, p *operatorProcess, timeout time.Duration) {
+func waitReady(t *testing.T, p *operatortest.Process, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, "operator "+p.name+" ready", func(ctx context.Context) error {
-		code, body, err := p.get(ctx, "/readyz")
+	eventually(t, timeout, "operator "+p.Name+" ready", func(ctx context.Context) error {
+		code, body, err := p.Get(ctx, "/readyz")
 		if err != nil {
 			return err
 		}
@@ -255,20 +136,6 @@ func waitReady(t *testing.T, p *operatorProcess, timeout time.Duration) {
 		}
 		return nil
 	})
-}
-
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 func clients(t *testing.T) (kubernetes.Interface, versioned.Interface) {

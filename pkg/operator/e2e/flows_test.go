@@ -545,7 +545,7 @@ func (r *operatorRun) leaseCall(ctx context.Context, method, path string, body a
 		}
 		reader = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+r.op.leaseAddr+path, reader)
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+r.op.LeaseAddr+path, reader)
 	if err != nil {
 		return 0, nil, err
 	}

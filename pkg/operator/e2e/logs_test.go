@@ -65,7 +65,7 @@ func TestLogsAndEventsCarryNoSecrets(t *testing.T) {
 					values = append(values, string(v))
 				}
 				forbidden := secretForms(append(secretValues.all(), values...))
-				logs := r.op.logs()
+				logs := r.op.Logs()
 				t.Logf("%d log lines, %d bytes, for %v syncs", strings.Count(logs, "\n"), len(logs), syncs)
 
 				sources := map[string]string{
@@ -128,16 +128,16 @@ func (r *operatorRun) waitIdle(t *testing.T) float64 {
 	t.Helper()
 	var syncs float64
 	eventually(t, 20*time.Second, "the operator idles", func(ctx context.Context) error {
-		s, err := r.op.scrape(ctx)
+		s, err := r.op.Scrape(ctx)
 		if err != nil {
 			return err
 		}
 		proxies := map[string]string{"name": "proxies"}
-		depth, _ := s.value("workqueue_depth", proxies)
-		busy, _ := s.value("workqueue_unfinished_work_seconds", proxies)
-		done, _ := s.value("workqueue_work_duration_seconds", proxies)
-		syncs, _ = s.value("proxy_operator_reconcile_total", nil)
-		unknown, _ := s.value("proxy_operator_proxies_by_verdict", map[string]string{"verdict": "unknown"})
+		depth, _ := s.Value("workqueue_depth", proxies)
+		busy, _ := s.Value("workqueue_unfinished_work_seconds", proxies)
+		done, _ := s.Value("workqueue_work_duration_seconds", proxies)
+		syncs, _ = s.Value("proxy_operator_reconcile_total", nil)
+		unknown, _ := s.Value("proxy_operator_proxies_by_verdict", map[string]string{"verdict": "unknown"})
 		if depth != 0 || busy != 0 || syncs != done || unknown != 0 {
 			return fmt.Errorf("depth %v, unfinished work %vs, %v syncs counted, %v finished, %v proxies without a verdict", depth, busy, syncs, done, unknown)
 		}

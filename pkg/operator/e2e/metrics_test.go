@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
 )
 
 // operationsDoc lists every metric the operator exports, in its Metrics table.
@@ -98,10 +99,10 @@ func TestMetricsDocumented(t *testing.T) {
 	// Quiet: nothing queued or running and every proxy probed, so that
 	// the counts can be compared.
 	r.waitIdle(t)
-	var got scraped
+	var got operatortest.Scraped
 	eventually(t, 10*time.Second, "proxy_operator_proxies matches the Proxies", func(ctx context.Context) error {
 		var err error
-		if got, err = r.op.scrape(ctx); err != nil {
+		if got, err = r.op.Scrape(ctx); err != nil {
 			return err
 		}
 		return r.proxiesByPhaseMatch(ctx, got)
@@ -160,22 +161,22 @@ func TestMetricsDocumented(t *testing.T) {
 // sane checks the values the flows determine: one orphan collected, both
 // Managed proxies created through the kubernetes provider, the refused
 // creates counted as transient errors and retried, and so on.
-var sane = map[string]func(scraped) error{
-	"proxy_operator_reconcile_total": func(s scraped) error {
+var sane = map[string]func(operatortest.Scraped) error{
+	"proxy_operator_reconcile_total": func(s operatortest.Scraped) error {
 		return atLeast(s, "proxy_operator_reconcile_total", 1,
 			map[string]string{"result": "success"}, map[string]string{"result": "requeue"}, map[string]string{"result": "error"})
 	},
-	"proxy_operator_reconcile_duration_seconds": func(s scraped) error {
+	"proxy_operator_reconcile_duration_seconds": func(s operatortest.Scraped) error {
 		for _, result := range []string{"success", "requeue", "error"} {
-			n, _ := s.value("proxy_operator_reconcile_total", map[string]string{"result": result})
-			observed, _ := s.value("proxy_operator_reconcile_duration_seconds", map[string]string{"result": result})
+			n, _ := s.Value("proxy_operator_reconcile_total", map[string]string{"result": result})
+			observed, _ := s.Value("proxy_operator_reconcile_duration_seconds", map[string]string{"result": result})
 			if n != observed {
 				return fmt.Errorf("%v %s durations for %v syncs", observed, result, n)
 			}
 		}
 		return nil
 	},
-	"proxy_operator_provider_calls_total": func(s scraped) error {
+	"proxy_operator_provider_calls_total": func(s operatortest.Scraped) error {
 		k := func(op string) map[string]string { return map[string]string{"provider": "kubernetes", "op": op} }
 		// create: both Managed proxies, and the refused retries.
 		if err := atLeast(s, "proxy_operator_provider_calls_total", 2, k("create")); err != nil {
@@ -190,17 +191,17 @@ var sane = map[string]func(scraped) error{
 		}
 		return nil
 	},
-	"proxy_operator_provider_errors_total": func(s scraped) error {
+	"proxy_operator_provider_errors_total": func(s operatortest.Scraped) error {
 		return atLeast(s, "proxy_operator_provider_errors_total", 1,
 			map[string]string{"provider": "kubernetes", "op": "create", "class": "transient"})
 	},
-	"proxy_operator_gc_collected_total": func(s scraped) error {
+	"proxy_operator_gc_collected_total": func(s operatortest.Scraped) error {
 		return exactly(s, "proxy_operator_gc_collected_total", map[string]string{"provider": "kubernetes"}, 1)
 	},
-	"proxy_operator_leader": func(s scraped) error {
+	"proxy_operator_leader": func(s operatortest.Scraped) error {
 		return exactly(s, "proxy_operator_leader", nil, 1)
 	},
-	"proxy_operator_build_info": func(s scraped) error {
+	"proxy_operator_build_info": func(s operatortest.Scraped) error {
 		for _, m := range s["proxy_operator_build_info"].GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "version" && l.GetValue() != "" && m.GetGauge().GetValue() == 1 {
@@ -210,35 +211,35 @@ var sane = map[string]func(scraped) error{
 		}
 		return errors.New("no series with a version and the value 1")
 	},
-	"proxy_operator_proxies": func(s scraped) error {
+	"proxy_operator_proxies": func(s operatortest.Scraped) error {
 		return atLeast(s, "proxy_operator_proxies", 1, map[string]string{"phase": "Ready"}) // the External and the retried proxy
 	},
-	"proxy_operator_probe_duration_seconds": func(s scraped) error {
+	"proxy_operator_probe_duration_seconds": func(s operatortest.Scraped) error {
 		return atLeast(s, "proxy_operator_probe_duration_seconds", 2, map[string]string{"result": "success"})
 	},
-	"proxy_operator_probe_last_timestamp_seconds": func(s scraped) error {
-		v, ok := s.value("proxy_operator_probe_last_timestamp_seconds", map[string]string{"name": externalProxy})
+	"proxy_operator_probe_last_timestamp_seconds": func(s operatortest.Scraped) error {
+		v, ok := s.Value("proxy_operator_probe_last_timestamp_seconds", map[string]string{"name": externalProxy})
 		if age := time.Since(time.Unix(int64(v), 0)); !ok || age > time.Minute || age < -time.Minute {
 			return fmt.Errorf("the External proxy was last probed at %v (present %v)", v, ok)
 		}
 		return nil
 	},
-	"proxy_operator_probe_consecutive_failures": func(s scraped) error {
+	"proxy_operator_probe_consecutive_failures": func(s operatortest.Scraped) error {
 		return exactly(s, "proxy_operator_probe_consecutive_failures", map[string]string{"name": externalProxy}, 0)
 	},
-	"proxy_operator_proxies_by_verdict": func(s scraped) error {
+	"proxy_operator_proxies_by_verdict": func(s operatortest.Scraped) error {
 		if err := atLeast(s, "proxy_operator_proxies_by_verdict", 2, map[string]string{"verdict": "healthy"}); err != nil {
 			return err
 		}
 		return exactly(s, "proxy_operator_proxies_by_verdict", map[string]string{"verdict": "unhealthy"}, 0)
 	},
-	"proxy_operator_probe_schedule_delay_seconds": func(s scraped) error {
+	"proxy_operator_probe_schedule_delay_seconds": func(s operatortest.Scraped) error {
 		return atLeast(s, "proxy_operator_probe_schedule_delay_seconds", 2, nil)
 	},
-	"proxy_operator_probe_dispatch_skipped_total": func(s scraped) error {
+	"proxy_operator_probe_dispatch_skipped_total": func(s operatortest.Scraped) error {
 		return exactly(s, "proxy_operator_probe_dispatch_skipped_total", nil, 0) // 512 workers, 3 proxies
 	},
-	"promhttp_metric_handler_errors_total": func(s scraped) error {
+	"promhttp_metric_handler_errors_total": func(s operatortest.Scraped) error {
 		for _, m := range s["promhttp_metric_handler_errors_total"].GetMetric() {
 			if v := m.GetCounter().GetValue(); v != 0 {
 				return fmt.Errorf("series %v = %v", m.GetLabel(), v)
@@ -246,56 +247,56 @@ var sane = map[string]func(scraped) error{
 		}
 		return nil
 	},
-	"proxy_operator_lease_acquires_total": func(s scraped) error {
+	"proxy_operator_lease_acquires_total": func(s operatortest.Scraped) error {
 		return atLeast(s, "proxy_operator_lease_acquires_total", 1, map[string]string{"outcome": "granted"}) // the managed flow's lease
 	},
-	"proxy_operator_leases_active": func(s scraped) error {
+	"proxy_operator_leases_active": func(s operatortest.Scraped) error {
 		return exactly(s, "proxy_operator_leases_active", nil, 0) // released
 	},
-	"proxy_operator_lease_duration_seconds": func(s scraped) error {
+	"proxy_operator_lease_duration_seconds": func(s operatortest.Scraped) error {
 		return atLeast(s, "proxy_operator_lease_duration_seconds", 1, map[string]string{"end": "released_ok"})
 	},
-	"proxy_operator_lease_cooldowns": func(s scraped) error {
+	"proxy_operator_lease_cooldowns": func(s operatortest.Scraped) error {
 		return exactly(s, "proxy_operator_lease_cooldowns", nil, 0) // no ban
 	},
-	"proxy_operator_lease_recovering": func(s scraped) error {
+	"proxy_operator_lease_recovering": func(s operatortest.Scraped) error {
 		return exactly(s, "proxy_operator_lease_recovering", nil, 0) // the first leader has nobody to wait for
 	},
-	"workqueue_adds_total": func(s scraped) error {
+	"workqueue_adds_total": func(s operatortest.Scraped) error {
 		return atLeast(s, "workqueue_adds_total", 3, map[string]string{"name": "proxies"}) // three Proxies
 	},
-	"workqueue_depth": func(s scraped) error {
+	"workqueue_depth": func(s operatortest.Scraped) error {
 		return exactly(s, "workqueue_depth", map[string]string{"name": "proxies"}, 0) // idle
 	},
-	"workqueue_unfinished_work_seconds": func(s scraped) error {
+	"workqueue_unfinished_work_seconds": func(s operatortest.Scraped) error {
 		return exactly(s, "workqueue_unfinished_work_seconds", map[string]string{"name": "proxies"}, 0) // idle
 	},
-	"workqueue_work_duration_seconds": func(s scraped) error {
-		syncs, _ := s.value("proxy_operator_reconcile_total", nil)
+	"workqueue_work_duration_seconds": func(s operatortest.Scraped) error {
+		syncs, _ := s.Value("proxy_operator_reconcile_total", nil)
 		return exactly(s, "workqueue_work_duration_seconds", map[string]string{"name": "proxies"}, syncs)
 	},
-	"workqueue_retries_total": func(s scraped) error {
+	"workqueue_retries_total": func(s operatortest.Scraped) error {
 		return atLeast(s, "workqueue_retries_total", 1, map[string]string{"name": "proxies"}) // the refused creates
 	},
-	"workqueue_queue_duration_seconds": func(s scraped) error {
+	"workqueue_queue_duration_seconds": func(s operatortest.Scraped) error {
 		// Every item taken off the queue waited there first.
-		processed, _ := s.value("workqueue_work_duration_seconds", map[string]string{"name": "proxies"})
+		processed, _ := s.Value("workqueue_work_duration_seconds", map[string]string{"name": "proxies"})
 		return exactly(s, "workqueue_queue_duration_seconds", map[string]string{"name": "proxies"}, processed)
 	},
-	"workqueue_longest_running_processor_seconds": func(s scraped) error {
+	"workqueue_longest_running_processor_seconds": func(s operatortest.Scraped) error {
 		return exactly(s, "workqueue_longest_running_processor_seconds", map[string]string{"name": "proxies"}, 0) // idle
 	},
-	"promhttp_metric_handler_requests_in_flight": func(s scraped) error {
+	"promhttp_metric_handler_requests_in_flight": func(s operatortest.Scraped) error {
 		return exactly(s, "promhttp_metric_handler_requests_in_flight", nil, 1) // this scrape
 	},
-	"promhttp_metric_handler_requests_total": func(s scraped) error {
+	"promhttp_metric_handler_requests_total": func(s operatortest.Scraped) error {
 		return atLeast(s, "promhttp_metric_handler_requests_total", 1, map[string]string{"code": "200"}) // earlier scrapes
 	},
 }
 
 // proxiesByPhaseMatch compares proxy_operator_proxies with the Proxies of
 // the run's namespace, counted by phase as the metric counts them.
-func (r *operatorRun) proxiesByPhaseMatch(ctx context.Context, s scraped) error {
+func (r *operatorRun) proxiesByPhaseMatch(ctx context.Context, s operatortest.Scraped) error {
 	list, err := r.s.crawl.CrawlV1alpha1().Proxies(r.proxies).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
@@ -322,9 +323,9 @@ func (r *operatorRun) proxiesByPhaseMatch(ctx context.Context, s scraped) error 
 	return nil
 }
 
-func atLeast(s scraped, name string, min float64, series ...map[string]string) error {
+func atLeast(s operatortest.Scraped, name string, min float64, series ...map[string]string) error {
 	for _, labels := range series {
-		v, ok := s.value(name, labels)
+		v, ok := s.Value(name, labels)
 		if !ok || v < min {
 			return fmt.Errorf("%s%v = %v (present %v), want at least %v", name, labels, v, ok, min)
 		}
@@ -332,8 +333,8 @@ func atLeast(s scraped, name string, min float64, series ...map[string]string) e
 	return nil
 }
 
-func exactly(s scraped, name string, labels map[string]string, want float64) error {
-	v, ok := s.value(name, labels)
+func exactly(s operatortest.Scraped, name string, labels map[string]string, want float64) error {
+	v, ok := s.Value(name, labels)
 	if !ok || v != want {
 		return fmt.Errorf("%s%v = %v (present %v), want %v", name, labels, v, ok, want)
 	}

@@ -158,7 +158,7 @@ type operatorRun struct {
 	// crawlerToken is a token of a crawler's ServiceAccount in the Proxy
 	// namespace, bound to the artifacts' crawler role there.
 	crawlerToken string
-	op           *operatorProcess
+	op           operatorProcess
 }
 
 // runOptions are a run's own flags and environment for the operator.
@@ -229,7 +229,7 @@ func (r *operatorRun) firstRoundDone() <-chan struct{} {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 		defer cancel()
 		_ = poll(ctx, func(ctx context.Context) error {
-			if !r.op.running() {
+			if !r.op.Running() {
 				return nil
 			}
 			_, err := r.op.metric(ctx, "proxy_operator_gc_collected_total", map[string]string{"provider": "kubernetes"})

@@ -27,8 +27,11 @@ func Get(ctx context.Context, url string) (int, []byte, error) {
 	return resp.StatusCode, body, err
 }
 
-// Scrape reads and parses metricsURL+"/metrics", by metric name.
-func Scrape(ctx context.Context, metricsURL string) (map[string]*dto.MetricFamily, error) {
+// Scraped is one scrape of /metrics, by metric name.
+type Scraped map[string]*dto.MetricFamily
+
+// Scrape reads and parses metricsURL+"/metrics".
+func Scrape(ctx context.Context, metricsURL string) (Scraped, error) {
 	code, body, err := Get(ctx, metricsURL+"/metrics")
 	if err != nil {
 		return nil, err
@@ -42,4 +45,47 @@ func Scrape(ctx context.Context, metricsURL string) (map[string]*dto.MetricFamil
 		return nil, fmt.Errorf("parsing %s/metrics: %w", metricsURL, err)
 	}
 	return families, nil
+}
+
+// Value is the value of the series of name whose labels include want (a
+// counter's or gauge's value, a histogram's or summary's count); false if
+// there is none. Several matching series are added up, so a nil want sums
+// every series of name.
+func (s Scraped) Value(name string, want map[string]string) (float64, bool) {
+	var total float64
+	found := false
+	for _, m := range s[name].GetMetric() {
+		if !hasLabels(m, want) {
+			continue
+		}
+		found = true
+		switch {
+		case m.Counter != nil:
+			total += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			total += m.GetGauge().GetValue()
+		case m.Histogram != nil:
+			total += float64(m.GetHistogram().GetSampleCount())
+		case m.Summary != nil:
+			total += float64(m.GetSummary().GetSampleCount())
+		case m.Untyped != nil:
+			total += m.GetUntyped().GetValue()
+		}
+	}
+	return total, found
+}
+
+func hasLabels(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == k && l.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }

@@ -15,7 +15,8 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/testenv"
 )
 
-// Run builds the operator, starts the test environment, sets *env and
+// Run builds the operator (and cmd/forward-proxy beside it, where the local
+// provider looks for it), starts the test environment, sets *env and
 // *binary, runs the tests and cleans up; it returns the exit code for
 // TestMain. It does what testenv.RunMain does, plus removing the binary,
 // which RunMain's os.Exit would skip.
@@ -28,13 +29,15 @@ func Run(m *testing.M, env **testenv.Environment, binary *string) int {
 	}
 	defer os.RemoveAll(dir)
 	*binary = filepath.Join(dir, "proxy-operator")
-	args := []string{"build", "-o", *binary}
+	args := []string{"build", "-o", dir + "/"}
 	if RaceEnabled {
 		args = append(args, "-race")
 	}
-	build := exec.Command("go", append(args, "github.com/proxyfleet/proxy-operator/cmd/proxy-operator")...)
+	build := exec.Command("go", append(args,
+		"github.com/proxyfleet/proxy-operator/cmd/proxy-operator",
+		"github.com/proxyfleet/proxy-operator/cmd/forward-proxy")...)
 	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "operator tests: building cmd/proxy-operator: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "operator tests: building cmd/proxy-operator and cmd/forward-proxy: %v\n%s", err, out)
 		return 1
 	}
 
