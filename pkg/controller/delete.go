@@ -21,12 +21,16 @@ func (c *Controller) reconcileDelete(ctx context.Context, p *crawlv1alpha1.Proxy
 	if !hasFinalizer(p) {
 		return done, nil
 	}
-	id := p.Status.ProviderID
-	if id == "" {
-		// Nothing was recorded; an instance created just before a crash is
-		// an orphan that pkg/gc collects.
-		return done, c.removeFinalizer(ctx, p)
+	if p.Status.ProviderID == "" {
+		found, err := c.findUnrecordedInstance(ctx, p)
+		if err != nil {
+			return c.providerFailure(ctx, p, "list", err)
+		}
+		if !found {
+			return done, c.removeFinalizer(ctx, p)
+		}
 	}
+	id := p.Status.ProviderID
 	ref, ok := c.recordedInstance(p)
 	if !ok {
 		c.setProvisioned(p, metav1.ConditionFalse, ReasonProviderNotEnabled, fmt.Sprintf(
@@ -57,4 +61,28 @@ func (c *Controller) removeFinalizer(ctx context.Context, p *crawlv1alpha1.Proxy
 	return c.updateMetadata(ctx, p, func(p *crawlv1alpha1.Proxy) {
 		p.Finalizers = slices.DeleteFunc(p.Finalizers, func(f string) bool { return f == crawlv1alpha1.Finalizer })
 	})
+}
+
+// findUnrecordedInstance looks for an instance of p that status does not
+// record: one created just before a crash, or while the status write that
+// would have recorded it failed (an API server outage), with the Proxy
+// deleted before a retry adopted it. It carries p's proxy-uid tag, so the
+// provider finds it; when it does, it is recorded in p's status and deleted
+// like any other, and the object goes only after it. Without an enabled
+// provider there is nothing to ask, and pkg/gc remains the backstop.
+func (c *Controller) findUnrecordedInstance(ctx context.Context, p *crawlv1alpha1.Proxy) (bool, error) {
+	prov, ok := c.providers[p.Spec.Provider]
+	if p.Spec.Mode == crawlv1alpha1.ModeExternal || !ok {
+		return false, nil
+	}
+	found, err := prov.ListByTag(ctx, crawlv1alpha1.TagProxyUID, string(p.UID))
+	c.metrics.ObserveProviderCall(string(p.Spec.Provider), "list", err)
+	if err != nil || len(found) == 0 {
+		return false, err
+	}
+	// Names derive from the UID, so there is one; should there be more,
+	// pkg/gc collects the rest once the object is gone.
+	p.Status.ProviderID = provider.ProviderID(string(p.Spec.Provider), found[0].ID)
+	klog.FromContext(ctx).Info("Found an instance the status did not record; deleting it", "instance", p.Status.ProviderID)
+	return true, nil
 }

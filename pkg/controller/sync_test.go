@@ -494,8 +494,42 @@ func TestSync(t *testing.T) {
 			proxy:       newProxy(withDeleting, func(p *crawlv1alpha1.Proxy) { p.Finalizers = []string{"someone.else/hold"} }, withObservedStatus),
 			wantRequeue: done,
 		},
-		"deleting, no instance recorded: finalizer removed": {
-			proxy:       newProxy(withFinalizer, withDeleting, withObservedStatus),
+		"deleting, no instance recorded and none found: finalizer removed": {
+			proxy:         newProxy(withFinalizer, withDeleting, withObservedStatus),
+			setupProvider: func(fp *fake.Provider) {},
+			wantRequeue:   done,
+			wantActions:   []string{"update proxies"},
+			wantCalls:     []fake.Call{{Op: fake.OpList, ID: crawlv1alpha1.TagProxyUID + "=" + testUID}},
+			wantFinal:     ptr.To(false),
+		},
+		"deleting, an instance exists that status does not record: found by tag, deleted, polled": {
+			proxy: newProxy(withFinalizer, withDeleting, withObservedStatus),
+			setupProvider: func(fp *fake.Provider) {
+				fp.Inject(provider.Instance{ID: testInstance, State: provider.StateRunning, IP: testIP, Port: 3128,
+					Tags: map[string]string{crawlv1alpha1.TagProxyUID: testUID}})
+			},
+			wantRequeue: DeletionPoll,
+			wantActions: []string{"update proxies/status"},
+			wantCalls: []fake.Call{
+				{Op: fake.OpList, ID: crawlv1alpha1.TagProxyUID + "=" + testUID},
+				{Op: fake.OpGet, ID: testInstance},
+				{Op: fake.OpDelete, ID: testInstance},
+			},
+			wantStatus: &statusView{Phase: crawlv1alpha1.PhaseDeleting, ProviderID: testProviderID, Conditions: []string{"Provisioned=False/Deleting"}},
+			wantFinal:  ptr.To(true),
+		},
+		"deleting, no instance recorded, the list fails: finalizer kept, retried": {
+			proxy: newProxy(withFinalizer, withDeleting, withObservedStatus),
+			setupProvider: func(fp *fake.Provider) {
+				fp.FailNext(fake.OpList, provider.Transient(errBoom), 1)
+			},
+			wantErr:    true,
+			wantCalls:  []fake.Call{{Op: fake.OpList, ID: crawlv1alpha1.TagProxyUID + "=" + testUID}},
+			wantEvents: []string{"Warning ProviderError"},
+			wantFinal:  ptr.To(true),
+		},
+		"deleting an External proxy: no provider call": {
+			proxy:       newProxy(withExternal, withFinalizer, withDeleting, withObservedStatus),
 			wantRequeue: done,
 			wantActions: []string{"update proxies"},
 			wantFinal:   ptr.To(false),
