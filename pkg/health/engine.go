@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -42,6 +43,13 @@ const (
 	DefaultTick = time.Second
 	// DefaultMinReportInterval rate-limits reports of latency changes.
 	DefaultMinReportInterval = time.Minute
+	// DefaultLatencyReportsPerSecond is the fleet-wide budget of reports of
+	// a latency change alone (first verdicts and flips are never held
+	// back): 5% of the default --kube-api-qps, so that on a noisy network a
+	// large fleet's latency updates cannot crowd out the writes that matter.
+	DefaultLatencyReportsPerSecond = 5
+	// latencyReportBurst lets a few latency changes through at once.
+	latencyReportBurst = 20
 )
 
 // queueFactor sizes the queue of due probes: queueFactor × Workers.
@@ -64,6 +72,9 @@ type Config struct {
 	// MinReportInterval is the least time between two reports of a latency
 	// change of the same proxy. Default DefaultMinReportInterval.
 	MinReportInterval time.Duration
+	// LatencyReportsPerSecond bounds the reports of a latency change alone
+	// across the fleet. Default DefaultLatencyReportsPerSecond.
+	LatencyReportsPerSecond float64
 	// Clock schedules probes and stamps them. Default the real clock.
 	Clock clock.WithTicker
 	// Metrics receives measurements. Default NoMetrics.
@@ -84,10 +95,13 @@ type Engine struct {
 	workers           int
 	tick              time.Duration
 	minReportInterval time.Duration
-	clock             clock.WithTicker
-	metrics           Metrics
-	logger            klog.Logger
-	rootCAs           *x509.CertPool
+	// latencyBudget is the fleet-wide bucket of latency-only reports,
+	// read with the engine's clock; guarded by mu.
+	latencyBudget *rate.Limiter
+	clock         clock.WithTicker
+	metrics       Metrics
+	logger        klog.Logger
+	rootCAs       *x509.CertPool
 
 	// probe is Probe; unit tests script it.
 	probe   func(context.Context, Target) Result
@@ -132,9 +146,13 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Enqueue == nil {
 		return nil, errors.New("health: Config.Enqueue is required")
 	}
-	if cfg.Workers < 0 || cfg.Tick < 0 || cfg.MinReportInterval < 0 {
-		return nil, fmt.Errorf("health: Workers (%d), Tick (%v) and MinReportInterval (%v) must not be negative",
-			cfg.Workers, cfg.Tick, cfg.MinReportInterval)
+	if cfg.Workers < 0 || cfg.Tick < 0 || cfg.MinReportInterval < 0 || cfg.LatencyReportsPerSecond < 0 {
+		return nil, fmt.Errorf("health: Workers (%d), Tick (%v), MinReportInterval (%v) and LatencyReportsPerSecond (%v) must not be negative",
+			cfg.Workers, cfg.Tick, cfg.MinReportInterval, cfg.LatencyReportsPerSecond)
+	}
+	latencyRate := cfg.LatencyReportsPerSecond
+	if latencyRate == 0 {
+		latencyRate = DefaultLatencyReportsPerSecond
 	}
 	e := &Engine{
 		proxies:           cfg.Proxies,
@@ -143,6 +161,7 @@ func New(cfg Config) (*Engine, error) {
 		workers:           orDefault(cfg.Workers, DefaultWorkers),
 		tick:              orDefault(cfg.Tick, DefaultTick),
 		minReportInterval: orDefault(cfg.MinReportInterval, DefaultMinReportInterval),
+		latencyBudget:     rate.NewLimiter(rate.Limit(latencyRate), latencyReportBurst),
 		clock:             cfg.Clock,
 		metrics:           cfg.Metrics,
 		logger:            cfg.Logger,
@@ -447,6 +466,9 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 	st.inFlight = false
 	st.counters = transition(st.counters, r.OK, j.check.thresholds)
 	why := reportReason(st.reported, st.reportedAt, st.counters, r.Latency, r.OK, now, e.minReportInterval)
+	if why == reportLatency && !e.latencyBudget.AllowN(now, 1) {
+		why = "" // over the fleet's budget: a later probe reports it
+	}
 	var v controller.HealthVerdict
 	if why != "" {
 		v = controller.HealthVerdict{

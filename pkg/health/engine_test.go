@@ -406,6 +406,48 @@ func TestLatencyReportRateLimit(t *testing.T) {
 	}
 }
 
+// TestLatencyReportBudget: reports of a latency change alone share one
+// fleet-wide budget (a burst, then DefaultLatencyReportsPerSecond); first
+// verdicts are never held back by it, and a held-back change is reported
+// by a later probe once the budget refills.
+func TestLatencyReportBudget(t *testing.T) {
+	const n = 50
+	var proxies []*crawlv1alpha1.Proxy
+	for i := range n {
+		proxies = append(proxies, testProxy(fmt.Sprintf("p%02d", i)))
+	}
+	f := newFixture(t, proxies...)
+	total := func() int {
+		sum := 0
+		for i := range n {
+			sum += f.enqueues(fmt.Sprintf("p%02d", i))
+		}
+		return sum
+	}
+	f.tick()
+	f.step(testInterval, always(success(100*time.Millisecond))) // every first probe is due by now
+	if got := total(); got != n {
+		t.Fatalf("%d first verdicts reported, want all %d (not budgeted)", got, n)
+	}
+
+	// A minute later every proxy is due at once with a material change.
+	f.step(DefaultMinReportInterval, always(success(300*time.Millisecond)))
+	if got := total() - n; got != latencyReportBurst {
+		t.Errorf("%d latency reports at once, want the burst of %d", got, latencyReportBurst)
+	}
+	// One interval later the bucket has refilled by rate × interval (capped
+	// at the burst); the changes held back are reported then.
+	f.step(testInterval, always(success(300*time.Millisecond)))
+	refill := min(latencyReportBurst, int(DefaultLatencyReportsPerSecond*testInterval.Seconds()))
+	if got := total() - n; got != latencyReportBurst+refill {
+		t.Errorf("%d latency reports after one more interval, want %d", got, latencyReportBurst+refill)
+	}
+	f.step(testInterval, always(success(300*time.Millisecond)))
+	if got := total() - n; got != n {
+		t.Errorf("%d latency reports after two more intervals, want one per proxy (%d)", got, n)
+	}
+}
+
 // TestJitterSpread: the first probes of a fleet seen at once spread evenly
 // over the first interval instead of bunching in one tick.
 func TestJitterSpread(t *testing.T) {
