@@ -7,27 +7,21 @@
 //	go run ./pkg/health/bench                    # 1,000 proxies for 20s, 10,000 for 30s
 //	go run ./pkg/health/bench -sizes 2000 -durations 10s -delay 100ms
 //
-// The fleet runs in a child process (this binary with -fleet), so that the
-// engine's CPU and RSS are its own: N listeners on 127.77.x.y, each an HTTP
-// server that answers every request with 204 itself, as a proxy answering
-// a plain-http probe would, optionally after -delay (a remote proxy's round
-// trip). It prints a markdown table. It is a measurement, not a test: it
-// asserts nothing.
+// The fleet runs in a child process (this binary with -fleet, see
+// pkg/proxytest/fleet), so that the engine's CPU and RSS are its own: N
+// listeners on 127.77.x.y, each an HTTP server that answers every request
+// with 204 itself, as a proxy answering a plain-http probe would,
+// optionally after -delay (a remote proxy's round trip). It prints a
+// markdown table. It is a measurement, not a test: it asserts nothing.
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -45,6 +39,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/proxytest/fleet"
 )
 
 func main() {
@@ -56,13 +51,13 @@ func main() {
 		workers   = flag.Int("workers", 0, "engine workers (0: health.DefaultWorkers)")
 		tick      = flag.Duration("tick", 0, "scheduler tick (0: health.DefaultTick)")
 		bare      = flag.Duration("bare", 5*time.Second, "how long the bare probe loop runs for each size")
-		delay     = flag.Duration("delay", 0, "how long each fleet proxy waits before answering")
-		fleet     = flag.Int("fleet", 0, "internal: serve a fleet of this many proxies and print their addresses")
+		delay     = flag.Duration(fleet.DelayFlag, 0, "how long each fleet proxy waits before answering")
+		fleetSize = flag.Int(fleet.SizeFlag, 0, "internal: serve a fleet of this many proxies and print their addresses")
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
-	if *fleet > 0 {
-		if err := serveFleet(*fleet, *delay); err != nil {
+	if *fleetSize > 0 {
+		if err := fleet.Serve(*fleetSize, *delay); err != nil {
 			fmt.Fprintln(os.Stderr, "fleet:", err)
 			os.Exit(1)
 		}
@@ -82,7 +77,7 @@ func main() {
 	if *tick == 0 {
 		*tick = health.DefaultTick
 	}
-	if err := raiseFileLimit(); err != nil {
+	if err := fleet.RaiseFileLimit(); err != nil {
 		fail(err)
 	}
 
@@ -123,11 +118,11 @@ type row struct {
 
 func measure(n int, run, bare, interval, timeout, tick time.Duration, workers int, delay time.Duration) (row, error) {
 	r := row{proxies: n, interval: interval, workers: workers, run: run, expected: float64(n) / interval.Seconds()}
-	fleet, addrs, err := startFleet(n, delay)
+	fl, addrs, err := fleet.Start(n, delay)
 	if err != nil {
 		return r, err
 	}
-	defer fleet.stop()
+	defer fl.Stop()
 
 	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	targets := make([]health.Target, len(addrs))
@@ -161,7 +156,7 @@ func measure(n int, run, bare, interval, timeout, tick time.Duration, workers in
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rss := sampleRSS(ctx)
-	cpu0, fleet0 := cpuSeconds(), fleet.cpuSeconds()
+	cpu0, fleet0 := cpuSeconds(), fl.CPUSeconds()
 	start := time.Now()
 	done := make(chan error, 1)
 	m.windowStart = start.Add(warmup)
@@ -169,7 +164,7 @@ func measure(n int, run, bare, interval, timeout, tick time.Duration, workers in
 	time.Sleep(run)
 	m.freeze()
 	elapsed := time.Since(start)
-	cpu1, fleet1 := cpuSeconds(), fleet.cpuSeconds()
+	cpu1, fleet1 := cpuSeconds(), fl.CPUSeconds()
 	window := elapsed - warmup
 	cancel()
 	if err := <-done; err != nil {
@@ -346,136 +341,6 @@ func rss(statusFile string) int64 {
 		}
 	}
 	return 0
-}
-
-// raiseFileLimit lifts the soft RLIMIT_NOFILE to the hard one: the fleet
-// holds one listener per proxy, the engine one connection per worker.
-func raiseFileLimit() error {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return fmt.Errorf("reading RLIMIT_NOFILE: %w", err)
-	}
-	if lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			return fmt.Errorf("raising RLIMIT_NOFILE to %d: %w", lim.Max, err)
-		}
-	}
-	return nil
-}
-
-// fleetProcess is the child serving the proxies.
-type fleetProcess struct {
-	cmd   *exec.Cmd
-	stdin io.Closer
-}
-
-func startFleet(n int, delay time.Duration) (*fleetProcess, []string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, nil, err
-	}
-	cmd := exec.Command(self, "-fleet", strconv.Itoa(n), "-delay", delay.String())
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe() // the child exits when it closes
-	if err != nil {
-		return nil, nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, err
-	}
-	f := &fleetProcess{cmd: cmd, stdin: stdin}
-	var addrs []string
-	line, err := bufio.NewReaderSize(stdout, 1<<20).ReadBytes('\n')
-	if err == nil {
-		err = json.Unmarshal(line, &addrs)
-	}
-	if err != nil || len(addrs) != n {
-		f.stop()
-		return nil, nil, fmt.Errorf("the fleet did not start: %d addresses, %v", len(addrs), err)
-	}
-	return f, addrs, nil
-}
-
-// cpuSeconds reads the child's user+system CPU time from /proc.
-func (f *fleetProcess) cpuSeconds() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", f.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name (which may hold spaces): utime and
-	// stime are the 14th and 15th fields of the line.
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(fields) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100 // USER_HZ
-}
-
-func (f *fleetProcess) stop() {
-	f.stdin.Close()
-	_ = f.cmd.Wait()
-}
-
-// serveFleet is the child: n listeners on 127.77.x.y (one port for all
-// when it is free everywhere, so the listeners do not use up ephemeral
-// ports), one HTTP server answering 204 to everything, until stdin closes.
-func serveFleet(n int, delay time.Duration) error {
-	if err := raiseFileLimit(); err != nil {
-		return err
-	}
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			if delay > 0 {
-				time.Sleep(delay)
-			}
-			w.WriteHeader(http.StatusNoContent)
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          nil,
-	}
-	srv.SetKeepAlivesEnabled(false)
-	first, err := net.Listen("tcp", "127.77.0.1:0")
-	if err != nil {
-		return fmt.Errorf("listening on 127.77.0.1: %w", err)
-	}
-	port := first.Addr().(*net.TCPAddr).Port
-	listeners := []net.Listener{first}
-	for i := 1; i < n; i++ {
-		ip := net.IPv4(127, 77, byte(i/250), byte(i%250+1)).String()
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
-		if err != nil {
-			l, err = net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		}
-		if err != nil {
-			return fmt.Errorf("listener %d of %d: %w", i+1, n, err)
-		}
-		listeners = append(listeners, l)
-	}
-	addrs := make([]string, len(listeners))
-	for i, l := range listeners {
-		addrs[i] = l.Addr().String()
-		go func() {
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				fmt.Fprintln(os.Stderr, "fleet: serve:", err)
-			}
-		}()
-	}
-	out, err := json.Marshal(addrs)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stdout.Write(append(out, '\n')); err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it or exits
-	return srv.Close()
 }
 
 func parseInts(s string) ([]int, error) {
