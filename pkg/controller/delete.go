@@ -24,7 +24,7 @@ func (c *Controller) reconcileDelete(ctx context.Context, p *crawlv1alpha1.Proxy
 	if p.Status.ProviderID == "" {
 		found, err := c.findUnrecordedInstance(ctx, p)
 		if err != nil {
-			return c.providerFailure(ctx, p, "list", err)
+			return c.deleteFailure(ctx, p, "list", err)
 		}
 		if !found {
 			return done, c.removeFinalizer(ctx, p)
@@ -47,14 +47,26 @@ func (c *Controller) reconcileDelete(ctx context.Context, p *crawlv1alpha1.Proxy
 		return done, c.removeFinalizer(ctx, p)
 	}
 	if err != nil {
-		return c.providerFailure(ctx, p, "get", err)
+		return c.deleteFailure(ctx, p, "get", err)
 	}
 	if err := c.deleteUnlessGoing(ctx, p, ref, inst); err != nil {
-		return c.providerFailure(ctx, p, "delete", err)
+		return c.deleteFailure(ctx, p, "delete", err)
 	}
 	clearHealth(p)
 	c.setProvisioned(p, metav1.ConditionFalse, ReasonDeleting, fmt.Sprintf("deleting instance %s", id))
 	return c.deletionPoll, nil
+}
+
+// deleteFailure is providerFailure for a Proxy being deleted. A spec edit
+// cannot help a deletion, so a permanent error is not latched: it keeps its
+// condition and event and is retried with the queue's backoff, like a
+// transient one.
+func (c *Controller) deleteFailure(ctx context.Context, p *crawlv1alpha1.Proxy, op string, err error) (time.Duration, error) {
+	requeue, retryErr := c.providerFailure(ctx, p, op, err)
+	if retryErr == nil && provider.Class(err) == provider.ErrPermanent {
+		return done, fmt.Errorf("provider %s %s while deleting: %w", p.Spec.Provider, op, err)
+	}
+	return requeue, retryErr
 }
 
 func (c *Controller) removeFinalizer(ctx context.Context, p *crawlv1alpha1.Proxy) error {

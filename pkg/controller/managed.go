@@ -110,6 +110,13 @@ func (c *Controller) createInstance(ctx context.Context, p *crawlv1alpha1.Proxy,
 	}
 	p.Status.ProviderID = provider.ProviderID(string(p.Spec.Provider), inst.ID)
 	klog.FromContext(ctx).Info("Created instance", "instance", p.Status.ProviderID)
+	if inst.SpecHash != "" && inst.SpecHash != hash {
+		// Create returned an instance an earlier request made (its answer
+		// was lost) from an older spec: record what it was built from, so
+		// that the next pass replaces it.
+		klog.FromContext(ctx).Info("Adopted an instance built from an older spec; replacing it", "instance", p.Status.ProviderID)
+		hash = inst.SpecHash
+	}
 	c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonCreated, "Created instance %s", p.Status.ProviderID)
 	if err := c.setSpecHash(ctx, p, hash); err != nil {
 		return done, err

@@ -215,6 +215,7 @@ func TestSync(t *testing.T) {
 		wantStatus   *statusView // nil: no status write
 		wantEvents   []string    // "Type Reason"
 		wantHashSet  bool        // the spec-hash annotation was written
+		wantHash     string      // its value ("": not checked)
 		wantFinal    *bool       // finalizer present after the sync (nil: not checked)
 		wantCreateIn string      // CloudInit the provider received
 	}{
@@ -244,6 +245,19 @@ func TestSync(t *testing.T) {
 			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: "127.0.0.2", Conditions: []string{"Provisioned=True/Created"}},
 			wantEvents:    []string{"Normal Created"},
 			wantHashSet:   true,
+		},
+		"create returns an instance an earlier request built from an older spec: its hash is recorded, so the next pass replaces it": {
+			proxy: newProxy(withFinalizer),
+			setupProvider: func(fp *fake.Provider) {
+				fp.Inject(provider.Instance{ID: testInstance, State: provider.StateRunning, IP: testIP, Port: 3128, SpecHash: "built-from-an-older-spec"})
+			},
+			wantRequeue: DriftPoll,
+			wantActions: []string{"update proxies", "update proxies/status"},
+			wantCalls:   []fake.Call{{Op: fake.OpCreate, ID: testInstance}},
+			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=True/Created"}},
+			wantEvents:  []string{"Normal Created"},
+			wantHashSet: true,
+			wantHash:    "built-from-an-older-spec",
 		},
 		"provider not enabled: Failed without provider calls": {
 			proxy:       newProxy(withFinalizer, withProvider(crawlv1alpha1.ProviderGCE)),
@@ -528,6 +542,19 @@ func TestSync(t *testing.T) {
 			wantEvents: []string{"Warning ProviderError"},
 			wantFinal:  ptr.To(true),
 		},
+		"deleting, a permanent error from delete: not latched, retried with backoff": {
+			proxy: newProxy(withFinalizer, withHash, withRunningStatus, withDeleting, withObservedStatus),
+			setupProvider: func(fp *fake.Provider) {
+				runningInstance(fp)
+				fp.FailNext(fake.OpDelete, provider.Permanent(errBoom), 1)
+			},
+			wantErr:     true,
+			wantActions: []string{"update proxies/status"},
+			wantCalls:   []fake.Call{{Op: fake.OpGet, ID: testInstance}, {Op: fake.OpDelete, ID: testInstance}},
+			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseDeleting, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=False/PermanentError"}},
+			wantEvents:  []string{"Warning PermanentError"},
+			wantFinal:   ptr.To(true),
+		},
 		"deleting an External proxy: no provider call": {
 			proxy:       newProxy(withExternal, withFinalizer, withDeleting, withObservedStatus),
 			wantRequeue: done,
@@ -606,6 +633,9 @@ func TestSync(t *testing.T) {
 			stored := f.stored(t)
 			if hashSet := stored.Annotations[crawlv1alpha1.SpecHashAnnotation] != tc.proxy.Annotations[crawlv1alpha1.SpecHashAnnotation]; hashSet != tc.wantHashSet {
 				t.Errorf("spec-hash annotation written = %v, want %v", hashSet, tc.wantHashSet)
+			}
+			if got := stored.Annotations[crawlv1alpha1.SpecHashAnnotation]; tc.wantHash != "" && got != tc.wantHash {
+				t.Errorf("spec-hash annotation = %q, want %q", got, tc.wantHash)
 			}
 			if tc.wantFinal != nil && hasFinalizer(stored) != *tc.wantFinal {
 				t.Errorf("finalizer present = %v, want %v", hasFinalizer(stored), *tc.wantFinal)

@@ -75,6 +75,10 @@ type Instance struct {
 	Tags map[string]string
 	// Message explains the state in a few words, for conditions and events.
 	Message string
+	// SpecHash is the CreateRequest.SpecHash the instance was built from;
+	// "" when the provider cannot tell. Create is idempotent by name, so it
+	// may return an instance an earlier request made from an older spec.
+	SpecHash string
 }
 
 // InstanceName derives the instance name from the Proxy UID: stable across

@@ -6,7 +6,9 @@
 // concurrent use, and it is deterministic when the test makes it so: time comes
 // from an injectable clock (WithClock), addresses from a counter or a function
 // (WithAddress), and random faults from a seeded generator (SetRandomFaults).
-// Tests program failures per operation (FailNext), cap the number of instances
+// Tests program failures per operation (FailNext, or FailNextAfter for a call
+// that takes effect and then fails, or HoldNextCreates for a Create that
+// fails and takes effect later), cap the number of instances
 // (SetQuota), change instances behind the controller's back (Stop, Vanish,
 // Inject) and inspect what the fake received (Calls, CreateRequests) and what
 // it holds (Instances, Instance).
@@ -121,6 +123,9 @@ type Provider struct {
 	nextIP    int
 	quota     int
 	failNext  map[Op][]error
+	failAfter map[Op][]error
+	holdNext  []error
+	held      map[string]provider.CreateRequest
 	faultRate float64
 	faultErrs []error
 	rng       *rand.Rand
@@ -151,6 +156,8 @@ func New(opts ...Option) *Provider {
 		nextIP:    2,
 		quota:     -1,
 		failNext:  map[Op][]error{},
+		failAfter: map[Op][]error{},
+		held:      map[string]provider.CreateRequest{},
 	}
 	for _, o := range opts {
 		o(p)
@@ -186,10 +193,77 @@ func (p *Provider) FailNext(op Op, err error, times int) {
 	}
 }
 
+// FailNextAfter makes the next times calls of op that succeed take effect
+// and then return err, as when a provider did the work but its answer was lost
+// (a timeout, a dropped connection): a Create that fails this way leaves an
+// instance whose ID the caller never learned. The errors queue first in, first
+// out, after those already queued for op. A call that fails anyway (FailNext,
+// a random fault, its context, quota, a Get of a missing instance) does not
+// use one.
+func (p *Provider) FailNextAfter(op Op, err error, times int) {
+	if err == nil {
+		panic("fake: FailNextAfter with a nil error")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for range times {
+		p.failAfter[op] = append(p.failAfter[op], err)
+	}
+}
+
+// answer is what a call of op that took effect returns: the next
+// FailNextAfter error for op, or nil. Runs under p.mu.
+func (p *Provider) answer(op Op) error {
+	q := p.failAfter[op]
+	if len(q) == 0 {
+		return nil
+	}
+	err := q[0]
+	q[0] = nil
+	p.failAfter[op] = q[1:]
+	return err
+}
+
+// HoldNextCreates makes the next times Creates of a new name fail with err
+// and make their instance only at ReleaseHeld, as a cloud that acted late on a
+// request its caller saw fail (a timeout): the instance appears when nobody
+// waits for it any more. A Create of the name before the release makes the
+// instance at once, and the held request is dropped; a Delete of the name
+// before the release finds nothing. Creates that fail anyway (FailNext, a
+// random fault, quota) or find their name existing do not use one.
+func (p *Provider) HoldNextCreates(err error, times int) {
+	if err == nil {
+		panic("fake: HoldNextCreates with a nil error")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for range times {
+		p.holdNext = append(p.holdNext, err)
+	}
+}
+
+// ReleaseHeld makes the instances of the held Creates appear, as Create
+// would have made them now, and returns how many did.
+func (p *Provider) ReleaseHeld() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now()
+	n := 0
+	for _, name := range slices.Sorted(maps.Keys(p.held)) {
+		if p.lookup(name, now) == nil {
+			p.instances[name] = p.newRecord(p.held[name], now)
+			n++
+		}
+	}
+	clear(p.held)
+	return n
+}
+
 // SetRandomFaults makes every call (of every op) without a FailNext error
 // fail with probability rate, with a class picked uniformly from classes:
 // provider.ErrQuotaExceeded, provider.ErrPermanent and/or
-// provider.ErrTransient; nil or empty means all three. The draws come from a
+// provider.ErrTransient; nil or empty means all three (the error's message
+// names its class: "injected random permanent fault"). The draws come from a
 // PCG generator seeded with seed, so a sequence of calls fails the same way
 // on every run. Rate 0 turns random faults off. It panics on a rate outside
 // [0, 1] or an unknown class.
@@ -212,6 +286,19 @@ func (p *Provider) SetRandomFaults(rate float64, classes []error, seed int64) {
 	p.faultRate = rate
 	p.faultErrs = slices.Clone(classes)
 	p.rng = rand.New(rand.NewPCG(uint64(seed), 0x70726f7879))
+}
+
+// ResetFaults forgets every error queued by FailNext, FailNextAfter and
+// HoldNextCreates and turns random faults off: from now on calls fail only by
+// their own logic (quota, a missing instance, their context). Creates already
+// held stay held until ReleaseHeld.
+func (p *Provider) ResetFaults() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failNext = map[Op][]error{}
+	p.failAfter = map[Op][]error{}
+	p.holdNext = nil
+	p.faultRate = 0
 }
 
 // SetQuota makes Create of a new name fail with a provider.Quota error while
@@ -345,6 +432,9 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	}
 	now := p.clock.Now()
 	if r := p.lookup(req.Name, now); r != nil {
+		if err := p.answer(OpCreate); err != nil {
+			return provider.Instance{}, err
+		}
 		return p.view(r, now), nil
 	}
 	if p.quota >= 0 {
@@ -352,20 +442,38 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 			return provider.Instance{}, provider.Quota(fmt.Errorf("fake: create %s: %d of %d instances in use", req.Name, n, p.quota))
 		}
 	}
+	if len(p.holdNext) > 0 {
+		err := p.holdNext[0]
+		p.holdNext[0] = nil
+		p.holdNext = p.holdNext[1:]
+		p.held[req.Name] = copyRequest(req)
+		return provider.Instance{}, err
+	}
+	delete(p.held, req.Name)
+	r := p.newRecord(req, now)
+	p.instances[req.Name] = r
+	if err := p.answer(OpCreate); err != nil {
+		return provider.Instance{}, err
+	}
+	return p.view(r, now), nil
+}
+
+// newRecord makes the instance req asks for, at now. Runs under p.mu.
+func (p *Provider) newRecord(req provider.CreateRequest, now time.Time) *record {
 	ip, port := p.address(req.Name)
 	r := &record{inst: provider.Instance{
-		ID:      req.Name,
-		State:   provider.StateRunning,
-		IP:      ip,
-		Port:    port,
-		Tags:    copyTags(req.Tags),
-		Message: MessageRunning,
+		ID:       req.Name,
+		State:    provider.StateRunning,
+		IP:       ip,
+		Port:     port,
+		Tags:     copyTags(req.Tags),
+		Message:  MessageRunning,
+		SpecHash: req.SpecHash,
 	}}
 	if p.provisioningDelay > 0 {
 		r.readyAt = now.Add(p.provisioningDelay)
 	}
-	p.instances[req.Name] = r
-	return p.view(r, now), nil
+	return r
 }
 
 // Get implements provider.Provider: provider.ErrNotFound, wrapped with the
@@ -380,6 +488,9 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	r := p.lookup(id, now)
 	if r == nil {
 		return provider.Instance{}, fmt.Errorf("fake: get %s: %w", id, provider.ErrNotFound)
+	}
+	if err := p.answer(OpGet); err != nil {
+		return provider.Instance{}, err
 	}
 	return p.view(r, now), nil
 }
@@ -403,7 +514,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 		r.deleting = true
 		r.goneAt = now.Add(p.deletionDelay)
 	}
-	return nil
+	return p.answer(OpDelete)
 }
 
 // ListByTag implements provider.Provider; the result is sorted by ID and
@@ -414,10 +525,14 @@ func (p *Provider) ListByTag(ctx context.Context, key, value string) ([]provider
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.listLocked(func(inst provider.Instance) bool {
+	out := p.listLocked(func(inst provider.Instance) bool {
 		v, ok := inst.Tags[key]
 		return ok && v == value
-	}), nil
+	})
+	if err := p.answer(OpList); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // begin records the call, waits the call latency, checks ctx and draws the
@@ -452,7 +567,7 @@ func (p *Provider) begin(ctx context.Context, op Op, id string, req *provider.Cr
 	}
 	if p.faultRate > 0 && p.rng.Float64() < p.faultRate {
 		class := p.faultErrs[p.rng.IntN(len(p.faultErrs))]
-		return classify(class, fmt.Errorf("fake: %s %s: injected random fault", op, id))
+		return classify(class, fmt.Errorf("fake: %s %s: injected random %s fault", op, id, provider.ClassName(class)))
 	}
 	return nil
 }

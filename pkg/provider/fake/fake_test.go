@@ -30,7 +30,8 @@ func req(name string, tags map[string]string) provider.CreateRequest {
 }
 
 func running(id, ip string, tags map[string]string) provider.Instance {
-	return provider.Instance{ID: id, State: provider.StateRunning, IP: ip, Port: DefaultPort, Tags: tags, Message: MessageRunning}
+	// SpecHash as req made it: an instance reports the spec it was built from.
+	return provider.Instance{ID: id, State: provider.StateRunning, IP: ip, Port: DefaultPort, Tags: tags, Message: MessageRunning, SpecHash: "hash-" + id}
 }
 
 func mustCreate(t *testing.T, p *Provider, r provider.CreateRequest) provider.Instance {
@@ -123,7 +124,9 @@ func TestCreateRequestsAreCopies(t *testing.T) {
 	if diff := cmp.Diff([]provider.CreateRequest{want}, p.CreateRequests()); diff != "" {
 		t.Errorf("CreateRequests (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(running("px-a", "127.0.0.2", map[string]string{"k": "v"}), mustGet(t, p, "px-a")); diff != "" {
+	wantInst := running("px-a", "127.0.0.2", map[string]string{"k": "v"})
+	wantInst.SpecHash = "h1"
+	if diff := cmp.Diff(wantInst, mustGet(t, p, "px-a")); diff != "" {
 		t.Errorf("instance (-want +got):\n%s", diff)
 	}
 
@@ -143,7 +146,7 @@ func TestCreateRequestsAreCopies(t *testing.T) {
 	if diff := cmp.Diff([]provider.CreateRequest{want}, p.CreateRequests()); diff != "" {
 		t.Errorf("CreateRequests after mutating results (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(running("px-a", "127.0.0.2", map[string]string{"k": "v"}), mustGet(t, p, "px-a")); diff != "" {
+	if diff := cmp.Diff(wantInst, mustGet(t, p, "px-a")); diff != "" {
 		t.Errorf("instance after mutating results (-want +got):\n%s", diff)
 	}
 }
@@ -169,11 +172,11 @@ func TestProvisioningDelay(t *testing.T) {
 		},
 		"just created": {
 			delay: 30 * time.Second, step: 0,
-			want: provider.Instance{ID: "px-a", State: provider.StateProvisioning, Message: MessageProvisioning},
+			want: provider.Instance{ID: "px-a", State: provider.StateProvisioning, Message: MessageProvisioning, SpecHash: "hash-px-a"},
 		},
 		"just before the delay": {
 			delay: 30 * time.Second, step: 30*time.Second - time.Nanosecond,
-			want: provider.Instance{ID: "px-a", State: provider.StateProvisioning, Message: MessageProvisioning},
+			want: provider.Instance{ID: "px-a", State: provider.StateProvisioning, Message: MessageProvisioning, SpecHash: "hash-px-a"},
 		},
 		"at the delay": {
 			delay: 30 * time.Second, step: 30 * time.Second,
@@ -200,7 +203,7 @@ func TestProvisioningDelay(t *testing.T) {
 }
 
 func TestDeletionDelay(t *testing.T) {
-	deleting := provider.Instance{ID: "px-a", State: provider.StateStopped, Message: MessageDeleting}
+	deleting := provider.Instance{ID: "px-a", State: provider.StateStopped, Message: MessageDeleting, SpecHash: "hash-px-a"}
 	tests := map[string]struct {
 		delay time.Duration
 		// steps[i] is how far the clock moves before the i-th Delete; the
@@ -379,6 +382,189 @@ func TestFailNext(t *testing.T) {
 	}
 }
 
+// TestFailNextAfter: the call takes effect, then fails; calls that fail
+// anyway leave the queued error for the next one.
+func TestFailNextAfter(t *testing.T) {
+	errQ := provider.Quota(errors.New("q"))
+	errP := provider.Permanent(errors.New("p"))
+	errT := provider.Transient(errors.New("t"))
+	type program struct {
+		op     Op
+		err    error
+		times  int
+		before bool // FailNext rather than FailNextAfter
+	}
+	tests := map[string]struct {
+		programs []program
+		calls    []Op
+		want     []error // what each call returns; nil: success
+	}{
+		"a create that fails after creates": {
+			programs: []program{{op: OpCreate, err: errT, times: 1}},
+			calls:    []Op{OpCreate, OpGet, OpCreate},
+			want:     []error{errT, nil, nil},
+		},
+		"creating an existing name uses it too, FIFO": {
+			programs: []program{{op: OpCreate, err: errT, times: 1}, {op: OpCreate, err: errP, times: 2}},
+			calls:    []Op{OpCreate, OpCreate, OpCreate, OpCreate, OpGet},
+			want:     []error{errT, errP, errP, nil, nil},
+		},
+		"a delete that fails after deletes": {
+			programs: []program{{op: OpDelete, err: errQ, times: 1}},
+			calls:    []Op{OpCreate, OpDelete, OpGet, OpDelete},
+			want:     []error{nil, errQ, provider.ErrNotFound, nil},
+		},
+		"a call failed before does not use it": {
+			programs: []program{{op: OpCreate, err: errQ, times: 1, before: true}, {op: OpCreate, err: errP, times: 1}},
+			calls:    []Op{OpCreate, OpGet, OpCreate, OpGet},
+			want:     []error{errQ, provider.ErrNotFound, errP, nil},
+		},
+		"a get of a missing instance does not use it": {
+			programs: []program{{op: OpGet, err: errT, times: 1}},
+			calls:    []Op{OpGet, OpCreate, OpGet, OpGet},
+			want:     []error{provider.ErrNotFound, nil, errT, nil},
+		},
+		"list": {
+			programs: []program{{op: OpList, err: errT, times: 1}},
+			calls:    []Op{OpCreate, OpList, OpList},
+			want:     []error{nil, errT, nil},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p, _ := newFake()
+			for _, pr := range tc.programs {
+				if pr.before {
+					p.FailNext(pr.op, pr.err, pr.times)
+				} else {
+					p.FailNextAfter(pr.op, pr.err, pr.times)
+				}
+			}
+			var got []error
+			for _, op := range tc.calls {
+				got = append(got, do(p, op))
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateErrors()); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestFailNextAfterQuotaRefusalDoesNotUseIt(t *testing.T) {
+	p, _ := newFake()
+	p.SetQuota(0)
+	errT := provider.Transient(errors.New("t"))
+	p.FailNextAfter(OpCreate, errT, 1)
+	if err := do(p, OpCreate); !errors.Is(err, provider.ErrQuotaExceeded) {
+		t.Fatalf("create under quota 0: %v, want a quota error", err)
+	}
+	p.SetQuota(-1)
+	if err := do(p, OpCreate); !errors.Is(err, errT) {
+		t.Errorf("create after the quota lifted: %v, want the queued error", err)
+	}
+	if _, ok := p.Instance("px-a"); !ok {
+		t.Error("the create that failed after did not create")
+	}
+}
+
+func TestResetFaults(t *testing.T) {
+	p, _ := newFake()
+	p.SetRandomFaults(1, nil, 1)
+	p.FailNext(OpCreate, provider.Transient(errors.New("before")), 2)
+	p.FailNextAfter(OpCreate, provider.Transient(errors.New("after")), 2)
+	p.FailNextAfter(OpDelete, provider.Transient(errors.New("after")), 1)
+	p.HoldNextCreates(provider.Transient(errors.New("held")), 1)
+	p.ResetFaults()
+	for _, op := range []Op{OpCreate, OpGet, OpList, OpDelete, OpCreate, OpDelete} {
+		if err := do(p, op); err != nil {
+			t.Errorf("%s after ResetFaults: %v", op, err)
+		}
+	}
+}
+
+// TestHoldNextCreates: a held Create fails, and its instance appears only at
+// ReleaseHeld, unless the name was created meanwhile.
+func TestHoldNextCreates(t *testing.T) {
+	errHeld := provider.Transient(errors.New("timeout"))
+	errBefore := provider.Quota(errors.New("q"))
+	const release Op = "release"
+	tests := map[string]struct {
+		failBefore bool // a FailNext error for Create queued too
+		calls      []Op
+		want       []string
+	}{
+		"the instance appears at the release": {
+			calls: []Op{OpCreate, OpGet, OpList, release, OpGet, OpList, release},
+			want:  []string{"held", "not found", "ok", "released 1", "ok", "ok", "released 0"},
+		},
+		"a create meanwhile makes it and drops the held one": {
+			calls: []Op{OpCreate, OpCreate, OpGet, release},
+			want:  []string{"held", "ok", "ok", "released 0"},
+		},
+		"a delete meanwhile finds nothing": {
+			calls: []Op{OpCreate, OpDelete, release, OpGet},
+			want:  []string{"held", "ok", "released 1", "ok"},
+		},
+		"a create failed before does not use it": {
+			failBefore: true,
+			calls:      []Op{OpCreate, OpCreate, OpGet, release, OpGet},
+			want:       []string{"failed before", "held", "not found", "released 1", "ok"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p, _ := newFake()
+			if tc.failBefore {
+				p.FailNext(OpCreate, errBefore, 1)
+			}
+			p.HoldNextCreates(errHeld, 1)
+			var got []string
+			for _, op := range tc.calls {
+				if op == release {
+					got = append(got, fmt.Sprintf("released %d", p.ReleaseHeld()))
+					continue
+				}
+				switch err := do(p, op); {
+				case err == nil:
+					got = append(got, "ok")
+				case errors.Is(err, provider.ErrNotFound):
+					got = append(got, "not found")
+				case err == errHeld:
+					got = append(got, "held")
+				case err == errBefore:
+					got = append(got, "failed before")
+				default:
+					got = append(got, err.Error())
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("outcomes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestReleasedInstanceIsWhatCreateWouldHaveMade(t *testing.T) {
+	p, clk := newFake(WithProvisioningDelay(time.Second))
+	p.HoldNextCreates(provider.Transient(errors.New("timeout")), 1)
+	tags := map[string]string{"k": "v"}
+	if _, err := p.Create(context.Background(), req("px-a", tags)); err == nil {
+		t.Fatal("the held create succeeded")
+	}
+	clk.Step(time.Minute)
+	if n := p.ReleaseHeld(); n != 1 {
+		t.Fatalf("released %d, want 1", n)
+	}
+	if got := mustGet(t, p, "px-a"); got.State != provider.StateProvisioning {
+		t.Errorf("released instance is %s, want Provisioning from the release on", got.State)
+	}
+	clk.Step(time.Second)
+	if diff := cmp.Diff(running("px-a", "127.0.0.2", tags), mustGet(t, p, "px-a")); diff != "" {
+		t.Errorf("released instance (-want +got):\n%s", diff)
+	}
+}
+
 // outcomes makes n Get calls on a fresh fake with random faults and returns
 // the class name of each error, "" for success ("px-a" exists).
 func outcomes(t *testing.T, rate float64, classes []error, seed int64, n int) []string {
@@ -393,6 +579,10 @@ func outcomes(t *testing.T, rate float64, classes []error, seed int64, n int) []
 				t.Fatalf("a random fault changed state: %v", err)
 			}
 			out[i] = provider.ClassName(err)
+			// The message names the class, so a status condition shows it.
+			if want := "injected random " + out[i] + " fault"; !strings.Contains(err.Error(), want) {
+				t.Fatalf("error %q does not say %q", err, want)
+			}
 		}
 	}
 	return out
@@ -641,8 +831,8 @@ func TestQuotaLifted(t *testing.T) {
 
 func TestStopAndVanish(t *testing.T) {
 	tags := map[string]string{"k": "v"}
-	stopped := provider.Instance{ID: "px-a", State: provider.StateStopped, Tags: tags, Message: MessagePreempted}
-	deleting := provider.Instance{ID: "px-a", State: provider.StateStopped, Tags: tags, Message: MessageDeleting}
+	stopped := provider.Instance{ID: "px-a", State: provider.StateStopped, Tags: tags, Message: MessagePreempted, SpecHash: "hash-px-a"}
+	deleting := provider.Instance{ID: "px-a", State: provider.StateStopped, Tags: tags, Message: MessageDeleting, SpecHash: "hash-px-a"}
 	tests := map[string]struct {
 		provisioningDelay time.Duration
 		deletionDelay     time.Duration
@@ -754,7 +944,7 @@ func TestInjectAndListByTag(t *testing.T) {
 	p.Inject(provider.Instance{ID: "px-untagged"})
 
 	wantMine := running("px-mine", "127.0.0.2", mine)
-	wantDeleting := provider.Instance{ID: "px-deleting", State: provider.StateStopped, Tags: mine, Message: MessageDeleting}
+	wantDeleting := provider.Instance{ID: "px-deleting", State: provider.StateStopped, Tags: mine, Message: MessageDeleting, SpecHash: "hash-px-deleting"}
 	wantOrphan := provider.Instance{ID: "px-orphan", State: provider.StateRunning, IP: "10.0.0.9", Port: 8080, Tags: orphan}
 	wantProvisioning := provider.Instance{ID: "px-provisioning", State: provider.StateProvisioning, Tags: orphan}
 	wantForeign := provider.Instance{ID: "vm-foreign", State: provider.StateStopped, Message: "terminated", Tags: foreign}

@@ -33,7 +33,8 @@ const (
 	MetadataPort = "proxy-port"
 	// MetadataTags holds the exact tags as JSON: labels are a lossy mapping.
 	MetadataTags = "proxy-operator-tags"
-	// MetadataSpecHash records the spec hash the VM was built from, for humans.
+	// MetadataSpecHash records the spec hash the VM was built from
+	// (Instance.SpecHash).
 	MetadataSpecHash = "proxy-operator-spec-hash"
 )
 
@@ -211,6 +212,7 @@ func toInstance(project, zone string, vm *compute.Instance) provider.Instance {
 		Tags:    instanceTags(vm),
 		Message: strings.ToLower(vm.Status),
 	}
+	inst.SpecHash, _ = metadataValue(vm, MetadataSpecHash)
 	if vm.StatusMessage != "" {
 		inst.Message += ": " + vm.StatusMessage
 	}

@@ -207,23 +207,23 @@ func TestToInstance(t *testing.T) {
 		vm   *compute.Instance
 		want provider.Instance
 	}{
-		"provisioning":          {vm: apiVM(status("PROVISIONING")), want: provider.Instance{ID: id, State: provider.StateProvisioning, Tags: tags, Message: "provisioning"}},
-		"staging":               {vm: apiVM(status("STAGING"), natIP("127.0.0.7")), want: provider.Instance{ID: id, State: provider.StateProvisioning, Tags: tags, Message: "staging"}},
-		"repairing":             {vm: apiVM(status("REPAIRING")), want: provider.Instance{ID: id, State: provider.StateProvisioning, Tags: tags, Message: "repairing"}},
-		"running":               {vm: apiVM(natIP("127.0.0.7")), want: provider.Instance{ID: id, State: provider.StateRunning, IP: "127.0.0.7", Port: 8080, Tags: tags, Message: "running"}},
-		"running without an IP": {vm: apiVM(), want: provider.Instance{ID: id, State: provider.StateProvisioning, Tags: tags, Message: "running without an external IP"}},
-		"stopping":              {vm: apiVM(status("STOPPING")), want: provider.Instance{ID: id, State: provider.StateStopped, Tags: tags, Message: "stopping"}},
-		"stopped":               {vm: apiVM(status("STOPPED")), want: provider.Instance{ID: id, State: provider.StateStopped, Tags: tags, Message: "stopped"}},
-		"suspending":            {vm: apiVM(status("SUSPENDING")), want: provider.Instance{ID: id, State: provider.StateStopped, Tags: tags, Message: "suspending"}},
-		"suspended":             {vm: apiVM(status("SUSPENDED")), want: provider.Instance{ID: id, State: provider.StateStopped, Tags: tags, Message: "suspended"}},
+		"provisioning":          {vm: apiVM(status("PROVISIONING")), want: provider.Instance{ID: id, State: provider.StateProvisioning, Tags: tags, SpecHash: "hash-1", Message: "provisioning"}},
+		"staging":               {vm: apiVM(status("STAGING"), natIP("127.0.0.7")), want: provider.Instance{ID: id, State: provider.StateProvisioning, Tags: tags, SpecHash: "hash-1", Message: "staging"}},
+		"repairing":             {vm: apiVM(status("REPAIRING")), want: provider.Instance{ID: id, State: provider.StateProvisioning, Tags: tags, SpecHash: "hash-1", Message: "repairing"}},
+		"running":               {vm: apiVM(natIP("127.0.0.7")), want: provider.Instance{ID: id, State: provider.StateRunning, IP: "127.0.0.7", Port: 8080, Tags: tags, SpecHash: "hash-1", Message: "running"}},
+		"running without an IP": {vm: apiVM(), want: provider.Instance{ID: id, State: provider.StateProvisioning, Tags: tags, SpecHash: "hash-1", Message: "running without an external IP"}},
+		"stopping":              {vm: apiVM(status("STOPPING")), want: provider.Instance{ID: id, State: provider.StateStopped, Tags: tags, SpecHash: "hash-1", Message: "stopping"}},
+		"stopped":               {vm: apiVM(status("STOPPED")), want: provider.Instance{ID: id, State: provider.StateStopped, Tags: tags, SpecHash: "hash-1", Message: "stopped"}},
+		"suspending":            {vm: apiVM(status("SUSPENDING")), want: provider.Instance{ID: id, State: provider.StateStopped, Tags: tags, SpecHash: "hash-1", Message: "suspending"}},
+		"suspended":             {vm: apiVM(status("SUSPENDED")), want: provider.Instance{ID: id, State: provider.StateStopped, Tags: tags, SpecHash: "hash-1", Message: "suspended"}},
 		"terminated, with a message": {
 			vm:   apiVM(status("TERMINATED"), func(vm *compute.Instance) { vm.StatusMessage = "Instance was preempted." }),
-			want: provider.Instance{ID: id, State: provider.StateStopped, Tags: tags, Message: "terminated: Instance was preempted."},
+			want: provider.Instance{ID: id, State: provider.StateStopped, Tags: tags, SpecHash: "hash-1", Message: "terminated: Instance was preempted."},
 		},
-		"unknown status": {vm: apiVM(status("HIBERNATING")), want: provider.Instance{ID: id, State: provider.StateProvisioning, Tags: tags, Message: "hibernating"}},
+		"unknown status": {vm: apiVM(status("HIBERNATING")), want: provider.Instance{ID: id, State: provider.StateProvisioning, Tags: tags, SpecHash: "hash-1", Message: "hibernating"}},
 		"no port recorded": {
 			vm:   apiVM(natIP("127.0.0.7"), func(vm *compute.Instance) { vm.Metadata.Items = vm.Metadata.Items[1:] }),
-			want: provider.Instance{ID: id, State: provider.StateRunning, IP: "127.0.0.7", Port: DefaultPort, Tags: tags, Message: "running"},
+			want: provider.Instance{ID: id, State: provider.StateRunning, IP: "127.0.0.7", Port: DefaultPort, Tags: tags, SpecHash: "hash-1", Message: "running"},
 		},
 		"tags from labels when metadata has none": {
 			vm:   apiVM(natIP("127.0.0.7"), func(vm *compute.Instance) { vm.Metadata = nil }),

@@ -309,7 +309,7 @@ func podTags(pod *corev1.Pod) map[string]string {
 
 // podInstance maps a Pod to the provider's view of it. Pure.
 func podInstance(pod *corev1.Pod) provider.Instance {
-	inst := provider.Instance{ID: podID(pod.Namespace, pod.Name), Tags: podTags(pod)}
+	inst := provider.Instance{ID: podID(pod.Namespace, pod.Name), Tags: podTags(pod), SpecHash: pod.Annotations[crawlv1alpha1.SpecHashAnnotation]}
 	switch {
 	case pod.DeletionTimestamp != nil:
 		inst.State, inst.Message = provider.StateStopped, "deleting"

@@ -363,7 +363,7 @@ func TestPodInstance(t *testing.T) {
 	}
 	deleting := func(p *corev1.Pod) { p.DeletionTimestamp = &now }
 	instance := func(state provider.State, msg string) provider.Instance {
-		return provider.Instance{ID: testNS + "/" + testInstance, State: state, Tags: tags, Message: msg}
+		return provider.Instance{ID: testNS + "/" + testInstance, State: state, Tags: tags, Message: msg, SpecHash: "sha256:feed"}
 	}
 
 	tests := map[string]struct {

@@ -75,7 +75,7 @@ func TestCreateGetDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := provider.Instance{ID: ns + "/" + name, State: provider.StateProvisioning, Tags: provider.Tags(p), Message: "pod Pending"}
+	want := provider.Instance{ID: ns + "/" + name, State: provider.StateProvisioning, Tags: provider.Tags(p), Message: "pod Pending", SpecHash: "hash"}
 	if diff := cmp.Diff(want, inst); diff != "" {
 		t.Errorf("Create (-want +got):\n%s", diff)
 	}

@@ -374,7 +374,7 @@ func TestKilledProcessIsStopped(t *testing.T) {
 	}
 
 	stopped := waitForState(t, prov, req.Name, provider.StateStopped)
-	want := provider.Instance{ID: req.Name, State: provider.StateStopped, Tags: req.Tags, Message: local.MessageExited}
+	want := provider.Instance{ID: req.Name, State: provider.StateStopped, Tags: req.Tags, Message: local.MessageExited, SpecHash: req.SpecHash}
 	if diff := cmp.Diff(want, stopped); diff != "" {
 		t.Errorf("Get (-want +got):\n%s", diff)
 	}
@@ -806,7 +806,7 @@ func TestCreateCutShortKeepsTheInstanceTracked(t *testing.T) {
 	if st := readStateFile(t, dir, req.Name); st.PID != pids[0] || st.Port != 0 {
 		t.Errorf("state %+v, want pid %d and no port yet", st, pids[0])
 	}
-	want := provider.Instance{ID: req.Name, State: provider.StateProvisioning, Tags: req.Tags, Message: local.MessageStarting}
+	want := provider.Instance{ID: req.Name, State: provider.StateProvisioning, Tags: req.Tags, Message: local.MessageStarting, SpecHash: req.SpecHash}
 	for op, call := range map[string]func() (provider.Instance, error){
 		"Get":    func() (provider.Instance, error) { return prov.Get(context.Background(), req.Name) },
 		"Create": func() (provider.Instance, error) { return prov.Create(context.Background(), req) },
