@@ -9,7 +9,7 @@ GO_PKGS   := ./...
 TEST_P    ?= 2
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build run test fuzz bench generate verify testenv deps fmt vet clean
+.PHONY: all build run test chaos fuzz bench generate verify testenv deps fmt vet clean
 
 all: build
 
@@ -25,6 +25,10 @@ run: build testenv
 ## test: unit and integration tests, with the race detector
 test: testenv
 	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(GO_PKGS)
+
+## chaos: the failure suite's long variant (more rounds, larger fleets, longer storms; about 20 min)
+chaos: testenv
+	CHAOS=long $(GO) test -race -count=1 -timeout 60m -v ./pkg/chaos/
 
 ## fuzz: every go test -fuzz target for FUZZTIME (default 10s) each
 fuzz:
