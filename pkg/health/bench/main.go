@@ -56,13 +56,7 @@ func main() {
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
-	if *fleetSize > 0 {
-		if err := fleet.Serve(*fleetSize, *delay); err != nil {
-			fmt.Fprintln(os.Stderr, "fleet:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	fleet.ServeIfChild(*fleetSize, *delay)
 	ns, err := parseInts(*sizes)
 	if err != nil {
 		fail(err)

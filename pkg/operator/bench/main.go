@@ -108,13 +108,7 @@ func main() {
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
-	if *fleetSize > 0 {
-		if err := fleet.Serve(*fleetSize, *delay); err != nil {
-			fmt.Fprintln(os.Stderr, "fleet:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	fleet.ServeIfChild(*fleetSize, *delay)
 	ns, err := parseSizes(*sizes)
 	if err != nil {
 		fail(err)

@@ -128,6 +128,20 @@ func (p *Process) Stop() {
 	_ = p.cmd.Wait()
 }
 
+// ServeIfChild is for a benchmark's main, right after flag.Parse: when this
+// process is a fleet child (size > 0, from SizeFlag), it serves the fleet and
+// exits; otherwise it returns at once.
+func ServeIfChild(size int, delay time.Duration) {
+	if size <= 0 {
+		return
+	}
+	if err := Serve(size, delay); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
 // Serve is the child: n listeners on 127.77.x.y (one port for all when it
 // is free everywhere, so the listeners do not use up ephemeral ports), one
 // HTTP server answering 204 to everything after delay, until stdin closes.
