@@ -57,7 +57,7 @@ func main() {
 	klog.InitFlags(nil)
 	flag.Parse()
 	fleet.ServeIfChild(*fleetSize, *delay)
-	ns, err := parseInts(*sizes)
+	ns, err := fleet.ParseSizes(*sizes)
 	if err != nil {
 		fail(err)
 	}
@@ -335,18 +335,6 @@ func rss(statusFile string) int64 {
 		}
 	}
 	return 0
-}
-
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("bad size %q", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 func parseDurations(s string) ([]time.Duration, error) {

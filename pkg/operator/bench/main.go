@@ -109,7 +109,7 @@ func main() {
 	klog.InitFlags(nil)
 	flag.Parse()
 	fleet.ServeIfChild(*fleetSize, *delay)
-	ns, err := parseSizes(*sizes)
+	ns, err := fleet.ParseSizes(*sizes)
 	if err != nil {
 		fail(err)
 	}
@@ -569,18 +569,6 @@ func acquireLeases(ctx context.Context, leaseAddr, ns string, n int, ttl, timeou
 		})
 	}
 	return g.Wait()
-}
-
-func parseSizes(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("bad size %q", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 // formatReport renders the results as markdown.

@@ -128,6 +128,20 @@ func (p *Process) Stop() {
 	_ = p.cmd.Wait()
 }
 
+// ParseSizes parses a benchmark's -sizes flag: fleet sizes, comma-separated,
+// each at least 1.
+func ParseSizes(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad size %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 // ServeIfChild is for a benchmark's main, right after flag.Parse: when this
 // process is a fleet child (size > 0, from SizeFlag), it serves the fleet and
 // exits; otherwise it returns at once.
