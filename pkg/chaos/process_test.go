@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -27,23 +25,10 @@ import (
 const pollInterval = 100 * time.Millisecond
 
 // startOperator runs the operator binary on ns (its Proxies and its leader
-// Lease) with extra flags.
+// Lease) with extra flags, the lease API without authentication.
 func startOperator(t *testing.T, name, ns string, extra ...string) *operatortest.Process {
 	t.Helper()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{
-		"--kubeconfig=" + kubeconfig,
-		"--namespace=" + ns,
-		"--leader-elect-namespace=" + ns,
-		"--lease-auth=none",
-		"-v=2",
-	}, extra...)
-	return operatortest.Start(t, operatortest.ProcessOptions{
-		Binary: operatorBinary, Name: name, Args: args, LogsEnv: "CHAOS_LOGS",
-	})
+	return operatortest.StartOnNamespace(t, env, operatorBinary, name, ns, "CHAOS_LOGS", append([]string{"--lease-auth=none"}, extra...)...)
 }
 
 // fastHealthCheck probes every second through the proxy to target (a
@@ -61,19 +46,11 @@ func clients() (kubernetes.Interface, versioned.Interface) {
 	return kubernetes.NewForConfigOrDie(env.Config), versioned.NewForConfigOrDie(env.Config)
 }
 
-var notDNS = regexp.MustCompile(`[^a-z0-9]+`)
-
 // newNamespace creates a namespace named after the test.
 func newNamespace(t *testing.T) string {
 	t.Helper()
 	kube, _ := clients()
-	prefix := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix[:min(40, len(prefix))] + "-"}}
-	created, err := kube.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating namespace: %v", err)
-	}
-	return created.Name
+	return operatortest.NewNamespace(t, kube)
 }
 
 // eventually polls check every interval until it returns nil, and fails

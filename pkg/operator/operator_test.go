@@ -273,7 +273,7 @@ func TestStartupErrors(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			p := startOperator(t, dnsName(name), ns, tc.args...)
+			p := startOperator(t, operatortest.DNSName(name), ns, tc.args...)
 			if code := p.WaitExit(t, 30*time.Second); code != tc.wantCode {
 				t.Errorf("exit code = %d, want %d", code, tc.wantCode)
 			}

@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -36,21 +33,7 @@ var leaseTimings = []string{
 // its log is printed if the test failed (or OPERATOR_TEST_LOGS is set).
 func startOperator(t *testing.T, name, ns string, extra ...string) *operatortest.Process {
 	t.Helper()
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	return operatortest.Start(t, operatortest.ProcessOptions{
-		Binary: operatorBinary,
-		Name:   name,
-		Args: append([]string{
-			"--kubeconfig=" + kubeconfig,
-			"--namespace=" + ns,
-			"--leader-elect-namespace=" + ns,
-			"-v=2",
-		}, extra...),
-		LogsEnv: "OPERATOR_TEST_LOGS",
-	})
+	return operatortest.StartOnNamespace(t, env, operatorBinary, name, ns, "OPERATOR_TEST_LOGS", extra...)
 }
 
 // kill ends p with SIGKILL (no drain, no lease release), failing the test
@@ -148,19 +131,7 @@ func clients(t *testing.T) (kubernetes.Interface, versioned.Interface) {
 func newNamespace(t *testing.T) string {
 	t.Helper()
 	kube, _ := clients(t)
-	prefix := dnsName(t.Name())
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix[:min(40, len(prefix))] + "-"}}
-	created, err := kube.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating namespace: %v", err)
-	}
-	return created.Name
-}
-
-var notDNS = regexp.MustCompile(`[^a-z0-9]+`)
-
-func dnsName(s string) string {
-	return strings.Trim(notDNS.ReplaceAllString(strings.ToLower(s), "-"), "-")
+	return operatortest.NewNamespace(t, kube)
 }
 
 // createExternalProxy creates an External Proxy at 127.0.0.1:port.

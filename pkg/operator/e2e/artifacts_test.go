@@ -20,6 +20,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
 )
 
 // artifactsDir is the repository's artifacts/, from this package's directory.
@@ -278,7 +280,7 @@ func (p permission) String() string {
 
 // slug names the permission in namespaces: "update-proxies-status".
 func (p permission) slug() string {
-	return dnsName(p.verb + "-" + strings.Join(p.resources, "-"))
+	return operatortest.DNSName(p.verb + "-" + strings.Join(p.resources, "-"))
 }
 
 // permissions lists every (rule, verb) of the operator's roles, in order.

@@ -141,10 +141,3 @@ func eventually(t *testing.T, timeout time.Duration, what string, check func(ctx
 		t.Fatalf("%s: not within %v: %v", what, timeout, err)
 	}
 }
-
-var notDNS = regexp.MustCompile(`[^a-z0-9]+`)
-
-// dnsName turns s into a DNS label's characters (not its length).
-func dnsName(s string) string {
-	return strings.Trim(notDNS.ReplaceAllString(strings.ToLower(s), "-"), "-")
-}

@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/proxyfleet/proxy-operator/pkg/operator"
+
+	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
 )
 
 // need says which flow breaks without a permission, and why: the
@@ -115,7 +117,7 @@ func TestOperatorOnArtifactRBAC(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			a := s.artifacts.forInstallation(tc.in)
 			start := time.Now()
-			r := s.startRun(t, dnsName(name), a, runOptions{args: []string{"-v=2"}, env: tc.env})
+			r := s.startRun(t, operatortest.DNSName(name), a, runOptions{args: []string{"-v=2"}, env: tc.env})
 			results := r.runFlows(t.Context(), nil)
 			for _, name := range slices.Sorted(maps.Keys(results)) {
 				res := results[name]
