@@ -31,7 +31,11 @@ func newGCEProvider(ctx context.Context, env ProviderEnv) (provider.Provider, er
 	var key []byte
 	if ref := env.Options.GCECredentialsSecret; ref != "" {
 		namespace, name, _ := strings.Cut(ref, "/")
-		secret, err := env.KubeClient.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		var secret *corev1.Secret
+		err := untilAPIAnswers(ctx, "--gce-credentials-secret", func(ctx context.Context) (err error) {
+			secret, err = env.KubeClient.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("--gce-credentials-secret %s: %w", ref, err)
 		}

@@ -97,7 +97,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 
 	enabled, err := buildProviders(ctx, o.Providers, providers, ProviderEnv{KubeClient: kube, RESTConfig: rest.CopyConfig(cfg), Options: o})
 	if err != nil {
-		return err
+		return stoppedOrFailed(ctx, err)
 	}
 
 	// No periodic resync: the controller polls instances on its own
@@ -174,7 +174,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 
 	var feedSynced cache.InformerSynced
 	if op.leases, feedSynced, err = newLeaseServer(ctx, o, kube, proxyInformer, secrets, m); err != nil {
-		return err
+		return stoppedOrFailed(ctx, err)
 	}
 	// The leader path waits for the lease feed too: it must know every Ready
 	// proxy before it grants.
@@ -193,6 +193,17 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	}
 	logger.Info("Serving the lease API", "addr", op.leaseListener.Addr().String(), "auth", o.LeaseAuth)
 	return op.run(ctx, ln)
+}
+
+// stoppedOrFailed is Run's answer to a start-up error: nil when the error
+// only says that shutdown was requested (SIGTERM while waiting for the API
+// server is a clean stop), err otherwise.
+func stoppedOrFailed(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		klog.FromContext(ctx).Info("Stopped during start-up")
+		return nil
+	}
+	return err
 }
 
 // operator is one process's running parts.
@@ -396,7 +407,10 @@ func (op *operator) runLeader(ctx context.Context) error {
 			logger.Error(err, "Persisting the lease watermark on the way out")
 		}
 	}()
-	if err := op.labeler.set(ctx, true); err != nil {
+	if err := untilAPIAnswers(ctx, "leader label", func(ctx context.Context) error { return op.labeler.set(ctx, true) }); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped leading, or shutting down, before the label was set
+		}
 		return err // the lease Service could not reach us
 	}
 	defer func() {
@@ -521,7 +535,11 @@ func namespaceForLog(ns string) string {
 func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics) (*lease.Server, cache.InformerSynced, error) {
 	// Every replica signs and verifies lease IDs with one key, created by
 	// the first replica to start.
-	key, err := lease.EnsureKey(ctx, kube, o.LeaderElectNamespace, LeaseKeySecret)
+	var key []byte
+	err := untilAPIAnswers(ctx, "lease signing key", func(ctx context.Context) (err error) {
+		key, err = lease.EnsureKey(ctx, kube, o.LeaderElectNamespace, LeaseKeySecret)
+		return err
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("lease signing key: %w", err)
 	}
