@@ -57,8 +57,10 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	leaseclient "github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/proxytest/fleet"
@@ -185,7 +187,7 @@ func run(ctx context.Context, cfg config) (string, error) {
 
 	var results []result
 	progress("reference: the API server alone for %v", cfg.steadyLarge)
-	none, err := b.measureSteady(ctx, 0, cfg.steadyLarge)
+	none, err := b.measureSteady(ctx, nil, "", cfg.steadyLarge)
 	if err != nil {
 		return "", fmt.Errorf("phase \"steady state without an operator\": %w", err)
 	}
@@ -253,6 +255,9 @@ type steadyResult struct {
 	operator, api, etcd procWindow
 	writes              apiWrites
 	operatorPresent     bool
+	// health is what the health engine did in the window (nil without
+	// proxies).
+	health *healthCounts
 }
 
 // procWindow is a process's CPU over a window and its memory at the end.
@@ -310,7 +315,7 @@ func (b *bench) run(ctx context.Context, s runSpec) (res result, err error) {
 		}
 	}
 	progress("%s: steady state for %v with %d leases held", what, s.steady, res.leases)
-	st, err := b.measureSteady(ctx, op.pid(), s.steady)
+	st, err := b.measureSteady(ctx, op, ns, s.steady)
 	if err == nil {
 		err = op.exitErr()
 	}
@@ -390,13 +395,24 @@ wait:
 	return nil
 }
 
-// measureSteady measures writes and the processes' CPU over window; pid 0
-// means no operator. The scrapes lie outside the CPU window.
-func (b *bench) measureSteady(ctx context.Context, pid int, window time.Duration) (steadyResult, error) {
-	st := steadyResult{operatorPresent: pid != 0}
+// measureSteady measures writes and the processes' CPU over window, and
+// the health engine's work on the proxies of ns; op nil means no operator.
+// The scrapes lie outside the CPU window.
+func (b *bench) measureSteady(ctx context.Context, op *operatorProcess, ns string, window time.Duration) (steadyResult, error) {
+	st := steadyResult{operatorPresent: op != nil}
+	pid := 0
+	if op != nil {
+		pid = op.pid()
+	}
 	before, err := scrapeWrites(ctx, b.kube)
 	if err != nil {
 		return st, err
+	}
+	var health0 healthCounts
+	if ns != "" {
+		if health0, err = scrapeHealth(ctx, op.metricsURL, b.kube, ns); err != nil {
+			return st, err
+		}
 	}
 	read := func() (op, api, etcd usage, err error) {
 		if pid != 0 {
@@ -430,6 +446,14 @@ func (b *bench) measureSteady(ctx context.Context, pid int, window time.Duration
 		return st, err
 	}
 	st.writes = after.sub(before)
+	if ns != "" {
+		health1, err := scrapeHealth(ctx, op.metricsURL, b.kube, ns)
+		if err != nil {
+			return st, err
+		}
+		h := health1.sub(health0)
+		st.health = &h
+	}
 	over := func(u0, u1 usage) procWindow {
 		return procWindow{cores: (u1.cpuSeconds - u0.cpuSeconds) / st.window.Seconds(), rss: u1.rss, hwm: u1.hwm}
 	}
@@ -620,6 +644,28 @@ func formatReport(cfg config, fleetN int, results []result) string {
 			w.others(minutes, "%.1f", "proxies", "proxies/status", "events"), st.writes.rejected.others(minutes, "%.1f"))
 	}
 
+	p("\n### Health probes in the steady window\n\n")
+	p("| operator | proxies | probes/min | failed probes/min, by result | probes started > %.2f s late | dispatches skipped/min | Healthy events/min | Unhealthy events/min | most frequent Unhealthy messages (per min) |\n", lateProbe)
+	p("|---|---:|---:|---|---:|---:|---:|---:|---|\n")
+	for _, r := range results {
+		st := r.steady
+		if st == nil || st.health == nil || r.spec.proxies == 0 {
+			continue
+		}
+		h, minutes := st.health, st.window.Minutes()
+		total := 0.0
+		for _, n := range h.probes {
+			total += n
+		}
+		late := "0"
+		if h.scheduled > 0 {
+			late = fmt.Sprintf("%.0f (%.2f%%)", h.late, 100*h.late/h.scheduled)
+		}
+		p("| QPS/burst %s | %d | %.0f | %s | %s | %.1f | %.1f | %.1f | %s |\n",
+			r.name, r.spec.proxies, total/minutes, h.probes.others(minutes, "%.1f", health.ResultSuccess), late, h.skipped/minutes,
+			h.events[controller.ReasonHealthy]/minutes, h.events[controller.ReasonUnhealthy]/minutes, topMessages(h.unhealthyMessages, 3, minutes))
+	}
+
 	p("\n#### How to read this\n\n")
 	p("- **Convergence.** The time from the first create to the moment the bench's watch saw the last proxy Ready, " +
 		"beside the time the bench's own client took to create the N objects on the same API server in the same run " +
@@ -640,6 +686,11 @@ func formatReport(cfg config, fleetN int, results []result) string {
 		"peak RSS is VmHWM since the operator started (so it includes convergence). A healthy steady fleet should need no Proxy writes at all. " +
 		"The rows without proxies are the references: the API server alone, and the operator leading an empty namespace. " +
 		"testenv runs etcd with --unsafe-no-fsync, so its figures (and the API server's write latency) are kinder than a real cluster's.\n")
+	p("- **Health probes** are the operator's own counters (proxy_operator_probe_duration_seconds by result, " +
+		"proxy_operator_probe_schedule_delay_seconds, proxy_operator_probe_dispatch_skipped_total) and the namespace's events by reason, " +
+		"before and after the steady window. Every proxy of the fleet answers 204 from a loopback listener in the bench's child process, " +
+		"so a failed probe is the machine not keeping up (the fleet, the operator and the API server share its cores), not a broken proxy; " +
+		"a late start says the probe pool is behind, a timeout with on-time starts says the answer was slow.\n")
 	p("- **QPS.** The %v/%d row is the same fleet with client-go's default QPS/burst, beside our defaults (%d/%d) at the same size; "+
 		"every run has its own namespace and operator process, and the API server is shared.\n", clientGoQPS, clientGoBur, ourQPS, ourBurst)
 	return sb.String()

@@ -18,11 +18,12 @@ import (
 // operatorProcess is one cmd/proxy-operator child, with its lease API and
 // metrics server on loopback ports of its own and its output in a file.
 type operatorProcess struct {
-	cmd       *exec.Cmd
-	leaseAddr string
-	logPath   string
-	exited    chan struct{}
-	waitErr   error // set before exited closes
+	cmd        *exec.Cmd
+	leaseAddr  string
+	metricsURL string // http://127.0.0.1:<port> of /metrics
+	logPath    string
+	exited     chan struct{}
+	waitErr    error // set before exited closes
 }
 
 // startOperator runs binary with args after --metrics-addr and --lease-addr
@@ -34,9 +35,10 @@ func startOperator(binary, logPath string, args []string) (*operatorProcess, err
 		return nil, err
 	}
 	p := &operatorProcess{
-		leaseAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		logPath:   logPath,
-		exited:    make(chan struct{}),
+		leaseAddr:  fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		metricsURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
+		logPath:    logPath,
+		exited:     make(chan struct{}),
 	}
 	args = append([]string{
 		fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]),

@@ -17,16 +17,16 @@ import (
 // writeVerbs are the verbs of apiserver_request_total that change state.
 var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELETE": true, "DELETECOLLECTION": true, "APPLY": true}
 
-// writes counts write requests by resource ("proxies", "proxies/status",
-// "events", ...).
-type writes map[string]float64
+// counts are counters by key: write requests by resource ("proxies",
+// "proxies/status", "events", ...), probes by result, events by reason.
+type counts map[string]float64
 
 // apiWrites are the write requests the API server has served: all of them,
 // whatever their response code (every one is work for the API server and
 // counts against the client's rate limit), and the rejected ones (not 2xx:
 // conflicts, say) among them.
 type apiWrites struct {
-	all, rejected writes
+	all, rejected counts
 }
 
 // scrapeWrites reads kube-apiserver's /metrics.
@@ -41,7 +41,7 @@ func scrapeWrites(ctx context.Context, kube kubernetes.Interface) (apiWrites, er
 // parseWrites sums apiserver_request_total over the write verbs, by
 // resource and subresource.
 func parseWrites(r io.Reader) (apiWrites, error) {
-	out := apiWrites{all: writes{}, rejected: writes{}}
+	out := apiWrites{all: counts{}, rejected: counts{}}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(r)
 	if err != nil {
@@ -73,8 +73,8 @@ func (w apiWrites) sub(before apiWrites) apiWrites {
 }
 
 // sub returns w − before, resource by resource, dropping zeros.
-func (w writes) sub(before writes) writes {
-	out := writes{}
+func (w counts) sub(before counts) counts {
+	out := counts{}
 	for k, v := range w {
 		if d := v - before[k]; d != 0 {
 			out[k] = d
@@ -85,9 +85,22 @@ func (w writes) sub(before writes) writes {
 
 // others formats every resource but the named ones as "leases 12,
 // configmaps 1", largest first, each divided by per.
-func (w writes) others(per float64, format string, except ...string) string {
+func (w counts) others(per float64, format string, except ...string) string {
+	var parts []string
+	for _, k := range w.largestFirst() {
+		if !slices.Contains(except, k) {
+			parts = append(parts, fmt.Sprintf("%s "+format, k, w[k]/per))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// largestFirst returns the keys by decreasing count, ties by name.
+func (w counts) largestFirst() []string {
 	keys := slices.Collect(maps.Keys(w))
-	keys = slices.DeleteFunc(keys, func(k string) bool { return slices.Contains(except, k) })
 	slices.SortFunc(keys, func(a, b string) int {
 		if w[a] != w[b] {
 			if w[a] > w[b] {
@@ -97,12 +110,5 @@ func (w writes) others(per float64, format string, except ...string) string {
 		}
 		return strings.Compare(a, b)
 	})
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s "+format, k, w[k]/per))
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
+	return keys
 }

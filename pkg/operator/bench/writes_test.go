@@ -27,18 +27,18 @@ apiserver_request_duration_seconds{verb="PUT"} 9
 		t.Fatal(err)
 	}
 	want := apiWrites{
-		all:      writes{"proxies": 100, "proxies/status": 153, "events": 100, "leases": 30, "configmaps": 1},
-		rejected: writes{"proxies/status": 3},
+		all:      counts{"proxies": 100, "proxies/status": 153, "events": 100, "leases": 30, "configmaps": 1},
+		rejected: counts{"proxies/status": 3},
 	}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(apiWrites{})); diff != "" {
 		t.Errorf("parseWrites (-want +got):\n%s", diff)
 	}
 
 	later := apiWrites{
-		all:      writes{"proxies": 100, "proxies/status": 160, "events": 100, "leases": 42, "configmaps": 1, "secrets": 1},
-		rejected: writes{"proxies/status": 3},
+		all:      counts{"proxies": 100, "proxies/status": 160, "events": 100, "leases": 42, "configmaps": 1, "secrets": 1},
+		rejected: counts{"proxies/status": 3},
 	}
-	wantDiff := apiWrites{all: writes{"proxies/status": 7, "leases": 12, "secrets": 1}, rejected: writes{}}
+	wantDiff := apiWrites{all: counts{"proxies/status": 7, "leases": 12, "secrets": 1}, rejected: counts{}}
 	if diff := cmp.Diff(wantDiff, later.sub(got), cmp.AllowUnexported(apiWrites{})); diff != "" {
 		t.Errorf("sub (-want +got):\n%s", diff)
 	}

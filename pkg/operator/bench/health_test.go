@@ -1,0 +1,73 @@
+package main
+
+import (
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/metrics"
+)
+
+// The counters are read from what the operator's own registry serves, so a
+// renamed metric or bucket breaks this test, not the bench at hour two.
+func TestParseProbeMetrics(t *testing.T) {
+	m := metrics.New()
+	key := cache.ObjectName{Namespace: "ns", Name: "px"}
+	for range 5 {
+		m.ObserveProbe(key, health.ResultSuccess, 3*time.Millisecond, time.Now())
+	}
+	m.ObserveProbe(key, health.ResultTimeout, 5*time.Second, time.Now())
+	m.ObserveProbe(key, health.ResultTimeout, 5*time.Second, time.Now())
+	m.ObserveProbe(key, health.ResultConnectError, time.Millisecond, time.Now())
+	for _, d := range []time.Duration{10 * time.Millisecond, time.Second, 1280 * time.Millisecond, 1300 * time.Millisecond, 3 * time.Second} {
+		m.ObserveScheduleDelay(d)
+	}
+	m.ProbeDispatchSkipped()
+
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	got, err := parseProbeMetrics(rec.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := healthCounts{
+		probes:    counts{health.ResultSuccess: 5, health.ResultTimeout: 2, health.ResultConnectError: 1},
+		scheduled: 5,
+		late:      2, // 1.3 s and 3 s; 1.28 s is on the bucket bound, so on time
+		skipped:   1,
+	}
+	got.probes = got.probes.sub(counts{}) // the pre-declared zero series
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(healthCounts{})); diff != "" {
+		t.Errorf("parseProbeMetrics (-want +got):\n%s", diff)
+	}
+}
+
+func TestMaskNumbers(t *testing.T) {
+	tests := map[string]string{
+		"Probe failed: timed out after 5s":                  "Probe failed: timed out after Ns",
+		"Probe failed: target answered 503 in 1.2s":         "Probe failed: target answered N in Ns",
+		"Probe failed: connect to 127.0.0.1:31280: refused": "Probe failed: connect to N.N:N: refused",
+		"no figures": "no figures",
+	}
+	got := map[string]string{}
+	for in := range tests {
+		got[in] = maskNumbers(in)
+	}
+	if diff := cmp.Diff(tests, got); diff != "" {
+		t.Errorf("maskNumbers (-want +got):\n%s", diff)
+	}
+}
+
+func TestTopMessages(t *testing.T) {
+	c := counts{"a": 2, "b": 6, "c": 4, "d": 4}
+	if got, want := topMessages(c, 3, 2), `"b" 3.0; "c" 2.0; "d" 2.0`; got != want {
+		t.Errorf("topMessages = %s, want %s", got, want)
+	}
+	if got := topMessages(counts{}, 3, 1); got != "none" {
+		t.Errorf("topMessages of nothing = %s, want none", got)
+	}
+}
