@@ -186,16 +186,18 @@ func (m *Metrics) SetBuildInfo(version string) {
 }
 
 // WatchProxies makes proxy_operator_proxies count the lister's Proxies by
-// phase at every scrape. Until it is called the metric has no series. Calling
-// it again replaces the lister.
-func (m *Metrics) WatchProxies(lister crawllisters.ProxyLister) {
-	m.proxies.lister.Store(&lister)
+// namespace and phase at every scrape. namespace is the one the operator
+// watches ("" for all): its series exist, at 0, before its first Proxy.
+// Until WatchProxies is called the metric has no series. Calling it again
+// replaces the lister.
+func (m *Metrics) WatchProxies(lister crawllisters.ProxyLister, namespace string) {
+	m.proxies.source.Store(&proxySource{lister: lister, namespace: namespace})
 }
 
 var proxiesDesc = prometheus.NewDesc(
 	prometheus.BuildFQName(namespace, "", "proxies"),
-	"Proxies by status.phase, counted from the informer cache at scrape time. A Proxy not yet synced counts as Pending.",
-	[]string{"phase"}, nil,
+	"Proxies by namespace and status.phase, counted from the informer cache at scrape time. A Proxy not yet synced counts as Pending.",
+	[]string{"namespace", "phase"}, nil,
 )
 
 // phases are exported even when empty so that a dashboard sees 0, not a gap.
@@ -208,38 +210,51 @@ var phases = []crawlv1alpha1.ProxyPhase{
 	crawlv1alpha1.PhaseDeleting,
 }
 
+type proxySource struct {
+	lister    crawllisters.ProxyLister
+	namespace string
+}
+
 // proxyCollector counts Proxies at scrape time: always right, and free
 // between scrapes (no event handler keeps a tally that could drift).
 type proxyCollector struct {
 	desc   *prometheus.Desc
-	lister atomic.Pointer[crawllisters.ProxyLister]
+	source atomic.Pointer[proxySource]
 }
 
 func (c *proxyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
-	lister := c.lister.Load()
-	if lister == nil {
+	source := c.source.Load()
+	if source == nil {
 		return
 	}
-	proxies, err := (*lister).List(labels.Everything())
+	proxies, err := source.lister.List(labels.Everything())
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
 	}
-	counts := make(map[crawlv1alpha1.ProxyPhase]int, len(phases))
+	byNamespace := map[string]map[crawlv1alpha1.ProxyPhase]int{}
+	if source.namespace != "" {
+		byNamespace[source.namespace] = map[crawlv1alpha1.ProxyPhase]int{}
+	}
 	for _, p := range proxies {
 		phase := p.Status.Phase
 		if phase == "" {
 			phase = crawlv1alpha1.PhasePending
 		}
-		counts[phase]++
+		if byNamespace[p.Namespace] == nil {
+			byNamespace[p.Namespace] = map[crawlv1alpha1.ProxyPhase]int{}
+		}
+		byNamespace[p.Namespace][phase]++
 	}
-	for _, phase := range phases {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[phase]), string(phase))
-		delete(counts, phase)
-	}
-	for phase, n := range counts { // a phase newer than this binary
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), string(phase))
+	for ns, counts := range byNamespace {
+		for _, phase := range phases {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[phase]), ns, string(phase))
+			delete(counts, phase)
+		}
+		for phase, n := range counts { // a phase newer than this binary
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), ns, string(phase))
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,54 +149,68 @@ func TestObserveProviderCall(t *testing.T) {
 
 func TestProxiesByPhase(t *testing.T) {
 	const header = `
-# HELP proxy_operator_proxies Proxies by status.phase, counted from the informer cache at scrape time. A Proxy not yet synced counts as Pending.
+# HELP proxy_operator_proxies Proxies by namespace and status.phase, counted from the informer cache at scrape time. A Proxy not yet synced counts as Pending.
 # TYPE proxy_operator_proxies gauge
 `
+	// zeros are the series of a namespace with no Proxy in any phase but those given.
+	zeros := func(ns string, except ...string) string {
+		var out []string
+		for _, phase := range []string{"Deleting", "Failed", "Pending", "Provisioning", "Ready", "Unhealthy"} {
+			if !slices.Contains(except, phase) {
+				out = append(out, fmt.Sprintf("proxy_operator_proxies{namespace=%q,phase=%q} 0", ns, phase))
+			}
+		}
+		return strings.Join(out, "\n") + "\n"
+	}
+	mixed := []*crawlv1alpha1.Proxy{
+		newProxy("a", "ns1", crawlv1alpha1.PhaseReady),
+		newProxy("b", "ns1", crawlv1alpha1.PhaseReady),
+		newProxy("c", "ns2", crawlv1alpha1.PhaseReady),
+		newProxy("d", "ns2", crawlv1alpha1.PhaseFailed),
+		newProxy("e", "ns2", ""),
+		newProxy("f", "ns2", crawlv1alpha1.PhasePending),
+		newProxy("g", "ns1", crawlv1alpha1.PhaseDeleting),
+	}
 	tests := map[string]struct {
-		watch   bool
-		proxies []*crawlv1alpha1.Proxy
-		want    string
+		watch     bool
+		namespace string // the operator's --namespace
+		proxies   []*crawlv1alpha1.Proxy
+		want      string
 	}{
 		"no lister, no series": {
 			want: "",
 		},
-		"empty fleet exports zeros": {
+		"empty fleet, all namespaces: no namespace to name": {
 			watch: true,
-			want: header + `
-proxy_operator_proxies{phase="Deleting"} 0
-proxy_operator_proxies{phase="Failed"} 0
-proxy_operator_proxies{phase="Pending"} 0
-proxy_operator_proxies{phase="Provisioning"} 0
-proxy_operator_proxies{phase="Ready"} 0
-proxy_operator_proxies{phase="Unhealthy"} 0
+			want:  "",
+		},
+		"empty fleet, one namespace watched: zeros": {
+			watch:     true,
+			namespace: "crawl",
+			want:      header + zeros("crawl"),
+		},
+		"counts by namespace and phase; unsynced counts as Pending": {
+			watch:   true,
+			proxies: mixed,
+			want: header + zeros("ns1", "Deleting", "Ready") + `proxy_operator_proxies{namespace="ns1",phase="Deleting"} 1
+proxy_operator_proxies{namespace="ns1",phase="Ready"} 2
+` + zeros("ns2", "Failed", "Pending", "Ready") + `proxy_operator_proxies{namespace="ns2",phase="Failed"} 1
+proxy_operator_proxies{namespace="ns2",phase="Pending"} 2
+proxy_operator_proxies{namespace="ns2",phase="Ready"} 1
 `,
 		},
-		"counts by phase; unsynced counts as Pending": {
-			watch: true,
-			proxies: []*crawlv1alpha1.Proxy{
-				newProxy("a", "ns1", crawlv1alpha1.PhaseReady),
-				newProxy("b", "ns1", crawlv1alpha1.PhaseReady),
-				newProxy("c", "ns2", crawlv1alpha1.PhaseReady),
-				newProxy("d", "ns2", crawlv1alpha1.PhaseFailed),
-				newProxy("e", "ns2", ""),
-				newProxy("f", "ns2", crawlv1alpha1.PhasePending),
-				newProxy("g", "ns1", crawlv1alpha1.PhaseDeleting),
-			},
-			want: header + `
-proxy_operator_proxies{phase="Deleting"} 1
-proxy_operator_proxies{phase="Failed"} 1
-proxy_operator_proxies{phase="Pending"} 2
-proxy_operator_proxies{phase="Provisioning"} 0
-proxy_operator_proxies{phase="Ready"} 3
-proxy_operator_proxies{phase="Unhealthy"} 0
-`,
+		"a phase newer than this binary is exported too": {
+			watch:     true,
+			namespace: "ns",
+			proxies:   []*crawlv1alpha1.Proxy{newProxy("a", "ns", "Hibernating")},
+			want:      header + zeros("ns") + `proxy_operator_proxies{namespace="ns",phase="Hibernating"} 1` + "\n",
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			m := New()
 			if tc.watch {
-				m.WatchProxies(newLister(t, tc.proxies...))
+				m.WatchProxies(newLister(t, tc.proxies...), tc.namespace)
 			}
 			if err := testutil.CollectAndCompare(m.proxies, strings.NewReader(tc.want), "proxy_operator_proxies"); err != nil {
 				t.Error(err)
@@ -208,8 +223,10 @@ proxy_operator_proxies{phase="Unhealthy"} 0
 func TestProxiesFollowTheCache(t *testing.T) {
 	m := New()
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	m.WatchProxies(crawllisters.NewProxyLister(indexer))
-	ready := func() float64 { return gaugeValue(t, m, "proxy_operator_proxies", map[string]string{"phase": "Ready"}) }
+	m.WatchProxies(crawllisters.NewProxyLister(indexer), "ns")
+	ready := func() float64 {
+		return gaugeValue(t, m, "proxy_operator_proxies", map[string]string{"namespace": "ns", "phase": "Ready"})
+	}
 
 	if got := ready(); got != 0 {
 		t.Fatalf("Ready before any Proxy = %v, want 0", got)
@@ -298,7 +315,7 @@ func TestHandler(t *testing.T) {
 	m := New()
 	m.SetBuildInfo("v1.2.3")
 	m.SetLeader(true)
-	m.WatchProxies(newLister(t, newProxy("a", "ns", crawlv1alpha1.PhaseReady)))
+	m.WatchProxies(newLister(t, newProxy("a", "ns", crawlv1alpha1.PhaseReady)), "")
 	m.ObserveSync("success", time.Millisecond)
 
 	srv := httptest.NewServer(m.Handler())
@@ -322,7 +339,7 @@ func TestHandler(t *testing.T) {
 	for _, want := range []string{
 		`proxy_operator_build_info{version="v1.2.3"} 1`,
 		`proxy_operator_leader 1`,
-		`proxy_operator_proxies{phase="Ready"} 1`,
+		`proxy_operator_proxies{namespace="ns",phase="Ready"} 1`,
 		`proxy_operator_reconcile_total{result="success"} 1`,
 		`proxy_operator_reconcile_duration_seconds_count{result="success"} 1`,
 		`go_goroutines `,

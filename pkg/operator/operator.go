@@ -116,9 +116,10 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		Secrets: func(_ context.Context, namespace, name string) (*corev1.Secret, error) {
 			return secrets.Secrets(namespace).Get(name)
 		},
-		Enqueue: func(key cache.ObjectName) { ctrl.Enqueue(key) },
-		Workers: o.HealthWorkers,
-		Metrics: m,
+		Enqueue:                 func(key cache.ObjectName) { ctrl.Enqueue(key) },
+		Workers:                 o.HealthWorkers,
+		LatencyReportsPerSecond: o.HealthLatencyUpdatesPerSecond,
+		Metrics:                 m,
 	})
 	if err != nil {
 		return fmt.Errorf("health engine: %w", err)
@@ -136,7 +137,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	m.WatchProxies(proxyInformer.Lister())
+	m.WatchProxies(proxyInformer.Lister(), o.Namespace)
 
 	op := &operator{
 		opts:           o,

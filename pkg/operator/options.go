@@ -73,6 +73,9 @@ type Options struct {
 
 	// HealthWorkers bounds the health probes running at once.
 	HealthWorkers int
+	// HealthLatencyUpdatesPerSecond bounds the status writes that only
+	// record a new probe latency, fleet-wide (verdicts are never held back).
+	HealthLatencyUpdatesPerSecond float64
 	// Providers are the enabled providers (spec.provider values); each needs
 	// a factory in the ProviderRegistry given to Run.
 	Providers []string
@@ -119,7 +122,8 @@ func DefaultOptions() Options {
 		MetricsAddr:              ":9090",
 		// Sized in pkg/health (Little's law with room for probes that run
 		// into their timeout); benchmarked at 10,000 proxies.
-		HealthWorkers: health.DefaultWorkers,
+		HealthWorkers:                 health.DefaultWorkers,
+		HealthLatencyUpdatesPerSecond: health.DefaultLatencyReportsPerSecond,
 		// In a cluster, Pods; local and gce are opt-in. A Managed Proxy
 		// naming a provider that is not enabled goes Failed.
 		Providers:              []string{string(crawlv1alpha1.ProviderKubernetes)},
@@ -163,6 +167,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaseMaxTTL, "lease-max-ttl", o.LeaseMaxTTL, "The longest TTL an acquire or renew may ask for; also bounds how long a new leader refuses grants after a crash.")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz, on every replica.")
 	fs.IntVar(&o.HealthWorkers, "health-workers", o.HealthWorkers, "How many health probes run at once.")
+	fs.Float64Var(&o.HealthLatencyUpdatesPerSecond, "health-latency-updates-per-second", o.HealthLatencyUpdatesPerSecond,
+		"Fleet-wide budget of status writes that only record a new probe latency (status.latencyMillis); verdicts are never held back. Part of --kube-api-qps, so below it.")
 	fs.Var((*listValue)(&o.Providers), "providers", fmt.Sprintf("Comma-separated providers to enable (%s). A Managed Proxy naming another fails.", strings.Join(knownProviders(), ", ")))
 	fs.StringVar(&o.KubernetesDefaultImage, "kubernetes-default-image", o.KubernetesDefaultImage, "The image of Pod instances whose spec.kubernetes.image is empty (a forward-proxy build).")
 	fs.StringVar(&o.GCEProject, "gce-project", o.GCEProject, "Google Cloud project of gce instances whose spec.gce.project is empty.")
@@ -276,6 +282,12 @@ func (o *Options) Validate() error {
 	}
 	if o.HealthWorkers < 1 {
 		bad("health-workers", "must be at least 1, got %d", o.HealthWorkers)
+	}
+	if !(o.HealthLatencyUpdatesPerSecond > 0) { // also rejects NaN
+		bad("health-latency-updates-per-second", "must be positive, got %v", o.HealthLatencyUpdatesPerSecond)
+	} else if o.KubeAPIQPS > 0 && o.HealthLatencyUpdatesPerSecond >= float64(o.KubeAPIQPS) {
+		bad("health-latency-updates-per-second", "must be below --kube-api-qps (%v), or latency updates would crowd out every other write; got %v",
+			o.KubeAPIQPS, o.HealthLatencyUpdatesPerSecond)
 	}
 	seen := map[string]bool{}
 	for _, name := range o.Providers {

@@ -53,6 +53,10 @@ func TestValidate(t *testing.T) {
 		"negative workers": {mod: func(o *Options) { o.Workers = -3 }, wantErrs: []string{"--workers: must be at least 1, got -3"}},
 		"zero health workers": {mod: func(o *Options) { o.HealthWorkers = 0 },
 			wantErrs: []string{"--health-workers: must be at least 1"}},
+		"zero latency updates": {mod: func(o *Options) { o.HealthLatencyUpdatesPerSecond = 0 },
+			wantErrs: []string{"--health-latency-updates-per-second: must be positive, got 0"}},
+		"latency updates at the whole API budget": {mod: func(o *Options) { o.HealthLatencyUpdatesPerSecond = 100 },
+			wantErrs: []string{"--health-latency-updates-per-second: must be below --kube-api-qps (100)"}},
 		"zero qps":             {mod: func(o *Options) { o.KubeAPIQPS = 0 }, wantErrs: []string{"--kube-api-qps: must be positive"}},
 		"burst below qps":      {mod: func(o *Options) { o.KubeAPIBurst = 50 }, wantErrs: []string{"--kube-api-burst: must be at least --kube-api-qps (100)"}},
 		"bad namespace":        {mod: func(o *Options) { o.Namespace = "Not_A_Namespace" }, wantErrs: []string{`--namespace: "Not_A_Namespace" is not a namespace name`}},
@@ -126,7 +130,7 @@ func TestAddFlags(t *testing.T) {
 				"--leader-elect=false", "--leader-elect-namespace=ops",
 				"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=4s",
 				"--lease-addr=127.0.0.1:8081", "--lease-auth=none", "--metrics-addr=:9191",
-				"--health-workers=5", "--providers= kubernetes, local ,", "--local-state-dir=/tmp/state", "--gc-interval=1h",
+				"--health-workers=5", "--health-latency-updates-per-second=2.5", "--providers= kubernetes, local ,", "--local-state-dir=/tmp/state", "--gc-interval=1h",
 			},
 			want: func(o *Options) {
 				o.Kubeconfig, o.Namespace, o.Workers = "/etc/kubeconfig", "crawlers", 8
@@ -134,6 +138,7 @@ func TestAddFlags(t *testing.T) {
 				o.LeaderElect, o.LeaderElectNamespace = false, "ops"
 				o.LeaderElectLeaseDuration, o.LeaderElectRenewDeadline, o.LeaderElectRetryPeriod = 30*time.Second, 20*time.Second, 4*time.Second
 				o.LeaseAddr, o.LeaseAuth, o.MetricsAddr = "127.0.0.1:8081", "none", ":9191"
+				o.HealthLatencyUpdatesPerSecond = 2.5
 				o.HealthWorkers, o.Providers, o.LocalStateDir, o.GCInterval = 5, []string{"kubernetes", "local"}, "/tmp/state", time.Hour
 			},
 		},

@@ -294,8 +294,8 @@ var sane = map[string]func(operatortest.Scraped) error{
 	},
 }
 
-// proxiesByPhaseMatch compares proxy_operator_proxies with the Proxies of
-// the run's namespace, counted by phase as the metric counts them.
+// proxiesByPhaseMatch compares proxy_operator_proxies{namespace} with the
+// Proxies of the run's namespace, counted by phase as the metric counts them.
 func (r *operatorRun) proxiesByPhaseMatch(ctx context.Context, s operatortest.Scraped) error {
 	list, err := r.s.crawl.CrawlV1alpha1().Proxies(r.proxies).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -311,10 +311,12 @@ func (r *operatorRun) proxiesByPhaseMatch(ctx context.Context, s operatortest.Sc
 	}
 	got := map[string]float64{}
 	for _, m := range s["proxy_operator_proxies"].GetMetric() {
+		labels := map[string]string{}
 		for _, l := range m.GetLabel() {
-			if l.GetName() == "phase" && m.GetGauge().GetValue() != 0 {
-				got[l.GetValue()] = m.GetGauge().GetValue()
-			}
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["namespace"] == r.proxies && m.GetGauge().GetValue() != 0 {
+			got[labels["phase"]] = m.GetGauge().GetValue()
 		}
 	}
 	if !maps.Equal(got, want) {
