@@ -118,7 +118,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		},
 		Enqueue:                 func(key cache.ObjectName) { ctrl.Enqueue(key) },
 		Workers:                 o.HealthWorkers,
-		LatencyReportsPerSecond: o.HealthLatencyUpdatesPerSecond,
+		LatencyReportsPerSecond: o.latencyUpdatesPerSecond(),
 		Metrics:                 m,
 	})
 	if err != nil {

@@ -75,6 +75,7 @@ type Options struct {
 	HealthWorkers int
 	// HealthLatencyUpdatesPerSecond bounds the status writes that only
 	// record a new probe latency, fleet-wide (verdicts are never held back).
+	// 0 means LatencyShareOfQPS of KubeAPIQPS.
 	HealthLatencyUpdatesPerSecond float64
 	// Providers are the enabled providers (spec.provider values); each needs
 	// a factory in the ProviderRegistry given to Run.
@@ -96,6 +97,20 @@ type Options struct {
 	// outside a Pod.
 	PodName      string
 	PodNamespace string
+}
+
+// LatencyShareOfQPS is the part of --kube-api-qps that latency-only status
+// writes may take when --health-latency-updates-per-second is 0 (5 per
+// second at the default 100).
+const LatencyShareOfQPS = 0.05
+
+// latencyUpdatesPerSecond is the health engine's budget for latency-only
+// reports: the flag, or its share of the API budget.
+func (o *Options) latencyUpdatesPerSecond() float64 {
+	if o.HealthLatencyUpdatesPerSecond > 0 {
+		return o.HealthLatencyUpdatesPerSecond
+	}
+	return float64(o.KubeAPIQPS) * LatencyShareOfQPS
 }
 
 // DefaultOptions returns the defaults of every flag.
@@ -122,8 +137,7 @@ func DefaultOptions() Options {
 		MetricsAddr:              ":9090",
 		// Sized in pkg/health (Little's law with room for probes that run
 		// into their timeout); benchmarked at 10,000 proxies.
-		HealthWorkers:                 health.DefaultWorkers,
-		HealthLatencyUpdatesPerSecond: health.DefaultLatencyReportsPerSecond,
+		HealthWorkers: health.DefaultWorkers,
 		// In a cluster, Pods; local and gce are opt-in. A Managed Proxy
 		// naming a provider that is not enabled goes Failed.
 		Providers:              []string{string(crawlv1alpha1.ProviderKubernetes)},
@@ -168,7 +182,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz, on every replica.")
 	fs.IntVar(&o.HealthWorkers, "health-workers", o.HealthWorkers, "How many health probes run at once.")
 	fs.Float64Var(&o.HealthLatencyUpdatesPerSecond, "health-latency-updates-per-second", o.HealthLatencyUpdatesPerSecond,
-		"Fleet-wide budget of status writes that only record a new probe latency (status.latencyMillis); verdicts are never held back. Part of --kube-api-qps, so below it.")
+		fmt.Sprintf("Fleet-wide budget of status writes that only record a new probe latency (status.latencyMillis); verdicts are never held back. Part of --kube-api-qps, so below it. 0: %v%% of --kube-api-qps.", LatencyShareOfQPS*100))
 	fs.Var((*listValue)(&o.Providers), "providers", fmt.Sprintf("Comma-separated providers to enable (%s). A Managed Proxy naming another fails.", strings.Join(knownProviders(), ", ")))
 	fs.StringVar(&o.KubernetesDefaultImage, "kubernetes-default-image", o.KubernetesDefaultImage, "The image of Pod instances whose spec.kubernetes.image is empty (a forward-proxy build).")
 	fs.StringVar(&o.GCEProject, "gce-project", o.GCEProject, "Google Cloud project of gce instances whose spec.gce.project is empty.")
@@ -283,8 +297,8 @@ func (o *Options) Validate() error {
 	if o.HealthWorkers < 1 {
 		bad("health-workers", "must be at least 1, got %d", o.HealthWorkers)
 	}
-	if !(o.HealthLatencyUpdatesPerSecond > 0) { // also rejects NaN
-		bad("health-latency-updates-per-second", "must be positive, got %v", o.HealthLatencyUpdatesPerSecond)
+	if !(o.HealthLatencyUpdatesPerSecond >= 0) { // also rejects NaN
+		bad("health-latency-updates-per-second", "must not be negative, got %v", o.HealthLatencyUpdatesPerSecond)
 	} else if o.KubeAPIQPS > 0 && o.HealthLatencyUpdatesPerSecond >= float64(o.KubeAPIQPS) {
 		bad("health-latency-updates-per-second", "must be below --kube-api-qps (%v), or latency updates would crowd out every other write; got %v",
 			o.KubeAPIQPS, o.HealthLatencyUpdatesPerSecond)

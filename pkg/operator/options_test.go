@@ -53,8 +53,9 @@ func TestValidate(t *testing.T) {
 		"negative workers": {mod: func(o *Options) { o.Workers = -3 }, wantErrs: []string{"--workers: must be at least 1, got -3"}},
 		"zero health workers": {mod: func(o *Options) { o.HealthWorkers = 0 },
 			wantErrs: []string{"--health-workers: must be at least 1"}},
-		"zero latency updates": {mod: func(o *Options) { o.HealthLatencyUpdatesPerSecond = 0 },
-			wantErrs: []string{"--health-latency-updates-per-second: must be positive, got 0"}},
+		"client-go's default QPS with the default latency share": {mod: func(o *Options) { o.KubeAPIQPS, o.KubeAPIBurst = 5, 10 }},
+		"negative latency updates": {mod: func(o *Options) { o.HealthLatencyUpdatesPerSecond = -1 },
+			wantErrs: []string{"--health-latency-updates-per-second: must not be negative, got -1"}},
 		"latency updates at the whole API budget": {mod: func(o *Options) { o.HealthLatencyUpdatesPerSecond = 100 },
 			wantErrs: []string{"--health-latency-updates-per-second: must be below --kube-api-qps (100)"}},
 		"zero qps":             {mod: func(o *Options) { o.KubeAPIQPS = 0 }, wantErrs: []string{"--kube-api-qps: must be positive"}},
@@ -313,5 +314,25 @@ func TestSameListenAddr(t *testing.T) {
 				t.Errorf("sameListenAddr(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestLatencyUpdatesPerSecond(t *testing.T) {
+	tests := map[string]struct {
+		qps  float32
+		flag float64
+		want float64
+	}{
+		"default: 5% of the default QPS":  {qps: 100, want: 5},
+		"5% of client-go's default QPS":   {qps: 5, want: 0.25},
+		"set: the flag, whatever the QPS": {qps: 100, flag: 20, want: 20},
+	}
+	got, want := map[string]float64{}, map[string]float64{}
+	for name, tc := range tests {
+		o := validOptions(func(o *Options) { o.KubeAPIQPS, o.HealthLatencyUpdatesPerSecond = tc.qps, tc.flag })
+		got[name], want[name] = o.latencyUpdatesPerSecond(), tc.want
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("latencyUpdatesPerSecond (-want +got):\n%s", diff)
 	}
 }
