@@ -26,7 +26,7 @@ run: build testenv
 test: testenv
 	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(GO_PKGS)
 
-## chaos: the failure suite's long variant (more rounds, larger fleets, longer storms; about 20 min)
+## chaos: the failure suite's long variant (more rounds, larger fleets, longer storms; about 15 min)
 chaos: testenv
 	CHAOS=long $(GO) test -race -count=1 -timeout 60m -v ./pkg/chaos/
 
