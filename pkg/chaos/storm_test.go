@@ -191,7 +191,7 @@ func stormBlow(ctx context.Context, fp *stormProvider, seed uint64, target func(
 				op = fake.OpDelete
 			}
 			class := stormClasses[rng.IntN(len(stormClasses))]
-			fp.FailNextAfter(op, stormClassify(class, fmt.Errorf("%s (%s)", stormLost, provider.ClassName(class))), 1)
+			fp.FailNextAfter(op, provider.WithClass(class, fmt.Errorf("%s (%s)", stormLost, provider.ClassName(class))), 1)
 			b.lost[fmt.Sprintf("%s %s", op, provider.ClassName(class))]++
 		}
 	}
@@ -453,17 +453,6 @@ func stormEditAll(t *testing.T, h *controllertest.Harness, names []string) {
 	}
 	if err := g.Wait(); err != nil {
 		t.Fatalf("editing proxies: %v", err)
-	}
-}
-
-func stormClassify(class, err error) error {
-	switch class {
-	case provider.ErrQuotaExceeded:
-		return provider.Quota(err)
-	case provider.ErrPermanent:
-		return provider.Permanent(err)
-	default:
-		return provider.Transient(err)
 	}
 }
 

@@ -125,6 +125,18 @@ func Permanent(err error) error { return &classified{class: ErrPermanent, err: e
 // Transient marks err as transient (the default; for explicitness).
 func Transient(err error) error { return &classified{class: ErrTransient, err: err} }
 
+// WithClass marks err with class: ErrQuotaExceeded, ErrPermanent, or
+// anything else for ErrTransient. For code that decides the class before it
+// wraps (an error-code table, a random draw in a test).
+func WithClass(class, err error) error {
+	switch class {
+	case ErrQuotaExceeded, ErrPermanent:
+		return &classified{class: class, err: err}
+	default:
+		return Transient(err)
+	}
+}
+
 // Class returns ErrQuotaExceeded, ErrPermanent or ErrTransient for err.
 func Class(err error) error {
 	switch {

@@ -22,6 +22,10 @@ func TestClass(t *testing.T) {
 		"permanent":                 {err: Permanent(base), wantClass: ErrPermanent, wantName: "permanent"},
 		"wrapped quota":             {err: fmt.Errorf("create px-1: %w", Quota(base)), wantClass: ErrQuotaExceeded, wantName: "quota"},
 		"wrapped permanent":         {err: fmt.Errorf("create: %w", Permanent(base)), wantClass: ErrPermanent, wantName: "permanent"},
+		"with class quota":          {err: WithClass(ErrQuotaExceeded, base), wantClass: ErrQuotaExceeded, wantName: "quota"},
+		"with class permanent":      {err: WithClass(ErrPermanent, base), wantClass: ErrPermanent, wantName: "permanent"},
+		"with class transient":      {err: WithClass(ErrTransient, base), wantClass: ErrTransient, wantName: "transient"},
+		"with an unknown class":     {err: WithClass(ErrNotFound, base), wantClass: ErrTransient, wantName: "transient"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -214,14 +214,22 @@ func (p *Provider) FailNextAfter(op Op, err error, times int) {
 // answer is what a call of op that took effect returns: the next
 // FailNextAfter error for op, or nil. Runs under p.mu.
 func (p *Provider) answer(op Op) error {
-	q := p.failAfter[op]
-	if len(q) == 0 {
-		return nil
+	err, rest := popError(p.failAfter[op])
+	if err != nil {
+		p.failAfter[op] = rest
 	}
-	err := q[0]
-	q[0] = nil
-	p.failAfter[op] = q[1:]
 	return err
+}
+
+// popError takes the first of a queue of programmed errors: nil when there
+// is none. The backing array keeps no reference to it.
+func popError(q []error) (first error, rest []error) {
+	if len(q) == 0 {
+		return nil, q
+	}
+	first = q[0]
+	q[0] = nil
+	return first, q[1:]
 }
 
 // HoldNextCreates makes the next times Creates of a new name fail with err
@@ -442,10 +450,8 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 			return provider.Instance{}, provider.Quota(fmt.Errorf("fake: create %s: %d of %d instances in use", req.Name, n, p.quota))
 		}
 	}
-	if len(p.holdNext) > 0 {
-		err := p.holdNext[0]
-		p.holdNext[0] = nil
-		p.holdNext = p.holdNext[1:]
+	if err, rest := popError(p.holdNext); err != nil {
+		p.holdNext = rest
 		p.held[req.Name] = copyRequest(req)
 		return provider.Instance{}, err
 	}
@@ -559,28 +565,15 @@ func (p *Provider) begin(ctx context.Context, op Op, id string, req *provider.Cr
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if q := p.failNext[op]; len(q) > 0 {
-		err := q[0]
-		q[0] = nil
-		p.failNext[op] = q[1:]
+	if err, rest := popError(p.failNext[op]); err != nil {
+		p.failNext[op] = rest
 		return err
 	}
 	if p.faultRate > 0 && p.rng.Float64() < p.faultRate {
 		class := p.faultErrs[p.rng.IntN(len(p.faultErrs))]
-		return classify(class, fmt.Errorf("fake: %s %s: injected random %s fault", op, id, provider.ClassName(class)))
+		return provider.WithClass(class, fmt.Errorf("fake: %s %s: injected random %s fault", op, id, provider.ClassName(class)))
 	}
 	return nil
-}
-
-func classify(class, err error) error {
-	switch class {
-	case provider.ErrQuotaExceeded:
-		return provider.Quota(err)
-	case provider.ErrPermanent:
-		return provider.Permanent(err)
-	default:
-		return provider.Transient(err)
-	}
 }
 
 // lookup returns the record for id, or nil when there is none or its

@@ -37,14 +37,7 @@ func classify(err error) error {
 	if !ok {
 		return provider.Transient(err)
 	}
-	switch errorClass(code, reasons) {
-	case provider.ErrQuotaExceeded:
-		return provider.Quota(err)
-	case provider.ErrPermanent:
-		return provider.Permanent(err)
-	default:
-		return provider.Transient(err)
-	}
+	return provider.WithClass(errorClass(code, reasons), err)
 }
 
 // errorClass is the decision of classify.
