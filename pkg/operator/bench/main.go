@@ -255,8 +255,8 @@ type steadyResult struct {
 	operator, api, etcd procWindow
 	writes              apiWrites
 	operatorPresent     bool
-	// health is what the health engine did in the window (nil without
-	// proxies).
+	// health is what the health engine did in the window (nil without an
+	// operator).
 	health *healthCounts
 }
 
@@ -409,7 +409,7 @@ func (b *bench) measureSteady(ctx context.Context, op *operatorProcess, ns strin
 		return st, err
 	}
 	var health0 healthCounts
-	if ns != "" {
+	if op != nil {
 		if health0, err = scrapeHealth(ctx, op.metricsURL, b.kube, ns); err != nil {
 			return st, err
 		}
@@ -446,7 +446,7 @@ func (b *bench) measureSteady(ctx context.Context, op *operatorProcess, ns strin
 		return st, err
 	}
 	st.writes = after.sub(before)
-	if ns != "" {
+	if op != nil {
 		health1, err := scrapeHealth(ctx, op.metricsURL, b.kube, ns)
 		if err != nil {
 			return st, err
