@@ -9,7 +9,7 @@ GO_PKGS   := ./...
 TEST_P    ?= 2
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build run test chaos fuzz bench generate verify testenv deps fmt vet clean
+.PHONY: all build run test chaos fuzz bench generate verify testenv deps testpeers fmt vet clean
 
 all: build
 
@@ -22,12 +22,12 @@ build:
 run: build testenv
 	$(BIN)/local-up $(ARGS)
 
-## test: unit and integration tests, with the race detector
-test: testenv
+## test: unit and integration tests, with the race detector (installs missing Debian peers when root)
+test: testenv testpeers
 	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(GO_PKGS)
 
 ## chaos: the failure suite's long variant (more rounds, larger fleets, longer storms; about 15 min)
-chaos: testenv
+chaos: testenv testpeers
 	CHAOS=long $(GO) test -race -count=1 -timeout 60m -v ./pkg/chaos/
 
 ## fuzz: every go test -fuzz target for FUZZTIME (default 10s) each
@@ -35,7 +35,7 @@ fuzz:
 	hack/fuzz.sh
 
 ## bench: every benchmark, side by side with its references; writes docs/benchmarks.md
-bench: testenv
+bench: testenv testpeers
 	hack/bench.sh
 
 ## generate: regenerate deepcopy, register, openapi, clients and the CRD
@@ -60,6 +60,10 @@ testenv:
 ## deps: install the Debian packages the tests use as real peers (needs root)
 deps:
 	hack/install-deps.sh
+
+# testpeers: what make test needs from Debian; installs it as root, otherwise names make deps.
+testpeers:
+	@hack/install-deps.sh --check
 
 clean:
 	rm -rf $(BIN) .local

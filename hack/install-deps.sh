@@ -1,17 +1,32 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that tests use as real peers: tinyproxy and
-# squid (proxies nobody here wrote) and redis-server (the lease benchmark's
-# reference). Idempotent: does nothing when they are all present.
+# squid (proxies nobody here wrote), redis-server (the lease benchmark's
+# reference), curl, Python requests and Scrapy (real gateway clients).
+# Idempotent: does nothing when they are all present.
+#
+#   hack/install-deps.sh           install what is missing (root, or through sudo)
+#   hack/install-deps.sh --check   as above when root; otherwise list what is missing
+#                                  and fail naming `make deps` (what `make test` runs)
 set -o errexit -o nounset -o pipefail
 
 need=()
 command -v tinyproxy >/dev/null || [ -x /usr/bin/tinyproxy ] || need+=(tinyproxy)
 [ -x /usr/sbin/squid ] || need+=(squid)
 command -v redis-server >/dev/null || need+=(redis-server)
+command -v curl >/dev/null || need+=(curl)
+[ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || need+=(python3-requests)
+[ -x /usr/bin/scrapy ] || need+=(python3-scrapy)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
+if [ "$(id -u)" -ne 0 ]; then
+    if [ "${1:-}" = "--check" ]; then
+        echo "missing test peers: ${need[*]}; install them with 'sudo make deps' (or run make test as root)" >&2
+        exit 1
+    fi
+    sudo="sudo"
+fi
+echo "installing test peers from Debian: ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"

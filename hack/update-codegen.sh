@@ -12,7 +12,14 @@ cd "$ROOT"
 
 MODULE=github.com/proxyfleet/proxy-operator
 BOILERPLATE="$ROOT/hack/boilerplate.go.txt"
+# go list -m prints an empty Dir until the module is in the module cache (a new
+# machine has none), so download it first: only go.mod's pinned version.
+go mod download k8s.io/code-generator
 CODEGEN_PKG=$(go list -m -f '{{.Dir}}' k8s.io/code-generator)
+if [ ! -f "$CODEGEN_PKG/kube_codegen.sh" ]; then
+    echo "update-codegen: kube_codegen.sh not found in k8s.io/code-generator (dir '$CODEGEN_PKG')" >&2
+    exit 1
+fi
 # kube_codegen.sh installs its generators into GOBIN; keep them out of the user's.
 export GOBIN="$REPO_ROOT/bin/codegen"
 mkdir -p "$GOBIN"
