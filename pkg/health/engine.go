@@ -464,7 +464,7 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 		return
 	}
 	st.inFlight = false
-	st.counters = transition(st.counters, r.OK, j.check.thresholds)
+	st.counters = observeLatency(transition(st.counters, r.OK, j.check.thresholds), r.Latency, r.OK)
 	why := reportReason(st.reported, st.reportedAt, st.counters, r.Latency, r.OK, now, e.minReportInterval)
 	if why == reportLatency && !e.latencyBudget.AllowN(now, 1) {
 		why = "" // over the fleet's budget: a later probe reports it

@@ -375,8 +375,9 @@ func TestUnchangedVerdictIsNotReported(t *testing.T) {
 	}
 }
 
-// TestLatencyReportRateLimit: a material latency change is reported at most
-// once per MinReportInterval; an immaterial one never.
+// TestLatencyReportRateLimit: a material latency change is reported once it
+// has persisted for latencyPersistence probes, at most once per
+// MinReportInterval; an immaterial one never.
 func TestLatencyReportRateLimit(t *testing.T) {
 	f := newFixture(t, testProxy("p"))
 	f.tick()
@@ -388,13 +389,15 @@ func TestLatencyReportRateLimit(t *testing.T) {
 		wantReports int
 		wantLatency time.Duration
 	}{
-		{140 * time.Millisecond, 1, 100 * time.Millisecond}, // +40%: immaterial
-		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // material, T+20s: rate-limited
+		{140 * time.Millisecond, 1, 100 * time.Millisecond}, // T+10s, +40%: immaterial
+		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+20s, material: not yet persisted
 		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+30s
-		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+40s
+		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+40s: persisted, rate-limited
 		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+50s
 		{300 * time.Millisecond, 2, 300 * time.Millisecond}, // T+60s: reported
-		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+70s: material again, rate-limited
+		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+70s: material again, not persisted
+		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+80s
+		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+90s: persisted, rate-limited
 	}
 	for i, s := range steps {
 		f.step(testInterval, always(success(s.latency)))
@@ -430,8 +433,17 @@ func TestLatencyReportBudget(t *testing.T) {
 		t.Fatalf("%d first verdicts reported, want all %d (not budgeted)", got, n)
 	}
 
-	// A minute later every proxy is due at once with a material change.
-	f.step(DefaultMinReportInterval, always(success(300*time.Millisecond)))
+	// Every proxy moves to 300ms; the first probes of the new latency come
+	// within the report interval, so nothing is reported (and the change
+	// has persisted) when, a minute after the first verdicts, every proxy
+	// is due at once with it.
+	for range latencyPersistence - 1 {
+		f.step(testInterval, always(success(300*time.Millisecond)))
+	}
+	if got := total() - n; got != 0 {
+		t.Fatalf("%d latency reports within the report interval, want 0", got)
+	}
+	f.step(DefaultMinReportInterval-(latencyPersistence-1)*testInterval, always(success(300*time.Millisecond)))
 	if got := total() - n; got != latencyReportBurst {
 		t.Errorf("%d latency reports at once, want the burst of %d", got, latencyReportBurst)
 	}

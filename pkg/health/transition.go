@@ -1,6 +1,7 @@
 package health
 
 import (
+	"math/bits"
 	"time"
 
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
@@ -32,6 +33,10 @@ type counters struct {
 	verdict   verdict
 	successes int // consecutive successful probes
 	failures  int // consecutive failed probes
+	// bucket is the latency bucket (latencyBucket) that the last bucketRun
+	// successful probes agreed on.
+	bucket    int8
+	bucketRun uint8
 }
 
 // thresholds are spec.healthCheck's successThreshold and failureThreshold.
@@ -60,6 +65,38 @@ func transition(c counters, ok bool, th thresholds) counters {
 	return c
 }
 
+// latencyBucket is a latency's logarithmic bucket: 0 below 1ms, then one
+// bucket per doubling of the milliseconds (1, 2-3, 4-7, 8-15, ...).
+func latencyBucket(d time.Duration) int8 {
+	if d <= 0 {
+		return 0
+	}
+	return int8(bits.Len64(uint64(d / time.Millisecond)))
+}
+
+// latencyPersistence is how many successive successful probes must agree on
+// a latency bucket before a change to it is worth a status write: one slow
+// probe on a busy machine is not news for a person reading kubectl get px.
+const latencyPersistence = 3
+
+// observeLatency counts a probe into the run of successful probes that
+// agree on a latency bucket; a failed probe ends the run.
+func observeLatency(c counters, latency time.Duration, ok bool) counters {
+	if !ok {
+		c.bucketRun = 0
+		return c
+	}
+	b := latencyBucket(latency)
+	if c.bucketRun > 0 && c.bucket == b {
+		if c.bucketRun < latencyPersistence {
+			c.bucketRun++
+		}
+		return c
+	}
+	c.bucket, c.bucketRun = b, 1
+	return c
+}
+
 // Why a verdict is reported to the controller.
 const (
 	reportFirstVerdict = "first verdict"
@@ -73,8 +110,9 @@ const minLatencyChange = 20 * time.Millisecond
 // reportReason decides whether the verdict after a probe is worth a status
 // write, and why; "" means no. reported is the last reported snapshot (nil
 // if none) and reportedAt when it was reported. Reported are: a first
-// verdict, a flip, and, for a healthy proxy, a latency that moved by more
-// than max(20ms, half the reported latency), at most once per minInterval.
+// verdict, a flip, and, for a healthy proxy, a latency that moved to another
+// bucket by more than max(20ms, half the reported latency) and stayed in
+// that bucket for latencyPersistence probes, at most once per minInterval.
 // Anything else (a probe agreeing with the verdict, a failure below the
 // threshold) is silent, so a steady fleet causes no writes.
 func reportReason(reported *controller.HealthVerdict, reportedAt time.Time, c counters, latency time.Duration, probeOK bool, now time.Time, minInterval time.Duration) string {
@@ -92,7 +130,8 @@ func reportReason(reported *controller.HealthVerdict, reportedAt time.Time, c co
 	if change < 0 {
 		change = -change
 	}
-	if change <= max(minLatencyChange, reported.Latency/2) || now.Sub(reportedAt) < minInterval {
+	persisted := c.bucketRun >= latencyPersistence && c.bucket == latencyBucket(latency) && c.bucket != latencyBucket(reported.Latency)
+	if !persisted || change <= max(minLatencyChange, reported.Latency/2) || now.Sub(reportedAt) < minInterval {
 		return ""
 	}
 	return reportLatency

@@ -83,6 +83,10 @@ func TestReportReason(t *testing.T) {
 	}
 	unhealthy := &controller.HealthVerdict{Address: "127.0.0.1:3128", Healthy: false}
 	healthy := counters{verdict: verdictHealthy, successes: 1}
+	// steadyAt: healthy, the last latencyPersistence probes all in latency's bucket.
+	steadyAt := func(latency time.Duration) counters {
+		return counters{verdict: verdictHealthy, successes: latencyPersistence, bucket: latencyBucket(latency), bucketRun: latencyPersistence}
+	}
 	tests := map[string]struct {
 		reported *controller.HealthVerdict
 		c        counters
@@ -99,16 +103,27 @@ func TestReportReason(t *testing.T) {
 		"unchanged verdict, same latency":   {reported: healthyAt(100 * time.Millisecond), c: healthy, probeOK: true, latency: 100 * time.Millisecond, since: time.Hour, want: ""},
 		"unchanged unhealthy verdict":       {reported: unhealthy, c: counters{verdict: verdictUnhealthy, failures: 9}, since: time.Hour, want: ""},
 		"failure below the threshold":       {reported: healthyAt(10 * time.Millisecond), c: counters{verdict: verdictHealthy, failures: 1}, latency: 5 * time.Second, since: time.Hour, want: ""},
-		"latency +49% of 100ms: immaterial": {reported: healthyAt(100 * time.Millisecond), c: healthy, probeOK: true, latency: 149 * time.Millisecond, since: time.Hour, want: ""},
-		"latency +51% of 100ms: material":   {reported: healthyAt(100 * time.Millisecond), c: healthy, probeOK: true, latency: 151 * time.Millisecond, since: time.Hour, want: reportLatency},
-		"latency -51% of 100ms: material":   {reported: healthyAt(100 * time.Millisecond), c: healthy, probeOK: true, latency: 49 * time.Millisecond, since: time.Hour, want: reportLatency},
-		"latency +19ms of 5ms: under 20ms":  {reported: healthyAt(5 * time.Millisecond), c: healthy, probeOK: true, latency: 24 * time.Millisecond, since: time.Hour, want: ""},
-		"latency +21ms of 5ms: material":    {reported: healthyAt(5 * time.Millisecond), c: healthy, probeOK: true, latency: 26 * time.Millisecond, since: time.Hour, want: reportLatency},
+		"latency +49% of 100ms: immaterial": {reported: healthyAt(100 * time.Millisecond), c: steadyAt(149 * time.Millisecond), probeOK: true, latency: 149 * time.Millisecond, since: time.Hour, want: ""},
+		"latency +51% of 100ms: material":   {reported: healthyAt(100 * time.Millisecond), c: steadyAt(151 * time.Millisecond), probeOK: true, latency: 151 * time.Millisecond, since: time.Hour, want: reportLatency},
+		"latency -51% of 100ms: material":   {reported: healthyAt(100 * time.Millisecond), c: steadyAt(49 * time.Millisecond), probeOK: true, latency: 49 * time.Millisecond, since: time.Hour, want: reportLatency},
+		"latency +19ms of 5ms: under 20ms":  {reported: healthyAt(5 * time.Millisecond), c: steadyAt(24 * time.Millisecond), probeOK: true, latency: 24 * time.Millisecond, since: time.Hour, want: ""},
+		"latency +21ms of 5ms: material":    {reported: healthyAt(5 * time.Millisecond), c: steadyAt(26 * time.Millisecond), probeOK: true, latency: 26 * time.Millisecond, since: time.Hour, want: reportLatency},
 		"material, but 59s after the last report": {
-			reported: healthyAt(100 * time.Millisecond), c: healthy, probeOK: true, latency: time.Second, since: 59 * time.Second, want: "",
+			reported: healthyAt(100 * time.Millisecond), c: steadyAt(time.Second), probeOK: true, latency: time.Second, since: 59 * time.Second, want: "",
 		},
 		"material, 60s after the last report": {
-			reported: healthyAt(100 * time.Millisecond), c: healthy, probeOK: true, latency: time.Second, since: time.Minute, want: reportLatency,
+			reported: healthyAt(100 * time.Millisecond), c: steadyAt(time.Second), probeOK: true, latency: time.Second, since: time.Minute, want: reportLatency,
+		},
+		"material, but only two probes in the new bucket": {
+			reported: healthyAt(5 * time.Millisecond), probeOK: true, latency: time.Second, since: time.Hour, want: "",
+			c: counters{verdict: verdictHealthy, successes: 2, bucket: latencyBucket(time.Second), bucketRun: latencyPersistence - 1},
+		},
+		"one slow probe after a steady run: not persisted": {
+			reported: healthyAt(5 * time.Millisecond), probeOK: true, latency: time.Second, since: time.Hour, want: "",
+			c: observeLatency(steadyAt(5*time.Millisecond), time.Second, true),
+		},
+		"material and persisted, but the same bucket as reported": {
+			reported: healthyAt(130 * time.Millisecond), c: steadyAt(250 * time.Millisecond), probeOK: true, latency: 250 * time.Millisecond, since: time.Hour, want: "",
 		},
 		"a flip is never rate-limited": {
 			reported: healthyAt(100 * time.Millisecond), c: counters{verdict: verdictUnhealthy, failures: 3}, since: time.Second, want: reportFlip,
@@ -121,6 +136,51 @@ func TestReportReason(t *testing.T) {
 				t.Errorf("reportReason = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestObserveLatency(t *testing.T) {
+	type probe struct {
+		latency time.Duration
+		ok      bool
+	}
+	tests := map[string]struct {
+		probes []probe
+		want   counters
+	}{
+		"first probe starts a run":    {probes: []probe{{3 * time.Millisecond, true}}, want: counters{bucket: 2, bucketRun: 1}},
+		"same bucket extends the run": {probes: []probe{{4 * time.Millisecond, true}, {7 * time.Millisecond, true}}, want: counters{bucket: 3, bucketRun: 2}},
+		"the run stops counting at the persistence": {
+			probes: []probe{{5 * time.Millisecond, true}, {5 * time.Millisecond, true}, {5 * time.Millisecond, true}, {5 * time.Millisecond, true}, {5 * time.Millisecond, true}},
+			want:   counters{bucket: 3, bucketRun: latencyPersistence},
+		},
+		"another bucket restarts the run": {probes: []probe{{5 * time.Millisecond, true}, {5 * time.Millisecond, true}, {40 * time.Millisecond, true}}, want: counters{bucket: 6, bucketRun: 1}},
+		"a failed probe ends the run":     {probes: []probe{{5 * time.Millisecond, true}, {5 * time.Millisecond, true}, {0, false}}, want: counters{bucket: 3, bucketRun: 0}},
+		"a run after a failure":           {probes: []probe{{5 * time.Millisecond, true}, {0, false}, {5 * time.Millisecond, true}}, want: counters{bucket: 3, bucketRun: 1}},
+		"below a millisecond is bucket 0": {probes: []probe{{300 * time.Microsecond, true}}, want: counters{bucket: 0, bucketRun: 1}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var c counters
+			for _, p := range tc.probes {
+				c = observeLatency(c, p.latency, p.ok)
+			}
+			if diff := cmp.Diff(tc.want, c, cmp.AllowUnexported(counters{})); diff != "" {
+				t.Errorf("counters (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLatencyBucket(t *testing.T) {
+	tests := map[time.Duration]int8{
+		0: 0, 999 * time.Microsecond: 0, time.Millisecond: 1, 2 * time.Millisecond: 2, 3 * time.Millisecond: 2,
+		4 * time.Millisecond: 3, 127 * time.Millisecond: 7, 128 * time.Millisecond: 8, 5 * time.Second: 13,
+	}
+	for d, want := range tests {
+		if got := latencyBucket(d); got != want {
+			t.Errorf("latencyBucket(%v) = %d, want %d", d, got, want)
+		}
 	}
 }
 
