@@ -53,6 +53,17 @@ type User struct {
 	Extra  map[string][]string
 }
 
+// Identity is what a lease is bound to (AcquireRequest.Owner): the user's
+// name and UID, so that a ServiceAccount deleted and recreated under the
+// same name is another identity. Every token of one identity reaches the
+// same leases.
+func (u User) Identity() string {
+	if u.UID == "" {
+		return u.Name
+	}
+	return u.Name + "\x00" + u.UID
+}
+
 // Attributes are what a call asks to do: a verb in a namespace ("" means
 // across all namespaces).
 type Attributes struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -32,8 +33,12 @@ const (
 	readTimeout       = 10 * time.Second
 	writeSlack        = 15 * time.Second
 	idleTimeout       = 2 * time.Minute
-	maxHeaderBytes    = 16 << 10
-	shutdownTimeout   = 10 * time.Second
+	// maxHeaderBytes is the API's limit on a request's head, answered 431
+	// in JSON by the handler; net/http's own limit (serverMaxHeaderBytes)
+	// is above it, because net/http answers in plain text.
+	maxHeaderBytes       = 16 << 10
+	serverMaxHeaderBytes = 64 << 10
+	shutdownTimeout      = 10 * time.Second
 	// janitorInterval keeps the gauges current when no call advances the store.
 	janitorInterval = time.Second
 	// watermarkTimeout bounds one watermark write in a request's path.
@@ -196,6 +201,11 @@ func (s *Server) StopLeading(ctx context.Context) error {
 // Handler serves the API; 404 and 405 are answered in JSON like every error.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if headBytes(r) > maxHeaderBytes {
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusRequestHeaderFieldsTooLarge, codeHeadersTooLarge, fmt.Sprintf("the request line and headers are larger than %d bytes", maxHeaderBytes), "")
+			return
+		}
 		if _, pattern := s.mux.Handler(r); pattern == "" {
 			s.noRoute(w, r)
 			return
@@ -219,7 +229,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      s.store.cfg.MaxWait + writeSlack,
 		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
+		MaxHeaderBytes:    serverMaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 	}
 	var wg sync.WaitGroup
@@ -267,6 +277,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 const (
 	codeInvalid                = "Invalid"
 	codeRequestTooLarge        = "RequestTooLarge"
+	codeHeadersTooLarge        = "HeadersTooLarge"
+	codeRequestTimeout         = "RequestTimeout"
+	codeTooManyLeases          = "TooManyLeases"
 	codeUnauthorized           = "Unauthorized"
 	codeForbidden              = "Forbidden"
 	codeNotFound               = "NotFound"
@@ -298,11 +311,15 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, err := decodeAcquire(http.MaxBytesReader(w, r.Body, s.maxBody))
+	req, err := decodeAcquire(s.body(r, w))
+	if err == nil {
+		_, err = parseQuery(r.URL.RawQuery)
+	}
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}
+	req.Owner = user.Identity()
 	if !s.authorize(w, r, user, Attributes{Verb: VerbCreate, Namespace: req.Namespace}) {
 		return
 	}
@@ -315,7 +332,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	if s.credentials != nil {
 		if creds, err = s.credentials(r.Context(), l.Proxy.Key); err != nil {
 			// A lease without the credentials it needs is useless: give it back.
-			if relErr := s.store.Release(l.ID, OutcomeError, ""); relErr != nil && !errors.Is(relErr, ErrUnknownLease) {
+			if relErr := s.store.ReleaseAs(req.Owner, l.ID, OutcomeError, ""); relErr != nil && !errors.Is(relErr, ErrUnknownLease) {
 				klog.FromContext(r.Context()).Error(relErr, "Returning a lease whose credentials are unavailable", "proxy", l.Proxy.Key)
 			}
 			klog.FromContext(r.Context()).Error(err, "Proxy credentials unavailable", "proxy", l.Proxy.Key)
@@ -334,7 +351,10 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ttl, err := decodeRenew(http.MaxBytesReader(w, r.Body, s.maxBody))
+	ttl, err := decodeRenew(s.body(r, w))
+	if err == nil {
+		_, err = parseQuery(r.URL.RawQuery)
+	}
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -343,7 +363,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	if !s.authorizeLease(w, r, user, VerbUpdate, id) {
 		return
 	}
-	l, err := s.renewWithinHorizon(r.Context(), id, ttl)
+	l, err := s.renewWithinHorizon(r.Context(), user.Identity(), id, ttl)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -356,7 +376,10 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q, err := decodeRelease(r.URL.Query())
+	q, err := decodeRelease(r.URL.RawQuery)
+	if err == nil {
+		err = noBody(r)
+	}
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -365,7 +388,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if !s.authorizeLease(w, r, user, VerbDelete, id) {
 		return
 	}
-	if err := s.store.Release(id, q.outcome, q.domain); err != nil {
+	if err := s.store.ReleaseAs(user.Identity(), id, q.outcome, q.domain); err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}
@@ -377,11 +400,19 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	_, err := parseQuery(r.URL.RawQuery)
+	if err == nil {
+		err = noBody(r)
+	}
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
 	id := r.PathValue("id")
 	if !s.authorizeLease(w, r, user, VerbGet, id) {
 		return
 	}
-	l, err := s.store.Get(id)
+	l, err := s.store.GetAs(user.Identity(), id)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -394,7 +425,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	f, err := decodeList(r.URL.Query())
+	f, err := decodeList(r.URL.RawQuery)
+	if err == nil {
+		err = noBody(r)
+	}
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -419,7 +453,10 @@ func (s *Server) proxies(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q, err := decodeProxies(r.URL.Query())
+	q, err := decodeProxies(r.URL.RawQuery)
+	if err == nil {
+		err = noBody(r)
+	}
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -458,9 +495,9 @@ func (s *Server) acquireWithinHorizon(ctx context.Context, req AcquireRequest) (
 	}
 }
 
-func (s *Server) renewWithinHorizon(ctx context.Context, id string, ttl time.Duration) (Lease, error) {
+func (s *Server) renewWithinHorizon(ctx context.Context, owner, id string, ttl time.Duration) (Lease, error) {
 	for {
-		l, err := s.store.Renew(id, ttl)
+		l, err := s.store.RenewAs(owner, id, ttl)
 		var beyond *HorizonError
 		if !errors.As(err, &beyond) || s.horizon == nil {
 			if err == nil && s.horizon != nil {
@@ -472,6 +509,38 @@ func (s *Server) renewWithinHorizon(ctx context.Context, id string, ttl time.Dur
 			return Lease{}, err
 		}
 	}
+}
+
+// body is the request body within the size limit. A declared length
+// beyond the limit is refused before anything is read, so that a client
+// sending "Expect: 100-continue" gets no 100 Continue before its 413.
+func (s *Server) body(r *http.Request, w http.ResponseWriter) io.Reader {
+	if r.ContentLength > s.maxBody {
+		return errReader{&http.MaxBytesError{Limit: s.maxBody}}
+	}
+	return http.MaxBytesReader(w, r.Body, s.maxBody)
+}
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// noBody refuses a body on a call that takes none (DELETE and GET), looking
+// no further than its declared length or first byte.
+func noBody(r *http.Request) error {
+	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	if r.ContentLength < 0 {
+		// Chunked: look at the first byte. A declared length is refused
+		// without reading (and without a 100 Continue).
+		var b [1]byte
+		if n, _ := io.ReadFull(r.Body, b[:]); n == 0 {
+			return nil
+		}
+	}
+	return &FieldError{Message: r.Method + " takes no request body (release takes outcome and domain as query parameters)"}
 }
 
 // bearerToken is the token of an "Authorization: Bearer" header, "" if none.
@@ -502,7 +571,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (User, boo
 // authorizeLease authorizes a call on one lease in the namespace of its
 // proxy; an ID that is not one of ours is 404.
 func (s *Server) authorizeLease(w http.ResponseWriter, r *http.Request, user User, verb, id string) bool {
-	ns, err := s.store.LeaseNamespace(id)
+	ns, err := s.store.leaseNamespaceAs(user.Identity(), id)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return false
@@ -538,6 +607,7 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 	var (
 		field       *FieldError
 		tooLarge    *http.MaxBytesError
+		readErr     *bodyReadError
 		unavailable *UnavailableError
 	)
 	switch {
@@ -545,6 +615,13 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		writeError(w, http.StatusBadRequest, codeInvalid, err.Error(), field.Field)
 	case errors.As(err, &tooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, codeRequestTooLarge, fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit), "")
+	case errors.As(err, &readErr) && readErr.timeout:
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestTimeout, codeRequestTimeout, err.Error(), "")
+	case errors.As(err, &readErr):
+		writeError(w, http.StatusBadRequest, codeInvalid, err.Error(), "")
+	case errors.Is(err, ErrTooManyLeases):
+		writeError(w, http.StatusTooManyRequests, codeTooManyLeases, err.Error(), "")
 	case errors.Is(err, ErrUnknownLease):
 		writeError(w, http.StatusNotFound, codeNotFound, "no such lease: unknown, released or expired; acquire a new one", "")
 	case errors.Is(err, ErrRevoked):
@@ -587,12 +664,26 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	case http.StatusNotFound:
 		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "")
 	default:
-		// A redirect to the cleaned path: pass it on.
-		for k, v := range rec.header {
-			w.Header()[k] = v
+		// The mux would redirect to a cleaned path: the API has one
+		// spelling per endpoint, so say which instead.
+		msg := "no such endpoint: " + r.URL.Path
+		if loc := rec.header.Get("Location"); loc != "" {
+			msg += fmt.Sprintf(" (the API does not redirect: use %s)", loc)
 		}
-		w.WriteHeader(rec.status)
+		writeError(w, http.StatusNotFound, codeNotFound, msg, "")
 	}
+}
+
+// headBytes approximates the size of a request's head as net/http counts
+// it: the request line and every header line.
+func headBytes(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n + len(r.Host)
 }
 
 // headerRecorder keeps the status and headers of a response, not its body.
