@@ -553,8 +553,16 @@ func bearerToken(r *http.Request) string {
 }
 
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (User, bool) {
-	user, err := s.authn.Authenticate(r.Context(), bearerToken(r))
+	ctx := r.Context()
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		ctx = WithClientAddr(ctx, host)
+	}
+	user, err := s.authn.Authenticate(ctx, bearerToken(r))
 	switch {
+	case errors.Is(err, ErrReviewBudget):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, codeAuthUnavailable, "too many new bearer tokens to review now; retry", "")
+		return User{}, false
 	case errors.Is(err, ErrUnauthenticated):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator lease API"`)
 		writeError(w, http.StatusUnauthorized, codeUnauthorized, "a valid bearer token is required: "+err.Error(), "")
