@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,6 +85,8 @@ type Server struct {
 	mux         *http.ServeMux
 	leading     atomic.Bool
 	horizon     *horizonKeeper // nil without a Watermark
+	// readTimeout is readTimeout; tests shorten it.
+	readTimeout time.Duration
 }
 
 // NewServer builds the server; it starts nothing.
@@ -110,6 +113,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		maxBody:     cfg.MaxBodyBytes,
 		skew:        cfg.MaxClockSkew,
 		mux:         http.NewServeMux(),
+		readTimeout: readTimeout,
 	}
 	if s.maxBody == 0 {
 		s.maxBody = DefaultMaxBodyBytes
@@ -206,6 +210,11 @@ func (s *Server) Handler() http.Handler {
 			writeError(w, http.StatusRequestHeaderFieldsTooLarge, codeHeadersTooLarge, fmt.Sprintf("the request line and headers are larger than %d bytes", maxHeaderBytes), "")
 			return
 		}
+		if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
+			// The mux would redirect; the API has one spelling per endpoint.
+			writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no such endpoint: %s (the API does not redirect: use %s)", r.URL.Path, clean), "")
+			return
+		}
 		if _, pattern := s.mux.Handler(r); pattern == "" {
 			s.noRoute(w, r)
 			return
@@ -226,7 +235,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
+		ReadTimeout:       s.readTimeout,
 		WriteTimeout:      s.store.cfg.MaxWait + writeSlack,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    serverMaxHeaderBytes,
@@ -672,14 +681,22 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	case http.StatusNotFound:
 		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "")
 	default:
-		// The mux would redirect to a cleaned path: the API has one
-		// spelling per endpoint, so say which instead.
-		msg := "no such endpoint: " + r.URL.Path
-		if loc := rec.header.Get("Location"); loc != "" {
-			msg += fmt.Sprintf(" (the API does not redirect: use %s)", loc)
-		}
-		writeError(w, http.StatusNotFound, codeNotFound, msg, "")
+		// Anything else the mux would say (a redirect) is a 404 here too.
+		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "")
 	}
+}
+
+// cleanPath is the path net/http's mux would redirect to: no ".", "..",
+// or doubled slashes.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean
 }
 
 // headBytes approximates the size of a request's head as net/http counts

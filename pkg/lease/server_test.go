@@ -22,6 +22,7 @@ import (
 const (
 	goodToken   = "good-token"
 	brokenToken = "broken-token" // the authenticator fails on it
+	otherToken  = "other-token"  // another identity than goodToken's
 )
 
 // fakeAuth knows one token and allows what allow says; it records what it
@@ -37,6 +38,8 @@ func (a *fakeAuth) Authenticate(_ context.Context, token string) (User, error) {
 	switch token {
 	case goodToken:
 		return User{Name: "crawler", Groups: []string{"crawlers"}}, nil
+	case otherToken:
+		return User{Name: "other-crawler", UID: "u2", Groups: []string{"crawlers"}}, nil
 	case brokenToken:
 		return User{}, errors.New("TokenReview: connection refused")
 	case "":
