@@ -16,6 +16,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 // The lease API under abuse (issue 20): each point of the issue against
@@ -80,7 +82,7 @@ func serveLive(t *testing.T, storeCfg func(*Config), srvCfg func(*Server)) *live
 
 // call makes one request with token (goodToken if none) and returns the
 // status, the decoded error (if any) and the raw body.
-func (ls *liveServer) call(method, pathAndQuery, body string, token ...string) (int, errorBodyJSON, []byte) {
+func (ls *liveServer) call(method, pathAndQuery, body string, token ...string) (int, wire.ErrorBody, []byte) {
 	ls.t.Helper()
 	var r io.Reader
 	if body != "" {
@@ -101,7 +103,7 @@ func (ls *liveServer) call(method, pathAndQuery, body string, token ...string) (
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	var e errorJSON
+	var e wire.Error
 	if resp.StatusCode >= 300 {
 		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 			ls.t.Errorf("%s %s: %d with Content-Type %q, want JSON: %s", method, pathAndQuery, resp.StatusCode, ct, raw)
@@ -113,13 +115,13 @@ func (ls *liveServer) call(method, pathAndQuery, body string, token ...string) (
 	return resp.StatusCode, e.Error, raw
 }
 
-func (ls *liveServer) acquire(body string, token ...string) leaseJSON {
+func (ls *liveServer) acquire(body string, token ...string) wire.Lease {
 	ls.t.Helper()
 	code, e, raw := ls.call(http.MethodPost, "/v1/leases", body, token...)
 	if code != http.StatusCreated {
 		ls.t.Fatalf("acquire %s: %d %+v", body, code, e)
 	}
-	var l leaseJSON
+	var l wire.Lease
 	if err := json.Unmarshal(raw, &l); err != nil {
 		ls.t.Fatal(err)
 	}

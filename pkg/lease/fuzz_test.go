@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 // Fuzz targets for every request decoder: whatever the input, nothing
@@ -42,7 +44,7 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, decodeErr error, 
 	if rec.Code < 300 {
 		return
 	}
-	var e errorJSON
+	var e wire.Error
 	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
 		t.Fatalf("error answer %d is not a JSON error: %q (%v)", rec.Code, rec.Body, err)
 	}

@@ -18,6 +18,8 @@ import (
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 // Defaults of ServerConfig.
@@ -352,7 +354,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	}
 	klog.FromContext(r.Context()).V(4).Info("Lease granted", "proxy", l.Proxy.Key, "holder", l.Holder, "user", user.Name, "expiresAt", l.ExpiresAt)
 	w.Header().Set("Location", "/v1/leases/"+l.ID)
-	writeJSON(w, http.StatusCreated, leaseJSONFrom(l, creds))
+	writeJSON(w, http.StatusCreated, leaseWireFrom(l, creds))
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
@@ -377,7 +379,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, leaseJSONFrom(l, nil))
+	writeJSON(w, http.StatusOK, leaseWireFrom(l, nil))
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
@@ -426,7 +428,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, leaseJSONFrom(l, nil))
+	writeJSON(w, http.StatusOK, leaseWireFrom(l, nil))
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
@@ -450,11 +452,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	items := make([]leaseJSON, 0, len(leases))
+	items := make([]wire.Lease, 0, len(leases))
 	for _, l := range leases {
-		items = append(items, leaseJSONFrom(l, nil))
+		items = append(items, leaseWireFrom(l, nil))
 	}
-	writeJSON(w, http.StatusOK, listJSON[leaseJSON]{Items: items})
+	writeJSON(w, http.StatusOK, wire.List[wire.Lease]{Items: items})
 }
 
 func (s *Server) proxies(w http.ResponseWriter, r *http.Request) {
@@ -474,14 +476,14 @@ func (s *Server) proxies(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	proxies := s.store.Proxies(q.namespace, q.selector)
-	items := make([]proxyJSON, 0, len(proxies))
+	items := make([]wire.Proxy, 0, len(proxies))
 	for _, p := range proxies {
-		items = append(items, proxyJSON{
+		items = append(items, wire.Proxy{
 			Namespace: p.Key.Namespace, Name: p.Key.Name, URL: p.URL, Labels: p.Labels,
 			LatencyMillis: p.LatencyMillis, MaxLeases: p.MaxLeases, FreeLeases: p.FreeLeases,
 		})
 	}
-	writeJSON(w, http.StatusOK, listJSON[proxyJSON]{Items: items})
+	writeJSON(w, http.StatusOK, wire.List[wire.Proxy]{Items: items})
 }
 
 // acquireWithinHorizon acquires, extending the persisted horizon when the
@@ -734,61 +736,13 @@ func setRetryAfter(w http.ResponseWriter, d time.Duration) {
 	w.Header().Set("Retry-After", strconv.Itoa(int(max(1, math.Ceil(d.Seconds())))))
 }
 
-// The JSON of the API.
+// The JSON of the API is package wire's.
 
-type leaseJSON struct {
-	ID          string           `json:"id"`
-	Holder      string           `json:"holder"`
-	Proxy       proxyRefJSON     `json:"proxy"`
-	Credentials *credentialsJSON `json:"credentials,omitempty"`
-	Session     string           `json:"session,omitempty"`
-	Domain      string           `json:"domain,omitempty"`
-	TTL         string           `json:"ttl"`
-	GrantedAt   time.Time        `json:"grantedAt"`
-	ExpiresAt   time.Time        `json:"expiresAt"`
-}
-
-type proxyRefJSON struct {
-	Namespace     string `json:"namespace"`
-	Name          string `json:"name"`
-	URL           string `json:"url"`
-	LatencyMillis int64  `json:"latencyMillis"`
-}
-
-type credentialsJSON struct {
-	Username string `json:"username"`
-	Password string `json:"password"`
-}
-
-type proxyJSON struct {
-	Namespace     string            `json:"namespace"`
-	Name          string            `json:"name"`
-	URL           string            `json:"url"`
-	Labels        map[string]string `json:"labels,omitempty"`
-	LatencyMillis int64             `json:"latencyMillis"`
-	MaxLeases     int32             `json:"maxLeases"`
-	FreeLeases    int32             `json:"freeLeases"`
-}
-
-type listJSON[T any] struct {
-	Items []T `json:"items"`
-}
-
-type errorJSON struct {
-	Error errorBodyJSON `json:"error"`
-}
-
-type errorBodyJSON struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-}
-
-func leaseJSONFrom(l Lease, creds *Credentials) leaseJSON {
-	out := leaseJSON{
+func leaseWireFrom(l Lease, creds *Credentials) wire.Lease {
+	out := wire.Lease{
 		ID:     l.ID,
 		Holder: l.Holder,
-		Proxy: proxyRefJSON{
+		Proxy: wire.ProxyRef{
 			Namespace: l.Proxy.Key.Namespace, Name: l.Proxy.Key.Name, URL: l.Proxy.URL, LatencyMillis: l.Proxy.LatencyMillis,
 		},
 		Session:   l.Session,
@@ -798,7 +752,7 @@ func leaseJSONFrom(l Lease, creds *Credentials) leaseJSON {
 		ExpiresAt: l.ExpiresAt.UTC(),
 	}
 	if creds != nil {
-		out.Credentials = &credentialsJSON{Username: creds.Username, Password: creds.Password}
+		out.Credentials = &wire.Credentials{Username: creds.Username, Password: creds.Password}
 	}
 	return out
 }
@@ -812,7 +766,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, message, field string) {
-	writeJSON(w, status, errorJSON{Error: errorBodyJSON{Code: code, Message: message, Field: field}})
+	writeJSON(w, status, wire.Error{Error: wire.ErrorBody{Code: code, Message: message, Field: field}})
 }
 
 // horizonKeeper keeps the persisted horizon ahead of every expiry the store

@@ -220,7 +220,7 @@ func TestHoldRenewsAndReleases(t *testing.T) {
 				held = l
 				// Outlive the TTL several times over: renewals keep the lease.
 				poll(t, func() bool { return api.renews.Load() >= 3 })
-				if _, err := api.store.Get(l.ID); err != nil {
+				if _, err := api.store.GetAs(lease.User{Name: "crawler"}.Identity(), l.ID); err != nil {
 					t.Errorf("lease after renewals: %v", err)
 				}
 				return tc.fnErr
