@@ -60,7 +60,7 @@ func (e *FieldError) Error() string {
 }
 
 // HorizonError: granting or renewing would promise an expiry beyond the
-// horizon this leader has persisted (see Server and Watermark). The caller
+// horizon this leader has persisted (see Server and HorizonStore). The caller
 // extends the horizon to Need and tries again.
 type HorizonError struct {
 	Need time.Time

@@ -133,7 +133,7 @@ func (f *fleet) newLeader() *testServer {
 		store.Upsert(p)
 	}
 	auth := &fakeAuth{}
-	srv, err := NewServer(ServerConfig{Store: store, Authenticator: auth, Authorizer: auth, Watermark: f.watermark.replica()})
+	srv, err := NewServer(ServerConfig{Store: store, Authenticator: auth, Authorizer: auth, Horizon: f.watermark.replica()})
 	if err != nil {
 		f.t.Fatal(err)
 	}

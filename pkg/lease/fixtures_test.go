@@ -218,7 +218,7 @@ func (r *memWatermarkReplica) Save(_ context.Context, t time.Time) error {
 	r.shared.mu.Lock()
 	defer r.shared.mu.Unlock()
 	if r.term != r.shared.term {
-		return fmt.Errorf("term %d: %w", r.term, ErrWatermarkLost)
+		return fmt.Errorf("term %d: %w", r.term, ErrHorizonLost)
 	}
 	if r.shared.failSaves {
 		return fmt.Errorf("save: API server unreachable")

@@ -24,9 +24,9 @@ import (
 
 // Defaults of ServerConfig.
 const (
-	DefaultMaxBodyBytes  = 64 << 10
-	DefaultWatermarkStep = 10 * time.Second
-	DefaultMaxClockSkew  = 2 * time.Second
+	DefaultMaxBodyBytes = 64 << 10
+	DefaultHorizonStep  = 10 * time.Second
+	DefaultMaxClockSkew = 2 * time.Second
 )
 
 // HTTP server timeouts. WriteTimeout is the store's MaxWait plus writeSlack,
@@ -59,13 +59,19 @@ type ServerConfig struct {
 	// Credentials, if set, adds the proxy's credentials to the response that
 	// grants a lease.
 	Credentials CredentialsFunc
-	// Watermark persists this leader's horizon so that a successor knows how
+	// Horizon persists this leader's horizon so that a successor knows how
 	// long to wait after a crash. Without it a new leader refuses grants for
 	// the store's MaxTTL (plus MaxClockSkew) after it starts leading.
-	Watermark Watermark
-	// WatermarkStep is how far ahead of the latest expiry the persisted
+	Horizon HorizonStore
+	// HorizonStep is how far ahead of the latest expiry the persisted
 	// horizon runs: larger means fewer writes, and a longer wait for a
 	// successor after a crash.
+	HorizonStep time.Duration
+	// Watermark and WatermarkStep are the old names of Horizon and
+	// HorizonStep, used when those are unset.
+	//
+	// Deprecated: use Horizon and HorizonStep.
+	Watermark     HorizonStore
 	WatermarkStep time.Duration
 	// MaxClockSkew is how far apart the replicas' clocks may be.
 	MaxClockSkew time.Duration
@@ -86,7 +92,7 @@ type Server struct {
 	skew        time.Duration
 	mux         *http.ServeMux
 	leading     atomic.Bool
-	horizon     *horizonKeeper // nil without a Watermark
+	horizon     *horizonKeeper // nil without a HorizonStore
 	// readTimeout is readTimeout; tests shorten it.
 	readTimeout time.Duration
 }
@@ -100,8 +106,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Authenticator == nil || cfg.Authorizer == nil {
 		errs = append(errs, errors.New("an Authenticator and an Authorizer are required (NewNoAuth for none)"))
 	}
-	if cfg.WatermarkStep < 0 || cfg.MaxClockSkew < 0 || cfg.MaxBodyBytes < 0 {
-		errs = append(errs, errors.New("negative WatermarkStep, MaxClockSkew or MaxBodyBytes"))
+	if cfg.Horizon == nil {
+		cfg.Horizon = cfg.Watermark
+	}
+	if cfg.HorizonStep == 0 {
+		cfg.HorizonStep = cfg.WatermarkStep
+	}
+	if cfg.HorizonStep < 0 || cfg.MaxClockSkew < 0 || cfg.MaxBodyBytes < 0 {
+		errs = append(errs, errors.New("negative HorizonStep, MaxClockSkew or MaxBodyBytes"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("lease server: %w", err)
@@ -123,12 +135,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.skew == 0 {
 		s.skew = DefaultMaxClockSkew
 	}
-	if cfg.Watermark != nil {
-		step := cfg.WatermarkStep
+	if cfg.Horizon != nil {
+		step := cfg.HorizonStep
 		if step == 0 {
-			step = DefaultWatermarkStep
+			step = DefaultHorizonStep
 		}
-		s.horizon = &horizonKeeper{watermark: cfg.Watermark, store: cfg.Store, clock: s.clock, step: step}
+		s.horizon = &horizonKeeper{watermark: cfg.Horizon, store: cfg.Store, clock: s.clock, step: step}
 	}
 	s.mux.HandleFunc("POST /v1/leases", s.leaderOnly(s.acquire))
 	s.mux.HandleFunc("POST /v1/leases/{id}/renew", s.leaderOnly(s.renew))
@@ -153,11 +165,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func (s *Server) Leading() bool { return s.leading.Load() }
 
 // StartLeading makes this replica the lease API's leader. Call it after the
-// leader election was won and the Feed has synced. With a Watermark it
+// leader election was won and the Feed has synced. With a HorizonStore it
 // claims it first, retrying until ctx ends (the only error); the store then
 // refuses grants until the horizon of the previous leader has passed, and
 // re-learns that leader's leases from their renewals meanwhile. Without a
-// Watermark the refusal lasts MaxTTL.
+// HorizonStore the refusal lasts MaxTTL.
 func (s *Server) StartLeading(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	if s.horizon == nil {
@@ -192,7 +204,7 @@ func (s *Server) StartLeading(ctx context.Context) error {
 }
 
 // StopLeading stops answering /v1 calls and forgets every lease. With a
-// Watermark it persists the latest expiry among the live leases, so that a
+// HorizonStore it persists the latest expiry among the live leases, so that a
 // graceful handover makes the successor wait only that long.
 func (s *Server) StopLeading(ctx context.Context) error {
 	s.leading.Store(false)
@@ -767,132 +779,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, code, message, field string) {
 	writeJSON(w, status, wire.Error{Error: wire.ErrorBody{Code: code, Message: message, Field: field}})
-}
-
-// horizonKeeper keeps the persisted horizon ahead of every expiry the store
-// hands out (see Watermark).
-type horizonKeeper struct {
-	watermark Watermark
-	store     *Store
-	clock     clock.Clock
-	step      time.Duration
-
-	mu sync.Mutex
-	// persisted is the horizon written last; floor the one inherited at the
-	// claim, below which no write may go while its leases may live.
-	persisted, floor time.Time
-	stopped          bool
-	extending        atomic.Bool
-}
-
-// errHorizon wraps failures to persist the horizon: grants wait for it.
-var errHorizon = errors.New("cannot persist the lease horizon")
-
-type claimed struct {
-	horizon time.Time
-	err     error // ErrHorizonUnknown, or nil
-}
-
-// claim claims the watermark, retrying with backoff until ctx ends.
-func (h *horizonKeeper) claim(ctx context.Context) (claimed, error) {
-	logger := klog.FromContext(ctx)
-	backoff := 100 * time.Millisecond
-	for {
-		previous, err := h.watermark.Claim(ctx)
-		if err == nil || errors.Is(err, ErrHorizonUnknown) {
-			if err != nil {
-				logger.Error(err, "The previous lease horizon is unreadable; assuming the maximum TTL")
-			}
-			h.mu.Lock()
-			h.floor, h.persisted, h.stopped = previous, previous, false
-			h.mu.Unlock()
-			return claimed{horizon: previous, err: err}, nil
-		}
-		logger.Error(err, "Claiming the lease watermark; retrying", "backoff", backoff)
-		t := h.clock.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return claimed{}, fmt.Errorf("claiming the lease watermark: %w", ctx.Err())
-		case <-t.C():
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-func (h *horizonKeeper) current() time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.persisted.IsZero() {
-		// Nothing persisted: nothing may be granted until ensure writes.
-		return h.clock.Now()
-	}
-	return h.persisted
-}
-
-// ensure persists a horizon of at least need (plus a step, so that the next
-// grants need no write) and passes it to the store.
-func (h *horizonKeeper) ensure(ctx context.Context, need time.Time) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !need.After(h.persisted) {
-		h.store.SetHorizon(h.persisted)
-		return nil
-	}
-	if h.stopped {
-		return ErrNotLeader
-	}
-	target := need.Add(h.step)
-	if h.floor.After(target) {
-		target = h.floor
-	}
-	ctx, cancel := context.WithTimeout(ctx, watermarkTimeout)
-	defer cancel()
-	if err := h.watermark.Save(ctx, target); err != nil {
-		return fmt.Errorf("%w: %w", errHorizon, err)
-	}
-	h.persisted = target
-	h.store.SetHorizon(target)
-	return nil
-}
-
-// keepAhead extends the horizon in the background when an expiry comes
-// within half a step of it, so that grants rarely wait for a write.
-func (h *horizonKeeper) keepAhead(ctx context.Context, expiresAt time.Time) {
-	h.mu.Lock()
-	low := h.persisted.Sub(expiresAt) < h.step/2
-	h.mu.Unlock()
-	if !low || !h.extending.CompareAndSwap(false, true) {
-		return
-	}
-	go func() {
-		defer h.extending.Store(false)
-		if err := h.ensure(ctx, expiresAt.Add(h.step/2)); err != nil && !errors.Is(err, ErrNotLeader) {
-			klog.FromContext(ctx).Error(err, "Extending the lease horizon ahead of time")
-		}
-	}()
-}
-
-// finish persists the latest live expiry at the end of a term (the floor
-// while inherited leases may still live), so that the successor waits no
-// longer than needed.
-func (h *horizonKeeper) finish(ctx context.Context, lastExpiry time.Time) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.stopped = true
-	final := lastExpiry
-	if h.floor.After(final) {
-		final = h.floor
-	}
-	ctx, cancel := context.WithTimeout(ctx, watermarkTimeout)
-	defer cancel()
-	if err := h.watermark.Save(ctx, final); err != nil {
-		if errors.Is(err, ErrWatermarkLost) {
-			// The successor claimed already: it read our persisted horizon, which is later still.
-			return nil
-		}
-		return fmt.Errorf("persisting the final lease horizon: %w", err)
-	}
-	h.persisted = final
-	return nil
 }

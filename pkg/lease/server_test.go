@@ -94,7 +94,7 @@ func newTestServer(t testing.TB, opts ...serverOption) *testServer {
 	store.Upsert(newProxy("p1", withLatency(10)))
 	store.Upsert(newProxy("p2", withLatency(20)))
 	ts := &testServer{t: t, store: store, clk: clk, auth: &fakeAuth{}, watermark: &memWatermark{}}
-	cfg := ServerConfig{Store: store, Authenticator: ts.auth, Authorizer: ts.auth, Watermark: ts.watermark.replica()}
+	cfg := ServerConfig{Store: store, Authenticator: ts.auth, Authorizer: ts.auth, Horizon: ts.watermark.replica()}
 	for _, opt := range opts {
 		opt(&cfg)
 	}

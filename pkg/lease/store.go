@@ -284,42 +284,55 @@ type session struct {
 // and sticky sessions, all in memory. It is safe for concurrent use. It does
 // no I/O and starts no goroutines; an acquire that waits uses the caller's.
 type Store struct {
+	// Fixed at NewStore; read without the lock.
 	cfg     Config
 	clock   clock.WithTicker
 	signer  signer
 	metrics Metrics
 
-	mu      sync.Mutex
-	proxies map[cache.ObjectName]*proxyState
-	// order holds the Ready proxies in selection order; byNamespace the same per namespace.
+	// mu guards everything below. One mutex, because an acquire reads and
+	// writes every group at once; the groups say what each field is for.
+	mu sync.Mutex
+
+	// The fleet: every proxy the feed reported, and the Ready ones in
+	// selection order (order), and per namespace (byNamespace).
+	proxies     map[cache.ObjectName]*proxyState
 	order       *list.List
 	byNamespace map[string]*list.List
-	leases      map[leaseKey]*lease
-	expiries    leaseHeap
-	live        int
-	cooldowns   cooldownHeap
-	inForce     int
-	sessions    map[sessionKey]*session
-	// sessionLRU orders the sessions, most recently used first.
+
+	// The leases: live ones and tombstones by key, all by expiry, how many
+	// are live, and how many each owner holds (for MaxLeasesPerOwner).
+	leases   map[leaseKey]*lease
+	expiries leaseHeap
+	live     int
+	owned    map[string]int
+
+	// Cool-downs: every (proxy, domain) entry by its next event (the
+	// entries themselves hang off their proxies), and how many are in force.
+	cooldowns cooldownHeap
+	inForce   int
+
+	// Sticky sessions, and their order, most recently used first.
+	sessions   map[sessionKey]*session
 	sessionLRU *list.List
-	// owned counts the live leases per owner, for MaxLeasesPerOwner.
-	owned map[string]int
-	// changed is closed (and replaced) when capacity may have appeared, to
-	// wake waiting acquires; waiting counts them, so that nobody pays for a
+
+	// Waiting acquires: changed is closed (and replaced) when capacity may
+	// have appeared; waiting counts the waiters, so that nobody pays for a
 	// channel when nobody waits.
 	changed chan struct{}
 	waiting int
 
-	leading bool
-	// epoch names the current term; serial numbers its grants.
-	epoch  uint64
-	serial uint64
-	// recoverUntil: no grants before it in this term (see Lead).
+	// The term: whether it leads, the epoch that names the term and the
+	// serial that numbers its grants, the recovery after a leader change
+	// (no grants before recoverUntil, see Lead), and the horizon no lease
+	// is granted or renewed beyond, unless unbounded.
+	leading      bool
+	epoch        uint64
+	serial       uint64
 	recoverUntil time.Time
 	recovering   bool
-	// horizon: no lease is granted or renewed beyond it, unless unbounded.
-	horizon   time.Time
-	unbounded bool
+	horizon      time.Time
+	unbounded    bool
 }
 
 // NewStore returns an empty store that does not lead: it tracks proxies but

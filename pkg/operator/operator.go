@@ -585,7 +585,7 @@ func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.In
 		Authenticator: auth,
 		Authorizer:    auth,
 		Credentials:   lease.SecretCredentials(proxies.Lister(), secrets),
-		Watermark:     lease.NewConfigMapWatermark(kube, o.LeaderElectNamespace, LeaseWatermarkConfigMap, hostname),
+		Horizon:       lease.NewConfigMapHorizon(kube, o.LeaderElectNamespace, LeaseWatermarkConfigMap, hostname),
 	})
 	return srv, feed.HasSynced, err
 }

@@ -62,7 +62,7 @@ func startAPI(t *testing.T) *apiServer {
 		})
 	}
 	srv, err := lease.NewServer(lease.ServerConfig{
-		Store: store, Authenticator: tokenAuth{}, Authorizer: tokenAuth{}, Watermark: &lease.MemoryWatermark{},
+		Store: store, Authenticator: tokenAuth{}, Authorizer: tokenAuth{}, Horizon: &lease.MemoryHorizon{},
 		Credentials: func(_ context.Context, key cache.ObjectName) (*lease.Credentials, error) {
 			if key.Name == "p1" {
 				return &lease.Credentials{Username: "u1", Password: "pw1"}, nil
