@@ -8,7 +8,11 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -40,10 +44,66 @@ const (
 const (
 	DefaultAuthCacheTTL  = 10 * time.Second
 	DefaultAuthCacheSize = 4096
+	// A token the cache does not know costs a TokenReview; new tokens get
+	// this budget (per second, burst), and each client address a share of
+	// it, so that a flood of invented tokens from one place is refused
+	// cheaply and cannot queue up reviews for everyone else.
+	DefaultTokenReviewQPS            = 25
+	DefaultTokenReviewBurst          = 50
+	DefaultTokenReviewPerSourceQPS   = 5
+	DefaultTokenReviewPerSourceBurst = 10
+	// MaxTokenBytes is the longest bearer token reviewed at all.
+	MaxTokenBytes = 8 << 10
+	// tokenSources bounds the per-address budgets kept.
+	tokenSources = 4096
 )
+
+// reviewTimeout bounds one TokenReview, which concurrent callers share.
+const reviewTimeout = 10 * time.Second
 
 // ErrUnauthenticated: no bearer token, or one the authenticator rejects (401).
 var ErrUnauthenticated = errors.New("unauthenticated")
+
+// ErrReviewBudget: the token is new and the TokenReview budget (overall or
+// of the caller's address) is spent; the caller retries (503 AuthUnavailable).
+var ErrReviewBudget = errors.New("too many new tokens to review; retry")
+
+// clientAddrKey carries a request's client address to the Authenticator.
+type clientAddrKey struct{}
+
+// WithClientAddr returns ctx carrying the caller's address (host only), by
+// which KubernetesAuth shares out its TokenReview budget.
+func WithClientAddr(ctx context.Context, addr string) context.Context {
+	return context.WithValue(ctx, clientAddrKey{}, addr)
+}
+
+func clientAddr(ctx context.Context) string {
+	addr, _ := ctx.Value(clientAddrKey{}).(string)
+	return addr
+}
+
+// plausibleToken is the cheap refusal: a bearer token is RFC 6750's
+// b64token (letters, digits, "-._~+/", then "=" padding) of bounded length.
+// Anything else cannot be a token any API server issues, and costs no review.
+func plausibleToken(token string) bool {
+	if len(token) == 0 || len(token) > MaxTokenBytes {
+		return false
+	}
+	padding := false
+	for i := 0; i < len(token); i++ {
+		c := token[i]
+		switch {
+		case c == '=':
+			padding = true
+		case padding:
+			return false
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', strings.IndexByte("-._~+/", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return token[0] != '='
+}
 
 // User is an authenticated caller.
 type User struct {
@@ -51,6 +111,17 @@ type User struct {
 	UID    string
 	Groups []string
 	Extra  map[string][]string
+}
+
+// Identity is what a lease is bound to (AcquireRequest.Owner): the user's
+// name and UID, so that a ServiceAccount deleted and recreated under the
+// same name is another identity. Every token of one identity reaches the
+// same leases.
+func (u User) Identity() string {
+	if u.UID == "" {
+		return u.Name
+	}
+	return u.Name + "\x00" + u.UID
 }
 
 // Attributes are what a call asks to do: a verb in a namespace ("" means
@@ -99,6 +170,12 @@ type KubernetesAuthOptions struct {
 	// how many answers are kept. Errors are never cached.
 	CacheTTL  time.Duration
 	CacheSize int
+	// TokenReviewQPS and TokenReviewBurst bound the TokenReviews of tokens
+	// the cache does not know; PerSource the share of one client address.
+	// Zero takes the defaults above. A request beyond them is refused with
+	// ErrReviewBudget at once, never queued.
+	TokenReviewQPS, TokenReviewPerSourceQPS     float64
+	TokenReviewBurst, TokenReviewPerSourceBurst int
 	// Clock drives the cache. Default: the real clock.
 	Clock clock.PassiveClock
 }
@@ -108,12 +185,29 @@ type KubernetesAuthOptions struct {
 // proxies/leases, caching both answers briefly. The operator's own
 // credentials need create on tokenreviews and subjectaccessreviews (the
 // system:auth-delegator ClusterRole).
+//
+// Like the API server's own cached token authenticator it caches answers
+// (rejections too) under a hash of the token and shares one review among
+// concurrent requests with the same token; like kube-rbac-proxy and the
+// API server's delegated authentication it should get a client of its own
+// (its own QPS), so that reviews never spend the controller's budget. New
+// tokens are further bounded by a budget of their own (see the defaults).
 type KubernetesAuth struct {
 	client    kubernetes.Interface
 	audiences []string
 	ttl       time.Duration
 	tokens    *utilcache.LRUExpireCache // sha256(token) → tokenAnswer
 	decisions *utilcache.LRUExpireCache // sha256(user, attrs) → decision
+	inflight  singleflight.Group
+
+	// reviews is the overall budget for new tokens; sources holds each
+	// client address's share (address → *rate.Limiter).
+	reviews            *rate.Limiter
+	sources            *utilcache.LRUExpireCache
+	sourceQPS          rate.Limit
+	sourceBurst        int
+	reviewsRefused     atomic.Int64
+	implausibleRefused atomic.Int64
 }
 
 type tokenAnswer struct {
@@ -138,13 +232,54 @@ func NewKubernetesAuth(client kubernetes.Interface, opts KubernetesAuthOptions) 
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &KubernetesAuth{
-		client:    client,
-		audiences: slices.Clone(opts.Audiences),
-		ttl:       opts.CacheTTL,
-		tokens:    utilcache.NewLRUExpireCacheWithClock(opts.CacheSize, opts.Clock),
-		decisions: utilcache.NewLRUExpireCacheWithClock(opts.CacheSize, opts.Clock),
+	orDefault := func(v *float64, def float64) {
+		if *v == 0 {
+			*v = def
+		}
 	}
+	orDefault(&opts.TokenReviewQPS, DefaultTokenReviewQPS)
+	orDefault(&opts.TokenReviewPerSourceQPS, DefaultTokenReviewPerSourceQPS)
+	if opts.TokenReviewBurst == 0 {
+		opts.TokenReviewBurst = DefaultTokenReviewBurst
+	}
+	if opts.TokenReviewPerSourceBurst == 0 {
+		opts.TokenReviewPerSourceBurst = DefaultTokenReviewPerSourceBurst
+	}
+	return &KubernetesAuth{
+		client:      client,
+		audiences:   slices.Clone(opts.Audiences),
+		ttl:         opts.CacheTTL,
+		tokens:      utilcache.NewLRUExpireCacheWithClock(opts.CacheSize, opts.Clock),
+		decisions:   utilcache.NewLRUExpireCacheWithClock(opts.CacheSize, opts.Clock),
+		reviews:     rate.NewLimiter(rate.Limit(opts.TokenReviewQPS), opts.TokenReviewBurst),
+		sources:     utilcache.NewLRUExpireCacheWithClock(tokenSources, opts.Clock),
+		sourceQPS:   rate.Limit(opts.TokenReviewPerSourceQPS),
+		sourceBurst: opts.TokenReviewPerSourceBurst,
+	}
+}
+
+// Refused counts the bearer tokens refused without a TokenReview: over the
+// review budget, and not plausibly a token at all.
+func (a *KubernetesAuth) Refused() (overBudget, implausible int64) {
+	return a.reviewsRefused.Load(), a.implausibleRefused.Load()
+}
+
+// spendReview takes one review from the caller's share and the overall
+// budget, without waiting.
+func (a *KubernetesAuth) spendReview(ctx context.Context) bool {
+	addr := clientAddr(ctx)
+	var source *rate.Limiter
+	if v, ok := a.sources.Get(addr); ok {
+		source = v.(*rate.Limiter)
+	} else {
+		source = rate.NewLimiter(a.sourceQPS, a.sourceBurst)
+		// A share unused for a minute is full again: forgetting it is free.
+		a.sources.Add(addr, source, time.Minute)
+	}
+	if !source.Allow() {
+		return false
+	}
+	return a.reviews.Allow()
 }
 
 // Authenticate reviews token with the API server.
@@ -152,16 +287,42 @@ func (a *KubernetesAuth) Authenticate(ctx context.Context, token string) (User, 
 	if token == "" {
 		return User{}, fmt.Errorf("%w: no bearer token", ErrUnauthenticated)
 	}
+	if !plausibleToken(token) {
+		a.implausibleRefused.Add(1)
+		return User{}, fmt.Errorf("%w: that is not a bearer token", ErrUnauthenticated)
+	}
 	// The cache keys on a hash: raw tokens are not kept around.
 	key := sha256.Sum256([]byte(token))
 	if v, ok := a.tokens.Get(key); ok {
 		return v.(tokenAnswer).result()
 	}
+	// Concurrent requests with one new token share one review (and one
+	// unit of budget).
+	v, err, _ := a.inflight.Do(string(key[:]), func() (any, error) {
+		if v, ok := a.tokens.Get(key); ok {
+			return v.(tokenAnswer), nil
+		}
+		if !a.spendReview(ctx) {
+			a.reviewsRefused.Add(1)
+			return nil, ErrReviewBudget
+		}
+		return a.review(context.WithoutCancel(ctx), key, token)
+	})
+	if err != nil {
+		return User{}, err
+	}
+	return v.(tokenAnswer).result()
+}
+
+// review asks the API server about a token and caches the answer.
+func (a *KubernetesAuth) review(ctx context.Context, key [sha256.Size]byte, token string) (tokenAnswer, error) {
+	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	defer cancel()
 	review, err := a.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: a.audiences},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return User{}, fmt.Errorf("TokenReview: %w", err)
+		return tokenAnswer{}, fmt.Errorf("TokenReview: %w", err)
 	}
 	answer := tokenAnswer{authenticated: review.Status.Authenticated}
 	if answer.authenticated {
@@ -175,7 +336,7 @@ func (a *KubernetesAuth) Authenticate(ctx context.Context, token string) (User, 
 		}
 	}
 	a.tokens.Add(key, answer, a.ttl)
-	return answer.result()
+	return answer, nil
 }
 
 func (t tokenAnswer) result() (User, error) {

@@ -58,7 +58,7 @@ func BenchmarkLeaseAPI(b *testing.B) {
 	b.Run("http-lease", func(b *testing.B) {
 		store := newBenchStore(b, proxies)
 		srv, err := lease.NewServer(lease.ServerConfig{
-			Store: store, Authenticator: allowAll{}, Authorizer: allowAll{}, Watermark: &lease.MemoryWatermark{},
+			Store: store, Authenticator: allowAll{}, Authorizer: allowAll{}, Horizon: &lease.MemoryHorizon{},
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -18,9 +20,21 @@ import (
 )
 
 // The request decoders turn bodies and queries into store requests. They are
-// strict (unknown fields and parameters, repeated parameters and trailing
-// data are errors) and name the offending field in a *FieldError; a body
-// over the size limit surfaces as *http.MaxBytesError.
+// strict, and docs/api.md lists every form they accept and refuse:
+//
+//   - A body is one JSON object whose members are strings. Member names are
+//     case-sensitive; an unknown, case-variant or repeated name, a null
+//     (as the body or as a member), a value of another type, and anything
+//     after the object are errors naming the member where there is one.
+//   - A query is name=value pairs joined by '&', percent-encoded. A pair
+//     that does not parse (a bad escape, a ';', no '='), an empty pair, an
+//     unknown name and a repeated one are errors naming the parameter. A
+//     call that takes no parameters refuses any.
+//   - "name": "" and name= mean the same as leaving the member out, except
+//     for durations, which must be valid when given.
+//
+// Errors are *FieldError; a body over the size limit surfaces as
+// *http.MaxBytesError, and a body that could not be read as *bodyReadError.
 
 // Length limits of free-form fields.
 const (
@@ -29,42 +43,44 @@ const (
 	maxDomainLen  = 253
 )
 
-// acquireBody is the JSON of POST /v1/leases. Durations are Go duration strings.
-type acquireBody struct {
-	Holder    string `json:"holder"`
-	Namespace string `json:"namespace"`
-	Selector  string `json:"selector"`
-	TTL       string `json:"ttl"`
-	Domain    string `json:"domain"`
-	Session   string `json:"session"`
-	Wait      string `json:"wait"`
+// The members of POST /v1/leases and POST /v1/leases/{id}/renew.
+var (
+	acquireFields = []string{"holder", "namespace", "selector", "ttl", "domain", "session", "wait"}
+	renewFields   = []string{"ttl"}
+)
+
+// bodyReadError: the body could not be read (the client was too slow, or
+// went away). Its message names no socket address.
+type bodyReadError struct {
+	timeout bool
 }
 
-// renewBody is the JSON of POST /v1/leases/{id}/renew; it may be empty.
-type renewBody struct {
-	TTL string `json:"ttl"`
+func (e *bodyReadError) Error() string {
+	if e.timeout {
+		return "the request body did not arrive in time"
+	}
+	return "the request body could not be read"
 }
 
 func decodeAcquire(body io.Reader) (AcquireRequest, error) {
-	var b acquireBody
-	if err := decodeJSON(body, &b, false); err != nil {
+	m, err := decodeObject(body, acquireFields, false)
+	if err != nil {
 		return AcquireRequest{}, err
 	}
-	req := AcquireRequest{Holder: b.Holder, Namespace: b.Namespace, Domain: NormalizeDomain(b.Domain), Session: b.Session}
-	var err error
+	req := AcquireRequest{Holder: m["holder"], Namespace: m["namespace"], Domain: NormalizeDomain(m["domain"]), Session: m["session"]}
 	if err = validateText("holder", req.Holder, maxHolderLen, true); err != nil {
 		return AcquireRequest{}, err
 	}
 	if err = validateNamespace("namespace", req.Namespace); err != nil {
 		return AcquireRequest{}, err
 	}
-	if req.Selector, err = parseSelector("selector", b.Selector); err != nil {
+	if req.Selector, err = parseSelector("selector", m["selector"]); err != nil {
 		return AcquireRequest{}, err
 	}
-	if req.TTL, err = parseDuration("ttl", b.TTL); err != nil {
+	if req.TTL, err = parseTTL(m); err != nil {
 		return AcquireRequest{}, err
 	}
-	if req.Wait, err = parseDuration("wait", b.Wait); err != nil {
+	if req.Wait, err = parseDuration("wait", m); err != nil {
 		return AcquireRequest{}, err
 	}
 	if err = validateDomain("domain", req.Domain); err != nil {
@@ -77,11 +93,11 @@ func decodeAcquire(body io.Reader) (AcquireRequest, error) {
 }
 
 func decodeRenew(body io.Reader) (time.Duration, error) {
-	var b renewBody
-	if err := decodeJSON(body, &b, true); err != nil {
+	m, err := decodeObject(body, renewFields, true)
+	if err != nil {
 		return 0, err
 	}
-	return parseDuration("ttl", b.TTL)
+	return parseTTL(m)
 }
 
 // releaseQuery is DELETE /v1/leases/{id}?outcome=&domain=.
@@ -90,11 +106,12 @@ type releaseQuery struct {
 	domain  string
 }
 
-func decodeRelease(q url.Values) (releaseQuery, error) {
-	if err := checkQuery(q, "outcome", "domain"); err != nil {
+func decodeRelease(rawQuery string) (releaseQuery, error) {
+	q, err := parseQuery(rawQuery, "outcome", "domain")
+	if err != nil {
 		return releaseQuery{}, err
 	}
-	r := releaseQuery{outcome: Outcome(q.Get("outcome")), domain: NormalizeDomain(q.Get("domain"))}
+	r := releaseQuery{outcome: Outcome(q["outcome"]), domain: NormalizeDomain(q["domain"])}
 	switch r.outcome {
 	case "":
 		r.outcome = OutcomeOK
@@ -108,11 +125,12 @@ func decodeRelease(q url.Values) (releaseQuery, error) {
 	return r, nil
 }
 
-func decodeList(q url.Values) (LeaseFilter, error) {
-	if err := checkQuery(q, "holder", "namespace"); err != nil {
+func decodeList(rawQuery string) (LeaseFilter, error) {
+	q, err := parseQuery(rawQuery, "holder", "namespace")
+	if err != nil {
 		return LeaseFilter{}, err
 	}
-	f := LeaseFilter{Holder: q.Get("holder"), Namespace: q.Get("namespace")}
+	f := LeaseFilter{Holder: q["holder"], Namespace: q["namespace"]}
 	if err := validateText("holder", f.Holder, maxHolderLen, false); err != nil {
 		return LeaseFilter{}, err
 	}
@@ -128,70 +146,121 @@ type proxiesQuery struct {
 	selector  labels.Selector
 }
 
-func decodeProxies(q url.Values) (proxiesQuery, error) {
-	if err := checkQuery(q, "namespace", "selector"); err != nil {
+func decodeProxies(rawQuery string) (proxiesQuery, error) {
+	q, err := parseQuery(rawQuery, "namespace", "selector")
+	if err != nil {
 		return proxiesQuery{}, err
 	}
-	pq := proxiesQuery{namespace: q.Get("namespace")}
+	pq := proxiesQuery{namespace: q["namespace"]}
 	if err := validateNamespace("namespace", pq.namespace); err != nil {
 		return proxiesQuery{}, err
 	}
-	var err error
-	if pq.selector, err = parseSelector("selector", q.Get("selector")); err != nil {
+	if pq.selector, err = parseSelector("selector", q["selector"]); err != nil {
 		return proxiesQuery{}, err
 	}
 	return pq, nil
 }
 
-// decodeJSON decodes one JSON object into v, strictly. An empty body is
-// an error unless allowEmpty.
-func decodeJSON(body io.Reader, v any, allowEmpty bool) error {
+// decodeObject decodes one JSON object whose members are strings named in
+// known, strictly (see the top of this file). It returns the members given.
+// An empty body is an error unless allowEmpty.
+func decodeObject(body io.Reader, known []string, allowEmpty bool) (map[string]string, error) {
 	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			if allowEmpty {
-				return nil
-			}
-			return &FieldError{Message: "the request body is empty: want a JSON object"}
+	tok, err := dec.Token()
+	switch {
+	case errors.Is(err, io.EOF):
+		if allowEmpty {
+			return map[string]string{}, nil
 		}
-		return jsonError(err)
+		return nil, &FieldError{Message: "the request body is empty: want a JSON object"}
+	case err != nil:
+		return nil, jsonError(err)
+	case tok == nil:
+		return nil, &FieldError{Message: "the request body must be a JSON object, not null"}
+	case tok != json.Delim('{'):
+		return nil, &FieldError{Message: "the request body must be a JSON object"}
+	}
+	members := map[string]string{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, jsonError(err)
+		}
+		name, _ := tok.(string) // inside an object, json.Decoder yields names as strings
+		if !slices.Contains(known, name) {
+			for _, k := range known {
+				if strings.EqualFold(k, name) {
+					return nil, &FieldError{Field: truncate(name), Message: fmt.Sprintf("is not a known field: names are case-sensitive, did you mean %q?", k)}
+				}
+			}
+			return nil, &FieldError{Field: truncate(name), Message: fmt.Sprintf("is not a known field (known: %s)", strings.Join(known, ", "))}
+		}
+		if _, dup := members[name]; dup {
+			return nil, &FieldError{Field: name, Message: "is given more than once"}
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, jsonError(err)
+		}
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil || string(raw) == "null" {
+			return nil, &FieldError{Field: name, Message: fmt.Sprintf("must be a %s, not %s", jsonTypeName(name), jsonKind(raw))}
+		}
+		members[name] = v
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, jsonError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return tooLarge
+		var readErr *bodyReadError
+		if err = jsonError(err); errors.As(err, &tooLarge) || errors.As(err, &readErr) {
+			return nil, err
 		}
-		return &FieldError{Message: "unexpected data after the JSON object"}
+		return nil, &FieldError{Message: "unexpected data after the JSON object"}
 	}
-	return nil
+	return members, nil
 }
 
-// jsonError explains a decoding error, naming the field where it can.
+// jsonKind names the JSON type of a raw value, for messages.
+func jsonKind(raw json.RawMessage) string {
+	switch {
+	case len(raw) == 0:
+		return "nothing"
+	case raw[0] == 'n':
+		return "null"
+	case raw[0] == 't' || raw[0] == 'f':
+		return "a JSON boolean"
+	case raw[0] == '{':
+		return "a JSON object"
+	case raw[0] == '[':
+		return "a JSON array"
+	case raw[0] == '"':
+		return "a JSON string"
+	}
+	return "a JSON number"
+}
+
+// jsonError explains a decoding or reading error, naming no socket address.
 func jsonError(err error) error {
 	var (
 		tooLarge  *http.MaxBytesError
-		typeErr   *json.UnmarshalTypeError
 		syntaxErr *json.SyntaxError
+		netErr    net.Error
 	)
 	switch {
+	case err == nil:
+		return nil
 	case errors.As(err, &tooLarge):
 		return tooLarge
-	case errors.As(err, &typeErr):
-		if typeErr.Field == "" {
-			return &FieldError{Message: "the request body must be a JSON object"}
-		}
-		return &FieldError{Field: typeErr.Field, Message: fmt.Sprintf("must be a %s, not a JSON %s", jsonTypeName(typeErr.Field), typeErr.Value)}
 	case errors.As(err, &syntaxErr):
 		return &FieldError{Message: fmt.Sprintf("malformed JSON at byte %d: %v", syntaxErr.Offset, syntaxErr)}
-	case errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return &FieldError{Message: "malformed JSON: the body ends inside a value"}
+	case errors.As(err, &netErr) && netErr.Timeout(), errors.Is(err, os.ErrDeadlineExceeded):
+		return &bodyReadError{timeout: true}
 	}
-	// encoding/json has no type for this one; its message is stable.
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return &FieldError{Field: truncate(strings.Trim(name, `"`)), Message: "is not a known field"}
-	}
-	return &FieldError{Message: "malformed JSON: " + err.Error()}
+	return &bodyReadError{}
 }
 
 func jsonTypeName(field string) string {
@@ -202,31 +271,78 @@ func jsonTypeName(field string) string {
 	return "string"
 }
 
-// checkQuery rejects parameters other than allowed, and repeated ones.
-func checkQuery(q url.Values, allowed ...string) error {
-	for name, values := range q {
-		if !slices.Contains(allowed, name) {
-			return &FieldError{Field: truncate(name), Message: fmt.Sprintf("is not a known parameter (known: %s)", strings.Join(allowed, ", "))}
-		}
-		if len(values) > 1 {
-			return &FieldError{Field: name, Message: "is given more than once"}
-		}
+// parseQuery parses a raw query strictly (see the top of this file) into
+// the parameters given, which must be among allowed.
+func parseQuery(raw string, allowed ...string) (map[string]string, error) {
+	q := map[string]string{}
+	if raw == "" {
+		return q, nil
 	}
-	return nil
+	known := "none"
+	if len(allowed) > 0 {
+		known = strings.Join(allowed, ", ")
+	}
+	for pair := range strings.SplitSeq(raw, "&") {
+		rawName, rawValue, hasValue := strings.Cut(pair, "=")
+		name, nameErr := url.QueryUnescape(rawName)
+		if nameErr != nil {
+			name = rawName
+		}
+		name = truncate(strings.ToValidUTF8(name, "\ufffd"))
+		switch {
+		case pair == "":
+			return nil, &FieldError{Message: `the query has an empty parameter ("&&", or "&" at an end)`}
+		case strings.Contains(pair, ";"):
+			if i := strings.IndexAny(rawName, ";"); i >= 0 {
+				name = truncate(rawName[:i])
+			}
+			return nil, &FieldError{Field: name, Message: `contains ";", which does not separate parameters: use "&" (and %3B for a literal ";")`}
+		case nameErr != nil:
+			return nil, &FieldError{Field: name, Message: "is not a valid percent-encoded parameter name"}
+		case !hasValue:
+			return nil, &FieldError{Field: name, Message: "has no value: write " + name + "=value"}
+		}
+		value, err := url.QueryUnescape(rawValue)
+		switch {
+		case err != nil:
+			return nil, &FieldError{Field: name, Message: "has a value that is not validly percent-encoded"}
+		case !slices.Contains(allowed, name):
+			return nil, &FieldError{Field: name, Message: fmt.Sprintf("is not a known parameter (known: %s)", known)}
+		}
+		if _, dup := q[name]; dup {
+			return nil, &FieldError{Field: name, Message: "is given more than once"}
+		}
+		q[name] = value
+	}
+	return q, nil
 }
 
-func parseDuration(field, s string) (time.Duration, error) {
-	if s == "" {
+// parseDuration parses member field of m, 0 when absent.
+func parseDuration(field string, m map[string]string) (time.Duration, error) {
+	s, ok := m[field]
+	if !ok {
 		return 0, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, &FieldError{Field: field, Message: fmt.Sprintf("must be a Go duration string such as \"30s\"; got %q", truncate(s))}
+		return 0, &FieldError{Field: field, Message: fmt.Sprintf("must be a Go duration string such as \"30s\" (omit %s for the default); got %q", field, truncate(s))}
 	}
 	if d < 0 {
 		return 0, &FieldError{Field: field, Message: "must not be negative"}
 	}
 	return d, nil
+}
+
+// parseTTL is the ttl member: when given it must be positive (the store
+// checks the bounds), so that "0s" is not silently the default.
+func parseTTL(m map[string]string) (time.Duration, error) {
+	d, err := parseDuration("ttl", m)
+	if err == nil && d == 0 {
+		if _, given := m["ttl"]; given {
+			return 0, &FieldError{Field: "ttl", Message: "must be positive (omit ttl for the default)"}
+		}
+	}
+	return d, err
 }
 
 func parseSelector(field, s string) (labels.Selector, error) {

@@ -17,7 +17,7 @@
 // Failover: lease IDs are signed and self-describing, so a new leader
 // re-learns live leases from their renewals; it grants nothing until every
 // lease its predecessor could have granted has expired or been re-learned,
-// which the persisted horizon (Watermark) bounds tightly. See
+// which the persisted horizon (HorizonStore) bounds tightly. See
 // docs/architecture.md, "Lease failover".
 //
 // It is not a health checker (it trusts status.phase), not a proxy, and not

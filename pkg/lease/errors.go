@@ -60,7 +60,7 @@ func (e *FieldError) Error() string {
 }
 
 // HorizonError: granting or renewing would promise an expiry beyond the
-// horizon this leader has persisted (see Server and Watermark). The caller
+// horizon this leader has persisted (see Server and HorizonStore). The caller
 // extends the horizon to Need and tries again.
 type HorizonError struct {
 	Need time.Time
@@ -69,3 +69,18 @@ type HorizonError struct {
 func (e *HorizonError) Error() string {
 	return fmt.Sprintf("expiry %v is beyond the persisted horizon", e.Need.Format(time.RFC3339Nano))
 }
+
+// ErrTooManyLeases: the caller's identity already holds
+// Config.MaxLeasesPerOwner live leases (429). Release one first.
+var ErrTooManyLeases = errors.New("this identity holds as many leases as it may")
+
+// OwnerLimitError is ErrTooManyLeases with the limit.
+type OwnerLimitError struct {
+	Limit int
+}
+
+func (e *OwnerLimitError) Error() string {
+	return fmt.Sprintf("%v (%d); release one first", ErrTooManyLeases, e.Limit)
+}
+
+func (e *OwnerLimitError) Unwrap() error { return ErrTooManyLeases }

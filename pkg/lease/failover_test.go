@@ -14,6 +14,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 // TestFailoverProperties drives leases through random leader changes, by
@@ -131,7 +133,7 @@ func (f *fleet) newLeader() *testServer {
 		store.Upsert(p)
 	}
 	auth := &fakeAuth{}
-	srv, err := NewServer(ServerConfig{Store: store, Authenticator: auth, Authorizer: auth, Watermark: f.watermark.replica()})
+	srv, err := NewServer(ServerConfig{Store: store, Authenticator: auth, Authorizer: auth, Horizon: f.watermark.replica()})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func (f *fleet) acquire() {
 	f.logf("acquire %s ttl=%s: %d", holder, ttl, rec.Code)
 	switch rec.Code {
 	case http.StatusCreated:
-		var l leaseJSON
+		var l wire.Lease
 		if err := json.Unmarshal(rec.Body.Bytes(), &l); err != nil {
 			f.t.Fatal(err)
 		}
@@ -187,7 +189,7 @@ func (f *fleet) renew() {
 		if !now.Before(l.expiresAt) {
 			f.t.Errorf("renewed the lease of %s, which expired %v ago", l.holder, now.Sub(l.expiresAt))
 		}
-		var got leaseJSON
+		var got wire.Lease
 		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 			f.t.Fatal(err)
 		}

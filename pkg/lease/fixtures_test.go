@@ -110,6 +110,8 @@ type testMetrics struct {
 	active     int
 	cooldowns  int
 	recovering bool
+	// entries and evictions are the StateMetrics, by kind.
+	entries, evictions map[string]int
 }
 
 func newTestMetrics() *testMetrics {
@@ -142,18 +144,37 @@ func (m *testMetrics) SetRecovering(r bool) {
 	m.recovering = r
 }
 
+func (m *testMetrics) SetStateEntries(kind string, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.entries == nil {
+		m.entries = map[string]int{}
+	}
+	m.entries[kind] = n
+}
+func (m *testMetrics) ObserveStateEviction(kind string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.evictions == nil {
+		m.evictions = map[string]int{}
+	}
+	m.evictions[kind]++
+}
+
 type metricsSnapshot struct {
-	acquires   map[string]int
-	ends       map[string]int
-	active     int
-	cooldowns  int
-	recovering bool
+	acquires           map[string]int
+	ends               map[string]int
+	active             int
+	cooldowns          int
+	recovering         bool
+	entries, evictions map[string]int
 }
 
 func (m *testMetrics) snapshot() metricsSnapshot {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return metricsSnapshot{acquires: maps.Clone(m.acquires), ends: maps.Clone(m.ends), active: m.active, cooldowns: m.cooldowns, recovering: m.recovering}
+	return metricsSnapshot{acquires: maps.Clone(m.acquires), ends: maps.Clone(m.ends), active: m.active, cooldowns: m.cooldowns, recovering: m.recovering,
+		entries: maps.Clone(m.entries), evictions: maps.Clone(m.evictions)}
 }
 
 // waitForTimer polls until a goroutine sleeps on the fake clock, so that a
@@ -197,7 +218,7 @@ func (r *memWatermarkReplica) Save(_ context.Context, t time.Time) error {
 	r.shared.mu.Lock()
 	defer r.shared.mu.Unlock()
 	if r.term != r.shared.term {
-		return fmt.Errorf("term %d: %w", r.term, ErrWatermarkLost)
+		return fmt.Errorf("term %d: %w", r.term, ErrHorizonLost)
 	}
 	if r.shared.failSaves {
 		return fmt.Errorf("save: API server unreachable")

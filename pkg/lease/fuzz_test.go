@@ -8,7 +8,10 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 // Fuzz targets for every request decoder: whatever the input, nothing
@@ -41,7 +44,7 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, decodeErr error, 
 	if rec.Code < 300 {
 		return
 	}
-	var e errorJSON
+	var e wire.Error
 	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
 		t.Fatalf("error answer %d is not a JSON error: %q (%v)", rec.Code, rec.Body, err)
 	}
@@ -54,7 +57,7 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, decodeErr error, 
 func (ts *testServer) releaseAll() {
 	leases, _ := ts.store.List(LeaseFilter{})
 	for _, l := range leases {
-		_ = ts.store.Release(l.ID, OutcomeOK, "")
+		_ = ts.store.ReleaseAs(l.Owner, l.ID, OutcomeOK, "")
 	}
 }
 
@@ -72,6 +75,10 @@ func FuzzAcquireBody(f *testing.F) {
 		`{"holder":"\u0000"}`,
 		`{"holder":"w","selector":"a=b=c"}`,
 		`{"holder":"w","wait":"-1s"}`,
+		`{"HOLDER":"w"}`,
+		`{"holder":"w","holder":"x"}`,
+		`{"holder":"w","ttl":"0s"}`,
+		`{"holder":"w","ttl":""}`,
 		``,
 		`{`,
 	} {
@@ -105,13 +112,12 @@ func FuzzRenewBody(f *testing.F) {
 }
 
 func FuzzReleaseQuery(f *testing.F) {
-	for _, seed := range []string{"", "outcome=ok", "outcome=banned&domain=example.com", "outcome=banned", "outcome=error&domain=", "outcome=x", "outcome=ok&outcome=ok", "domain=%zz", "a=b", "domain=a%20b", ";;&&=="} {
+	for _, seed := range []string{"", "outcome=ok", "outcome=banned&domain=example.com", "outcome=banned", "outcome=error&domain=", "outcome=x", "outcome=ok&outcome=ok", "domain=%zz", "a=b", "domain=a%20b", ";;&&==", "outcome=banned;domain=example.com", "outcome", "outcome=ok&", "%zz=1"} {
 		f.Add(seed)
 	}
 	ts := newTestServer(f)
 	f.Fuzz(func(t *testing.T, rawQuery string) {
-		q, _ := url.ParseQuery(rawQuery) // what net/http hands the handler: bad pairs dropped
-		_, decodeErr := decodeRelease(q)
+		_, decodeErr := decodeRelease(rawQuery)
 		checkDecodeError(t, decodeErr)
 		ts.t = t
 		l := ts.acquire(`{"holder":"w"}`)
@@ -128,8 +134,7 @@ func FuzzListQuery(f *testing.F) {
 	}
 	ts := newTestServer(f)
 	f.Fuzz(func(t *testing.T, rawQuery string) {
-		q, _ := url.ParseQuery(rawQuery)
-		_, decodeErr := decodeList(q)
+		_, decodeErr := decodeList(rawQuery)
 		checkDecodeError(t, decodeErr)
 		ts.t = t
 		checkAnswer(t, ts.doRaw(http.MethodGet, "/v1/leases", rawQuery), decodeErr, http.StatusOK, http.StatusBadRequest)
@@ -142,8 +147,7 @@ func FuzzProxiesQuery(f *testing.F) {
 	}
 	ts := newTestServer(f)
 	f.Fuzz(func(t *testing.T, rawQuery string) {
-		q, _ := url.ParseQuery(rawQuery)
-		_, decodeErr := decodeProxies(q)
+		_, decodeErr := decodeProxies(rawQuery)
 		checkDecodeError(t, decodeErr)
 		ts.t = t
 		checkAnswer(t, ts.doRaw(http.MethodGet, "/v1/proxies", rawQuery), decodeErr, http.StatusOK, http.StatusBadRequest)
@@ -159,4 +163,91 @@ func (ts *testServer) doRaw(method, path, rawQuery string) *httptest.ResponseRec
 	rec := httptest.NewRecorder()
 	ts.handler.ServeHTTP(rec, req)
 	return rec
+}
+
+// FuzzLeaseID mutates a valid lease ID (a byte replaced, inserted or
+// removed at a position): unless the result is byte-identical to the ID,
+// it names no lease, on every call that takes an ID.
+func FuzzLeaseID(f *testing.F) {
+	for _, seed := range []struct {
+		pos uint16
+		b   byte
+		op  uint8
+	}{{0, 'A', 0}, {5, '_', 0}, {65535, 'B', 0}, {65535, 'A', 0}, {10, '\n', 1}, {20, 'x', 1}, {0, 0, 2}, {65535, 0, 2}, {3, '%', 1}, {65535, '=', 1}} {
+		f.Add(seed.pos, seed.b, seed.op)
+	}
+	ts := newTestServer(f)
+	f.Fuzz(func(t *testing.T, pos uint16, b byte, op uint8) {
+		ts.t = t
+		l := ts.acquire(`{"holder":"w","domain":"example.com"}`)
+		defer ts.releaseAll()
+		id := []byte(l.ID)
+		i := int(pos) % len(id)
+		switch op % 3 {
+		case 0: // replace
+			id[i] = b
+		case 1: // insert
+			id = append(id[:i], append([]byte{b}, id[i:]...)...)
+		case 2: // remove
+			id = append(id[:i], id[i+1:]...)
+		}
+		mutated := string(id)
+		if mutated == l.ID {
+			return
+		}
+		owner := "crawler"
+		if _, err := ts.store.GetAs(owner, mutated); err != ErrUnknownLease {
+			t.Fatalf("GetAs(%q), a mutation of %q: err = %v, want ErrUnknownLease", mutated, l.ID, err)
+		}
+		if _, err := ts.store.RenewAs(owner, mutated, 0); err != ErrUnknownLease {
+			t.Fatalf("RenewAs(%q): err = %v, want ErrUnknownLease", mutated, err)
+		}
+		if err := ts.store.ReleaseAs(owner, mutated, OutcomeBanned, ""); err != ErrUnknownLease {
+			t.Fatalf("ReleaseAs(%q): err = %v, want ErrUnknownLease", mutated, err)
+		}
+		// Over HTTP the path carries it escaped.
+		rec := ts.do(http.MethodGet, "/v1/leases/"+url.PathEscape(mutated), "")
+		if rec.Code != http.StatusNotFound && rec.Code != http.StatusBadRequest {
+			t.Fatalf("GET of the mutation %q: %d %s, want 404", mutated, rec.Code, rec.Body)
+		}
+		if _, err := ts.store.GetAs(owner, l.ID); err != nil {
+			t.Fatalf("the original id after its mutations: %v", err)
+		}
+	})
+}
+
+// FuzzNoQueryCalls: acquire, renew and get take no query parameters; any
+// query but the empty one is a 400, and nothing happens.
+func FuzzNoQueryCalls(f *testing.F) {
+	for _, seed := range []string{"", "a", "a=b", "wait=10s", "ttl=1m", "%zz", ";", "&", "=", "a=1&a=2", "holder=w"} {
+		f.Add(seed)
+	}
+	ts := newTestServer(f)
+	f.Fuzz(func(t *testing.T, rawQuery string) {
+		ts.t = t
+		defer ts.releaseAll()
+		_, parseErr := parseQuery(rawQuery)
+		checkDecodeError(t, parseErr)
+		if (parseErr == nil) != (rawQuery == "") {
+			t.Fatalf("parseQuery(%q) with nothing allowed: err = %v", rawQuery, parseErr)
+		}
+		l := ts.acquire(`{"holder":"w"}`)
+		want := http.StatusOK
+		if rawQuery != "" {
+			want = http.StatusBadRequest
+		}
+		for _, call := range []struct{ method, path string }{
+			{http.MethodGet, "/v1/leases/" + l.ID},
+			{http.MethodPost, "/v1/leases/" + l.ID + "/renew"},
+		} {
+			rec := ts.doRaw(call.method, call.path, rawQuery)
+			checkAnswer(t, rec, parseErr, want)
+		}
+		req := httptest.NewRequest(http.MethodPost, "/v1/leases", strings.NewReader(`{"holder":"w"}`))
+		req.URL.RawQuery = rawQuery
+		req.Header.Set("Authorization", "Bearer "+goodToken)
+		rec := httptest.NewRecorder()
+		ts.handler.ServeHTTP(rec, req)
+		checkAnswer(t, rec, parseErr, map[bool]int{true: http.StatusCreated, false: http.StatusBadRequest}[rawQuery == ""])
+	})
 }

@@ -35,13 +35,21 @@ type AcquireRequest struct {
 	Session string
 	// Wait long-polls up to this long for capacity; 0: answer at once.
 	Wait time.Duration
+	// Owner is the authenticated identity acquiring (User.Identity): only
+	// the same owner may renew, release or read the lease (RenewAs,
+	// ReleaseAs, GetAs), and Config.MaxLeasesPerOwner caps what it holds.
+	// Empty: an in-process caller; the lease is then reached with Renew,
+	// Release and Get.
+	Owner string
 }
 
 // Lease is a granted lease as callers see it.
 type Lease struct {
 	// ID is the lease's current ID; a renewal returns a new one (see token.go).
-	ID        string
-	Holder    string
+	ID     string
+	Holder string
+	// Owner is the identity that acquired it (AcquireRequest.Owner).
+	Owner     string
 	Proxy     LeasedProxy
 	Session   string
 	Domain    string
@@ -168,6 +176,9 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 	if s.recovering {
 		return nil, &UnavailableError{Reason: ErrRecovering, RetryAfter: s.recoverUntil.Sub(now)}
 	}
+	if limit := s.cfg.MaxLeasesPerOwner; limit > 0 && req.Owner != "" && s.owned[req.Owner] >= limit {
+		return nil, &OwnerLimitError{Limit: limit}
+	}
 	p, err := s.selectLocked(req, now)
 	if err != nil {
 		return nil, err
@@ -184,6 +195,7 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 		proxyUID:     p.info.UID,
 		slot:         p.freeSlot(),
 		holder:       req.Holder,
+		owner:        req.Owner,
 		session:      req.Session,
 		sessionScope: req.Namespace,
 		domain:       req.Domain,
@@ -195,7 +207,7 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 	}
 	s.installLocked(l)
 	if req.Session != "" {
-		s.sessions[sessionKey{req.Namespace, req.Session}] = &session{proxy: p.info.Key, lastUsed: now}
+		s.useSessionLocked(sessionKey{req.Namespace, req.Session}, p.info.Key, now)
 	}
 	return l, nil
 }
@@ -241,13 +253,19 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time) (*proxyState, e
 	return nil, &UnavailableError{Reason: ErrNoneFree, RetryAfter: time.Second}
 }
 
-// Renew extends a live lease by ttl from now (0: its current TTL) and
-// returns it with a new ID. Errors: ErrUnknownLease (404), ErrRevoked
-// (410), ErrSuperseded (409), ErrNotLeader, *FieldError, *HorizonError.
+// Renew extends a live lease acquired without an owner; see RenewAs.
 func (s *Store) Renew(id string, ttl time.Duration) (Lease, error) {
-	tok, err := s.signer.decode(id)
+	return s.RenewAs("", id, ttl)
+}
+
+// RenewAs extends a live lease of owner by ttl from now (0: its current
+// TTL) and returns it with a new ID. Errors: ErrUnknownLease (404, also for
+// another owner's lease), ErrRevoked (410), ErrSuperseded (409),
+// ErrNotLeader, *FieldError, *HorizonError.
+func (s *Store) RenewAs(owner, id string, ttl time.Duration) (Lease, error) {
+	tok, err := s.decodeOwned(owner, id)
 	if err != nil {
-		return Lease{}, ErrUnknownLease
+		return Lease{}, err
 	}
 	if ttl != 0 {
 		if ttl, err = s.ttlFor(ttl, "ttl"); err != nil {
@@ -277,19 +295,26 @@ func (s *Store) Renew(id string, ttl time.Duration) (Lease, error) {
 	heap.Fix(&s.expiries, l.index)
 	if l.session != "" {
 		if sess := s.sessions[sessionKey{l.sessionScope, l.session}]; sess != nil && sess.proxy == l.proxyKey {
-			sess.lastUsed = now
+			s.useSessionLocked(sess.key, sess.proxy, now)
 		}
 	}
 	return s.viewLocked(l), nil
 }
 
-// Release ends a lease with an outcome; OutcomeBanned starts or extends a
-// cool-down of the proxy for domain (default: the lease's domain).
-// Releasing a revoked lease is not an error: a ban still counts.
+// Release ends a lease acquired without an owner; see ReleaseAs.
 func (s *Store) Release(id string, outcome Outcome, domain string) error {
-	tok, err := s.signer.decode(id)
+	return s.ReleaseAs("", id, outcome, domain)
+}
+
+// ReleaseAs ends a lease of owner with an outcome; OutcomeBanned starts or
+// extends a cool-down of the proxy for domain (default: the lease's
+// domain). Releasing a revoked lease is not an error and its ban counts,
+// once: one grant counts at most one outcome, so every later release of it
+// is ErrUnknownLease, like a second release of a live one.
+func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) error {
+	tok, err := s.decodeOwned(owner, id)
 	if err != nil {
-		return ErrUnknownLease
+		return err
 	}
 	var end string
 	switch outcome {
@@ -325,7 +350,9 @@ func (s *Store) Release(id string, outcome Outcome, domain string) error {
 			s.endLocked(l, end, now, stateReleased)
 		}
 	case l != nil && (l.state == stateRevoked || l.state == stateSuperseded):
-		// Already over; the ban below still tells us something.
+		// Already over; the ban below still tells us something, but only
+		// this once.
+		l.state = stateReleased
 	case l == nil && s.mayRelearnLocked(tok, now):
 		// A lease of the previous leader that we never met: remember that
 		// it ended, so that its ID cannot be re-learned later.
@@ -341,11 +368,16 @@ func (s *Store) Release(id string, outcome Outcome, domain string) error {
 	return nil
 }
 
-// Get returns a live lease. Errors as Renew.
+// Get returns a live lease acquired without an owner; see GetAs.
 func (s *Store) Get(id string) (Lease, error) {
-	tok, err := s.signer.decode(id)
+	return s.GetAs("", id)
+}
+
+// GetAs returns a live lease of owner. Errors as RenewAs.
+func (s *Store) GetAs(owner, id string) (Lease, error) {
+	tok, err := s.decodeOwned(owner, id)
 	if err != nil {
-		return Lease{}, ErrUnknownLease
+		return Lease{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -370,6 +402,27 @@ func (s *Store) LeaseNamespace(id string) (string, error) {
 		return "", ErrUnknownLease
 	}
 	return tok.proxy.Namespace, nil
+}
+
+// leaseNamespaceAs is LeaseNamespace for owner's leases only: another
+// owner's ID is ErrUnknownLease before anything else is looked at.
+func (s *Store) leaseNamespaceAs(owner, id string) (string, error) {
+	tok, err := s.decodeOwned(owner, id)
+	if err != nil {
+		return "", err
+	}
+	return tok.proxy.Namespace, nil
+}
+
+// decodeOwned decodes a lease ID that owner may use: an ID that is not
+// ours, and one of another owner, are both ErrUnknownLease, so that nobody
+// learns whether another's lease exists.
+func (s *Store) decodeOwned(owner, id string) (token, error) {
+	tok, err := s.signer.decode(id)
+	if err != nil || tok.owner != owner {
+		return token{}, ErrUnknownLease
+	}
+	return tok, nil
 }
 
 // List returns the live leases that match f, oldest grant first.
@@ -477,6 +530,7 @@ func (s *Store) findLocked(tok token, now time.Time) (*lease, error) {
 		proxyUID:   tok.proxyUID,
 		slot:       tok.slot,
 		holder:     tok.holder,
+		owner:      tok.owner,
 		domain:     tok.domain,
 		grantedAt:  tok.grantedAt,
 		expiresAt:  tok.expiresAt,

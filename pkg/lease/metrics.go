@@ -16,10 +16,12 @@ const (
 	AcquireRecovering = "recovering"
 	// AcquireCanceled: the caller went away while waiting.
 	AcquireCanceled = "canceled"
+	// AcquireOwnerLimit: the caller's identity held MaxLeasesPerOwner leases (429).
+	AcquireOwnerLimit = "owner_limit"
 )
 
 // AcquireOutcomes lists every acquire outcome, for pre-declaring series.
-var AcquireOutcomes = []string{AcquireGranted, AcquireWaited, AcquireNoneFree, AcquireCoolingDown, AcquireRecovering, AcquireCanceled}
+var AcquireOutcomes = []string{AcquireGranted, AcquireWaited, AcquireNoneFree, AcquireCoolingDown, AcquireRecovering, AcquireCanceled, AcquireOwnerLimit}
 
 // How a lease ended, the label values of Metrics.ObserveLeaseEnd.
 const (
@@ -59,3 +61,20 @@ func (NoMetrics) SetActiveLeases(int)                   {}
 func (NoMetrics) ObserveLeaseEnd(string, time.Duration) {}
 func (NoMetrics) SetCooldowns(int)                      {}
 func (NoMetrics) SetRecovering(bool)                    {}
+
+// The kinds of bounded state, the label values of StateMetrics.
+const (
+	StateSessions  = "sessions"
+	StateCooldowns = "cooldowns"
+)
+
+// StateMetrics, when a Metrics implements it too, receives the size of the
+// store's bounded state (sticky sessions, cool-down entries) and counts
+// what the caps evicted. It is a separate interface so that existing
+// Metrics implementations keep compiling.
+type StateMetrics interface {
+	// SetStateEntries records how many entries of kind are kept.
+	SetStateEntries(kind string, n int)
+	// ObserveStateEviction counts one entry of kind evicted by its cap.
+	ObserveStateEviction(kind string)
+}

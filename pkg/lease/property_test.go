@@ -286,6 +286,8 @@ func (m *model) release() {
 		if err != nil {
 			m.t.Errorf("release of the revoked lease of %s: %v", l.holder, err)
 		}
+		// One grant counts one outcome: a second release is unknown.
+		l.state = modelReleased
 	default:
 		if !errors.Is(err, ErrUnknownLease) {
 			m.t.Errorf("release of the ended lease of %s: err = %v, want ErrUnknownLease", l.holder, err)

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,13 +18,15 @@ import (
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 // Defaults of ServerConfig.
 const (
-	DefaultMaxBodyBytes  = 64 << 10
-	DefaultWatermarkStep = 10 * time.Second
-	DefaultMaxClockSkew  = 2 * time.Second
+	DefaultMaxBodyBytes = 64 << 10
+	DefaultHorizonStep  = 10 * time.Second
+	DefaultMaxClockSkew = 2 * time.Second
 )
 
 // HTTP server timeouts. WriteTimeout is the store's MaxWait plus writeSlack,
@@ -32,8 +36,12 @@ const (
 	readTimeout       = 10 * time.Second
 	writeSlack        = 15 * time.Second
 	idleTimeout       = 2 * time.Minute
-	maxHeaderBytes    = 16 << 10
-	shutdownTimeout   = 10 * time.Second
+	// maxHeaderBytes is the API's limit on a request's head, answered 431
+	// in JSON by the handler; net/http's own limit (serverMaxHeaderBytes)
+	// is above it, because net/http answers in plain text.
+	maxHeaderBytes       = 16 << 10
+	serverMaxHeaderBytes = 64 << 10
+	shutdownTimeout      = 10 * time.Second
 	// janitorInterval keeps the gauges current when no call advances the store.
 	janitorInterval = time.Second
 	// watermarkTimeout bounds one watermark write in a request's path.
@@ -51,13 +59,19 @@ type ServerConfig struct {
 	// Credentials, if set, adds the proxy's credentials to the response that
 	// grants a lease.
 	Credentials CredentialsFunc
-	// Watermark persists this leader's horizon so that a successor knows how
+	// Horizon persists this leader's horizon so that a successor knows how
 	// long to wait after a crash. Without it a new leader refuses grants for
 	// the store's MaxTTL (plus MaxClockSkew) after it starts leading.
-	Watermark Watermark
-	// WatermarkStep is how far ahead of the latest expiry the persisted
+	Horizon HorizonStore
+	// HorizonStep is how far ahead of the latest expiry the persisted
 	// horizon runs: larger means fewer writes, and a longer wait for a
 	// successor after a crash.
+	HorizonStep time.Duration
+	// Watermark and WatermarkStep are the old names of Horizon and
+	// HorizonStep, used when those are unset.
+	//
+	// Deprecated: use Horizon and HorizonStep.
+	Watermark     HorizonStore
 	WatermarkStep time.Duration
 	// MaxClockSkew is how far apart the replicas' clocks may be.
 	MaxClockSkew time.Duration
@@ -78,7 +92,9 @@ type Server struct {
 	skew        time.Duration
 	mux         *http.ServeMux
 	leading     atomic.Bool
-	horizon     *horizonKeeper // nil without a Watermark
+	horizon     *horizonKeeper // nil without a HorizonStore
+	// readTimeout is readTimeout; tests shorten it.
+	readTimeout time.Duration
 }
 
 // NewServer builds the server; it starts nothing.
@@ -90,8 +106,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Authenticator == nil || cfg.Authorizer == nil {
 		errs = append(errs, errors.New("an Authenticator and an Authorizer are required (NewNoAuth for none)"))
 	}
-	if cfg.WatermarkStep < 0 || cfg.MaxClockSkew < 0 || cfg.MaxBodyBytes < 0 {
-		errs = append(errs, errors.New("negative WatermarkStep, MaxClockSkew or MaxBodyBytes"))
+	if cfg.Horizon == nil {
+		cfg.Horizon = cfg.Watermark
+	}
+	if cfg.HorizonStep == 0 {
+		cfg.HorizonStep = cfg.WatermarkStep
+	}
+	if cfg.HorizonStep < 0 || cfg.MaxClockSkew < 0 || cfg.MaxBodyBytes < 0 {
+		errs = append(errs, errors.New("negative HorizonStep, MaxClockSkew or MaxBodyBytes"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("lease server: %w", err)
@@ -105,6 +127,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		maxBody:     cfg.MaxBodyBytes,
 		skew:        cfg.MaxClockSkew,
 		mux:         http.NewServeMux(),
+		readTimeout: readTimeout,
 	}
 	if s.maxBody == 0 {
 		s.maxBody = DefaultMaxBodyBytes
@@ -112,12 +135,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.skew == 0 {
 		s.skew = DefaultMaxClockSkew
 	}
-	if cfg.Watermark != nil {
-		step := cfg.WatermarkStep
+	if cfg.Horizon != nil {
+		step := cfg.HorizonStep
 		if step == 0 {
-			step = DefaultWatermarkStep
+			step = DefaultHorizonStep
 		}
-		s.horizon = &horizonKeeper{watermark: cfg.Watermark, store: cfg.Store, clock: s.clock, step: step}
+		s.horizon = &horizonKeeper{watermark: cfg.Horizon, store: cfg.Store, clock: s.clock, step: step}
 	}
 	s.mux.HandleFunc("POST /v1/leases", s.leaderOnly(s.acquire))
 	s.mux.HandleFunc("POST /v1/leases/{id}/renew", s.leaderOnly(s.renew))
@@ -142,11 +165,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func (s *Server) Leading() bool { return s.leading.Load() }
 
 // StartLeading makes this replica the lease API's leader. Call it after the
-// leader election was won and the Feed has synced. With a Watermark it
+// leader election was won and the Feed has synced. With a HorizonStore it
 // claims it first, retrying until ctx ends (the only error); the store then
 // refuses grants until the horizon of the previous leader has passed, and
 // re-learns that leader's leases from their renewals meanwhile. Without a
-// Watermark the refusal lasts MaxTTL.
+// HorizonStore the refusal lasts MaxTTL.
 func (s *Server) StartLeading(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	if s.horizon == nil {
@@ -181,7 +204,7 @@ func (s *Server) StartLeading(ctx context.Context) error {
 }
 
 // StopLeading stops answering /v1 calls and forgets every lease. With a
-// Watermark it persists the latest expiry among the live leases, so that a
+// HorizonStore it persists the latest expiry among the live leases, so that a
 // graceful handover makes the successor wait only that long.
 func (s *Server) StopLeading(ctx context.Context) error {
 	s.leading.Store(false)
@@ -196,6 +219,16 @@ func (s *Server) StopLeading(ctx context.Context) error {
 // Handler serves the API; 404 and 405 are answered in JSON like every error.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if headBytes(r) > maxHeaderBytes {
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusRequestHeaderFieldsTooLarge, codeHeadersTooLarge, fmt.Sprintf("the request line and headers are larger than %d bytes", maxHeaderBytes), "")
+			return
+		}
+		if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
+			// The mux would redirect; the API has one spelling per endpoint.
+			writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no such endpoint: %s (the API does not redirect: use %s)", r.URL.Path, clean), "")
+			return
+		}
 		if _, pattern := s.mux.Handler(r); pattern == "" {
 			s.noRoute(w, r)
 			return
@@ -216,10 +249,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
+		ReadTimeout:       s.readTimeout,
 		WriteTimeout:      s.store.cfg.MaxWait + writeSlack,
 		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
+		MaxHeaderBytes:    serverMaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 	}
 	var wg sync.WaitGroup
@@ -267,6 +300,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 const (
 	codeInvalid                = "Invalid"
 	codeRequestTooLarge        = "RequestTooLarge"
+	codeHeadersTooLarge        = "HeadersTooLarge"
+	codeRequestTimeout         = "RequestTimeout"
+	codeTooManyLeases          = "TooManyLeases"
 	codeUnauthorized           = "Unauthorized"
 	codeForbidden              = "Forbidden"
 	codeNotFound               = "NotFound"
@@ -298,11 +334,15 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, err := decodeAcquire(http.MaxBytesReader(w, r.Body, s.maxBody))
+	req, err := decodeAcquire(s.body(r, w))
+	if err == nil {
+		_, err = parseQuery(r.URL.RawQuery)
+	}
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}
+	req.Owner = user.Identity()
 	if !s.authorize(w, r, user, Attributes{Verb: VerbCreate, Namespace: req.Namespace}) {
 		return
 	}
@@ -315,7 +355,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	if s.credentials != nil {
 		if creds, err = s.credentials(r.Context(), l.Proxy.Key); err != nil {
 			// A lease without the credentials it needs is useless: give it back.
-			if relErr := s.store.Release(l.ID, OutcomeError, ""); relErr != nil && !errors.Is(relErr, ErrUnknownLease) {
+			if relErr := s.store.ReleaseAs(req.Owner, l.ID, OutcomeError, ""); relErr != nil && !errors.Is(relErr, ErrUnknownLease) {
 				klog.FromContext(r.Context()).Error(relErr, "Returning a lease whose credentials are unavailable", "proxy", l.Proxy.Key)
 			}
 			klog.FromContext(r.Context()).Error(err, "Proxy credentials unavailable", "proxy", l.Proxy.Key)
@@ -326,7 +366,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	}
 	klog.FromContext(r.Context()).V(4).Info("Lease granted", "proxy", l.Proxy.Key, "holder", l.Holder, "user", user.Name, "expiresAt", l.ExpiresAt)
 	w.Header().Set("Location", "/v1/leases/"+l.ID)
-	writeJSON(w, http.StatusCreated, leaseJSONFrom(l, creds))
+	writeJSON(w, http.StatusCreated, leaseWireFrom(l, creds))
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
@@ -334,7 +374,10 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ttl, err := decodeRenew(http.MaxBytesReader(w, r.Body, s.maxBody))
+	ttl, err := decodeRenew(s.body(r, w))
+	if err == nil {
+		_, err = parseQuery(r.URL.RawQuery)
+	}
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -343,12 +386,12 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	if !s.authorizeLease(w, r, user, VerbUpdate, id) {
 		return
 	}
-	l, err := s.renewWithinHorizon(r.Context(), id, ttl)
+	l, err := s.renewWithinHorizon(r.Context(), user.Identity(), id, ttl)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, leaseJSONFrom(l, nil))
+	writeJSON(w, http.StatusOK, leaseWireFrom(l, nil))
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
@@ -356,7 +399,10 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q, err := decodeRelease(r.URL.Query())
+	q, err := decodeRelease(r.URL.RawQuery)
+	if err == nil {
+		err = noBody(r)
+	}
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -365,7 +411,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if !s.authorizeLease(w, r, user, VerbDelete, id) {
 		return
 	}
-	if err := s.store.Release(id, q.outcome, q.domain); err != nil {
+	if err := s.store.ReleaseAs(user.Identity(), id, q.outcome, q.domain); err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}
@@ -377,16 +423,24 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := r.PathValue("id")
-	if !s.authorizeLease(w, r, user, VerbGet, id) {
-		return
+	_, err := parseQuery(r.URL.RawQuery)
+	if err == nil {
+		err = noBody(r)
 	}
-	l, err := s.store.Get(id)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, leaseJSONFrom(l, nil))
+	id := r.PathValue("id")
+	if !s.authorizeLease(w, r, user, VerbGet, id) {
+		return
+	}
+	l, err := s.store.GetAs(user.Identity(), id)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, leaseWireFrom(l, nil))
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
@@ -394,7 +448,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	f, err := decodeList(r.URL.Query())
+	f, err := decodeList(r.URL.RawQuery)
+	if err == nil {
+		err = noBody(r)
+	}
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -407,11 +464,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	items := make([]leaseJSON, 0, len(leases))
+	items := make([]wire.Lease, 0, len(leases))
 	for _, l := range leases {
-		items = append(items, leaseJSONFrom(l, nil))
+		items = append(items, leaseWireFrom(l, nil))
 	}
-	writeJSON(w, http.StatusOK, listJSON[leaseJSON]{Items: items})
+	writeJSON(w, http.StatusOK, wire.List[wire.Lease]{Items: items})
 }
 
 func (s *Server) proxies(w http.ResponseWriter, r *http.Request) {
@@ -419,7 +476,10 @@ func (s *Server) proxies(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q, err := decodeProxies(r.URL.Query())
+	q, err := decodeProxies(r.URL.RawQuery)
+	if err == nil {
+		err = noBody(r)
+	}
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -428,14 +488,14 @@ func (s *Server) proxies(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	proxies := s.store.Proxies(q.namespace, q.selector)
-	items := make([]proxyJSON, 0, len(proxies))
+	items := make([]wire.Proxy, 0, len(proxies))
 	for _, p := range proxies {
-		items = append(items, proxyJSON{
+		items = append(items, wire.Proxy{
 			Namespace: p.Key.Namespace, Name: p.Key.Name, URL: p.URL, Labels: p.Labels,
 			LatencyMillis: p.LatencyMillis, MaxLeases: p.MaxLeases, FreeLeases: p.FreeLeases,
 		})
 	}
-	writeJSON(w, http.StatusOK, listJSON[proxyJSON]{Items: items})
+	writeJSON(w, http.StatusOK, wire.List[wire.Proxy]{Items: items})
 }
 
 // acquireWithinHorizon acquires, extending the persisted horizon when the
@@ -458,9 +518,9 @@ func (s *Server) acquireWithinHorizon(ctx context.Context, req AcquireRequest) (
 	}
 }
 
-func (s *Server) renewWithinHorizon(ctx context.Context, id string, ttl time.Duration) (Lease, error) {
+func (s *Server) renewWithinHorizon(ctx context.Context, owner, id string, ttl time.Duration) (Lease, error) {
 	for {
-		l, err := s.store.Renew(id, ttl)
+		l, err := s.store.RenewAs(owner, id, ttl)
 		var beyond *HorizonError
 		if !errors.As(err, &beyond) || s.horizon == nil {
 			if err == nil && s.horizon != nil {
@@ -474,6 +534,38 @@ func (s *Server) renewWithinHorizon(ctx context.Context, id string, ttl time.Dur
 	}
 }
 
+// body is the request body within the size limit. A declared length
+// beyond the limit is refused before anything is read, so that a client
+// sending "Expect: 100-continue" gets no 100 Continue before its 413.
+func (s *Server) body(r *http.Request, w http.ResponseWriter) io.Reader {
+	if r.ContentLength > s.maxBody {
+		return errReader{&http.MaxBytesError{Limit: s.maxBody}}
+	}
+	return http.MaxBytesReader(w, r.Body, s.maxBody)
+}
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// noBody refuses a body on a call that takes none (DELETE and GET), looking
+// no further than its declared length or first byte.
+func noBody(r *http.Request) error {
+	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	if r.ContentLength < 0 {
+		// Chunked: look at the first byte. A declared length is refused
+		// without reading (and without a 100 Continue).
+		var b [1]byte
+		if n, _ := io.ReadFull(r.Body, b[:]); n == 0 {
+			return nil
+		}
+	}
+	return &FieldError{Message: r.Method + " takes no request body (release takes outcome and domain as query parameters)"}
+}
+
 // bearerToken is the token of an "Authorization: Bearer" header, "" if none.
 func bearerToken(r *http.Request) string {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
@@ -484,8 +576,16 @@ func bearerToken(r *http.Request) string {
 }
 
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (User, bool) {
-	user, err := s.authn.Authenticate(r.Context(), bearerToken(r))
+	ctx := r.Context()
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		ctx = WithClientAddr(ctx, host)
+	}
+	user, err := s.authn.Authenticate(ctx, bearerToken(r))
 	switch {
+	case errors.Is(err, ErrReviewBudget):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, codeAuthUnavailable, "too many new bearer tokens to review now; retry", "")
+		return User{}, false
 	case errors.Is(err, ErrUnauthenticated):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator lease API"`)
 		writeError(w, http.StatusUnauthorized, codeUnauthorized, "a valid bearer token is required: "+err.Error(), "")
@@ -502,7 +602,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (User, boo
 // authorizeLease authorizes a call on one lease in the namespace of its
 // proxy; an ID that is not one of ours is 404.
 func (s *Server) authorizeLease(w http.ResponseWriter, r *http.Request, user User, verb, id string) bool {
-	ns, err := s.store.LeaseNamespace(id)
+	ns, err := s.store.leaseNamespaceAs(user.Identity(), id)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return false
@@ -538,6 +638,7 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 	var (
 		field       *FieldError
 		tooLarge    *http.MaxBytesError
+		readErr     *bodyReadError
 		unavailable *UnavailableError
 	)
 	switch {
@@ -545,6 +646,13 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		writeError(w, http.StatusBadRequest, codeInvalid, err.Error(), field.Field)
 	case errors.As(err, &tooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, codeRequestTooLarge, fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit), "")
+	case errors.As(err, &readErr) && readErr.timeout:
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestTimeout, codeRequestTimeout, err.Error(), "")
+	case errors.As(err, &readErr):
+		writeError(w, http.StatusBadRequest, codeInvalid, err.Error(), "")
+	case errors.Is(err, ErrTooManyLeases):
+		writeError(w, http.StatusTooManyRequests, codeTooManyLeases, err.Error(), "")
 	case errors.Is(err, ErrUnknownLease):
 		writeError(w, http.StatusNotFound, codeNotFound, "no such lease: unknown, released or expired; acquire a new one", "")
 	case errors.Is(err, ErrRevoked):
@@ -587,12 +695,34 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	case http.StatusNotFound:
 		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "")
 	default:
-		// A redirect to the cleaned path: pass it on.
-		for k, v := range rec.header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(rec.status)
+		// Anything else the mux would say (a redirect) is a 404 here too.
+		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "")
 	}
+}
+
+// cleanPath is the path net/http's mux would redirect to: no ".", "..",
+// or doubled slashes.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean
+}
+
+// headBytes approximates the size of a request's head as net/http counts
+// it: the request line and every header line.
+func headBytes(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n + len(r.Host)
 }
 
 // headerRecorder keeps the status and headers of a response, not its body.
@@ -618,61 +748,13 @@ func setRetryAfter(w http.ResponseWriter, d time.Duration) {
 	w.Header().Set("Retry-After", strconv.Itoa(int(max(1, math.Ceil(d.Seconds())))))
 }
 
-// The JSON of the API.
+// The JSON of the API is package wire's.
 
-type leaseJSON struct {
-	ID          string           `json:"id"`
-	Holder      string           `json:"holder"`
-	Proxy       proxyRefJSON     `json:"proxy"`
-	Credentials *credentialsJSON `json:"credentials,omitempty"`
-	Session     string           `json:"session,omitempty"`
-	Domain      string           `json:"domain,omitempty"`
-	TTL         string           `json:"ttl"`
-	GrantedAt   time.Time        `json:"grantedAt"`
-	ExpiresAt   time.Time        `json:"expiresAt"`
-}
-
-type proxyRefJSON struct {
-	Namespace     string `json:"namespace"`
-	Name          string `json:"name"`
-	URL           string `json:"url"`
-	LatencyMillis int64  `json:"latencyMillis"`
-}
-
-type credentialsJSON struct {
-	Username string `json:"username"`
-	Password string `json:"password"`
-}
-
-type proxyJSON struct {
-	Namespace     string            `json:"namespace"`
-	Name          string            `json:"name"`
-	URL           string            `json:"url"`
-	Labels        map[string]string `json:"labels,omitempty"`
-	LatencyMillis int64             `json:"latencyMillis"`
-	MaxLeases     int32             `json:"maxLeases"`
-	FreeLeases    int32             `json:"freeLeases"`
-}
-
-type listJSON[T any] struct {
-	Items []T `json:"items"`
-}
-
-type errorJSON struct {
-	Error errorBodyJSON `json:"error"`
-}
-
-type errorBodyJSON struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-}
-
-func leaseJSONFrom(l Lease, creds *Credentials) leaseJSON {
-	out := leaseJSON{
+func leaseWireFrom(l Lease, creds *Credentials) wire.Lease {
+	out := wire.Lease{
 		ID:     l.ID,
 		Holder: l.Holder,
-		Proxy: proxyRefJSON{
+		Proxy: wire.ProxyRef{
 			Namespace: l.Proxy.Key.Namespace, Name: l.Proxy.Key.Name, URL: l.Proxy.URL, LatencyMillis: l.Proxy.LatencyMillis,
 		},
 		Session:   l.Session,
@@ -682,7 +764,7 @@ func leaseJSONFrom(l Lease, creds *Credentials) leaseJSON {
 		ExpiresAt: l.ExpiresAt.UTC(),
 	}
 	if creds != nil {
-		out.Credentials = &credentialsJSON{Username: creds.Username, Password: creds.Password}
+		out.Credentials = &wire.Credentials{Username: creds.Username, Password: creds.Password}
 	}
 	return out
 }
@@ -696,133 +778,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, message, field string) {
-	writeJSON(w, status, errorJSON{Error: errorBodyJSON{Code: code, Message: message, Field: field}})
-}
-
-// horizonKeeper keeps the persisted horizon ahead of every expiry the store
-// hands out (see Watermark).
-type horizonKeeper struct {
-	watermark Watermark
-	store     *Store
-	clock     clock.Clock
-	step      time.Duration
-
-	mu sync.Mutex
-	// persisted is the horizon written last; floor the one inherited at the
-	// claim, below which no write may go while its leases may live.
-	persisted, floor time.Time
-	stopped          bool
-	extending        atomic.Bool
-}
-
-// errHorizon wraps failures to persist the horizon: grants wait for it.
-var errHorizon = errors.New("cannot persist the lease horizon")
-
-type claimed struct {
-	horizon time.Time
-	err     error // ErrHorizonUnknown, or nil
-}
-
-// claim claims the watermark, retrying with backoff until ctx ends.
-func (h *horizonKeeper) claim(ctx context.Context) (claimed, error) {
-	logger := klog.FromContext(ctx)
-	backoff := 100 * time.Millisecond
-	for {
-		previous, err := h.watermark.Claim(ctx)
-		if err == nil || errors.Is(err, ErrHorizonUnknown) {
-			if err != nil {
-				logger.Error(err, "The previous lease horizon is unreadable; assuming the maximum TTL")
-			}
-			h.mu.Lock()
-			h.floor, h.persisted, h.stopped = previous, previous, false
-			h.mu.Unlock()
-			return claimed{horizon: previous, err: err}, nil
-		}
-		logger.Error(err, "Claiming the lease watermark; retrying", "backoff", backoff)
-		t := h.clock.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return claimed{}, fmt.Errorf("claiming the lease watermark: %w", ctx.Err())
-		case <-t.C():
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-func (h *horizonKeeper) current() time.Time {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.persisted.IsZero() {
-		// Nothing persisted: nothing may be granted until ensure writes.
-		return h.clock.Now()
-	}
-	return h.persisted
-}
-
-// ensure persists a horizon of at least need (plus a step, so that the next
-// grants need no write) and passes it to the store.
-func (h *horizonKeeper) ensure(ctx context.Context, need time.Time) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !need.After(h.persisted) {
-		h.store.SetHorizon(h.persisted)
-		return nil
-	}
-	if h.stopped {
-		return ErrNotLeader
-	}
-	target := need.Add(h.step)
-	if h.floor.After(target) {
-		target = h.floor
-	}
-	ctx, cancel := context.WithTimeout(ctx, watermarkTimeout)
-	defer cancel()
-	if err := h.watermark.Save(ctx, target); err != nil {
-		return fmt.Errorf("%w: %w", errHorizon, err)
-	}
-	h.persisted = target
-	h.store.SetHorizon(target)
-	return nil
-}
-
-// keepAhead extends the horizon in the background when an expiry comes
-// within half a step of it, so that grants rarely wait for a write.
-func (h *horizonKeeper) keepAhead(ctx context.Context, expiresAt time.Time) {
-	h.mu.Lock()
-	low := h.persisted.Sub(expiresAt) < h.step/2
-	h.mu.Unlock()
-	if !low || !h.extending.CompareAndSwap(false, true) {
-		return
-	}
-	go func() {
-		defer h.extending.Store(false)
-		if err := h.ensure(ctx, expiresAt.Add(h.step/2)); err != nil && !errors.Is(err, ErrNotLeader) {
-			klog.FromContext(ctx).Error(err, "Extending the lease horizon ahead of time")
-		}
-	}()
-}
-
-// finish persists the latest live expiry at the end of a term (the floor
-// while inherited leases may still live), so that the successor waits no
-// longer than needed.
-func (h *horizonKeeper) finish(ctx context.Context, lastExpiry time.Time) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.stopped = true
-	final := lastExpiry
-	if h.floor.After(final) {
-		final = h.floor
-	}
-	ctx, cancel := context.WithTimeout(ctx, watermarkTimeout)
-	defer cancel()
-	if err := h.watermark.Save(ctx, final); err != nil {
-		if errors.Is(err, ErrWatermarkLost) {
-			// The successor claimed already: it read our persisted horizon, which is later still.
-			return nil
-		}
-		return fmt.Errorf("persisting the final lease horizon: %w", err)
-	}
-	h.persisted = final
-	return nil
+	writeJSON(w, status, wire.Error{Error: wire.ErrorBody{Code: code, Message: message, Field: field}})
 }

@@ -17,11 +17,14 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 const (
 	goodToken   = "good-token"
 	brokenToken = "broken-token" // the authenticator fails on it
+	otherToken  = "other-token"  // another identity than goodToken's
 )
 
 // fakeAuth knows one token and allows what allow says; it records what it
@@ -37,6 +40,8 @@ func (a *fakeAuth) Authenticate(_ context.Context, token string) (User, error) {
 	switch token {
 	case goodToken:
 		return User{Name: "crawler", Groups: []string{"crawlers"}}, nil
+	case otherToken:
+		return User{Name: "other-crawler", UID: "u2", Groups: []string{"crawlers"}}, nil
 	case brokenToken:
 		return User{}, errors.New("TokenReview: connection refused")
 	case "":
@@ -89,7 +94,7 @@ func newTestServer(t testing.TB, opts ...serverOption) *testServer {
 	store.Upsert(newProxy("p1", withLatency(10)))
 	store.Upsert(newProxy("p2", withLatency(20)))
 	ts := &testServer{t: t, store: store, clk: clk, auth: &fakeAuth{}, watermark: &memWatermark{}}
-	cfg := ServerConfig{Store: store, Authenticator: ts.auth, Authorizer: ts.auth, Watermark: ts.watermark.replica()}
+	cfg := ServerConfig{Store: store, Authenticator: ts.auth, Authorizer: ts.auth, Horizon: ts.watermark.replica()}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
@@ -120,25 +125,25 @@ func (ts *testServer) do(method, path, body string, token ...string) *httptest.R
 	return rec
 }
 
-func (ts *testServer) acquire(body string) leaseJSON {
+func (ts *testServer) acquire(body string) wire.Lease {
 	ts.t.Helper()
 	rec := ts.do(http.MethodPost, "/v1/leases", body)
 	if rec.Code != http.StatusCreated {
 		ts.t.Fatalf("acquire: %d %s", rec.Code, rec.Body)
 	}
-	var l leaseJSON
+	var l wire.Lease
 	if err := json.Unmarshal(rec.Body.Bytes(), &l); err != nil {
 		ts.t.Fatal(err)
 	}
 	return l
 }
 
-func errorOf(t *testing.T, rec *httptest.ResponseRecorder) errorBodyJSON {
+func errorOf(t *testing.T, rec *httptest.ResponseRecorder) wire.ErrorBody {
 	t.Helper()
 	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type = %q, want application/json", ct)
 	}
-	var e errorJSON
+	var e wire.Error
 	dec := json.NewDecoder(rec.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&e); err != nil {
@@ -295,7 +300,7 @@ func TestLeaseLifecycleOverHTTP(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("renew: %d %s", rec.Code, rec.Body)
 	}
-	var renewed leaseJSON
+	var renewed wire.Lease
 	if err := json.Unmarshal(rec.Body.Bytes(), &renewed); err != nil {
 		t.Fatal(err)
 	}
@@ -307,12 +312,12 @@ func TestLeaseLifecycleOverHTTP(t *testing.T) {
 		t.Errorf("renew without a body: %d %s", rec.Code, rec.Body)
 	}
 
-	var list listJSON[leaseJSON]
+	var list wire.List[wire.Lease]
 	rec = ts.do(http.MethodGet, "/v1/leases?holder=w1", "")
 	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list.Items) != 1 || list.Items[0].Holder != "w1" {
 		t.Errorf("list by holder: %d %s (%v)", rec.Code, rec.Body, err)
 	}
-	var proxies listJSON[proxyJSON]
+	var proxies wire.List[wire.Proxy]
 	rec = ts.do(http.MethodGet, "/v1/proxies?namespace=crawl", "")
 	if err := json.Unmarshal(rec.Body.Bytes(), &proxies); err != nil || len(proxies.Items) != 2 || proxies.Items[0].FreeLeases != 0 {
 		t.Errorf("proxies: %d %s (%v)", rec.Code, rec.Body, err)
@@ -444,7 +449,7 @@ func TestServeTimeoutsAndShutdown(t *testing.T) {
 			return
 		}
 		defer resp.Body.Close()
-		var e errorJSON
+		var e wire.Error
 		err = json.NewDecoder(resp.Body).Decode(&e)
 		answered <- answer{status: resp.StatusCode, code: e.Error.Code, err: err}
 	}()

@@ -25,13 +25,12 @@ const (
 	DefaultCooldownMax   = time.Hour
 	DefaultCooldownDecay = time.Hour
 	DefaultSessionIdle   = time.Hour
+	DefaultMaxSessions   = 100000
+	DefaultMaxCooldowns  = 100000
 )
 
 // maxSlots is the CRD's maximum of spec.maxLeases.
 const maxSlots = 10000
-
-// sweepInterval is how often idle sessions are looked for.
-const sweepInterval = time.Minute
 
 // ProxyInfo is what the store knows of a Proxy; the feed derives it from
 // the Proxy object (see ProxyInfoFrom).
@@ -72,6 +71,15 @@ type Config struct {
 	CooldownBase, CooldownMax, CooldownDecay time.Duration
 	// SessionIdle is how long an unused sticky session is remembered.
 	SessionIdle time.Duration
+	// MaxSessions and MaxCooldowns bound the sticky sessions and the
+	// (proxy, domain) cool-down entries kept, so that a misbehaving crawler
+	// cannot grow the leader without limit (see bounded.go for what is
+	// evicted). Zero takes the defaults.
+	MaxSessions, MaxCooldowns int
+	// MaxLeasesPerOwner caps the live leases one authenticated identity
+	// holds (AcquireRequest.Owner); 0: no cap. Leases without an owner
+	// (in-process callers) are not capped.
+	MaxLeasesPerOwner int
 	// Metrics receives measurements. Default: none.
 	Metrics Metrics
 }
@@ -90,6 +98,12 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.CooldownMax, DefaultCooldownMax)
 	orDefault(&c.CooldownDecay, DefaultCooldownDecay)
 	orDefault(&c.SessionIdle, DefaultSessionIdle)
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.MaxCooldowns == 0 {
+		c.MaxCooldowns = DefaultMaxCooldowns
+	}
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
@@ -114,6 +128,9 @@ func (c Config) validate() error {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
 		}
+	}
+	if c.MaxSessions < 0 || c.MaxCooldowns < 0 || c.MaxLeasesPerOwner < 0 {
+		errs = append(errs, fmt.Errorf("negative MaxSessions %d, MaxCooldowns %d or MaxLeasesPerOwner %d", c.MaxSessions, c.MaxCooldowns, c.MaxLeasesPerOwner))
 	}
 	if c.CooldownMax < c.CooldownBase {
 		errs = append(errs, fmt.Errorf("cool-down max %v is below its base %v", c.CooldownMax, c.CooldownBase))
@@ -156,7 +173,9 @@ type lease struct {
 	proxyUID types.UID
 	slot     int32
 	holder   string
-	session  string
+	// owner is the identity that acquired it: only it may renew, release or read it.
+	owner   string
+	session string
 	// sessionScope is the namespace of the acquire: sessions are per namespace.
 	sessionScope string
 	domain       string
@@ -255,47 +274,65 @@ type sessionKey struct {
 }
 
 type session struct {
+	key      sessionKey
 	proxy    cache.ObjectName
 	lastUsed time.Time
+	elem     *list.Element // in Store.sessionLRU
 }
 
 // Store is the lease store: the proxies it may lease, the leases, cool-downs
 // and sticky sessions, all in memory. It is safe for concurrent use. It does
 // no I/O and starts no goroutines; an acquire that waits uses the caller's.
 type Store struct {
+	// Fixed at NewStore; read without the lock.
 	cfg     Config
 	clock   clock.WithTicker
 	signer  signer
 	metrics Metrics
 
-	mu      sync.Mutex
-	proxies map[cache.ObjectName]*proxyState
-	// order holds the Ready proxies in selection order; byNamespace the same per namespace.
+	// mu guards everything below. One mutex, because an acquire reads and
+	// writes every group at once; the groups say what each field is for.
+	mu sync.Mutex
+
+	// The fleet: every proxy the feed reported, and the Ready ones in
+	// selection order (order), and per namespace (byNamespace).
+	proxies     map[cache.ObjectName]*proxyState
 	order       *list.List
 	byNamespace map[string]*list.List
-	leases      map[leaseKey]*lease
-	expiries    leaseHeap
-	live        int
-	cooldowns   cooldownHeap
-	inForce     int
-	sessions    map[sessionKey]*session
-	lastSweep   time.Time
-	// changed is closed (and replaced) when capacity may have appeared, to
-	// wake waiting acquires; waiting counts them, so that nobody pays for a
+
+	// The leases: live ones and tombstones by key, all by expiry, how many
+	// are live, and how many each owner holds (for MaxLeasesPerOwner).
+	leases   map[leaseKey]*lease
+	expiries leaseHeap
+	live     int
+	owned    map[string]int
+
+	// Cool-downs: every (proxy, domain) entry by its next event (the
+	// entries themselves hang off their proxies), and how many are in force.
+	cooldowns cooldownHeap
+	inForce   int
+
+	// Sticky sessions, and their order, most recently used first.
+	sessions   map[sessionKey]*session
+	sessionLRU *list.List
+
+	// Waiting acquires: changed is closed (and replaced) when capacity may
+	// have appeared; waiting counts the waiters, so that nobody pays for a
 	// channel when nobody waits.
 	changed chan struct{}
 	waiting int
 
-	leading bool
-	// epoch names the current term; serial numbers its grants.
-	epoch  uint64
-	serial uint64
-	// recoverUntil: no grants before it in this term (see Lead).
+	// The term: whether it leads, the epoch that names the term and the
+	// serial that numbers its grants, the recovery after a leader change
+	// (no grants before recoverUntil, see Lead), and the horizon no lease
+	// is granted or renewed beyond, unless unbounded.
+	leading      bool
+	epoch        uint64
+	serial       uint64
 	recoverUntil time.Time
 	recovering   bool
-	// horizon: no lease is granted or renewed beyond it, unless unbounded.
-	horizon   time.Time
-	unbounded bool
+	horizon      time.Time
+	unbounded    bool
 }
 
 // NewStore returns an empty store that does not lead: it tracks proxies but
@@ -315,6 +352,8 @@ func NewStore(cfg Config) (*Store, error) {
 		byNamespace: map[string]*list.List{},
 		leases:      map[leaseKey]*lease{},
 		sessions:    map[sessionKey]*session{},
+		sessionLRU:  list.New(),
+		owned:       map[string]int{},
 		changed:     make(chan struct{}),
 	}, nil
 }
@@ -436,6 +475,7 @@ func (s *Store) Abdicate() time.Time {
 	s.leases = map[leaseKey]*lease{}
 	s.expiries = nil
 	s.live = 0
+	clear(s.owned)
 	s.metrics.SetActiveLeases(0)
 	s.leading, s.recovering = false, false
 	s.metrics.SetRecovering(false)
@@ -483,6 +523,9 @@ func (s *Store) installLocked(l *lease) {
 	s.leases[l.key] = l
 	heap.Push(&s.expiries, l)
 	s.live++
+	if l.owner != "" {
+		s.owned[l.owner]++
+	}
 	s.metrics.SetActiveLeases(s.live)
 }
 
@@ -512,6 +555,11 @@ func (s *Store) freeLocked(l *lease, end string, at time.Time) {
 	p.held--
 	l.proxy = nil
 	s.live--
+	if l.owner != "" {
+		if s.owned[l.owner]--; s.owned[l.owner] <= 0 {
+			delete(s.owned, l.owner)
+		}
+	}
 	s.metrics.SetActiveLeases(s.live)
 	s.metrics.ObserveLeaseEnd(end, at.Sub(l.grantedAt))
 	if end != EndRevoked && end != EndSuperseded {
@@ -540,11 +588,15 @@ func (s *Store) banLocked(p *proxyState, domain string, now time.Time) {
 		p.cooldowns = map[string]*cooldown{}
 	}
 	c := p.cooldowns[domain]
+	if c == nil {
+		s.makeRoomForCooldownLocked()
+	}
 	wasInForce := c != nil && c.inForce
 	c = ban(c, cooldownKey{proxy: p.info.Key, domain: domain}, now, s.cfg.CooldownBase, s.cfg.CooldownMax, s.cfg.CooldownDecay)
 	p.cooldowns[domain] = c
 	if c.index < 0 {
 		heap.Push(&s.cooldowns, c)
+		s.setStateEntries(StateCooldowns, len(s.cooldowns))
 	} else {
 		heap.Fix(&s.cooldowns, c.index)
 	}
@@ -564,6 +616,7 @@ func (s *Store) forgetCooldownsLocked(p *proxyState) {
 	}
 	p.cooldowns, p.cooling = nil, 0
 	s.metrics.SetCooldowns(s.inForce)
+	s.setStateEntries(StateCooldowns, len(s.cooldowns))
 }
 
 // advanceLocked applies what time has done up to now.
@@ -580,6 +633,7 @@ func (s *Store) advanceLocked(now time.Time) {
 		if !c.inForce {
 			heap.Pop(&s.cooldowns)
 			delete(s.proxies[c.key.proxy].cooldowns, c.key.domain)
+			s.setStateEntries(StateCooldowns, len(s.cooldowns))
 			continue
 		}
 		c.inForce = false
@@ -594,14 +648,7 @@ func (s *Store) advanceLocked(now time.Time) {
 		s.metrics.SetRecovering(false)
 		s.broadcastLocked()
 	}
-	if now.Sub(s.lastSweep) >= sweepInterval {
-		s.lastSweep = now
-		for k, sess := range s.sessions {
-			if now.Sub(sess.lastUsed) > s.cfg.SessionIdle {
-				delete(s.sessions, k)
-			}
-		}
-	}
+	s.expireSessionsLocked(now)
 }
 
 // nextEventLocked is the next time advanceLocked has something to do that
@@ -661,9 +708,10 @@ func (s *Store) viewLocked(l *lease) Lease {
 	return Lease{
 		ID: s.signer.encode(token{
 			key: l.key, slot: l.slot, grantedAt: l.grantedAt, expiresAt: l.expiresAt, ttl: l.ttl, urlHash: l.urlHash, readySince: l.readySince,
-			proxy: l.proxyKey, proxyUID: l.proxyUID, holder: l.holder, domain: l.domain,
+			proxy: l.proxyKey, proxyUID: l.proxyUID, holder: l.holder, domain: l.domain, owner: l.owner,
 		}),
 		Holder:    l.holder,
+		Owner:     l.owner,
 		Proxy:     LeasedProxy{Key: l.proxyKey, URL: l.proxy.info.URL, LatencyMillis: l.proxy.info.LatencyMillis},
 		Session:   l.session,
 		Domain:    l.domain,

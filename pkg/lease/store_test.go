@@ -224,7 +224,7 @@ func TestStickySessions(t *testing.T) {
 		},
 		"an idle session is forgotten": {
 			between: func(_ *testing.T, _ *Store, clk *clocktesting.FakeClock) {
-				clk.Step(DefaultSessionIdle + sweepInterval + time.Second)
+				clk.Step(DefaultSessionIdle + time.Second)
 			},
 			want: "p2",
 		},

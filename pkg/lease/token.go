@@ -23,17 +23,25 @@ import (
 // with a key every replica shares. The store still keeps its own state; the
 // ID matters only when a replica meets a lease it did not grant (failover).
 //
-// Layout (version 1):
+// Layout (version 2):
 //
 //	version byte | uvarint epoch | uvarint serial | uvarint slot |
 //	varint grantedAt ns | varint expiresAt ns | varint ttl ns | uvarint url hash | varint readySince ns |
-//	string namespace | string name | string proxy UID | string holder | string domain |
+//	string namespace | string name | string proxy UID | string holder | string domain | string owner |
 //	mac [16]byte
 //
 // where a string is a uvarint length and the bytes, and mac is the first 16
-// bytes of HMAC-SHA256(key, everything before it).
+// bytes of HMAC-SHA256(key, everything before it). Version 2 added the
+// owner (the authenticated identity that acquired the lease); version 1 IDs
+// are refused.
+//
+// An ID is signed, not encrypted (docs/architecture.md, decision 70): its
+// fields are readable by anyone who sees it. It has exactly one spelling:
+// decode accepts only the canonical unpadded base64url encoding, so that a
+// changed character (unused padding bits, an inserted newline) is never
+// the same lease.
 const (
-	tokenVersion = 1
+	tokenVersion = 2
 	macLen       = 16
 	// maxIDLen bounds what decodeToken reads: the longest fields the API
 	// accepts encode to well under 2 KiB.
@@ -81,6 +89,9 @@ type token struct {
 	proxyUID   types.UID
 	holder     string
 	domain     string
+	// owner is the identity that acquired the lease (see User.Identity);
+	// only it may renew, release or read the lease.
+	owner string
 }
 
 // signer mints and checks lease IDs with one HMAC key.
@@ -104,7 +115,7 @@ func (s signer) mac(payload []byte) []byte {
 }
 
 func (s signer) encode(t token) string {
-	b := make([]byte, 0, 96+len(t.proxy.Namespace)+len(t.proxy.Name)+len(t.proxyUID)+len(t.holder)+len(t.domain))
+	b := make([]byte, 0, 96+len(t.proxy.Namespace)+len(t.proxy.Name)+len(t.proxyUID)+len(t.holder)+len(t.domain)+len(t.owner))
 	b = append(b, tokenVersion)
 	b = binary.AppendUvarint(b, t.key.epoch)
 	b = binary.AppendUvarint(b, t.key.serial)
@@ -114,7 +125,7 @@ func (s signer) encode(t token) string {
 	b = binary.AppendVarint(b, int64(t.ttl))
 	b = binary.AppendUvarint(b, t.urlHash)
 	b = binary.AppendVarint(b, unixNano(t.readySince))
-	for _, str := range []string{t.proxy.Namespace, t.proxy.Name, string(t.proxyUID), t.holder, t.domain} {
+	for _, str := range []string{t.proxy.Namespace, t.proxy.Name, string(t.proxyUID), t.holder, t.domain, t.owner} {
 		b = binary.AppendUvarint(b, uint64(len(str)))
 		b = append(b, str...)
 	}
@@ -126,8 +137,13 @@ func (s signer) decode(id string) (token, error) {
 	if len(id) == 0 || len(id) > maxIDLen {
 		return token{}, errBadToken
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(id)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(id)
 	if err != nil || len(raw) < 1+macLen {
+		return token{}, errBadToken
+	}
+	// Strict still skips CR and LF; one spelling means byte-identical to
+	// what encode wrote.
+	if base64.RawURLEncoding.EncodedLen(len(raw)) != len(id) {
 		return token{}, errBadToken
 	}
 	payload, mac := raw[:len(raw)-macLen], raw[len(raw)-macLen:]
@@ -152,6 +168,7 @@ func (s signer) decode(id string) (token, error) {
 	t.proxyUID = types.UID(r.string())
 	t.holder = r.string()
 	t.domain = r.string()
+	t.owner = r.string()
 	// A valid MAC means we wrote it, so these only fail for a key shared
 	// with a different program; still, never trust lengths blindly.
 	if r.err || len(r.b) != 0 || slot > maxSlots {

@@ -5,32 +5,37 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
-// Watermark persists a leader's horizon: a time that no lease it granted or
-// renewed expires after. A new leader reads its predecessors' horizon and
+// HorizonStore persists a leader's horizon: a time that no lease it granted
+// or renewed expires after. "Horizon" is the one name for it (it was also
+// called the watermark; the old names remain as deprecated aliases, and the
+// ConfigMap keeps its name). A new leader reads its predecessors' horizon and
 // knows when their last lease has expired, so it need not wait the maximum
 // TTL after a crash. Claiming fences the predecessors off: after a Claim,
 // their Saves fail, so no predecessor can raise the horizon behind the new
 // leader's back.
-type Watermark interface {
+type HorizonStore interface {
 	// Claim takes the watermark over for a new term and returns the horizon
 	// its predecessors persisted (zero: none ever did, or the last one left
 	// with no live leases).
 	Claim(ctx context.Context) (time.Time, error)
 	// Save persists t as the horizon of the claimed term. It fails with
-	// ErrWatermarkLost once another replica has claimed the watermark.
+	// ErrHorizonLost once another replica has claimed the watermark.
 	Save(ctx context.Context, t time.Time) error
 }
 
-// ErrWatermarkLost: another replica claimed the watermark since this one did.
-var ErrWatermarkLost = errors.New("the lease watermark was claimed by another replica")
+// ErrHorizonLost: another replica claimed the watermark since this one did.
+var ErrHorizonLost = errors.New("the lease watermark was claimed by another replica")
 
 // ErrHorizonUnknown: the claim succeeded, but the stored horizon could not
 // be read; the new leader must assume the worst (the maximum TTL).
@@ -42,10 +47,10 @@ const (
 	watermarkHolderKey  = "holder"
 )
 
-// ConfigMapWatermark keeps the watermark in a ConfigMap; its resourceVersion
+// ConfigMapHorizon keeps the watermark in a ConfigMap; its resourceVersion
 // is the fence. The operator needs get, create and update on configmaps in
 // its namespace.
-type ConfigMapWatermark struct {
+type ConfigMapHorizon struct {
 	client    kubernetes.Interface
 	namespace string
 	name      string
@@ -57,15 +62,15 @@ type ConfigMapWatermark struct {
 	claimed *corev1.ConfigMap
 }
 
-// NewConfigMapWatermark keeps the watermark in namespace/name; identity
+// NewConfigMapHorizon keeps the watermark in namespace/name; identity
 // (this replica's leader-election identity) is recorded for humans.
-func NewConfigMapWatermark(client kubernetes.Interface, namespace, name, identity string) *ConfigMapWatermark {
-	return &ConfigMapWatermark{client: client, namespace: namespace, name: name, identity: identity}
+func NewConfigMapHorizon(client kubernetes.Interface, namespace, name, identity string) *ConfigMapHorizon {
+	return &ConfigMapHorizon{client: client, namespace: namespace, name: name, identity: identity}
 }
 
 // Claim reads the horizon and writes it back under our name, retrying when
 // another writer gets in between.
-func (w *ConfigMapWatermark) Claim(ctx context.Context) (time.Time, error) {
+func (w *ConfigMapHorizon) Claim(ctx context.Context) (time.Time, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	cms := w.client.CoreV1().ConfigMaps(w.namespace)
@@ -113,7 +118,7 @@ func (w *ConfigMapWatermark) Claim(ctx context.Context) (time.Time, error) {
 }
 
 // Save writes t under the resourceVersion of our last write.
-func (w *ConfigMapWatermark) Save(ctx context.Context, t time.Time) error {
+func (w *ConfigMapHorizon) Save(ctx context.Context, t time.Time) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.claimed == nil {
@@ -126,7 +131,7 @@ func (w *ConfigMapWatermark) Save(ctx context.Context, t time.Time) error {
 	cm.Data[watermarkHorizonKey] = formatHorizon(t)
 	updated, err := w.client.CoreV1().ConfigMaps(w.namespace).Update(ctx, cm, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return fmt.Errorf("lease watermark %s/%s: %w", w.namespace, w.name, ErrWatermarkLost)
+		return fmt.Errorf("lease watermark %s/%s: %w", w.namespace, w.name, ErrHorizonLost)
 	}
 	if err != nil {
 		return fmt.Errorf("lease watermark %s/%s: %w", w.namespace, w.name, err)
@@ -153,25 +158,153 @@ func parseHorizon(s string) (time.Time, error) {
 	return t, nil
 }
 
-// MemoryWatermark keeps the horizon in memory, for tests and examples that
+// MemoryHorizon keeps the horizon in memory, for tests and examples that
 // run one replica in one process. A restarted process forgets it and so does
 // not wait for its previous run's leases: never use it in the operator.
-type MemoryWatermark struct {
+type MemoryHorizon struct {
 	mu      sync.Mutex
 	horizon time.Time
 }
 
 // Claim returns the horizon saved last.
-func (w *MemoryWatermark) Claim(context.Context) (time.Time, error) {
+func (w *MemoryHorizon) Claim(context.Context) (time.Time, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.horizon, nil
 }
 
 // Save keeps t.
-func (w *MemoryWatermark) Save(_ context.Context, t time.Time) error {
+func (w *MemoryHorizon) Save(_ context.Context, t time.Time) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.horizon = t
+	return nil
+}
+
+// horizonKeeper keeps the persisted horizon ahead of every expiry the store
+// hands out (see Watermark).
+type horizonKeeper struct {
+	watermark HorizonStore
+	store     *Store
+	clock     clock.Clock
+	step      time.Duration
+
+	mu sync.Mutex
+	// persisted is the horizon written last; floor the one inherited at the
+	// claim, below which no write may go while its leases may live.
+	persisted, floor time.Time
+	stopped          bool
+	extending        atomic.Bool
+}
+
+// errHorizon wraps failures to persist the horizon: grants wait for it.
+var errHorizon = errors.New("cannot persist the lease horizon")
+
+type claimed struct {
+	horizon time.Time
+	err     error // ErrHorizonUnknown, or nil
+}
+
+// claim claims the watermark, retrying with backoff until ctx ends.
+func (h *horizonKeeper) claim(ctx context.Context) (claimed, error) {
+	logger := klog.FromContext(ctx)
+	backoff := 100 * time.Millisecond
+	for {
+		previous, err := h.watermark.Claim(ctx)
+		if err == nil || errors.Is(err, ErrHorizonUnknown) {
+			if err != nil {
+				logger.Error(err, "The previous lease horizon is unreadable; assuming the maximum TTL")
+			}
+			h.mu.Lock()
+			h.floor, h.persisted, h.stopped = previous, previous, false
+			h.mu.Unlock()
+			return claimed{horizon: previous, err: err}, nil
+		}
+		logger.Error(err, "Claiming the lease watermark; retrying", "backoff", backoff)
+		t := h.clock.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return claimed{}, fmt.Errorf("claiming the lease watermark: %w", ctx.Err())
+		case <-t.C():
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (h *horizonKeeper) current() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.persisted.IsZero() {
+		// Nothing persisted: nothing may be granted until ensure writes.
+		return h.clock.Now()
+	}
+	return h.persisted
+}
+
+// ensure persists a horizon of at least need (plus a step, so that the next
+// grants need no write) and passes it to the store.
+func (h *horizonKeeper) ensure(ctx context.Context, need time.Time) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !need.After(h.persisted) {
+		h.store.SetHorizon(h.persisted)
+		return nil
+	}
+	if h.stopped {
+		return ErrNotLeader
+	}
+	target := need.Add(h.step)
+	if h.floor.After(target) {
+		target = h.floor
+	}
+	ctx, cancel := context.WithTimeout(ctx, watermarkTimeout)
+	defer cancel()
+	if err := h.watermark.Save(ctx, target); err != nil {
+		return fmt.Errorf("%w: %w", errHorizon, err)
+	}
+	h.persisted = target
+	h.store.SetHorizon(target)
+	return nil
+}
+
+// keepAhead extends the horizon in the background when an expiry comes
+// within half a step of it, so that grants rarely wait for a write.
+func (h *horizonKeeper) keepAhead(ctx context.Context, expiresAt time.Time) {
+	h.mu.Lock()
+	low := h.persisted.Sub(expiresAt) < h.step/2
+	h.mu.Unlock()
+	if !low || !h.extending.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer h.extending.Store(false)
+		if err := h.ensure(ctx, expiresAt.Add(h.step/2)); err != nil && !errors.Is(err, ErrNotLeader) {
+			klog.FromContext(ctx).Error(err, "Extending the lease horizon ahead of time")
+		}
+	}()
+}
+
+// finish persists the latest live expiry at the end of a term (the floor
+// while inherited leases may still live), so that the successor waits no
+// longer than needed.
+func (h *horizonKeeper) finish(ctx context.Context, lastExpiry time.Time) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	final := lastExpiry
+	if h.floor.After(final) {
+		final = h.floor
+	}
+	ctx, cancel := context.WithTimeout(ctx, watermarkTimeout)
+	defer cancel()
+	if err := h.watermark.Save(ctx, final); err != nil {
+		if errors.Is(err, ErrHorizonLost) {
+			// The successor claimed already: it read our persisted horizon, which is later still.
+			return nil
+		}
+		return fmt.Errorf("persisting the final lease horizon: %w", err)
+	}
+	h.persisted = final
 	return nil
 }

@@ -66,8 +66,8 @@ func TestConfigMapWatermarkFences(t *testing.T) {
 		t.Fatalf("b's Claim = %v, %v; want a's horizon %v", got, err, horizon.Add(time.Second))
 	}
 	// a is fenced off.
-	if err := a.Save(ctx, horizon.Add(time.Hour)); !errors.Is(err, ErrWatermarkLost) {
-		t.Errorf("a's Save after b claimed: err = %v, want ErrWatermarkLost", err)
+	if err := a.Save(ctx, horizon.Add(time.Hour)); !errors.Is(err, ErrHorizonLost) {
+		t.Errorf("a's Save after b claimed: err = %v, want ErrHorizonLost", err)
 	}
 	if err := b.Save(ctx, time.Time{}); err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func (ts *testServer) successor(t *testing.T) *testServer {
 		store.Upsert(ProxyInfo{Key: p.Key, UID: newProxy(p.Key.Name).UID, Ready: true, URL: p.URL, Labels: p.Labels, LatencyMillis: p.LatencyMillis, MaxLeases: p.MaxLeases})
 	}
 	next := &testServer{t: t, store: store, clk: ts.clk, auth: ts.auth, watermark: ts.watermark}
-	if next.srv, err = NewServer(ServerConfig{Store: store, Authenticator: ts.auth, Authorizer: ts.auth, Watermark: ts.watermark.replica()}); err != nil {
+	if next.srv, err = NewServer(ServerConfig{Store: store, Authenticator: ts.auth, Authorizer: ts.auth, Horizon: ts.watermark.replica()}); err != nil {
 		t.Fatal(err)
 	}
 	next.handler = next.srv.Handler()

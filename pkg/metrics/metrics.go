@@ -50,6 +50,7 @@ type Metrics struct {
 	gcCollected       *prometheus.CounterVec
 	health            healthMetrics
 	lease             leaseMetrics
+	leaseState        leaseStateMetrics
 	leader            prometheus.Gauge
 	buildInfo         *prometheus.GaugeVec
 	proxies           *proxyCollector
@@ -97,10 +98,11 @@ func New() *Metrics {
 			Name:      "build_info",
 			Help:      "Always 1; the version label says which build of the operator runs.",
 		}, []string{"version"}),
-		health:    newHealthMetrics(),
-		lease:     newLeaseMetrics(),
-		proxies:   &proxyCollector{desc: proxiesDesc},
-		workqueue: newWorkqueueProvider(),
+		health:     newHealthMetrics(),
+		lease:      newLeaseMetrics(),
+		leaseState: newLeaseStateMetrics(),
+		proxies:    &proxyCollector{desc: proxiesDesc},
+		workqueue:  newWorkqueueProvider(),
 	}
 	for _, result := range syncResults {
 		m.reconcileTotal.WithLabelValues(result)
@@ -117,6 +119,7 @@ func New() *Metrics {
 	m.registry.MustRegister(m.health.collectors()...)
 	m.lease.predeclare(lease.AcquireOutcomes, lease.LeaseEnds)
 	m.registry.MustRegister(m.lease.collectors()...)
+	m.registry.MustRegister(m.leaseState.collectors()...)
 	m.workqueue.mustRegister(m.registry)
 	return m
 }

@@ -174,7 +174,15 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	}
 
 	var feedSynced cache.InformerSynced
-	if op.leases, feedSynced, err = newLeaseServer(ctx, o, kube, proxyInformer, secrets, m); err != nil {
+	// The lease API's reviews get a client of their own, so that a flood of
+	// new bearer tokens never spends the controller's API budget.
+	authCfg := rest.AddUserAgent(rest.CopyConfig(cfg), "lease-auth")
+	authCfg.QPS, authCfg.Burst = o.LeaseAuthQPS, o.LeaseAuthBurst
+	authKube, err := kubernetes.NewForConfig(authCfg)
+	if err != nil {
+		return fmt.Errorf("lease API authentication client: %w", err)
+	}
+	if op.leases, feedSynced, err = newLeaseServer(ctx, o, kube, authKube, proxyInformer, secrets, m); err != nil {
 		return stoppedOrFailed(ctx, err)
 	}
 	// The leader path waits for the lease feed too: it must know every Ready
@@ -533,7 +541,7 @@ func namespaceForLog(ns string) string {
 // newLeaseServer builds the lease API: the store fed by the Proxy informer,
 // the authenticator of --lease-auth, credentials from the spec.auth Secrets,
 // and the watermark a successor reads after a leader change.
-func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics) (*lease.Server, cache.InformerSynced, error) {
+func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.Interface, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics) (*lease.Server, cache.InformerSynced, error) {
 	// Every replica signs and verifies lease IDs with one key, created by
 	// the first replica to start.
 	var key []byte
@@ -550,6 +558,10 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, p
 		MinTTL:     o.LeaseMinTTL,
 		MaxTTL:     o.LeaseMaxTTL,
 		Metrics:    m,
+
+		MaxLeasesPerOwner: o.LeaseMaxPerIdentity,
+		MaxSessions:       o.LeaseMaxSessions,
+		MaxCooldowns:      o.LeaseMaxCooldowns,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("lease store: %w", err)
@@ -565,7 +577,7 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, p
 	if o.LeaseAuth == LeaseAuthNone {
 		auth = lease.NewNoAuth(klog.FromContext(ctx))
 	} else {
-		auth = lease.NewKubernetesAuth(kube, lease.KubernetesAuthOptions{})
+		auth = lease.NewKubernetesAuth(authKube, lease.KubernetesAuthOptions{})
 	}
 	hostname, _ := os.Hostname()
 	srv, err := lease.NewServer(lease.ServerConfig{
@@ -573,7 +585,7 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, p
 		Authenticator: auth,
 		Authorizer:    auth,
 		Credentials:   lease.SecretCredentials(proxies.Lister(), secrets),
-		Watermark:     lease.NewConfigMapWatermark(kube, o.LeaderElectNamespace, LeaseWatermarkConfigMap, hostname),
+		Horizon:       lease.NewConfigMapHorizon(kube, o.LeaderElectNamespace, LeaseWatermarkConfigMap, hostname),
 	})
 	return srv, feed.HasSynced, err
 }

@@ -68,6 +68,18 @@ type Options struct {
 	// LeaseMaxTTL bound what a call may ask for. LeaseMaxTTL also bounds how
 	// long a new leader may have to refuse grants after a crash.
 	LeaseDefaultTTL, LeaseMinTTL, LeaseMaxTTL time.Duration
+
+	// The lease API under abuse (issues 19, 20). LeaseAuthQPS and
+	// LeaseAuthBurst are the API budget of its TokenReviews and
+	// SubjectAccessReviews, a client of their own, so that authentication
+	// never spends the controller's. LeaseMaxPerIdentity caps the live
+	// leases one authenticated identity holds (0: no cap). LeaseMaxSessions
+	// and LeaseMaxCooldowns bound the sticky sessions and cool-down entries
+	// the leader keeps.
+	LeaseAuthQPS                                             float32
+	LeaseAuthBurst                                           int
+	LeaseMaxPerIdentity, LeaseMaxSessions, LeaseMaxCooldowns int
+
 	// MetricsAddr serves /metrics, /healthz and /readyz on every replica.
 	MetricsAddr string
 
@@ -134,6 +146,10 @@ func DefaultOptions() Options {
 		LeaseDefaultTTL:          lease.DefaultTTL,
 		LeaseMinTTL:              lease.DefaultMinTTL,
 		LeaseMaxTTL:              lease.DefaultMaxTTL,
+		LeaseAuthQPS:             50,
+		LeaseAuthBurst:           100,
+		LeaseMaxSessions:         lease.DefaultMaxSessions,
+		LeaseMaxCooldowns:        lease.DefaultMaxCooldowns,
 		MetricsAddr:              ":9090",
 		// Sized in pkg/health (Little's law with room for probes that run
 		// into their timeout); benchmarked at 10,000 proxies.
@@ -179,6 +195,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaseDefaultTTL, "lease-default-ttl", o.LeaseDefaultTTL, "Lease TTL when an acquire names none.")
 	fs.DurationVar(&o.LeaseMinTTL, "lease-min-ttl", o.LeaseMinTTL, "The shortest TTL an acquire or renew may ask for.")
 	fs.DurationVar(&o.LeaseMaxTTL, "lease-max-ttl", o.LeaseMaxTTL, "The longest TTL an acquire or renew may ask for; also bounds how long a new leader refuses grants after a crash.")
+	fs.Var((*float32Value)(&o.LeaseAuthQPS), "lease-auth-qps", "API requests per second of the lease API's TokenReviews and SubjectAccessReviews, a budget apart from --kube-api-qps.")
+	fs.IntVar(&o.LeaseAuthBurst, "lease-auth-burst", o.LeaseAuthBurst, "Burst of --lease-auth-qps.")
+	fs.IntVar(&o.LeaseMaxPerIdentity, "lease-max-per-identity", o.LeaseMaxPerIdentity, "Most live leases one authenticated identity (user and UID) may hold; an acquire beyond it is a 429 TooManyLeases. 0: no cap.")
+	fs.IntVar(&o.LeaseMaxSessions, "lease-max-sessions", o.LeaseMaxSessions, "Most sticky sessions the lease API remembers; beyond it the least recently used is forgotten.")
+	fs.IntVar(&o.LeaseMaxCooldowns, "lease-max-cooldowns", o.LeaseMaxCooldowns, "Most (proxy, domain) cool-down entries the lease API keeps; beyond it the one whose end or expiry is nearest goes.")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz, on every replica.")
 	fs.IntVar(&o.HealthWorkers, "health-workers", o.HealthWorkers, "How many health probes run at once.")
 	fs.Float64Var(&o.HealthLatencyUpdatesPerSecond, "health-latency-updates-per-second", o.HealthLatencyUpdatesPerSecond,
@@ -293,6 +314,21 @@ func (o *Options) Validate() error {
 		bad("lease-max-ttl", "must be at least --lease-min-ttl (%v), got %v", o.LeaseMinTTL, o.LeaseMaxTTL)
 	case o.LeaseDefaultTTL < o.LeaseMinTTL || o.LeaseDefaultTTL > o.LeaseMaxTTL:
 		bad("lease-default-ttl", "must be within --lease-min-ttl and --lease-max-ttl (%v..%v), got %v", o.LeaseMinTTL, o.LeaseMaxTTL, o.LeaseDefaultTTL)
+	}
+	if !(o.LeaseAuthQPS > 0) {
+		bad("lease-auth-qps", "must be positive, got %v", o.LeaseAuthQPS)
+	}
+	if o.LeaseAuthBurst < 1 {
+		bad("lease-auth-burst", "must be at least 1, got %d", o.LeaseAuthBurst)
+	}
+	if o.LeaseMaxPerIdentity < 0 {
+		bad("lease-max-per-identity", "must not be negative (0: no cap), got %d", o.LeaseMaxPerIdentity)
+	}
+	if o.LeaseMaxSessions < 1 {
+		bad("lease-max-sessions", "must be at least 1, got %d", o.LeaseMaxSessions)
+	}
+	if o.LeaseMaxCooldowns < 1 {
+		bad("lease-max-cooldowns", "must be at least 1, got %d", o.LeaseMaxCooldowns)
 	}
 	if o.HealthWorkers < 1 {
 		bad("health-workers", "must be at least 1, got %d", o.HealthWorkers)

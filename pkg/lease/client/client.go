@@ -3,7 +3,8 @@
 // inspect leases and discover proxies. Hold wraps the whole cycle around a
 // function.
 //
-// It depends on the standard library only, so crawlers can use it without
+// It depends on the standard library (and package wire, the API's JSON,
+// which does too) only, so crawlers can use it without
 // pulling in client-go. It is not a retry policy: a 503 comes back as an
 // *Error with RetryAfter, and the caller decides (or asks Acquire to wait).
 package client
@@ -21,6 +22,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 // TokenFunc returns the bearer token for a call; "" sends none.
@@ -131,15 +134,7 @@ func (l *Lease) ProxyURL() (*url.URL, error) {
 }
 
 // Proxy is a Ready proxy as discovery lists it.
-type Proxy struct {
-	Namespace     string            `json:"namespace"`
-	Name          string            `json:"name"`
-	URL           string            `json:"url"`
-	Labels        map[string]string `json:"labels,omitempty"`
-	LatencyMillis int64             `json:"latencyMillis"`
-	MaxLeases     int32             `json:"maxLeases"`
-	FreeLeases    int32             `json:"freeLeases"`
-}
+type Proxy = wire.Proxy
 
 // Outcome is how a holder's use of a proxy went.
 type Outcome string
@@ -158,24 +153,24 @@ type LeasesFilter struct {
 
 // Acquire asks for a lease.
 func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
-	body := acquireJSON{Holder: req.Holder, Namespace: req.Namespace, Selector: req.Selector,
+	body := wire.AcquireRequest{Holder: req.Holder, Namespace: req.Namespace, Selector: req.Selector,
 		TTL: durationString(req.TTL), Domain: req.Domain, Session: req.Session, Wait: durationString(req.Wait)}
-	var out leaseJSON
+	var out wire.Lease
 	if err := c.do(ctx, http.MethodPost, "/v1/leases", nil, body, http.StatusCreated, &out); err != nil {
 		return nil, err
 	}
-	return out.lease()
+	return leaseFrom(out)
 }
 
 // Renew extends a lease by ttl from now (0: its TTL) and returns it with its
 // new ID.
 func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (*Lease, error) {
-	var out leaseJSON
+	var out wire.Lease
 	if err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/renew", nil,
-		renewJSON{TTL: durationString(ttl)}, http.StatusOK, &out); err != nil {
+		wire.RenewRequest{TTL: durationString(ttl)}, http.StatusOK, &out); err != nil {
 		return nil, err
 	}
-	return out.lease()
+	return leaseFrom(out)
 }
 
 // Release ends a lease. OutcomeBanned makes the proxy cool down for domain
@@ -193,11 +188,11 @@ func (c *Client) Release(ctx context.Context, id string, outcome Outcome, domain
 
 // Lease returns one live lease.
 func (c *Client) Lease(ctx context.Context, id string) (*Lease, error) {
-	var out leaseJSON
+	var out wire.Lease
 	if err := c.do(ctx, http.MethodGet, "/v1/leases/"+url.PathEscape(id), nil, nil, http.StatusOK, &out); err != nil {
 		return nil, err
 	}
-	return out.lease()
+	return leaseFrom(out)
 }
 
 // Leases lists the live leases that match f.
@@ -209,15 +204,13 @@ func (c *Client) Leases(ctx context.Context, f LeasesFilter) ([]Lease, error) {
 	if f.Namespace != "" {
 		q.Set("namespace", f.Namespace)
 	}
-	var out struct {
-		Items []leaseJSON `json:"items"`
-	}
+	var out wire.List[wire.Lease]
 	if err := c.do(ctx, http.MethodGet, "/v1/leases", q, nil, http.StatusOK, &out); err != nil {
 		return nil, err
 	}
 	leases := make([]Lease, 0, len(out.Items))
 	for _, item := range out.Items {
-		l, err := item.lease()
+		l, err := leaseFrom(item)
 		if err != nil {
 			return nil, err
 		}
@@ -236,9 +229,7 @@ func (c *Client) Proxies(ctx context.Context, namespace, selector string) ([]Pro
 	if selector != "" {
 		q.Set("selector", selector)
 	}
-	var out struct {
-		Items []Proxy `json:"items"`
-	}
+	var out wire.List[Proxy]
 	if err := c.do(ctx, http.MethodGet, "/v1/proxies", q, nil, http.StatusOK, &out); err != nil {
 		return nil, err
 	}
@@ -338,13 +329,7 @@ func decodeError(resp *http.Response) error {
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
 		e.RetryAfter = time.Duration(s) * time.Second
 	}
-	var body struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-			Field   string `json:"field"`
-		} `json:"error"`
-	}
+	var body wire.Error
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err := json.Unmarshal(raw, &body); err != nil || body.Error.Code == "" {
 		e.Message = strings.TrimSpace(string(raw[:min(len(raw), 512)]))
@@ -354,43 +339,8 @@ func decodeError(resp *http.Response) error {
 	return e
 }
 
-// The JSON of the API.
-
-type acquireJSON struct {
-	Holder    string `json:"holder"`
-	Namespace string `json:"namespace,omitempty"`
-	Selector  string `json:"selector,omitempty"`
-	TTL       string `json:"ttl,omitempty"`
-	Domain    string `json:"domain,omitempty"`
-	Session   string `json:"session,omitempty"`
-	Wait      string `json:"wait,omitempty"`
-}
-
-type renewJSON struct {
-	TTL string `json:"ttl,omitempty"`
-}
-
-type leaseJSON struct {
-	ID     string `json:"id"`
-	Holder string `json:"holder"`
-	Proxy  struct {
-		Namespace     string `json:"namespace"`
-		Name          string `json:"name"`
-		URL           string `json:"url"`
-		LatencyMillis int64  `json:"latencyMillis"`
-	} `json:"proxy"`
-	Credentials *struct {
-		Username string `json:"username"`
-		Password string `json:"password"`
-	} `json:"credentials"`
-	Session   string    `json:"session"`
-	Domain    string    `json:"domain"`
-	TTL       string    `json:"ttl"`
-	GrantedAt time.Time `json:"grantedAt"`
-	ExpiresAt time.Time `json:"expiresAt"`
-}
-
-func (j leaseJSON) lease() (*Lease, error) {
+// leaseFrom converts the API's lease.
+func leaseFrom(j wire.Lease) (*Lease, error) {
 	ttl, err := time.ParseDuration(j.TTL)
 	if err != nil {
 		return nil, fmt.Errorf("lease API: lease ttl %q: %w", j.TTL, err)

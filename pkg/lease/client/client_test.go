@@ -62,7 +62,7 @@ func startAPI(t *testing.T) *apiServer {
 		})
 	}
 	srv, err := lease.NewServer(lease.ServerConfig{
-		Store: store, Authenticator: tokenAuth{}, Authorizer: tokenAuth{}, Watermark: &lease.MemoryWatermark{},
+		Store: store, Authenticator: tokenAuth{}, Authorizer: tokenAuth{}, Horizon: &lease.MemoryHorizon{},
 		Credentials: func(_ context.Context, key cache.ObjectName) (*lease.Credentials, error) {
 			if key.Name == "p1" {
 				return &lease.Credentials{Username: "u1", Password: "pw1"}, nil
@@ -220,7 +220,7 @@ func TestHoldRenewsAndReleases(t *testing.T) {
 				held = l
 				// Outlive the TTL several times over: renewals keep the lease.
 				poll(t, func() bool { return api.renews.Load() >= 3 })
-				if _, err := api.store.Get(l.ID); err != nil {
+				if _, err := api.store.GetAs(lease.User{Name: "crawler"}.Identity(), l.ID); err != nil {
 					t.Errorf("lease after renewals: %v", err)
 				}
 				return tc.fnErr

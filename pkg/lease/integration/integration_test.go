@@ -76,7 +76,7 @@ func startLeaseAPI(t *testing.T) *harness {
 	auth := lease.NewKubernetesAuth(h.kube, lease.KubernetesAuthOptions{})
 	srv, err := lease.NewServer(lease.ServerConfig{
 		Store: store, Authenticator: auth, Authorizer: auth,
-		Watermark: lease.NewConfigMapWatermark(h.kube, nsOperator, "lease-watermark-"+strings.ToLower(t.Name()), "test"),
+		Horizon: lease.NewConfigMapHorizon(h.kube, nsOperator, "lease-watermark-"+strings.ToLower(t.Name()), "test"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -313,8 +313,8 @@ func TestConfigMapWatermarkOnTheAPIServer(t *testing.T) {
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsOperator}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	a := lease.NewConfigMapWatermark(kube, nsOperator, "watermark-fence", "a")
-	b := lease.NewConfigMapWatermark(kube, nsOperator, "watermark-fence", "b")
+	a := lease.NewConfigMapHorizon(kube, nsOperator, "watermark-fence", "a")
+	b := lease.NewConfigMapHorizon(kube, nsOperator, "watermark-fence", "b")
 	if got, err := a.Claim(ctx); err != nil || !got.IsZero() {
 		t.Fatalf("a's first Claim: %v, %v", got, err)
 	}
@@ -326,7 +326,7 @@ func TestConfigMapWatermarkOnTheAPIServer(t *testing.T) {
 	if err != nil || !got.Equal(horizon) {
 		t.Fatalf("b's Claim = %v, %v; want %v", got, err, horizon)
 	}
-	if err := a.Save(ctx, horizon.Add(time.Hour)); !errors.Is(err, lease.ErrWatermarkLost) {
+	if err := a.Save(ctx, horizon.Add(time.Hour)); !errors.Is(err, lease.ErrHorizonLost) {
 		t.Errorf("a's Save after b's claim: err = %v, want ErrWatermarkLost", err)
 	}
 	if err := b.Save(ctx, horizon.Add(time.Second)); err != nil {

@@ -1,0 +1,84 @@
+// Package wire is the JSON of the lease API (docs/api.md), written once and
+// shared by the server (pkg/lease) and the Go client (pkg/lease/client).
+//
+// It holds types and error codes only, no behaviour, and depends on the
+// standard library only, so that the client stays free of client-go. The
+// server's strict decoder (pkg/lease/decode.go) accepts exactly the members
+// named by AcquireRequest's and RenewRequest's tags.
+package wire
+
+import "time"
+
+// AcquireRequest is the body of POST /v1/leases. Durations are Go duration
+// strings; empty members mean "not given".
+type AcquireRequest struct {
+	Holder    string `json:"holder"`
+	Namespace string `json:"namespace,omitempty"`
+	Selector  string `json:"selector,omitempty"`
+	TTL       string `json:"ttl,omitempty"`
+	Domain    string `json:"domain,omitempty"`
+	Session   string `json:"session,omitempty"`
+	Wait      string `json:"wait,omitempty"`
+}
+
+// RenewRequest is the body of POST /v1/leases/{id}/renew (optional).
+type RenewRequest struct {
+	TTL string `json:"ttl,omitempty"`
+}
+
+// Lease is a lease as the API answers it.
+type Lease struct {
+	ID     string   `json:"id"`
+	Holder string   `json:"holder"`
+	Proxy  ProxyRef `json:"proxy"`
+	// Credentials are in the grant only (201), when the proxy has spec.auth.
+	Credentials *Credentials `json:"credentials,omitempty"`
+	Session     string       `json:"session,omitempty"`
+	Domain      string       `json:"domain,omitempty"`
+	TTL         string       `json:"ttl"`
+	GrantedAt   time.Time    `json:"grantedAt"`
+	ExpiresAt   time.Time    `json:"expiresAt"`
+}
+
+// ProxyRef is the proxy a lease holds.
+type ProxyRef struct {
+	Namespace     string `json:"namespace"`
+	Name          string `json:"name"`
+	URL           string `json:"url"`
+	LatencyMillis int64  `json:"latencyMillis"`
+}
+
+// Credentials are a proxy's basic-auth credentials.
+type Credentials struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// Proxy is a Ready proxy as discovery (GET /v1/proxies) lists it.
+type Proxy struct {
+	Namespace     string            `json:"namespace"`
+	Name          string            `json:"name"`
+	URL           string            `json:"url"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	LatencyMillis int64             `json:"latencyMillis"`
+	MaxLeases     int32             `json:"maxLeases"`
+	FreeLeases    int32             `json:"freeLeases"`
+}
+
+// List is the answer of the list calls.
+type List[T any] struct {
+	Items []T `json:"items"`
+}
+
+// Error is every error answer.
+type Error struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody says what went wrong; Field names the offending member or
+// query parameter of a 400.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
