@@ -76,10 +76,10 @@ type Metrics interface {
 type NoMetrics struct{}
 
 func (NoMetrics) ObserveGatewayConnection(string, string) {}
-func (NoMetrics) AddGatewayActive(int)                     {}
-func (NoMetrics) AddGatewayBytes(string, int64)            {}
-func (NoMetrics) SetGatewaySessions(int)                   {}
-func (NoMetrics) ObserveGatewayError(string)               {}
+func (NoMetrics) AddGatewayActive(int)                    {}
+func (NoMetrics) AddGatewayBytes(string, int64)           {}
+func (NoMetrics) SetGatewaySessions(int)                  {}
+func (NoMetrics) ObserveGatewayError(string)              {}
 
 // Config configures a Gateway.
 type Config struct {
@@ -343,10 +343,10 @@ func (g *Gateway) acquire(ctx context.Context, c caller, domain string) (*holdin
 // or marks the session idle-able, refused drops it after the upstream
 // refused, so that the next try gets another.
 type use struct {
-	h        *holding
-	mode     string
-	done     func()
-	refused  func()
+	h       *holding
+	mode    string
+	done    func()
+	refused func()
 }
 
 // take finds the upstream for a connection: the session's, or a new lease.
