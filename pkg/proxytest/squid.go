@@ -85,4 +85,3 @@ shutdown_lifetime 0 seconds
 	t.Fatalf("proxytest: squid did not start: %v", lastErr)
 	return nil
 }
-

@@ -121,7 +121,6 @@ func TestEveryErrorWithItsStatusAndMessage(t *testing.T) {
 	poll(t, "refused and finished leases all released", func() bool { return len(h.gatewayLeases(t)) == 0 })
 }
 
-
 // TestAuthPathOnTheRealAPIServer: the crawler Role of artifacts/rbac lets a
 // ServiceAccount through; without it, 403; a garbage token, 407.
 func TestAuthPathOnTheRealAPIServer(t *testing.T) {
