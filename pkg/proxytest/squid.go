@@ -66,6 +66,7 @@ pid_filename %s
 cache_log %s
 access_log stdio:%s
 logfile_rotate 0
+strip_query_terms off
 coredump_dir %s
 shutdown_lifetime 0 seconds
 `, addr, authConf, filepath.Join(dir, "squid.pid"), filepath.Join(dir, "cache.log"), accessLog, dir)
