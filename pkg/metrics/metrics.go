@@ -50,6 +50,7 @@ type Metrics struct {
 	gcCollected       *prometheus.CounterVec
 	health            healthMetrics
 	lease             leaseMetrics
+	gw                gatewayMetrics // gateway.go
 	leader            prometheus.Gauge
 	buildInfo         *prometheus.GaugeVec
 	proxies           *proxyCollector
@@ -99,6 +100,7 @@ func New() *Metrics {
 		}, []string{"version"}),
 		health:    newHealthMetrics(),
 		lease:     newLeaseMetrics(),
+		gw:        newGatewayMetrics(),
 		proxies:   &proxyCollector{desc: proxiesDesc},
 		workqueue: newWorkqueueProvider(),
 	}
@@ -117,6 +119,7 @@ func New() *Metrics {
 	m.registry.MustRegister(m.health.collectors()...)
 	m.lease.predeclare(lease.AcquireOutcomes, lease.LeaseEnds)
 	m.registry.MustRegister(m.lease.collectors()...)
+	m.registry.MustRegister(m.gw.collectors()...)
 	m.workqueue.mustRegister(m.registry)
 	return m
 }
