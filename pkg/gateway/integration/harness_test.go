@@ -347,6 +347,15 @@ func startTarget(t *testing.T) *httptest.Server {
 		w.WriteHeader(code)
 		fmt.Fprintf(w, "status %d\n", code)
 	})
+	var banned sync.Map
+	// /ban-once/{id}: 429 the first time, 200 after: a site that banned one proxy.
+	mux.HandleFunc("/ban-once/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if _, seen := banned.LoadOrStore(r.PathValue("id"), true); !seen {
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		fmt.Fprintln(w, "welcome back")
+	})
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Listener.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
