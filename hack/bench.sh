@@ -62,6 +62,14 @@ trap 'rm -f "$tmp"' EXIT
     echo "1,000 fleet at client-go's default QPS/burst (5/10) beside ours (100/200). About 30 minutes."
     echo
     go run ./pkg/operator/bench
+    echo
+    echo "## Gateway (issue 14)"
+    echo
+    echo "\`go run ./pkg/gateway/bench\`: 64 concurrent clients on loopback, straight to a forward-proxy"
+    echo "upstream (basic auth) versus through the gateway to the same upstream (rotating mode: a lease"
+    echo "acquired and released per tunnel), in one process, alternating, the better of two runs each."
+    echo
+    go run ./pkg/gateway/bench
 } >"$tmp"
 mv "$tmp" "$out"
 trap - EXIT

@@ -59,6 +59,7 @@ func main() {
 	for name, value := range map[string]string{
 		"leader-elect": "false", "lease-auth": "none", "providers": "local",
 		"lease-addr": "127.0.0.1:8080", "metrics-addr": "127.0.0.1:9090", "local-state-dir": "",
+		"gateway-addr": "127.0.0.1:3129",
 	} {
 		if err := flag.Set(name, value); err != nil {
 			panic(err)
@@ -290,7 +291,10 @@ In another terminal:
   curl -s 'http://%[3]s/v1/proxies?namespace=default'
   curl -s http://%[4]s/metrics | grep proxy_operator_proxies
 
+  # or let the gateway hold the lease: one proxy address, a sticky session (docs/gateway.md)
+  curl -sk -x 'http://ns-default+session-1:none@%[5]s' https://%[6]s/generate_204 -o /dev/null -w '%%{http_code}\n'
+
 Ctrl-C stops the operator, its local proxies and the API server.
 
-`, cfg.dir, kubeconfig, cfg.operator.LeaseAddr, cfg.operator.MetricsAddr)
+`, cfg.dir, kubeconfig, cfg.operator.LeaseAddr, cfg.operator.MetricsAddr, cfg.operator.GatewayAddr, cfg.targetAddr)
 }

@@ -43,11 +43,11 @@ func TestMakeRun(t *testing.T) {
 		defer ln.Close()
 		return ln.Addr().String()
 	}
-	leaseAddr, targetAddr := addr(), addr()
+	leaseAddr, targetAddr, gatewayAddr := addr(), addr(), addr()
 	cmd := exec.Command(filepath.Join(bin, "local-up"),
 		"--dir", dir, "--examples", "../../examples",
 		"--target-addr", targetAddr, "--external-proxy-addr", addr(),
-		"--lease-addr", leaseAddr, "--metrics-addr", addr(), "--v=2")
+		"--lease-addr", leaseAddr, "--metrics-addr", addr(), "--gateway-addr", gatewayAddr, "--v=2")
 	cmd.Env = append(os.Environ(), "KUBECONFIG=")
 	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -129,6 +129,13 @@ func TestMakeRun(t *testing.T) {
 		"--url", "https://"+targetAddr+"/generate_204", "--insecure", "--rounds", "1")
 	if out, err := crawler.CombinedOutput(); err != nil || !strings.Contains(string(out), "204 No Content") {
 		t.Errorf("crawler example: %v\n%s", err, out)
+	}
+
+	// curl through the gateway, as the printed next steps say.
+	gatewayCurl := exec.Command("curl", "-sk", "-x", "http://ns-default+session-1:none@"+gatewayAddr,
+		"https://"+targetAddr+"/generate_204", "-o", "/dev/null", "-w", "%{http_code}")
+	if out, err := gatewayCurl.CombinedOutput(); err != nil || string(out) != "204" {
+		t.Errorf("curl through the gateway: %v %q", err, out)
 	}
 
 	// Every process it started, before Ctrl-C.

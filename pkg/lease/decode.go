@@ -111,6 +111,12 @@ func decodeRelease(rawQuery string) (releaseQuery, error) {
 	if err != nil {
 		return releaseQuery{}, err
 	}
+	return releaseFrom(q)
+}
+
+// releaseFrom reads outcome and domain of a parsed release query (the lease's
+// or the session call's).
+func releaseFrom(q map[string]string) (releaseQuery, error) {
 	r := releaseQuery{outcome: Outcome(q["outcome"]), domain: NormalizeDomain(q["domain"])}
 	switch r.outcome {
 	case "":

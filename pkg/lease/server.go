@@ -148,6 +148,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.mux.HandleFunc("GET /v1/leases", s.leaderOnly(s.list))
 	s.mux.HandleFunc("GET /v1/leases/{id}", s.leaderOnly(s.get))
 	s.mux.HandleFunc("GET /v1/proxies", s.leaderOnly(s.proxies))
+	s.mux.HandleFunc("DELETE /v1/sessions/{session}", s.leaderOnly(s.releaseSession)) // sessions.go
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -51,6 +51,7 @@ type Metrics struct {
 	health            healthMetrics
 	lease             leaseMetrics
 	leaseState        leaseStateMetrics
+	gw                gatewayMetrics // gateway.go
 	leader            prometheus.Gauge
 	buildInfo         *prometheus.GaugeVec
 	proxies           *proxyCollector
@@ -101,6 +102,7 @@ func New() *Metrics {
 		health:     newHealthMetrics(),
 		lease:      newLeaseMetrics(),
 		leaseState: newLeaseStateMetrics(),
+		gw:         newGatewayMetrics(),
 		proxies:    &proxyCollector{desc: proxiesDesc},
 		workqueue:  newWorkqueueProvider(),
 	}
@@ -120,6 +122,7 @@ func New() *Metrics {
 	m.lease.predeclare(lease.AcquireOutcomes, lease.LeaseEnds)
 	m.registry.MustRegister(m.lease.collectors()...)
 	m.registry.MustRegister(m.leaseState.collectors()...)
+	m.registry.MustRegister(m.gw.collectors()...)
 	m.workqueue.mustRegister(m.registry)
 	return m
 }

@@ -40,6 +40,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
@@ -201,6 +202,11 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		return fmt.Errorf("--lease-addr: %w", err)
 	}
 	logger.Info("Serving the lease API", "addr", op.leaseListener.Addr().String(), "auth", o.LeaseAuth)
+	if err := op.listenGateway(o, m); err != nil { // gatewaywiring.go
+		ln.Close()
+		op.leaseListener.Close()
+		return err
+	}
 	return op.run(ctx, ln)
 }
 
@@ -239,6 +245,9 @@ type operator struct {
 	gcConfig gc.Config
 	// kube records the leader loops' events.
 	kube kubernetes.Interface
+	// gateway and its listener, nil without --gateway-addr (gatewaywiring.go).
+	gateway         *gateway.Gateway
+	gatewayListener net.Listener
 }
 
 // run starts the informers, then runs the metrics server and the leader
@@ -288,6 +297,9 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 		// has called StartLeading. Shutdown wakes long polls with a 503.
 		return op.leases.Serve(gctx, op.leaseListener)
 	})
+	if op.gateway != nil {
+		g.Go(func() error { return op.gateway.Serve(gctx, op.gatewayListener) })
+	}
 	err := g.Wait()
 	if err == nil {
 		logger.Info("Stopped")

@@ -58,6 +58,8 @@ type Proxy struct {
 
 	logs *syncBuffer
 	proc *process
+	// logFile, when set, is the proxy's log (squid's access log).
+	logFile string
 }
 
 // URL returns http://Addr without credentials.
@@ -73,6 +75,10 @@ func (p *Proxy) URLWithAuth(user, pass string) *url.URL {
 // Logs returns what the proxy logged so far (processes: their combined
 // output).
 func (p *Proxy) Logs() string {
+	if p.logFile != "" {
+		b, _ := os.ReadFile(p.logFile)
+		return string(b)
+	}
 	if p.proc != nil {
 		return p.proc.output.String()
 	}

@@ -1,0 +1,14 @@
+import scrapy
+
+
+class FleetSpider(scrapy.Spider):
+    """Fetches START_URLS through the gateway and records what came back."""
+
+    name = "fleet"
+
+    def start_requests(self):
+        for url in self.settings.getlist("START_URLS"):
+            yield scrapy.Request(url, dont_filter=True)
+
+    def parse(self, response):
+        yield {"url": response.url, "status": response.status}

@@ -1,0 +1,226 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// copyChunk is how many bytes one splice(2) round moves before the bytes
+// metric and the session's activity are updated.
+const copyChunk = 4 << 20
+
+// errRefused: the upstream answered CONNECT with something other than 2xx,
+// or could not be reached, before any byte of the tunnel flowed.
+var errRefused = errors.New("upstream refused")
+
+// serveConnect opens a tunnel to r.Host through a leased upstream: CONNECT
+// to the upstream with its own credentials, then bytes both ways, never
+// read. An upstream that refuses is released with outcome error and the
+// next one tried, once.
+func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, c caller) {
+	authority := r.Host
+	if !validAuthority(authority) {
+		g.fail(w, r, http.StatusBadRequest, ReasonBadRequest, fmt.Sprintf("CONNECT needs host:port, got %q", truncate(authority)), 0)
+		return
+	}
+	logger := klog.FromContext(r.Context())
+	domain := domainOf(authority)
+	var (
+		u        *use
+		upstream net.Conn
+		pending  []byte
+		lastErr  error
+	)
+	for attempt := 0; attempt < 2; attempt++ {
+		var err error
+		if u, err = g.take(r.Context(), c, domain); err != nil {
+			if attempt == 0 {
+				g.acquireError(w, r, err)
+				return
+			}
+			break // the refusal below is the better answer
+		}
+		upstream, pending, err = g.dialConnect(r.Context(), u.h.upstream, authority)
+		if err == nil {
+			break
+		}
+		logger.V(2).Info("Upstream refused CONNECT; releasing it with outcome error", "proxy", u.h.proxy, "target", authority, "attempt", attempt+1, "err", err)
+		lastErr = fmt.Errorf("proxy %s: %w", u.h.proxy, err)
+		u.refused()
+		u = nil
+	}
+	if u == nil {
+		g.fail(w, r, http.StatusBadGateway, ReasonUpstreamRefused, fmt.Sprintf("the upstream refused the tunnel (and so did the next one tried): %v", lastErr), 0)
+		return
+	}
+	defer u.done()
+
+	client, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		upstream.Close()
+		g.fail(w, r, http.StatusInternalServerError, ReasonUpstreamFailed, "cannot tunnel on this connection", 0)
+		return
+	}
+	if !g.trackTunnel(client, upstream) {
+		return
+	}
+	defer g.untrackTunnel(client, upstream)
+	g.cfg.Metrics.ObserveGatewayConnection(u.mode, http.MethodConnect)
+	g.cfg.Metrics.AddGatewayActive(1)
+	defer g.cfg.Metrics.AddGatewayActive(-1)
+
+	_ = client.SetDeadline(time.Time{})
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection Established\r\n\r\n"); err != nil {
+		return
+	}
+	if len(pending) > 0 { // what the upstream sent right behind its 200
+		if _, err := client.Write(pending); err != nil {
+			return
+		}
+		g.cfg.Metrics.AddGatewayBytes(DirectionDown, int64(len(pending)))
+	}
+	if n := brw.Reader.Buffered(); n > 0 { // what the client sent right behind its CONNECT
+		early, _ := brw.Reader.Peek(n)
+		if _, err := upstream.Write(early); err != nil {
+			return
+		}
+		g.cfg.Metrics.AddGatewayBytes(DirectionUp, int64(n))
+	}
+	g.splice(client, upstream)
+	logger.V(4).Info("Tunnel closed", "proxy", u.h.proxy, "target", authority, "mode", u.mode)
+}
+
+// dialConnect dials the upstream proxy and asks it for a tunnel to
+// authority with the upstream's own credentials. It returns the connection
+// and any bytes read past the upstream's answer.
+func (g *Gateway) dialConnect(ctx context.Context, upstream *url.URL, authority string) (net.Conn, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout)
+	defer cancel()
+	addr := upstream.Host
+	if upstream.Port() == "" {
+		addr = net.JoinHostPort(upstream.Hostname(), map[bool]string{true: "443", false: "80"}[upstream.Scheme == "https"])
+	}
+	conn, err := g.cfg.Dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: dial: %w", errRefused, err)
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	if upstream.Scheme == "https" {
+		tc := tls.Client(conn, &tls.Config{ServerName: upstream.Hostname(), MinVersion: tls.VersionTLS12})
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, nil, fmt.Errorf("%w: TLS to the proxy: %w", errRefused, err)
+		}
+		conn = tc
+	}
+	req := "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n"
+	if upstream.User != nil {
+		pass, _ := upstream.User.Password()
+		req += "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(upstream.User.Username()+":"+pass)) + "\r\n"
+	}
+	req += "\r\n"
+	if _, err := io.WriteString(conn, req); err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("%w: writing CONNECT: %w", errRefused, err)
+	}
+	br := bufio.NewReaderSize(conn, 4096)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("%w: reading the CONNECT answer: %w", errRefused, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		conn.Close()
+		// Only the status: the upstream's headers and body are its own business.
+		return nil, nil, fmt.Errorf("%w: CONNECT answered %s", errRefused, resp.Status)
+	}
+	var pending []byte
+	if n := br.Buffered(); n > 0 {
+		pending, _ = br.Peek(n)
+		pending = append([]byte(nil), pending...)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return conn, pending, nil
+}
+
+// splice copies both ways until both directions end; a direction that ends
+// half-closes its destination where it can, so that request-then-EOF
+// protocols work.
+func (g *Gateway) splice(client, upstream net.Conn) {
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn, direction string) {
+		defer func() { done <- struct{}{} }()
+		for {
+			// io.CopyN over a *net.TCPConn pair is splice(2): the bytes never
+			// enter this process's memory.
+			n, err := io.CopyN(dst, src, copyChunk)
+			if n > 0 {
+				g.cfg.Metrics.AddGatewayBytes(direction, n)
+			}
+			if err != nil {
+				break
+			}
+		}
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			_ = dst.Close()
+		}
+	}
+	go pipe(upstream, client, DirectionUp)
+	go pipe(client, upstream, DirectionDown)
+	<-done
+	<-done
+}
+
+func validAuthority(hostport string) bool {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil || host == "" || port == "" {
+		return false
+	}
+	for _, r := range port {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// trackTunnel registers a hijacked tunnel so that Serve can close it at
+// shutdown; false when shutdown has begun (both are closed then).
+func (g *Gateway) trackTunnel(client, upstream net.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		client.Close()
+		upstream.Close()
+		return false
+	}
+	g.tunnels[client] = struct{}{}
+	g.tunnels[upstream] = struct{}{}
+	g.tunnelsWG.Add(1)
+	return true
+}
+
+func (g *Gateway) untrackTunnel(client, upstream net.Conn) {
+	client.Close()
+	upstream.Close()
+	g.mu.Lock()
+	delete(g.tunnels, client)
+	delete(g.tunnels, upstream)
+	g.mu.Unlock()
+	g.tunnelsWG.Done()
+}

@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease"
+)
+
+// Fuzz targets for what a client controls: the username and the request
+// head. Run one with, e.g.:
+//
+//	go test -run '^$' -fuzz '^FuzzRequestHead$' -fuzztime 10s ./pkg/gateway
+
+func FuzzParseUsername(f *testing.F) {
+	for _, seed := range []string{"", "ns-crawl+pool-eu+session-42", "pool-eu-west", "colour-blue", "ns-", "+", "ns-a+ns-b", "session-\x00", "session-é"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, username string) {
+		target, err := ParseUsername(username)
+		if err != nil {
+			var termErr *TermError
+			if !errors.As(err, &termErr) {
+				t.Fatalf("error %T %v, want a *TermError", err, err)
+			}
+			if !slices.Contains(strings.Split(username, "+"), termErr.Term) {
+				t.Fatalf("the error names %q, which is not a term of %q", termErr.Term, username)
+			}
+			return
+		}
+		// What parsed, re-joined, parses to the same.
+		var terms []string
+		for _, kv := range [][2]string{{"ns", target.Namespace}, {"pool", target.Pool}, {"session", target.Session}} {
+			if kv[1] != "" {
+				terms = append(terms, kv[0]+"-"+kv[1])
+			}
+		}
+		again, err := ParseUsername(strings.Join(terms, "+"))
+		if err != nil || again != target {
+			t.Fatalf("%q parsed to %+v; re-joined it parses to %+v, %v", username, target, again, err)
+		}
+		_ = target.Selector() // must not panic
+	})
+}
+
+// fuzzLeases grants every acquire on one upstream that needs credentials.
+type fuzzLeases struct{}
+
+const fuzzUpstreamPassword = "upstream-secret-never-shown"
+
+func (fuzzLeases) Leading() bool { return true }
+func (fuzzLeases) Acquire(_ context.Context, req lease.AcquireRequest) (lease.Lease, *lease.Credentials, error) {
+	if req.Namespace == "full" {
+		return lease.Lease{}, nil, &lease.UnavailableError{Reason: lease.ErrNoneFree, RetryAfter: time.Second}
+	}
+	return lease.Lease{ID: "id", Proxy: lease.LeasedProxy{Key: cache.ObjectName{Namespace: "crawl", Name: "p"}, URL: "http://127.0.0.1:9"}, TTL: time.Minute, ExpiresAt: time.Now().Add(time.Minute)},
+		&lease.Credentials{Username: "fleet", Password: fuzzUpstreamPassword}, nil
+}
+func (fuzzLeases) Renew(context.Context, string, string, time.Duration) (lease.Lease, error) {
+	return lease.Lease{}, lease.ErrUnknownLease
+}
+func (fuzzLeases) Release(string, string, lease.Outcome, string) error { return nil }
+func (fuzzLeases) Get(string, string) (lease.Lease, error) {
+	return lease.Lease{}, lease.ErrUnknownLease
+}
+func (fuzzLeases) ForgetSession(string, string) {}
+
+// fuzzAuth accepts the token "good" for user u, allowed in namespace crawl and full.
+type fuzzAuth struct{}
+
+func (fuzzAuth) Authenticate(_ context.Context, token string) (lease.User, error) {
+	if token != "good" {
+		return lease.User{}, fmt.Errorf("%w: no", lease.ErrUnauthenticated)
+	}
+	return lease.User{Name: "u"}, nil
+}
+
+func (fuzzAuth) Authorize(_ context.Context, _ lease.User, attrs lease.Attributes) (bool, string, error) {
+	return attrs.Namespace == "crawl" || attrs.Namespace == "full", "", nil
+}
+
+// FuzzRequestHead feeds request heads to the gateway's handler: it never
+// panics, answers only with its documented statuses (the one upstream
+// refuses every dial, so nothing succeeds), dials nothing but that
+// upstream (observed through the dialer seam: nothing is ever connected),
+// and never shows the upstream's password.
+func FuzzRequestHead(f *testing.F) {
+	good := "Proxy-Authorization: Basic " + basic("ns-crawl+session-1", "good") + "\r\n"
+	for _, seed := range []string{
+		"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n" + good + "\r\n",
+		"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n" + good + "\r\n",
+		"GET https://example.com/ HTTP/1.1\r\nHost: example.com\r\n" + good + "\r\n",
+		"GET / HTTP/1.1\r\nHost: example.com\r\n" + good + "\r\n",
+		"CONNECT example.com HTTP/1.1\r\nHost: example.com\r\n" + good + "\r\n",
+		"GET http://example.com/ HTTP/1.1\r\nProxy-Authorization: Basic " + basic("ns-full", "good") + "\r\n\r\n",
+		"GET http://example.com/ HTTP/1.1\r\nProxy-Authorization: Basic " + basic("colour-blue", "good") + "\r\n\r\n",
+		"GET http://example.com/ HTTP/1.1\r\nProxy-Authorization: Basic " + basic("ns-other", "good") + "\r\n\r\n",
+		"GET http://example.com/ HTTP/1.1\r\nProxy-Authorization: Basic !!!\r\n\r\n",
+		"GET http://example.com/ HTTP/1.1\r\nProxy-Authorization: Bearer good\r\n\r\n",
+		"GET http://example.com/ HTTP/1.1\r\n\r\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	var mu sync.Mutex
+	var dialed []string
+	g, err := New(Config{
+		Leases: fuzzLeases{}, Authenticator: fuzzAuth{}, Authorizer: fuzzAuth{},
+		Dial: func(_ context.Context, _, addr string) (net.Conn, error) {
+			mu.Lock()
+			dialed = append(dialed, addr)
+			mu.Unlock()
+			return nil, errors.New("refused by the test's dialer")
+		},
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	allowed := []int{http.StatusBadRequest, http.StatusProxyAuthRequired, http.StatusForbidden, http.StatusBadGateway, http.StatusServiceUnavailable}
+	f.Fuzz(func(t *testing.T, head []byte) {
+		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+		if err != nil {
+			return // net/http's parser refuses it before the gateway sees it
+		}
+		req.RemoteAddr = "127.0.0.1:1234"
+		rec := httptest.NewRecorder()
+		g.ServeHTTP(rec, req)
+		if !slices.Contains(allowed, rec.Code) {
+			t.Fatalf("answered %d %q", rec.Code, rec.Body.String())
+		}
+		if strings.Contains(rec.Body.String(), fuzzUpstreamPassword) || strings.Contains(fmt.Sprint(rec.Header()), fuzzUpstreamPassword) {
+			t.Fatalf("the upstream's password reached the client: %v %q", rec.Header(), rec.Body.String())
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, addr := range dialed {
+			if addr != "127.0.0.1:9" {
+				t.Fatalf("dialed %q, which is not the leased upstream", addr)
+			}
+		}
+		dialed = dialed[:0]
+	})
+}
+
+func basic(user, pass string) string {
+	r := &http.Request{Header: http.Header{}}
+	r.SetBasicAuth(user, pass)
+	return strings.TrimPrefix(r.Header.Get("Authorization"), "Basic ")
+}

@@ -1,0 +1,198 @@
+package gateway_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/proxyfleet/proxy-operator/pkg/gateway"
+	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// unit is a gateway on a real lease store and API (no auth, a fake clock)
+// with in-process forward proxies as upstreams.
+type unit struct {
+	clock    *clocktesting.FakeClock
+	store    *lease.Store
+	gw       *gateway.Gateway
+	addr     string
+	leaseAPI string
+	ups      map[string]*proxytest.Proxy
+}
+
+func startUnit(t *testing.T, upstreams ...string) *unit {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	u := &unit{clock: clocktesting.NewFakeClock(t0), ups: map[string]*proxytest.Proxy{}}
+	var err error
+	u.store, err = lease.NewStore(lease.Config{Key: []byte("gateway-unit-test-key-of-32-byte"), Clock: u.clock, DefaultTTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range upstreams {
+		p := proxytest.StartInProcess(t, proxytest.Options{})
+		u.ups[name] = p
+		u.store.Upsert(lease.ProxyInfo{
+			Key: cache.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID("uid-" + name), Ready: true,
+			URL: "http://" + p.Addr, Labels: map[string]string{gateway.PoolLabel: "p"}, MaxLeases: 1,
+			LatencyMillis: int64(i), ReadySince: t0,
+		})
+	}
+	auth := lease.NoAuth{}
+	srv, err := lease.NewServer(lease.ServerConfig{Store: u.store, Authenticator: auth, Authorizer: auth, Watermark: &lease.MemoryWatermark{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.StartLeading(ctx); err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(srv.Handler())
+	u.leaseAPI = api.URL
+	u.gw, err = gateway.New(gateway.Config{
+		Leases: gateway.FromServer(srv), Authenticator: auth, Authorizer: auth, AuthNone: true,
+		SessionIdle: time.Minute, Clock: u.clock, JanitorInterval: time.Hour, // Tidy is driven by the test
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.addr = ln.Addr().String()
+	served := make(chan error, 1)
+	go func() { served <- u.gw.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		api.Close()
+	})
+	return u
+}
+
+func (u *unit) get(t *testing.T, username, target string) (int, string) {
+	t.Helper()
+	proxy := &url.URL{Scheme: "http", Host: u.addr, User: url.UserPassword(username, "ignored")}
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), DisableKeepAlives: true}, Timeout: 20 * time.Second}
+	resp, err := c.Get(target)
+	if err != nil {
+		t.Fatalf("GET %s through the gateway: %v", target, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// anonymous owns every lease under NoAuth.
+var anonymous = lease.User{Name: "system:anonymous"}.Identity()
+
+// sessionProxy is the proxy the session's lease holds, "" if none.
+func (u *unit) sessionProxy(t *testing.T, scope, session string) string {
+	t.Helper()
+	ls := u.store.SessionLeases(anonymous, scope, session)
+	switch len(ls) {
+	case 0:
+		return ""
+	case 1:
+		return ls[0].Proxy.Key.Name
+	}
+	t.Fatalf("session %s holds %d leases", session, len(ls))
+	return ""
+}
+
+func TestSessionRenewsWhileUsedAndEndsWhenIdle(t *testing.T) {
+	u := startUnit(t, "a", "b")
+	target := proxytest.StartHTTPTarget(t)
+	if status, body := u.get(t, "ns-crawl+session-s", target.URL+"/echo"); status != http.StatusOK {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	held := u.store.SessionLeases(anonymous, "crawl", "s")
+	if len(held) != 1 {
+		t.Fatalf("session holds %d leases", len(held))
+	}
+	// Past half the TTL, the janitor renews: the lease lives on past its first expiry.
+	u.clock.Step(20 * time.Second)
+	u.gw.Tidy(t.Context())
+	u.clock.Step(20 * time.Second)
+	u.gw.Tidy(t.Context())
+	if got := u.sessionProxy(t, "crawl", "s"); got != held[0].Proxy.Key.Name {
+		t.Fatalf("after 40s (TTL 30s) the session holds %q, want %q renewed", got, held[0].Proxy.Key.Name)
+	}
+	// A minute without connections ends the session and its lease.
+	u.clock.Step(30 * time.Second)
+	u.gw.Tidy(t.Context())
+	if got := u.sessionProxy(t, "crawl", "s"); got != "" || u.gw.Sessions() != 0 {
+		t.Errorf("idle session still holds %q (%d sessions)", got, u.gw.Sessions())
+	}
+}
+
+func TestSessionCallMovesTheSession(t *testing.T) {
+	u := startUnit(t, "a", "b")
+	target := proxytest.StartHTTPTarget(t)
+	if status, _ := u.get(t, "ns-crawl+session-s", target.URL+"/echo"); status != http.StatusOK {
+		t.Fatalf("status %d", status)
+	}
+	first := u.sessionProxy(t, "crawl", "s")
+	c, err := client.New(u.leaseAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ReleaseSession(t.Context(), "crawl", "s", client.OutcomeBanned, "127.0.0.1"); err != nil {
+		t.Fatalf("ReleaseSession: %v", err)
+	}
+	if got := u.sessionProxy(t, "crawl", "s"); got != "" {
+		t.Fatalf("after the session call the session still holds %s", got)
+	}
+	if status, _ := u.get(t, "ns-crawl+session-s", target.URL+"/echo"); status != http.StatusOK {
+		t.Fatalf("status %d", status)
+	}
+	if second := u.sessionProxy(t, "crawl", "s"); second == first || second == "" {
+		t.Errorf("after a ban on %s the session went through %q", first, second)
+	}
+	// first cools down for 127.0.0.1: a rotating connection there gets b, not a.
+	if status, _ := u.get(t, "ns-crawl", target.URL+"/echo"); status != http.StatusServiceUnavailable {
+		t.Errorf("rotating connection with a held and a cooling proxy: %d, want 503", status)
+	}
+}
+
+func TestSessionCallErrors(t *testing.T) {
+	u := startUnit(t, "a")
+	for name, tc := range map[string]struct {
+		query, wantField string
+	}{
+		"bad outcome":   {query: "?outcome=maybe", wantField: "outcome"},
+		"bad namespace": {query: "?namespace=Bad_NS", wantField: "namespace"},
+		"unknown param": {query: "?colour=blue", wantField: "colour"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodDelete, u.leaseAPI+"/v1/sessions/s"+tc.query, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"field":"`+tc.wantField+`"`) {
+				t.Errorf("%d %s; want 400 naming %s", resp.StatusCode, body, tc.wantField)
+			}
+		})
+	}
+}

@@ -1,0 +1,80 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const scrapyBin = "/usr/bin/scrapy" // Debian's python3-scrapy
+
+// TestScrapyCrawlThroughTheGateway runs examples/scrapy: one session per
+// download slot sticks to one upstream; a 429 is reported as a ban through
+// the lease API's session call, and the retry leaves through another
+// upstream.
+func TestScrapyCrawlThroughTheGateway(t *testing.T) {
+	requireBinary(t, scrapyBin)
+	h := startHarness(t, "gw-scrapy", harnessOptions{})
+	ups := h.fleet(t, "crawl", 2, false)
+	token := h.crawler(t, "crawler", true)
+	target := startTarget(t)
+
+	out := filepath.Join(t.TempDir(), "items.json")
+	urls := []string{target.URL + "/echo?m=sc-1", target.URL + "/echo?m=sc-2", target.URL + "/echo?m=sc-3", target.URL + "/ban-once/sc-ban"}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, scrapyBin, "crawl", "fleet", "-O", out,
+		// In order, one at a time, so that the ban comes after the three.
+		"-s", "CONCURRENT_REQUESTS=1", "-s", "SCHEDULER_MEMORY_QUEUE=scrapy.squeues.FifoMemoryQueue")
+	cmd.Dir = filepath.Join(repoRoot(t), "examples", "scrapy")
+	cmd.Env = append(os.Environ(), "GATEWAY="+h.gatewayAddr, "GATEWAY_TOKEN="+token, "GATEWAY_NAMESPACE="+h.ns,
+		"GATEWAY_POOL=crawl", "LEASE_API="+h.leaseURL, "START_URLS="+strings.Join(urls, " "), "PYTHONDONTWRITEBYTECODE=1")
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("scrapy crawl: %v\n%s", err, logs.String())
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var items []struct {
+		URL    string `json:"url"`
+		Status int    `json:"status"`
+	}
+	if err := json.Unmarshal(data, &items); err != nil {
+		t.Fatalf("items %q: %v", data, err)
+	}
+	if len(items) != len(urls) {
+		t.Fatalf("scrapy yielded %d items, want %d:\n%s\n%s", len(items), len(urls), data, logs.String())
+	}
+	for _, it := range items {
+		if it.Status != http.StatusOK {
+			t.Errorf("item %+v", it)
+		}
+	}
+	first := servedBy(t, ups, "m=sc-1")
+	for _, m := range []string{"m=sc-2", "m=sc-3"} {
+		if got := servedBy(t, ups, m); got != first {
+			t.Errorf("%s went through %s, the slot's session through %s", m, got, first)
+		}
+	}
+	// The banned attempt went through the session's upstream, the retry
+	// through the other one.
+	for _, u := range ups {
+		if n := strings.Count(u.proxy.Logs(), "/ban-once/sc-ban"); n != 1 {
+			t.Errorf("upstream %s saw the banned URL %d times, want once (the ban on the session's, the retry on the other)", u.name, n)
+		}
+	}
+	if !strings.Contains(logs.String(), "Reported a ban of session fleet-127.0.0.1_") || !strings.Contains(logs.String(), "(204)") {
+		t.Errorf("the middleware did not report the ban through the session call:\n%s", logs.String())
+	}
+	h.noCredentials(t, ups, logs.String(), string(data))
+}

@@ -1,0 +1,117 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// PoolLabel is the label a ProxyPool puts on its members (design §10); the
+// pool- term selects on it.
+const PoolLabel = "crawl.proxyfleet.io/pool"
+
+// maxSessionLen bounds a session id, as the lease API bounds one.
+const maxSessionLen = 253
+
+// The keys of the username's terms.
+const (
+	keyNamespace = "ns"
+	keyPool      = "pool"
+	keySession   = "session"
+)
+
+// Target is what a username asks for. Empty fields mean "any": any
+// namespace the caller may lease in, any proxy, rotating mode.
+type Target struct {
+	Namespace string
+	Pool      string
+	Session   string
+}
+
+// Selector is the label selector of the pool term (everything without one).
+func (t Target) Selector() labels.Selector {
+	if t.Pool == "" {
+		return labels.Everything()
+	}
+	return labels.SelectorFromSet(labels.Set{PoolLabel: t.Pool})
+}
+
+// TermError is a username the gateway cannot read: it names the term.
+type TermError struct {
+	Term   string
+	Reason string
+}
+
+func (e *TermError) Error() string {
+	return fmt.Sprintf("username term %q: %s", truncate(e.Term), e.Reason)
+}
+
+// ParseUsername reads the username grammar: terms joined by '+', each
+// key-value split at the first '-' (so values may contain '-'), keys ns,
+// pool and session, each at most once. The empty username asks for nothing.
+func ParseUsername(username string) (Target, error) {
+	var t Target
+	if username == "" {
+		return t, nil
+	}
+	seen := map[string]bool{}
+	for term := range strings.SplitSeq(username, "+") {
+		key, value, ok := strings.Cut(term, "-")
+		switch {
+		case term == "":
+			return Target{}, &TermError{Term: term, Reason: "is empty (two '+' in a row, or one at either end)"}
+		case !ok:
+			return Target{}, &TermError{Term: term, Reason: "is not key-value (want ns-<namespace>, pool-<pool> or session-<id>)"}
+		case key != keyNamespace && key != keyPool && key != keySession:
+			return Target{}, &TermError{Term: term, Reason: fmt.Sprintf("unknown key %q (known: ns, pool, session)", truncate(key))}
+		case seen[key]:
+			return Target{}, &TermError{Term: term, Reason: fmt.Sprintf("key %q is given more than once", key)}
+		case value == "":
+			return Target{}, &TermError{Term: term, Reason: "has an empty value"}
+		}
+		seen[key] = true
+		switch key {
+		case keyNamespace:
+			if errs := validation.IsDNS1123Label(value); len(errs) > 0 {
+				return Target{}, &TermError{Term: term, Reason: "is not a namespace name: " + strings.Join(errs, "; ")}
+			}
+			t.Namespace = value
+		case keyPool:
+			if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
+				return Target{}, &TermError{Term: term, Reason: "is not a pool name: " + strings.Join(errs, "; ")}
+			}
+			t.Pool = value
+		case keySession:
+			if err := checkSession(value); err != "" {
+				return Target{}, &TermError{Term: term, Reason: err}
+			}
+			t.Session = value
+		}
+	}
+	return t, nil
+}
+
+func checkSession(id string) string {
+	switch {
+	case len(id) > maxSessionLen:
+		return fmt.Sprintf("the session id is longer than %d bytes", maxSessionLen)
+	case !utf8.ValidString(id):
+		return "the session id is not valid UTF-8"
+	case strings.ContainsFunc(id, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }):
+		return "the session id must not contain spaces, control or non-printable characters"
+	}
+	return ""
+}
+
+// truncate keeps echoed input short in error messages.
+func truncate(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}

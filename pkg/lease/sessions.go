@@ -1,0 +1,156 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Sticky sessions as a unit, and the exported door the gateway (pkg/gateway)
+// uses to the same leases as the HTTP API. Kept in a file of its own so that
+// the session call and the gateway's needs stay apart from the core server
+// and store.
+
+// SessionLeases returns owner's live leases acquired with session in scope
+// (the acquire's namespace, "" for any), oldest grant first.
+func (s *Store) SessionLeases(owner, scope, session string) []Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advanceLocked(s.clock.Now())
+	var out []Lease
+	for _, l := range s.leases {
+		if l.state == stateLive && l.owner == owner && l.session == session && l.sessionScope == scope {
+			out = append(out, s.viewLocked(l))
+		}
+	}
+	sortLeases(out)
+	return out
+}
+
+// ForgetSession drops the sticky choice of session in scope, so that its
+// next acquire chooses afresh.
+func (s *Store) ForgetSession(scope, session string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sess := s.sessions[sessionKey{scope, session}]; sess != nil {
+		s.dropSessionLocked(sess)
+	}
+}
+
+func sortLeases(ls []Lease) {
+	slices.SortStableFunc(ls, func(a, b Lease) int { return a.GrantedAt.Compare(b.GrantedAt) })
+}
+
+// sessionQuery is DELETE /v1/sessions/{session}?namespace=&outcome=&domain=.
+type sessionQuery struct {
+	namespace string
+	release   releaseQuery
+}
+
+func decodeSessionRelease(session, rawQuery string) (sessionQuery, error) {
+	if err := validateText("session", session, maxSessionLen, true); err != nil {
+		return sessionQuery{}, err
+	}
+	q, err := parseQuery(rawQuery, "namespace", "outcome", "domain")
+	if err != nil {
+		return sessionQuery{}, err
+	}
+	if err := validateNamespace("namespace", q["namespace"]); err != nil {
+		return sessionQuery{}, err
+	}
+	r, err := releaseFrom(q)
+	if err != nil {
+		return sessionQuery{}, err
+	}
+	return sessionQuery{namespace: q["namespace"], release: r}, nil
+}
+
+// releaseSession serves DELETE /v1/sessions/{session}: every live lease of
+// the session (in the namespace scope given, as the acquire named it) is
+// released with the outcome, and the session forgets its proxy, so that its
+// next connection through the gateway gets another one. The caller needs
+// delete on proxies/leases in the namespace of each lease's proxy. 204 even
+// when the session holds nothing: the outcome is what the caller wanted.
+func (s *Server) releaseSession(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	session := r.PathValue("session")
+	q, err := decodeSessionRelease(session, r.URL.RawQuery)
+	if err != nil {
+		s.writeStoreError(w, r, err)
+		return
+	}
+	if q.namespace != "" && !s.authorize(w, r, user, Attributes{Verb: VerbDelete, Namespace: q.namespace}) {
+		return
+	}
+	leases := s.store.SessionLeases(user.Identity(), q.namespace, session)
+	authorized := map[string]bool{q.namespace: q.namespace != ""}
+	for _, l := range leases {
+		if ns := l.Proxy.Key.Namespace; !authorized[ns] {
+			if !s.authorize(w, r, user, Attributes{Verb: VerbDelete, Namespace: ns}) {
+				return
+			}
+			authorized[ns] = true
+		}
+	}
+	for _, l := range leases {
+		if err := s.store.ReleaseAs(user.Identity(), l.ID, q.release.outcome, q.release.domain); err != nil && !errors.Is(err, ErrUnknownLease) {
+			s.writeStoreError(w, r, err)
+			return
+		}
+	}
+	s.store.ForgetSession(q.namespace, session)
+	klog.FromContext(r.Context()).V(4).Info("Session released", "session", session, "namespace", q.namespace,
+		"outcome", q.release.outcome, "leases", len(leases), "user", user.Name)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// The gateway's door: the same store, auth and credentials as the HTTP API,
+// with the watermark kept ahead of every grant and renewal.
+
+// Auth returns the authenticator and authorizer of the API, so that the
+// gateway checks callers exactly as the API does.
+func (s *Server) Auth() (Authenticator, Authorizer) { return s.authn, s.authz }
+
+// Store returns the lease store the API serves.
+func (s *Server) Store() *Store { return s.store }
+
+// AcquireWithCredentials grants a lease as POST /v1/leases does (the
+// persisted horizon extended when needed) and returns the proxy's
+// credentials with it (nil when it needs none). A lease whose credentials
+// are unavailable is released with OutcomeError and an error returned.
+func (s *Server) AcquireWithCredentials(ctx context.Context, req AcquireRequest) (Lease, *Credentials, error) {
+	if !s.leading.Load() {
+		return Lease{}, nil, ErrNotLeader
+	}
+	l, err := s.acquireWithinHorizon(ctx, req)
+	if err != nil {
+		return Lease{}, nil, err
+	}
+	if s.credentials == nil {
+		return l, nil, nil
+	}
+	creds, err := s.credentials(ctx, l.Proxy.Key)
+	if err != nil {
+		if relErr := s.store.ReleaseAs(req.Owner, l.ID, OutcomeError, ""); relErr != nil && !errors.Is(relErr, ErrUnknownLease) {
+			klog.FromContext(ctx).Error(relErr, "Returning a lease whose credentials are unavailable", "proxy", l.Proxy.Key)
+		}
+		return Lease{}, nil, fmt.Errorf("credentials of proxy %s: %w", l.Proxy.Key, err)
+	}
+	return l, creds, nil
+}
+
+// RenewLease renews owner's lease as POST /v1/leases/{id}/renew does.
+func (s *Server) RenewLease(ctx context.Context, owner, id string, ttl time.Duration) (Lease, error) {
+	if !s.leading.Load() {
+		return Lease{}, ErrNotLeader
+	}
+	return s.renewWithinHorizon(ctx, owner, id, ttl)
+}
