@@ -25,7 +25,7 @@ run: build testenv
 ## test: unit and integration tests, with the race detector (installs missing Debian peers when root)
 test: testenv testpeers
 	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(GO_PKGS)
-	GOWORK=off $(GO) test -C hack/image -timeout $(TEST_TIMEOUT) ./...
+	GOWORK=off $(GO) test -C hack/image -count=1 -timeout $(TEST_TIMEOUT) ./...  # -count=1: it builds the operator, which the test cache does not track
 
 ## image: OCI image layouts of proxy-operator and forward-proxy in .local/images (no Docker; see docs/operations.md)
 image:
