@@ -203,6 +203,7 @@ func TestPrometheusRuleIsTheRulesFile(t *testing.T) {
 // promtool's own unit tests of the rules on synthetic series, and its check.
 func TestAlertRulesWithPromtool(t *testing.T) {
 	promtool := tool(t, "promtool")
+	track(t, "alerts")
 	run(t, nil, promtool, "check", "rules", rulesFile)
 	out := run(t, nil, promtool, "test", "rules", "alerts/proxy-operator.rules.test.yaml")
 	if !strings.Contains(out, "SUCCESS") {
