@@ -9,7 +9,7 @@ GO_PKGS   := ./...
 TEST_P    ?= 2
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build run test chaos fuzz bench generate verify testenv deps testpeers fmt vet clean
+.PHONY: all build run test chaos fuzz bench generate verify testenv deps testpeers fmt vet clean image
 
 all: build
 
@@ -25,6 +25,11 @@ run: build testenv
 ## test: unit and integration tests, with the race detector (installs missing Debian peers when root)
 test: testenv testpeers
 	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(GO_PKGS)
+	GOWORK=off $(GO) test -C hack/image -count=1 -timeout $(TEST_TIMEOUT) ./...  # -count=1: it builds the operator, which the test cache does not track
+
+## image: OCI image layouts of proxy-operator and forward-proxy in .local/images (no Docker; see docs/operations.md)
+image:
+	GOWORK=off $(GO) run -C hack/image . --repo $(CURDIR) --out $(CURDIR)/.local/images
 
 ## chaos: the failure suite's long variant (more rounds, larger fleets, longer storms; about 15 min)
 chaos: testenv testpeers
@@ -52,10 +57,13 @@ fmt:
 
 vet:
 	$(GO) vet $(GO_PKGS)
+	GOWORK=off $(GO) vet -C hack/image ./...
 
-## testenv: build the pinned kube-apiserver, etcd and kubectl into bin/ (no-op when current)
+## testenv: build the pinned kube-apiserver, etcd, kubectl, helm and promtool into bin/ (no-op when current)
 testenv:
 	hack/tools/build.sh
+	hack/tools/build-tool.sh helm
+	hack/tools/build-tool.sh promtool
 
 ## deps: install the Debian packages the tests use as real peers (needs root)
 deps:

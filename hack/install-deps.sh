@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that tests use as real peers: tinyproxy and
 # squid (proxies nobody here wrote), redis-server (the lease benchmark's
-# reference), curl, Python requests and Scrapy (real gateway clients).
+# reference), curl, Python requests and Scrapy (real gateway clients), and
+# skopeo (reads make image's OCI layouts in hack/image's test).
 # Idempotent: does nothing when they are all present.
 #
 #   hack/install-deps.sh           install what is missing (root, or through sudo)
@@ -16,6 +17,7 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v curl >/dev/null || need+=(curl)
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || need+=(python3-requests)
 [ -x /usr/bin/scrapy ] || need+=(python3-scrapy)
+command -v skopeo >/dev/null || need+=(skopeo)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

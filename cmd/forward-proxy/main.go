@@ -31,6 +31,10 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
 )
 
+// version is set at link time by `make image` (hack/image): the VERSION tag
+// plus the commit; "dev" for a plain go build.
+var version = "dev"
+
 const (
 	envUsername = "PROXY_USERNAME"
 	envPassword = "PROXY_PASSWORD"
@@ -53,6 +57,7 @@ func run() int {
 		authFile          = flag.String("auth-file", "", "file holding username:password for basic auth (alternative to $"+envUsername+"/$"+envPassword+")")
 		cloudInit         = flag.String("cloud-init", "", "path of the cloud-init user-data delivered to this instance; its size and sha256 are logged, never its content")
 		shutdownTimeout   = flag.Duration("shutdown-timeout", 25*time.Second, "on SIGTERM, how long to wait for requests and tunnels in flight")
+		showVersion       = flag.Bool("version", false, "print the version and exit")
 	)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\nA forward HTTP(S) proxy. Basic-auth credentials come from $%s and $%s or --auth-file.\n\nFlags:\n", os.Args[0], envUsername, envPassword)
@@ -60,6 +65,10 @@ func run() int {
 	}
 	flag.Parse()
 	defer klog.Flush()
+	if *showVersion {
+		fmt.Println("forward-proxy", version)
+		return 0
+	}
 	if flag.NArg() > 0 {
 		klog.ErrorS(nil, "Unexpected arguments", "args", flag.Args())
 		return 2

@@ -33,12 +33,14 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
-// DefaultImage is the forward-proxy image (cmd/forward-proxy/Dockerfile) run
-// when neither spec.kubernetes.image nor Options.DefaultImage says otherwise.
+// DefaultImage is the forward-proxy image run when neither
+// spec.kubernetes.image nor Options.DefaultImage says otherwise: the one
+// `make image` builds (hack/image), tagged with the VERSION file, which a test
+// keeps this in step with.
 // A custom image must accept forward-proxy's flags (--listen, --name,
 // --cloud-init) and environment (PROXY_USERNAME, PROXY_PASSWORD) and serve
 // GET /healthz on the proxy port.
-const DefaultImage = "ghcr.io/proxyfleet/forward-proxy:latest"
+const DefaultImage = "ghcr.io/proxyfleet/forward-proxy:v0.1.0"
 
 // DefaultFieldManager names the provider's writes in managedFields.
 const DefaultFieldManager = "proxy-operator"

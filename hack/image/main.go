@@ -1,0 +1,66 @@
+// Command image builds the OCI image layouts of proxy-operator and forward-proxy
+// without Docker: each binary is compiled static (CGO_ENABLED=0) and put alone on
+// an empty base, with a non-root numeric user, an entrypoint and the OCI labels.
+// `make image` runs it; push the result with skopeo copy or crane push (see
+// docs/operations.md).
+//
+// It lives in its own module so that go-containerregistry never enters the
+// operator's go.mod; it builds the operator by running `go build` in the
+// repository, as a developer would.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+func main() {
+	repo := flag.String("repo", "../..", "root of the proxy-operator repository")
+	out := flag.String("out", "", "directory the layouts are written to, one per image (default <repo>/.local/images)")
+	platforms := flag.String("platforms", "linux/"+runtime.GOARCH, "comma-separated os/arch list; more than one writes an image index")
+	flag.Parse()
+
+	root, err := filepath.Abs(*repo)
+	if err != nil {
+		fail(err)
+	}
+	if *out == "" {
+		*out = filepath.Join(root, ".local", "images")
+	}
+	plats, err := parsePlatforms(*platforms)
+	if err != nil {
+		fail(err)
+	}
+	src, err := ReadSource(root)
+	if err != nil {
+		fail(err)
+	}
+	for _, img := range Images {
+		dir := filepath.Join(*out, img.Name)
+		if err := Build(src, img, plats, dir); err != nil {
+			fail(fmt.Errorf("%s: %w", img.Name, err))
+		}
+		fmt.Printf("%s %s -> oci:%s:%s\n", img.Ref(src.Version), src.BinaryVersion(), dir, src.Version)
+	}
+}
+
+func parsePlatforms(s string) ([]Platform, error) {
+	var out []Platform
+	for _, p := range strings.Split(s, ",") {
+		osName, arch, ok := strings.Cut(strings.TrimSpace(p), "/")
+		if !ok || osName != "linux" || arch == "" {
+			return nil, fmt.Errorf("--platforms: %q is not linux/<arch>", p)
+		}
+		out = append(out, Platform{OS: osName, Arch: arch})
+	}
+	return out, nil
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "image:", err)
+	os.Exit(1)
+}
