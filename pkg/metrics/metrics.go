@@ -50,6 +50,7 @@ type Metrics struct {
 	gcCollected       *prometheus.CounterVec
 	health            healthMetrics
 	lease             leaseMetrics
+	pool              poolMetrics
 	leader            prometheus.Gauge
 	buildInfo         *prometheus.GaugeVec
 	proxies           *proxyCollector
@@ -99,6 +100,7 @@ func New() *Metrics {
 		}, []string{"version"}),
 		health:    newHealthMetrics(),
 		lease:     newLeaseMetrics(),
+		pool:      newPoolMetrics(),
 		proxies:   &proxyCollector{desc: proxiesDesc},
 		workqueue: newWorkqueueProvider(),
 	}
@@ -117,6 +119,7 @@ func New() *Metrics {
 	m.registry.MustRegister(m.health.collectors()...)
 	m.lease.predeclare(lease.AcquireOutcomes, lease.LeaseEnds)
 	m.registry.MustRegister(m.lease.collectors()...)
+	m.registry.MustRegister(m.pool.collectors()...)
 	m.workqueue.mustRegister(m.registry)
 	return m
 }
