@@ -24,7 +24,7 @@ import (
 // a few at a time (never taking the fleet down), and drains a member's
 // leases before deleting it. Members are Proxies owned by the pool and
 // labelled crawl.proxyfleet.io/pool=<pool name>.
-// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 57",message="metadata.name must be at most 57 characters: member names add a 6-character suffix and the name is a label value",fieldPath=".metadata.name"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 57",message="metadata.name must be at most 57 characters: member names add a 6-character suffix and the name is a label value"
 type ProxyPool struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard object metadata.
@@ -111,7 +111,7 @@ type TemplateMetadata struct {
 }
 
 // PoolStrategy bounds a rollout, as a Deployment's rolling update does.
-// +kubebuilder:validation:XValidation:rule="!(string(self.maxSurge) in ['0', '0%'] && string(self.maxUnavailable) in ['0', '0%'])",message="spec.strategy.maxSurge and spec.strategy.maxUnavailable must not both be zero: nothing could ever be replaced",fieldPath=".maxSurge"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxSurge) || !has(self.maxUnavailable) || !(string(self.maxSurge) in ['0', '0%'] && string(self.maxUnavailable) in ['0', '0%'])",message="spec.strategy.maxSurge and spec.strategy.maxUnavailable must not both be zero: nothing could ever be replaced",fieldPath=".maxSurge"
 type PoolStrategy struct {
 	// MaxSurge is how many members may exist above spec.replicas while
 	// members are replaced: a number, or a percentage of replicas rounded up.
