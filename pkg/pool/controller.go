@@ -414,9 +414,17 @@ func memberOf(p *crawlv1alpha1.Proxy) Member {
 		Deleting: p.DeletionTimestamp != nil,
 		Ready:    p.Status.Phase == crawlv1alpha1.PhaseReady && p.DeletionTimestamp == nil,
 	}
-	if p.Status.Phase == crawlv1alpha1.PhaseUnhealthy {
+	switch p.Status.Phase {
+	case crawlv1alpha1.PhaseUnhealthy:
 		m.UnhealthySince = p.CreationTimestamp.Time
 		if cond := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionHealthy); cond != nil && cond.Status == metav1.ConditionFalse {
+			m.UnhealthySince = cond.LastTransitionTime.Time
+		}
+	case crawlv1alpha1.PhaseReady, crawlv1alpha1.PhaseDeleting:
+	default: // Pending, Provisioning, Failed: not coming up
+		m.Starting = true
+		m.UnhealthySince = p.CreationTimestamp.Time
+		if cond := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionProvisioned); cond != nil && cond.LastTransitionTime.After(m.UnhealthySince) {
 			m.UnhealthySince = cond.LastTransitionTime.Time
 		}
 	}

@@ -29,9 +29,15 @@ type Member struct {
 	Created  time.Time
 	// Ready: phase Ready.
 	Ready bool
-	// UnhealthySince is when the member's phase became Unhealthy; zero
-	// unless it is Unhealthy now.
+	// UnhealthySince is when the member's phase became Unhealthy, or, for a
+	// member stuck short of Ready (Pending, Provisioning, Failed: Starting),
+	// when its Provisioned condition last changed; zero while Ready.
 	UnhealthySince time.Time
+	// Starting: not Ready and not Unhealthy either (an instance that does
+	// not come up or stopped answering its provider). It counts as
+	// unhealthy only once past unhealthyTimeout, so that the members a
+	// rollout is creating do not trip the maxUnhealthy short-circuit.
+	Starting bool
 	// DrainingSince is when the pool marked it for removal; zero if not.
 	DrainingSince time.Time
 	// Deleting: the Proxy is being deleted (its instance may still exist).
@@ -185,7 +191,7 @@ func Decide(pol Policy, members []Member, now time.Time) Plan {
 		}
 		if m.draining() {
 			c.Draining++
-		} else if m.unhealthy() {
+		} else if m.unhealthy() && (!m.Starting || now.Sub(m.UnhealthySince) >= pol.UnhealthyTimeout) {
 			c.Unhealthy++
 		}
 	}

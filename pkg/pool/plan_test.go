@@ -32,6 +32,7 @@ func created(d time.Duration) memberOption { return func(m *Member) { m.Created 
 func drainingFor(d time.Duration) memberOption {
 	return func(m *Member) { m.DrainingSince = t0.Add(-d) }
 }
+func starting(m *Member) { m.Starting = true }
 func unhealthyFor(d time.Duration) memberOption {
 	return func(m *Member) { m.Ready = false; m.UnhealthySince = t0.Add(-d) }
 }
@@ -115,6 +116,13 @@ func TestDecide(t *testing.T) {
 		"unhealthy past the timeout is replaced": {
 			pol: policy(6, 1, 0), members: append(members(5), member("u", unhealthyFor(6*time.Minute))),
 			want: planOf{Create: 1, Delete: []Deletion{{Name: "u", Why: "not ready", Reason: ReasonUnhealthy}}}},
+		"stuck starting past the timeout is replaced": {
+			pol: policy(6, 1, 0), members: append(members(5), member("s", unhealthyFor(6*time.Minute), starting)),
+			want: planOf{Create: 1, Delete: []Deletion{{Name: "s", Why: "not ready", Reason: ReasonUnhealthy}}}},
+		"starting members of a rollout do not pause remediation": {
+			pol:     policy(6, 1, 0),
+			members: append(members(3), member("n1", unhealthyFor(time.Second), starting), member("n2", unhealthyFor(time.Second), starting), member("n3", unhealthyFor(time.Second), starting), member("u", unhealthyFor(time.Hour))),
+			want:    planOf{Delete: []Deletion{{Name: "u", Why: "not ready", Reason: ReasonUnhealthy}}}},
 		"unhealthy within the timeout stays": {
 			pol: policy(6, 1, 0), members: append(members(5), member("u", unhealthyFor(time.Minute))), want: planOf{}},
 		"too many unhealthy: remediation pauses": {
