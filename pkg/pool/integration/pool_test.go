@@ -177,9 +177,13 @@ func pollUntil(t *testing.T, d time.Duration) {
 	}
 }
 
-// TestRemediation: one member's process killed is replaced after
-// unhealthyTimeout; with the probe target stopped (every member
-// Unhealthy) nothing is replaced and the condition says why.
+// TestRemediation: a member whose process is killed is healed in place by
+// the Proxy controller (the local provider reports the instance stopped,
+// and it gets a new one: the pool need not act); a member whose process
+// hangs (SIGSTOP: running, but every probe times out) turns Unhealthy and
+// the pool replaces it after unhealthyTimeout; with the probe target
+// stopped (every member Unhealthy) nothing is replaced and the condition
+// says why.
 func TestRemediation(t *testing.T) {
 	pt := newPoolTest(t)
 	target := proxytest.StartHTTPTarget(t)
@@ -190,30 +194,60 @@ func TestRemediation(t *testing.T) {
 	eventually(t, 2*time.Minute, "3 Ready members", func(ctx context.Context) error { return pt.settled(ctx, "heal", 3) })
 
 	ms, _ := pt.members(t.Context(), "heal")
-	victim := ms[0]
-	var pid int
-	_, victimID, _ := provider.SplitProviderID(victim.Status.ProviderID)
-	for _, inst := range pt.instances() {
-		if inst.ID == victimID {
-			pid = inst.PID
+	pidOf := func(m crawlv1alpha1.Proxy) int {
+		_, id, _ := provider.SplitProviderID(m.Status.ProviderID)
+		for _, inst := range pt.instances() {
+			if inst.ID == id {
+				return inst.PID
+			}
 		}
+		t.Fatalf("no instance for %s (%s)", m.Name, m.Status.ProviderID)
+		return 0
 	}
-	if pid == 0 {
-		t.Fatalf("no instance for %s (%s)", victim.Name, victim.Status.ProviderID)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+
+	// Killed: the Proxy controller makes the same member a new instance.
+	killed, killedPID := ms[1], pidOf(ms[1])
+	if err := syscall.Kill(killedPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, time.Minute, killed.Name+" Ready on a new process", func(ctx context.Context) error {
+		p, err := pt.crawl.CrawlV1alpha1().Proxies(pt.ns).Get(ctx, killed.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != crawlv1alpha1.PhaseReady {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		if pid := pidOf(*p); pid == killedPID {
+			return errors.New("still the killed process")
+		}
+		return nil
+	})
+
+	// Hung: Unhealthy, then replaced by the pool after unhealthyTimeout.
+	victim, pid := ms[0], pidOf(ms[0])
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	// A hung process times every probe out; the local provider then reports
+	// the instance not running (phase Provisioning) or the probes turn it
+	// Unhealthy: either way it has left Ready, and the pool counts from then.
 	var unhealthyAt time.Time
-	eventually(t, time.Minute, victim.Name+" Unhealthy", func(ctx context.Context) error {
+	eventually(t, time.Minute, victim.Name+" no longer Ready", func(ctx context.Context) error {
 		p, err := pt.crawl.CrawlV1alpha1().Proxies(pt.ns).Get(ctx, victim.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if p.Status.Phase != crawlv1alpha1.PhaseUnhealthy {
+		if p.Status.Phase == crawlv1alpha1.PhaseReady {
 			return fmt.Errorf("phase %s", p.Status.Phase)
 		}
-		unhealthyAt = meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionHealthy).LastTransitionTime.Time
+		for _, c := range p.Status.Conditions {
+			if c.Status != metav1.ConditionTrue && c.LastTransitionTime.After(unhealthyAt) {
+				unhealthyAt = c.LastTransitionTime.Time
+			}
+		}
+		t.Logf("%s is %s since %s", victim.Name, p.Status.Phase, unhealthyAt.Format(time.RFC3339))
 		return nil
 	})
 	eventually(t, 2*time.Minute, victim.Name+" replaced", func(ctx context.Context) error {
@@ -226,7 +260,7 @@ func TestRemediation(t *testing.T) {
 		}
 		// Condition times have second precision: allow for the truncation.
 		if early := time.Since(unhealthyAt); early < unhealthyTimeout-time.Second {
-			t.Errorf("replaced %v after it became Unhealthy, before unhealthyTimeout %v", early, unhealthyTimeout)
+			t.Errorf("replaced %v after it left Ready, before unhealthyTimeout %v", early, unhealthyTimeout)
 		}
 		return nil
 	})
