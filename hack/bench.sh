@@ -70,6 +70,16 @@ trap 'rm -f "$tmp"' EXIT
     echo "acquired and released per tunnel), in one process, alternating, the better of two runs each."
     echo
     go run ./pkg/gateway/bench
+    echo
+    echo "## Secret rotation: ProxyPool beside standalone Proxies (issue 13)"
+    echo
+    echo "\`go run ./pkg/pool/bench\`: the operator binary on a real kube-apiserver and etcd, local-provider"
+    echo "forward-proxy processes probed through themselves every second. Six ProxyPool members"
+    echo "sharing a cloud-init Secret (maxSurge 1, maxUnavailable 1) beside six standalone Proxies"
+    echo "sharing another, both Secrets rotated at the same moment: the fewest Ready proxies seen"
+    echo "(sampled every 100 ms) and the time until all six are Ready on the new content."
+    echo
+    go run ./pkg/pool/bench
 } >"$tmp"
 mv "$tmp" "$out"
 trap - EXIT

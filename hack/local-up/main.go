@@ -24,8 +24,10 @@ import (
 	"strings"
 	"syscall"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
@@ -224,6 +226,44 @@ func createExamples(ctx context.Context, config *rest.Config, cfg config) error 
 			_, err := client.Create(ctx, p, metav1.CreateOptions{FieldManager: "local-up"})
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating example %s: %w", p.Name, err)
+			}
+		}
+	}
+	return createExamplePool(ctx, config, filepath.Join(cfg.examples, "pool.yaml"), targetURL)
+}
+
+// createExamplePool creates examples/pool.yaml: its cloud-init Secret and
+// its ProxyPool, pointed at this program's target.
+func createExamplePool(ctx context.Context, config *rest.Config, path, targetURL string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	kube := kubernetes.NewForConfigOrDie(config)
+	pools := versioned.NewForConfigOrDie(config).CrawlV1alpha1().ProxyPools(metav1.NamespaceDefault)
+	for _, doc := range splitDocuments(data) {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		switch meta.Kind {
+		case "Secret":
+			var s corev1.Secret
+			if err := yaml.UnmarshalStrict(doc, &s); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			if _, err := kube.CoreV1().Secrets(metav1.NamespaceDefault).Create(ctx, &s, metav1.CreateOptions{FieldManager: "local-up"}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating example Secret %s: %w", s.Name, err)
+			}
+		case "ProxyPool":
+			var p crawlv1alpha1.ProxyPool
+			if err := yaml.UnmarshalStrict(doc, &p); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			p.Spec.Template.Spec.HealthCheck.URL = targetURL
+			p.Spec.Template.Spec.HealthCheck.TLS = &crawlv1alpha1.HealthCheckTLS{InsecureSkipVerify: true}
+			if _, err := pools.Create(ctx, &p, metav1.CreateOptions{FieldManager: "local-up"}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating example pool %s: %w", p.Name, err)
 			}
 		}
 	}

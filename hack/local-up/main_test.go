@@ -81,14 +81,28 @@ func TestMakeRun(t *testing.T) {
 			return false, err.Error()
 		}
 		phases := map[string]crawlv1alpha1.ProxyPhase{}
-		ready := 0
+		ready, members, readyMembers := 0, 0, 0
 		for _, p := range list.Items {
 			phases[p.Name] = p.Status.Phase
+			isMember := p.Labels[crawlv1alpha1.PoolLabel] == "dev-pool"
+			if isMember {
+				members++
+			}
 			if p.Status.Phase == crawlv1alpha1.PhaseReady {
-				ready++
+				if isMember {
+					readyMembers++
+				} else {
+					ready++
+				}
 			}
 		}
-		return ready == 3 && len(list.Items) == 3, fmt.Sprintf("phases %v", phases)
+		// Three standalone examples and the three members of examples/pool.yaml.
+		pool, err := crawl.CrawlV1alpha1().ProxyPools("default").Get(context.Background(), "dev-pool", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return ready == 3 && len(list.Items) == 6 && members == 3 && readyMembers == 3 && pool.Status.ReadyReplicas == 3,
+			fmt.Sprintf("phases %v, pool status %+v", phases, pool.Status)
 	})
 
 	// A lease over HTTP: acquire on a dev-pool proxy, then release.
@@ -141,7 +155,7 @@ func TestMakeRun(t *testing.T) {
 	// Every process it started, before Ctrl-C.
 	pids := children(t, cmd.Process.Pid)
 	pids = append(pids, instancePIDs(t, filepath.Join(dir, "instances"))...)
-	if len(pids) < 4 { // etcd, kube-apiserver, two local proxies
+	if len(pids) < 7 { // etcd, kube-apiserver, two local proxies, three pool members
 		t.Fatalf("found only processes %v to watch", pids)
 	}
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {

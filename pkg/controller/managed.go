@@ -47,7 +47,7 @@ func (c *Controller) reconcileManaged(ctx context.Context, p *crawlv1alpha1.Prox
 		c.setProvisioned(p, metav1.ConditionFalse, ReasonCredentialsError, err.Error())
 		return done, err
 	}
-	hash := specHash(p.Spec, cloudInit, credentials)
+	hash := instanceHash(p, cloudInit, credentials)
 	recorded := p.Annotations[crawlv1alpha1.SpecHashAnnotation]
 
 	if p.Status.ProviderID == "" {

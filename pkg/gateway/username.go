@@ -8,11 +8,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 )
 
-// PoolLabel is the label a ProxyPool puts on its members (design §10); the
-// pool- term selects on it.
-const PoolLabel = "crawl.proxyfleet.io/pool"
+// PoolLabel is the label a ProxyPool puts on its members; the pool- term
+// selects on it.
+const PoolLabel = crawlv1alpha1.PoolLabel
 
 // maxSessionLen bounds a session id, as the lease API bounds one.
 const maxSessionLen = 253

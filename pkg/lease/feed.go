@@ -88,6 +88,7 @@ func ProxyInfoFrom(p *crawlv1alpha1.Proxy) ProxyInfo {
 		LatencyMillis: p.Status.LatencyMillis,
 		MaxLeases:     p.Spec.MaxLeases,
 		ReadySince:    readySince,
+		Draining:      draining(p),
 	}
 }
 

@@ -216,7 +216,7 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 // acceptable, else the first acceptable one in selection order.
 func (s *Store) selectLocked(req *AcquireRequest, now time.Time) (*proxyState, error) {
 	acceptable := func(p *proxyState) bool {
-		return p.free() && req.Selector.Matches(labels.Set(p.info.Labels))
+		return p.free() && !p.info.Draining && req.Selector.Matches(labels.Set(p.info.Labels))
 	}
 	if req.Session != "" {
 		if sess := s.sessions[sessionKey{req.Namespace, req.Session}]; sess != nil {

@@ -119,9 +119,6 @@ func (s *Server) releaseSession(w http.ResponseWriter, r *http.Request) {
 // gateway checks callers exactly as the API does.
 func (s *Server) Auth() (Authenticator, Authorizer) { return s.authn, s.authz }
 
-// Store returns the lease store the API serves.
-func (s *Server) Store() *Store { return s.store }
-
 // AcquireWithCredentials grants a lease as POST /v1/leases does (the
 // persisted horizon extended when needed) and returns the proxy's
 // credentials with it (nil when it needs none). A lease whose credentials

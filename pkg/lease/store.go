@@ -51,6 +51,9 @@ type ProxyInfo struct {
 	// value: a change while Ready means the proxy was not Ready in between,
 	// even if this replica never saw that state, and revokes its leases.
 	ReadySince time.Time
+	// Draining: its ProxyPool is taking it out. It is granted no new lease;
+	// its live leases keep renewing until they end (see drain.go).
+	Draining bool
 }
 
 // Config configures a Store. Zero durations take the defaults above.

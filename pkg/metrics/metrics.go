@@ -52,6 +52,7 @@ type Metrics struct {
 	lease             leaseMetrics
 	leaseState        leaseStateMetrics
 	gw                gatewayMetrics // gateway.go
+	pool              poolMetrics
 	leader            prometheus.Gauge
 	buildInfo         *prometheus.GaugeVec
 	proxies           *proxyCollector
@@ -103,6 +104,7 @@ func New() *Metrics {
 		lease:      newLeaseMetrics(),
 		leaseState: newLeaseStateMetrics(),
 		gw:         newGatewayMetrics(),
+		pool:       newPoolMetrics(),
 		proxies:    &proxyCollector{desc: proxiesDesc},
 		workqueue:  newWorkqueueProvider(),
 	}
@@ -123,6 +125,7 @@ func New() *Metrics {
 	m.registry.MustRegister(m.lease.collectors()...)
 	m.registry.MustRegister(m.leaseState.collectors()...)
 	m.registry.MustRegister(m.gw.collectors()...)
+	m.registry.MustRegister(m.pool.collectors()...)
 	m.workqueue.mustRegister(m.registry)
 	return m
 }

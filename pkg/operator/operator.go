@@ -48,6 +48,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
+	"github.com/proxyfleet/proxy-operator/pkg/pool"
 )
 
 // LeaseName names the coordination.k8s.io Lease the replicas elect a leader with.
@@ -190,6 +191,12 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	// proxy before it grants.
 	op.synced = append(op.synced, feedSynced)
 
+	// ProxyPools (pkg/pool), on the leader beside the Proxy controller.
+	if op.pools, err = newPoolController(crawl, kube, crawlInformers, proxyInformer, secretInformer, op.leases, m); err != nil {
+		return fmt.Errorf("pool controller: %w", err)
+	}
+	op.synced = append(op.synced, crawlInformers.Crawl().V1alpha1().ProxyPools().Informer().HasSynced)
+
 	// Listen before anything runs, so a taken port fails start-up at once.
 	ln, err := net.Listen("tcp", o.MetricsAddr)
 	if err != nil {
@@ -228,6 +235,7 @@ type operator struct {
 	leaseClient    kubernetes.Interface
 	metrics        *metrics.Metrics
 	controller     *controller.Controller
+	pools          *pool.Controller
 	kubeInformers  informers.SharedInformerFactory
 	crawlInformers crawlinformers.SharedInformerFactory
 	// synced reports the caches /readyz and the leader wait for.
@@ -443,6 +451,10 @@ func (op *operator) runLeader(ctx context.Context) error {
 	g.Go(func() error {
 		defer logger.V(2).Info("Controller stopped: workers finished their items")
 		return op.controller.Run(ctx, op.opts.Workers)
+	})
+	g.Go(func() error {
+		defer logger.V(2).Info("Pool controller stopped")
+		return op.pools.Run(ctx, op.opts.Workers)
 	})
 	g.Go(func() error {
 		defer logger.V(2).Info("Health engine stopped")

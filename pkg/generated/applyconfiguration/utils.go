@@ -46,16 +46,30 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.KubernetesProviderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalSecretRef"):
 		return &crawlv1alpha1.LocalSecretRefApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolRemediation"):
+		return &crawlv1alpha1.PoolRemediationApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolStrategy"):
+		return &crawlv1alpha1.PoolStrategyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Proxy"):
 		return &crawlv1alpha1.ProxyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ProxyAuth"):
 		return &crawlv1alpha1.ProxyAuthApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ProxyPool"):
+		return &crawlv1alpha1.ProxyPoolApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ProxyPoolSpec"):
+		return &crawlv1alpha1.ProxyPoolSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ProxyPoolStatus"):
+		return &crawlv1alpha1.ProxyPoolStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ProxySpec"):
 		return &crawlv1alpha1.ProxySpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ProxyStatus"):
 		return &crawlv1alpha1.ProxyStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ProxyTemplate"):
+		return &crawlv1alpha1.ProxyTemplateApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeyRef"):
 		return &crawlv1alpha1.SecretKeyRefApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TemplateMetadata"):
+		return &crawlv1alpha1.TemplateMetadataApplyConfiguration{}
 
 	}
 	return nil

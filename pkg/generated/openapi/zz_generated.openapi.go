@@ -41,12 +41,20 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider": schema_pkg_apis_crawl_v1alpha1_KubernetesProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider":      schema_pkg_apis_crawl_v1alpha1_LocalProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalSecretRef":     schema_pkg_apis_crawl_v1alpha1_LocalSecretRef(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRemediation":    schema_pkg_apis_crawl_v1alpha1_PoolRemediation(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolStrategy":       schema_pkg_apis_crawl_v1alpha1_PoolStrategy(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Proxy":              schema_pkg_apis_crawl_v1alpha1_Proxy(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth":          schema_pkg_apis_crawl_v1alpha1_ProxyAuth(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyList":          schema_pkg_apis_crawl_v1alpha1_ProxyList(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyPool":          schema_pkg_apis_crawl_v1alpha1_ProxyPool(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyPoolList":      schema_pkg_apis_crawl_v1alpha1_ProxyPoolList(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyPoolSpec":      schema_pkg_apis_crawl_v1alpha1_ProxyPoolSpec(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyPoolStatus":    schema_pkg_apis_crawl_v1alpha1_ProxyPoolStatus(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxySpec":          schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyStatus":        schema_pkg_apis_crawl_v1alpha1_ProxyStatus(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTemplate":      schema_pkg_apis_crawl_v1alpha1_ProxyTemplate(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.SecretKeyRef":       schema_pkg_apis_crawl_v1alpha1_SecretKeyRef(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.TemplateMetadata":   schema_pkg_apis_crawl_v1alpha1_TemplateMetadata(ref),
 		v1.AWSElasticBlockStoreVolumeSource{}.OpenAPIModelName():                          schema_k8sio_api_core_v1_AWSElasticBlockStoreVolumeSource(ref),
 		v1.Affinity{}.OpenAPIModelName():                                                  schema_k8sio_api_core_v1_Affinity(ref),
 		v1.AppArmorProfile{}.OpenAPIModelName():                                           schema_k8sio_api_core_v1_AppArmorProfile(ref),
@@ -694,6 +702,60 @@ func schema_pkg_apis_crawl_v1alpha1_LocalSecretRef(ref common.ReferenceCallback)
 	}
 }
 
+func schema_pkg_apis_crawl_v1alpha1_PoolRemediation(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PoolRemediation says when an unhealthy member is replaced, and when the pool should suspect the probe target or the network instead.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"unhealthyTimeout": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UnhealthyTimeout is how long a member may stay Unhealthy before it is replaced.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"maxUnhealthy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxUnhealthy: when more members than this are Unhealthy at once (a number, or a percentage of replicas rounded down), the likely fault is the probe target or the network, not the proxies; the pool replaces none and says so in the RemediationAllowed condition.",
+							Ref:         ref("k8s.io/apimachinery/pkg/util/intstr.IntOrString"),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Duration{}.OpenAPIModelName(), "k8s.io/apimachinery/pkg/util/intstr.IntOrString"},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_PoolStrategy(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PoolStrategy bounds a rollout, as a Deployment's rolling update does.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"maxSurge": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxSurge is how many members may exist above spec.replicas while members are replaced: a number, or a percentage of replicas rounded up.",
+							Ref:         ref("k8s.io/apimachinery/pkg/util/intstr.IntOrString"),
+						},
+					},
+					"maxUnavailable": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxUnavailable is how many members may be unavailable (not Ready, or draining) below spec.replicas while members are replaced: a number, or a percentage of replicas rounded down.",
+							Ref:         ref("k8s.io/apimachinery/pkg/util/intstr.IntOrString"),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			"k8s.io/apimachinery/pkg/util/intstr.IntOrString"},
+	}
+}
+
 func schema_pkg_apis_crawl_v1alpha1_Proxy(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -815,6 +877,252 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyList(ref common.ReferenceCallback) comm
 		},
 		Dependencies: []string{
 			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Proxy", metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_ProxyPool(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ProxyPool is a fleet of Managed proxies made from one template: it keeps spec.replicas members, replaces out-of-date, too old and unhealthy members a few at a time (never taking the fleet down), and drains a member's leases before deleting it. Members are Proxies owned by the pool and labelled crawl.proxyfleet.io/pool=<pool name>.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec is the desired fleet.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyPoolSpec"),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status is the fleet as the operator last observed it.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyPoolStatus"),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyPoolSpec", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyPoolStatus", metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_ProxyPoolList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ProxyPoolList is a list of ProxyPools.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Items are the ProxyPools.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyPool"),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyPool", metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_ProxyPoolSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ProxyPoolSpec is the desired state of a ProxyPool.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"replicas": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Replicas is how many members the pool keeps (the scale subresource sets it, so kubectl scale, an HPA or KEDA can drive it).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"template": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Template is what every member is made from. Changing it, or the content of a Secret it references (cloud-init or auth), makes every member out of date; they are then replaced within spec.strategy.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTemplate"),
+						},
+					},
+					"strategy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Strategy bounds how fast members are replaced.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolStrategy"),
+						},
+					},
+					"maxAge": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxAge recycles a member older than this (a new instance, so a new IP), within spec.strategy. Each member is recycled up to a tenth earlier, at random, so that a pool created at once does not recycle at once and no member outlives maxAge. Unset: members live until something else replaces them. At least 10s.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"drainTimeout": {
+						SchemaProps: spec.SchemaProps{
+							Description: "DrainTimeout bounds how long a member chosen for removal waits for its leases to end: meanwhile it takes no new lease and its live leases keep renewing; then it is deleted. 0s deletes at once.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"remediation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Remediation replaces members that stay Unhealthy.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRemediation"),
+						},
+					},
+				},
+				Required: []string{"template"},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRemediation", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolStrategy", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTemplate", metav1.Duration{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_ProxyPoolStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ProxyPoolStatus is the observed state of a ProxyPool.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"replicas": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Replicas is how many members exist (draining ones included).",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"readyReplicas": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ReadyReplicas is how many members are Ready.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"availableReplicas": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AvailableReplicas is how many members are Ready and not draining: what the lease API can hand out.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"updatedReplicas": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UpdatedReplicas is how many members are built from the current template revision and younger than maxAge.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"selector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Selector is the label selector of the members, as a string (the scale subresource's labelSelectorPath).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"revision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Revision is the current template revision: a hash of the template and of the content of the Secrets it references. Up-to-date members carry it in the crawl.proxyfleet.io/pool-revision label.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"observedGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ObservedGeneration is the spec generation this status describes.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"conditions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"type",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Conditions: Available (at least replicas - maxUnavailable members are available), Progressing (members are being created, drained or replaced) and RemediationAllowed (False while more than maxUnhealthy members are Unhealthy).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(metav1.Condition{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 
@@ -984,6 +1292,36 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyStatus(ref common.ReferenceCallback) co
 	}
 }
 
+func schema_pkg_apis_crawl_v1alpha1_ProxyTemplate(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ProxyTemplate is the metadata and spec of every member.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Metadata holds the labels and annotations every member carries. The pool adds crawl.proxyfleet.io/pool and crawl.proxyfleet.io/pool-revision.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.TemplateMetadata"),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec is every member's Proxy spec. Members are Managed: mode External is rejected.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxySpec"),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxySpec", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.TemplateMetadata"},
+	}
+}
+
 func schema_pkg_apis_crawl_v1alpha1_SecretKeyRef(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1008,6 +1346,49 @@ func schema_pkg_apis_crawl_v1alpha1_SecretKeyRef(ref common.ReferenceCallback) c
 					},
 				},
 				Required: []string{"name"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_TemplateMetadata(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TemplateMetadata is the part of a member's metadata the template sets.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"labels": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Labels are added to every member; the lease API's selectors match them.",
+							Type:        []string{"object"},
+							AdditionalProperties: &spec.SchemaOrBool{
+								Allows: true,
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"annotations": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Annotations are added to every member.",
+							Type:        []string{"object"},
+							AdditionalProperties: &spec.SchemaOrBool{
+								Allows: true,
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
 			},
 		},
 	}

@@ -55,6 +55,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 	// Group=crawl.proxyfleet.io, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithResource("proxies"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Crawl().V1alpha1().Proxies().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("proxypools"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Crawl().V1alpha1().ProxyPools().Informer()}, nil
 
 	}
 

@@ -25,3 +25,11 @@ type ProxyListerExpansion interface{}
 // ProxyNamespaceListerExpansion allows custom methods to be added to
 // ProxyNamespaceLister.
 type ProxyNamespaceListerExpansion interface{}
+
+// ProxyPoolListerExpansion allows custom methods to be added to
+// ProxyPoolLister.
+type ProxyPoolListerExpansion interface{}
+
+// ProxyPoolNamespaceListerExpansion allows custom methods to be added to
+// ProxyPoolNamespaceLister.
+type ProxyPoolNamespaceListerExpansion interface{}

@@ -26,6 +26,8 @@ import (
 type Interface interface {
 	// Proxies returns a ProxyInformer.
 	Proxies() TypedProxyInformer
+	// ProxyPools returns a ProxyPoolInformer.
+	ProxyPools() TypedProxyPoolInformer
 }
 
 type version struct {
@@ -42,4 +44,9 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 // Proxies returns a TypedProxyInformer.
 func (v *version) Proxies() TypedProxyInformer {
 	return &proxyInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// ProxyPools returns a TypedProxyPoolInformer.
+func (v *version) ProxyPools() TypedProxyPoolInformer {
+	return &proxyPoolInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }

@@ -29,6 +29,7 @@ import (
 type CrawlV1alpha1Interface interface {
 	RESTClient() rest.Interface
 	ProxiesGetter
+	ProxyPoolsGetter
 }
 
 // CrawlV1alpha1Client is used to interact with features provided by the crawl.proxyfleet.io group.
@@ -38,6 +39,10 @@ type CrawlV1alpha1Client struct {
 
 func (c *CrawlV1alpha1Client) Proxies(namespace string) ProxyInterface {
 	return newProxies(c, namespace)
+}
+
+func (c *CrawlV1alpha1Client) ProxyPools(namespace string) ProxyPoolInterface {
+	return newProxyPools(c, namespace)
 }
 
 // NewForConfig creates a new CrawlV1alpha1Client for the given config.

@@ -32,6 +32,10 @@ func (c *FakeCrawlV1alpha1) Proxies(namespace string) v1alpha1.ProxyInterface {
 	return newFakeProxies(c, namespace)
 }
 
+func (c *FakeCrawlV1alpha1) ProxyPools(namespace string) v1alpha1.ProxyPoolInterface {
+	return newFakeProxyPools(c, namespace)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeCrawlV1alpha1) RESTClient() rest.Interface {

@@ -1,0 +1,88 @@
+package e2e_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"time"
+
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+)
+
+const poolName = "fleet"
+
+// poolFlow: a ProxyPool of one gets a member Proxy it owns, its status
+// counts the member Ready, and scaling it to zero through the scale
+// subresource drains the member and deletes it.
+func (r *operatorRun) poolFlow() flow {
+	members := func(ctx context.Context) ([]crawlv1alpha1.Proxy, error) {
+		list, err := r.s.crawl.CrawlV1alpha1().Proxies(r.proxies).List(ctx, metav1.ListOptions{LabelSelector: crawlv1alpha1.PoolLabel + "=" + poolName})
+		if err != nil {
+			return nil, err
+		}
+		return list.Items, nil
+	}
+	return flow{name: "pool", steps: []step{
+		{
+			name: "member created",
+			act: func(ctx context.Context) error {
+				template := r.managedProxy("unused", cloudInitSecret).Spec
+				_, err := r.s.crawl.CrawlV1alpha1().ProxyPools(r.proxies).Create(ctx, &crawlv1alpha1.ProxyPool{
+					ObjectMeta: metav1.ObjectMeta{Name: poolName},
+					Spec:       crawlv1alpha1.ProxyPoolSpec{Replicas: ptr.To[int32](1), Template: crawlv1alpha1.ProxyTemplate{Spec: template}},
+				}, metav1.CreateOptions{})
+				return err
+			},
+			done: func(ctx context.Context) error {
+				ms, err := members(ctx)
+				if err != nil {
+					return err
+				}
+				if len(ms) != 1 || metav1.GetControllerOf(&ms[0]) == nil {
+					return fmt.Errorf("%d members", len(ms))
+				}
+				return nil
+			},
+			bound: 10 * time.Second,
+		},
+		{
+			name: "pool status counts the member Ready",
+			done: func(ctx context.Context) error {
+				p, err := r.s.crawl.CrawlV1alpha1().ProxyPools(r.proxies).Get(ctx, poolName, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if p.Status.ReadyReplicas != 1 || p.Status.Selector == "" {
+					return fmt.Errorf("status %+v", p.Status)
+				}
+				return nil
+			},
+			bound: 30 * time.Second,
+		},
+		{
+			name: "scaled to zero: the member drained and deleted",
+			act: func(ctx context.Context) error {
+				_, err := r.s.crawl.CrawlV1alpha1().ProxyPools(r.proxies).UpdateScale(ctx, poolName,
+					&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: r.proxies}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}},
+					metav1.UpdateOptions{})
+				return err
+			},
+			done: func(ctx context.Context) error {
+				ms, err := members(ctx)
+				if err != nil {
+					return err
+				}
+				if len(ms) > 0 {
+					return errors.New("the member is still there")
+				}
+				return nil
+			},
+			bound: 30 * time.Second,
+		},
+	}}
+}

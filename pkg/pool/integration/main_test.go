@@ -1,0 +1,336 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+)
+
+var (
+	env            *testenv.Environment
+	operatorBinary string
+)
+
+func TestMain(m *testing.M) { os.Exit(operatortest.Run(m, &env, &operatorBinary)) }
+
+// poolTest is one test's namespace, operator and local state directory.
+type poolTest struct {
+	t        *testing.T
+	ns       string
+	stateDir string
+	kube     kubernetes.Interface
+	crawl    versioned.Interface
+	flags    []string
+	op       *operatortest.Process
+}
+
+func newPoolTest(t *testing.T, extra ...string) *poolTest {
+	t.Helper()
+	kube, crawl := kubernetes.NewForConfigOrDie(env.Config), versioned.NewForConfigOrDie(env.Config)
+	pt := &poolTest{t: t, kube: kube, crawl: crawl, stateDir: t.TempDir()}
+	pt.ns = operatortest.NewNamespace(t, kube)
+	t.Cleanup(pt.killInstances)
+	pt.flags = append([]string{"--providers=local", "--local-state-dir=" + pt.stateDir, "--lease-auth=none",
+		"--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms"}, extra...)
+	pt.op = pt.startOperator("operator-0")
+	return pt
+}
+
+func (pt *poolTest) startOperator(name string) *operatortest.Process {
+	return operatortest.StartOnNamespace(pt.t, env, operatorBinary, name, pt.ns, "POOL_LOGS", pt.flags...)
+}
+
+// fastHealthCheck probes every second through the proxy to a loopback target.
+func fastHealthCheck(target string) crawlv1alpha1.HealthCheck {
+	return crawlv1alpha1.HealthCheck{
+		URL:      target + "/generate_204",
+		Interval: &metav1.Duration{Duration: time.Second},
+		Timeout:  &metav1.Duration{Duration: 900 * time.Millisecond},
+	}
+}
+
+// newPool is a pool of local members probing target.
+func newPool(name string, replicas int32, target string, change ...func(*crawlv1alpha1.ProxyPool)) *crawlv1alpha1.ProxyPool {
+	p := &crawlv1alpha1.ProxyPool{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: crawlv1alpha1.ProxyPoolSpec{
+			Replicas: ptr.To(replicas),
+			Template: crawlv1alpha1.ProxyTemplate{
+				Metadata: crawlv1alpha1.TemplateMetadata{Labels: map[string]string{"team": "crawl"}},
+				Spec: crawlv1alpha1.ProxySpec{
+					Provider:    crawlv1alpha1.ProviderLocal,
+					HealthCheck: fastHealthCheck(target),
+				},
+			},
+			Strategy: crawlv1alpha1.PoolStrategy{MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(1))},
+		},
+	}
+	for _, c := range change {
+		c(p)
+	}
+	return p
+}
+
+func (pt *poolTest) create(p *crawlv1alpha1.ProxyPool) {
+	pt.t.Helper()
+	if _, err := pt.crawl.CrawlV1alpha1().ProxyPools(pt.ns).Create(pt.t.Context(), p, metav1.CreateOptions{}); err != nil {
+		pt.t.Fatal(err)
+	}
+}
+
+func (pt *poolTest) createSecret(name string, data map[string]string) {
+	pt.t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: data}
+	if _, err := pt.kube.CoreV1().Secrets(pt.ns).Create(pt.t.Context(), s, metav1.CreateOptions{}); err != nil {
+		pt.t.Fatal(err)
+	}
+}
+
+func (pt *poolTest) updateSecret(name string, data map[string]string) {
+	pt.t.Helper()
+	s, err := pt.kube.CoreV1().Secrets(pt.ns).Get(pt.t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		pt.t.Fatal(err)
+	}
+	s.Data = nil
+	s.StringData = data
+	if _, err := pt.kube.CoreV1().Secrets(pt.ns).Update(pt.t.Context(), s, metav1.UpdateOptions{}); err != nil {
+		pt.t.Fatal(err)
+	}
+}
+
+func (pt *poolTest) updatePool(name string, change func(*crawlv1alpha1.ProxyPool)) {
+	pt.t.Helper()
+	for {
+		p, err := pt.crawl.CrawlV1alpha1().ProxyPools(pt.ns).Get(pt.t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			pt.t.Fatal(err)
+		}
+		change(p)
+		_, err = pt.crawl.CrawlV1alpha1().ProxyPools(pt.ns).Update(pt.t.Context(), p, metav1.UpdateOptions{})
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "modified") {
+			pt.t.Fatal(err)
+		}
+	}
+}
+
+func (pt *poolTest) pool(ctx context.Context, name string) (*crawlv1alpha1.ProxyPool, error) {
+	return pt.crawl.CrawlV1alpha1().ProxyPools(pt.ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// members lists the pool's members straight from the API server.
+func (pt *poolTest) members(ctx context.Context, pool string) ([]crawlv1alpha1.Proxy, error) {
+	list, err := pt.crawl.CrawlV1alpha1().Proxies(pt.ns).List(ctx, metav1.ListOptions{LabelSelector: crawlv1alpha1.PoolLabel + "=" + pool})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+func ready(ms []crawlv1alpha1.Proxy) int {
+	n := 0
+	for _, m := range ms {
+		if m.Status.Phase == crawlv1alpha1.PhaseReady && m.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// settled is nil once the pool has exactly replicas members, every one
+// Ready on the pool's current revision, and says Complete.
+func (pt *poolTest) settled(ctx context.Context, name string, replicas int) error {
+	p, err := pt.pool(ctx, name)
+	if err != nil {
+		return err
+	}
+	ms, err := pt.members(ctx, name)
+	if err != nil {
+		return err
+	}
+	if p.Status.Revision == "" {
+		return errors.New("no revision in status yet")
+	}
+	var notReady []string
+	for _, m := range ms {
+		if m.Labels[crawlv1alpha1.PoolRevisionLabel] != p.Status.Revision || m.Status.Phase != crawlv1alpha1.PhaseReady || m.DeletionTimestamp != nil {
+			notReady = append(notReady, fmt.Sprintf("%s(%s,%s)", m.Name, m.Labels[crawlv1alpha1.PoolRevisionLabel], m.Status.Phase))
+		}
+	}
+	if len(ms) != replicas || len(notReady) > 0 {
+		return fmt.Errorf("%d members, not settled: %v (revision %s)", len(ms), notReady, p.Status.Revision)
+	}
+	if int(p.Status.UpdatedReplicas) != replicas || int(p.Status.ReadyReplicas) != replicas || p.Status.ObservedGeneration != p.Generation {
+		return fmt.Errorf("status %+v", p.Status)
+	}
+	return nil
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, check func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	var last error
+	for {
+		if last = check(ctx); last == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not within %v: %v", what, timeout, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// localInstance is a local provider state file.
+type localInstance struct {
+	ID   string `json:"id"`
+	PID  int    `json:"pid"`
+	Port int32  `json:"port"`
+}
+
+func (pt *poolTest) instances() []localInstance {
+	pt.t.Helper()
+	paths, err := filepath.Glob(filepath.Join(pt.stateDir, "*.json"))
+	if err != nil {
+		pt.t.Fatal(err)
+	}
+	var out []localInstance
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		var inst localInstance
+		if err := json.Unmarshal(data, &inst); err != nil {
+			pt.t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, inst)
+	}
+	return out
+}
+
+// processes are the live forward-proxy processes of this test binary's build.
+func processes() []int {
+	want := filepath.Join(filepath.Dir(operatorBinary), "forward-proxy")
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil || exe != want {
+			continue
+		}
+		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(strings.TrimSpace(string(stat[i+1:])), "Z") {
+				continue
+			}
+		}
+		pids = append(pids, pid)
+	}
+	slices.Sort(pids)
+	return pids
+}
+
+// noLeak is nil when the instances are exactly the members' instances, each
+// with its process, and no other forward-proxy process runs.
+func (pt *poolTest) noLeak(ctx context.Context, pool string) error {
+	ms, err := pt.members(ctx, pool)
+	if err != nil {
+		return err
+	}
+	var want []string
+	for _, m := range ms {
+		_, id, _ := provider.SplitProviderID(m.Status.ProviderID)
+		want = append(want, id)
+	}
+	var got []string
+	var pids []int
+	for _, inst := range pt.instances() {
+		got = append(got, inst.ID)
+		pids = append(pids, inst.PID)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	slices.Sort(pids)
+	if !slices.Equal(want, got) {
+		return fmt.Errorf("instances %v, the members name %v", got, want)
+	}
+	if live := processes(); !slices.Equal(live, pids) {
+		return fmt.Errorf("forward-proxy processes %v, the instances' are %v", live, pids)
+	}
+	return nil
+}
+
+func (pt *poolTest) killInstances() {
+	for _, pid := range processes() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// sampler lists the members every 100ms until stopped, keeping the lowest
+// Ready count and the highest member count it saw.
+type sampler struct {
+	stop                          chan struct{}
+	done                          chan struct{}
+	minReady, maxMembers, samples int
+	errs                          []error
+}
+
+func (pt *poolTest) sample(pool string) *sampler {
+	s := &sampler{stop: make(chan struct{}), done: make(chan struct{}), minReady: 1 << 30}
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-tick.C:
+			}
+			ms, err := pt.members(context.Background(), pool)
+			if err != nil {
+				s.errs = append(s.errs, err)
+				continue
+			}
+			s.samples++
+			s.minReady = min(s.minReady, ready(ms))
+			s.maxMembers = max(s.maxMembers, len(ms))
+		}
+	}()
+	return s
+}
+
+func (s *sampler) finish() *sampler {
+	close(s.stop)
+	<-s.done
+	return s
+}
