@@ -50,6 +50,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.ProxyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ProxyAuth"):
 		return &crawlv1alpha1.ProxyAuthApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ProxyEgress"):
+		return &crawlv1alpha1.ProxyEgressApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ProxySpec"):
 		return &crawlv1alpha1.ProxySpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ProxyStatus"):

@@ -43,6 +43,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalSecretRef":     schema_pkg_apis_crawl_v1alpha1_LocalSecretRef(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Proxy":              schema_pkg_apis_crawl_v1alpha1_Proxy(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth":          schema_pkg_apis_crawl_v1alpha1_ProxyAuth(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress":        schema_pkg_apis_crawl_v1alpha1_ProxyEgress(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyList":          schema_pkg_apis_crawl_v1alpha1_ProxyList(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxySpec":          schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyStatus":        schema_pkg_apis_crawl_v1alpha1_ProxyStatus(ref),
@@ -768,6 +769,57 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyAuth(ref common.ReferenceCallback) comm
 	}
 }
 
+func schema_pkg_apis_crawl_v1alpha1_ProxyEgress(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ProxyEgress adjusts the egress guard of a Managed instance's forward-proxy. By default forward-proxy refuses every internal destination (loopback, RFC 1918 and unique-local networks, link-local and the cloud metadata servers, CGNAT, multicast, unspecified, reserved and documentation ranges, and their IPv6 and IPv4-mapped forms) with a 403 naming the rule, deciding on the addresses a name resolves to. The ranges here are passed to the instance as --allow-cidr and --deny-cidr: of the ranges containing an address, the most specific decides (deny wins a tie), and a metadata server yields only to an allow range at least as specific as its own address.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"allowCIDRs": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "AllowCIDRs admits destinations in these ranges (CIDR notation, such as 10.20.0.0/16 or fd00:1::/64), which the guard refuses by default.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"denyCIDRs": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "DenyCIDRs refuses destinations in these ranges, beside those refused by default (a public range the crawlers must not reach, or a narrower range inside an allowCIDRs entry).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_crawl_v1alpha1_ProxyList(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -877,6 +929,12 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth"),
 						},
 					},
+					"egress": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Egress adjusts what a Managed instance may connect to (see egress_types.go). Forbidden when mode is External. Changing it replaces the instance.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress"),
+						},
+					},
 					"healthCheck": {
 						SchemaProps: spec.SchemaProps{
 							Description: "HealthCheck says how the proxy is probed: a URL is fetched through the proxy at every interval, and the verdict flips at the thresholds. Changing it never replaces the instance.",
@@ -895,7 +953,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth"},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress"},
 	}
 }
 
