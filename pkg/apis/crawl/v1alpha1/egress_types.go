@@ -31,3 +31,22 @@ type ProxyEgress struct {
 // +kubebuilder:validation:MaxLength=64
 // +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR range such as 10.0.0.0/8 or fd00::/8"
 type CIDR string
+
+// KubernetesAllowFrom lists who, beside the operator, may connect to a Pod
+// instance. The provider creates one NetworkPolicy per instance (named like
+// the Pod, deleted with it) selecting that Pod, with one ingress rule for
+// the proxy port: from the operator's Pods (label
+// app.kubernetes.io/name=proxy-operator in the operator's namespace), which
+// probe it, and from every Pod of the namespaces listed here, where the
+// crawlers holding leases run. It takes effect where the cluster's network
+// plugin enforces NetworkPolicies.
+type KubernetesAllowFrom struct {
+	// Namespaces whose Pods may connect to the proxy. Empty: the operator
+	// only.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Namespaces []string `json:"namespaces,omitempty"`
+}

@@ -168,6 +168,13 @@ type KubernetesProvider struct {
 	// +listType=atomic
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// AllowFrom, when set, makes the provider create a NetworkPolicy with
+	// the Pod that admits connections to the proxy port only from the
+	// operator's Pods and from the namespaces listed (egress_types.go).
+	// Unset: no NetworkPolicy.
+	// +optional
+	AllowFrom *KubernetesAllowFrom `json:"allowFrom,omitempty"`
 }
 
 // LocalProvider holds the settings of a local-process instance. There are
