@@ -176,8 +176,8 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	return podInstance(pod), nil
 }
 
-// Delete deletes the Pod (gracefully: the proxy drains its tunnels) and its
-// cloud-init Secret; either being gone already is fine.
+// Delete deletes the Pod (gracefully: the proxy drains its tunnels), its
+// cloud-init Secret and its NetworkPolicy; any being gone already is fine.
 func (p *Provider) Delete(ctx context.Context, id string) error {
 	namespace, name, ok := splitID(id)
 	if !ok {

@@ -159,6 +159,7 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 				},
 				NodeSelector: map[string]string{"pool": "proxies"},
 				Tolerations:  []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "proxies", Effect: corev1.TaintEffectNoSchedule}},
+				AllowFrom:    &crawlv1alpha1.KubernetesAllowFrom{Namespaces: []string{"crawlers", "batch"}},
 			},
 			CloudInit: &crawlv1alpha1.CloudInit{SecretRef: &crawlv1alpha1.SecretKeyRef{Name: "user-data", Key: "cloud-config"}},
 			Auth:      auth,
