@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -188,13 +189,17 @@ func startTarget(addr string) (*httptest.Server, error) {
 }
 
 // startExternalProxy runs a forward proxy that stands for one the team
-// already operates.
+// already operates. It admits loopback, where make run's target lives
+// (forward-proxy's egress guard refuses it by default).
 func startExternalProxy(addr string) (interface{ Close() error }, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	srv, err := forwardproxy.New(forwardproxy.Config{Name: "external-example"})
+	srv, err := forwardproxy.New(forwardproxy.Config{
+		Name:       "external-example",
+		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,9 @@ type hashedSpec struct {
 	GCE        *crawlv1alpha1.GCEProvider        `json:"gce,omitempty"`
 	Endpoint   *crawlv1alpha1.Endpoint           `json:"endpoint,omitempty"`
 	Auth       *crawlv1alpha1.ProxyAuth          `json:"auth,omitempty"`
+	// Egress is passed to the instance as flags: a change replaces it.
+	// omitempty keeps the hash of every spec without it unchanged.
+	Egress *crawlv1alpha1.ProxyEgress `json:"egress,omitempty"`
 	// CloudInit is the digest of the resolved content, whether inline or from
 	// a Secret, so rotating the Secret replaces the instance.
 	CloudInit string `json:"cloudInit,omitempty"`
@@ -39,6 +42,7 @@ func specHash(spec crawlv1alpha1.ProxySpec, cloudInit []byte, credentialsDigest 
 		GCE:        spec.GCE,
 		Endpoint:   spec.Endpoint,
 		Auth:       spec.Auth,
+		Egress:     spec.Egress,
 		// Already a digest: the Secret's content never reaches the hash input.
 		Credentials: credentialsDigest,
 	}

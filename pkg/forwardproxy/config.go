@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -21,6 +22,11 @@ const (
 
 // Realm is the basic-auth realm announced in Proxy-Authenticate.
 const Realm = "proxy"
+
+// Resolver resolves a host name to its addresses; *net.Resolver is one.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
 
 // Config configures a [Server]. The zero value is a working proxy without
 // authentication or connection limit.
@@ -63,9 +69,28 @@ type Config struct {
 	XForwardedFor bool
 
 	// DialContext dials targets; the Server applies DialTimeout to the
-	// context it passes. Default: a net.Dialer with TCP keep-alives. Tests
-	// use it to inject faults.
+	// context it passes. It is only ever handed an IP literal ("ip:port")
+	// that the egress guard admitted: names are resolved through Resolver
+	// first. Default: a net.Dialer with TCP keep-alives that checks the
+	// socket's address once more. Tests use it to inject faults and to
+	// observe what would be dialled.
 	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
+
+	// AllowCIDRs and DenyCIDRs adjust the egress guard: by default every
+	// internal range is refused (DefaultEgressDenyRules: loopback, RFC
+	// 1918, link-local and the metadata servers, CGNAT, multicast, the IPv6
+	// equivalents and more). Of the allow and deny ranges containing an
+	// address the most specific decides (deny wins a tie); a metadata
+	// server yields only to an allow range at least as specific as its
+	// own. Refusals are answered 403 naming the rule.
+	AllowCIDRs []netip.Prefix
+	DenyCIDRs  []netip.Prefix
+
+	// Resolver resolves target names; every address of a name is checked
+	// by the egress guard before one of them is dialled. Default:
+	// net.DefaultResolver. Tests use it to make names resolve to internal
+	// addresses.
+	Resolver Resolver
 
 	// Logger receives the Server's logs. The zero value means
 	// klog.Background(); use logr.Discard() for silence.
@@ -104,8 +129,8 @@ func (c Config) withDefaults() (Config, error) {
 			*d.v = d.def
 		}
 	}
-	if c.DialContext == nil {
-		c.DialContext = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
 	}
 	if c.Logger.GetSink() == nil {
 		c.Logger = klog.Background()

@@ -26,10 +26,23 @@
 //   - Optional basic authentication (RFC 7617) compared in constant time; 407
 //     with Proxy-Authenticate: Basic realm="proxy" when missing or wrong.
 //     Credentials are never logged.
+//   - An egress guard (modelled on Stripe's Smokescreen): by default every
+//     internal destination is refused with a 403 naming the rule (loopback,
+//     RFC 1918, link-local and the cloud metadata servers, CGNAT, multicast,
+//     unspecified, reserved and documentation ranges, the IPv6 equivalents,
+//     IPv4-mapped forms, and IPv6 forms that embed an IPv4 address). It
+//     decides on the addresses actually dialled: names are resolved through
+//     [Config.Resolver], every address is checked, and only the checked IP
+//     literals reach [Config.DialContext], for CONNECT and plain HTTP alike,
+//     so DNS rebinding does not pass. [Config.AllowCIDRs] and
+//     [Config.DenyCIDRs] (--allow-cidr, --deny-cidr) adjust it; see
+//     [EgressPolicy]. Refusals are counted by rule in
+//     forward_proxy_egress_refused_total, served at GET /metrics.
 //   - Limits: concurrent client connections (enforced by [Server.Serve]),
 //     read-header, idle and dial timeouts.
 //   - GET /healthz addressed to the proxy itself (origin-form) answers 200
-//     "ok" without authentication; any other origin-form request is a 400.
+//     "ok" without authentication, GET /metrics the Prometheus metrics; any
+//     other origin-form request is a 400.
 //   - Graceful shutdown that waits for in-flight requests and open tunnels
 //     until the context ends, then closes them.
 //
@@ -37,7 +50,8 @@
 // proxy, a SOCKS proxy, or an HTTP/2 proxy. It does not originate TLS for
 // absolute https:// URIs (clients use CONNECT), does not forward protocol
 // upgrades (Upgrade is hop-by-hop and removed), has no access-control lists
-// beyond authentication, and no per-destination port allow-list. It never
+// by host name (the guard works on addresses), and no per-destination port
+// allow-list. It never
 // consults HTTP_PROXY and friends for its own outbound connections.
 //
 // Logging uses the klog/logr logger in [Config.Logger] (klog's global logger

@@ -489,9 +489,10 @@ func TestParseListeningLine(t *testing.T) {
 }
 
 // serve runs a Server on 127.0.0.1 without proxytest's cleanup, for tests
-// that shut it down themselves.
+// that shut it down themselves. It admits loopback, as proxytest does.
 func serve(t *testing.T, cfg forwardproxy.Config) (*forwardproxy.Server, string, <-chan error) {
 	t.Helper()
+	cfg.AllowCIDRs = append(cfg.AllowCIDRs, proxytest.Loopback)
 	cfg.Logger = ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(4)))
 	srv, err := forwardproxy.New(cfg)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,9 @@ type Server struct {
 	srv       *http.Server
 	rp        *httputil.ReverseProxy
 	transport *http.Transport
+
+	egress  EgressPolicy
+	metrics *serverMetrics
 
 	auth     bool
 	userHash [sha256.Size]byte
@@ -56,10 +60,19 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	egress, err := NewEgressPolicy(cfg.AllowCIDRs, cfg.DenyCIDRs)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
+		egress:  egress,
+		metrics: newServerMetrics(),
 		tunnels: make(map[*tunnel]struct{}),
+	}
+	if s.cfg.DialContext == nil {
+		s.cfg.DialContext = (&net.Dialer{KeepAlive: 30 * time.Second, Control: egress.control}).DialContext
 	}
 	if cfg.Username != "" {
 		s.auth = true
@@ -192,10 +205,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serveDirect answers requests addressed to the proxy itself.
 func (s *Server) serveDirect(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/healthz" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+	get := r.Method == http.MethodGet || r.Method == http.MethodHead
+	switch {
+	case get && r.URL.Path == "/healthz":
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write([]byte("ok"))
+		return
+	case get && r.URL.Path == MetricsPath:
+		s.metrics.handler.ServeHTTP(w, r)
 		return
 	}
 	http.Error(w, "400 this is a forward proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port", http.StatusBadRequest)
@@ -229,13 +247,21 @@ func parseBasic(h string) (user, pass string, ok bool) {
 	return strings.Cut(string(raw), ":")
 }
 
-// dial dials a target with the dial timeout, reporting a timeout as
+// dial resolves a target, checks every address with the egress guard, and
+// dials the admitted addresses in turn (as IP literals, so nothing resolves
+// the name again between the check and the connection) within the dial
+// timeout. A refusal is an *EgressRefusedError, a timeout a
 // *dialTimeoutError.
 func (s *Server) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
 	defer cancel()
-	c, err := s.cfg.DialContext(dctx, network, addr)
+	c, err := s.dialChecked(dctx, network, addr)
 	if err != nil {
+		var refused *EgressRefusedError
+		if errors.As(err, &refused) {
+			s.metrics.egressRefused.WithLabelValues(refused.Verdict.Rule).Inc()
+			return nil, err
+		}
 		var ne net.Error
 		if ctx.Err() == nil && (errors.Is(dctx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())) {
 			return nil, &dialTimeoutError{addr: addr, timeout: s.cfg.DialTimeout, err: err}
@@ -243,6 +269,63 @@ func (s *Server) dial(ctx context.Context, network, addr string) (net.Conn, erro
 		return nil, err
 	}
 	return c, nil
+}
+
+func (s *Server) dialChecked(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	var ips []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ips = []netip.Addr{ip}
+	} else {
+		ips, err = s.cfg.Resolver.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+		}
+		if len(ips) == 0 {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}}
+		}
+	}
+	// Every address is checked before any is dialled: a name with one
+	// internal address among public ones is refused, whichever the dial
+	// would have picked.
+	for _, ip := range ips {
+		if v := s.egress.Check(ip); !v.Allowed {
+			return nil, &EgressRefusedError{Host: host, Verdict: v}
+		}
+	}
+	var errs []error
+	for _, ip := range ips {
+		c, err := s.cfg.DialContext(ctx, network, net.JoinHostPort(ip.String(), port))
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if len(errs) == 1 {
+		return nil, errs[0]
+	}
+	return nil, errors.Join(errs...)
+}
+
+// EgressRefusedError is a dial the egress guard refused.
+type EgressRefusedError struct {
+	// Host is the target's host as the client named it (a name or an IP).
+	Host string
+	// Verdict is the refusal of (the first refused address of) Host.
+	Verdict EgressVerdict
+}
+
+func (e *EgressRefusedError) Error() string {
+	if _, err := netip.ParseAddr(e.Host); err == nil {
+		return "egress refused: " + e.Verdict.String()
+	}
+	return fmt.Sprintf("egress refused: %s resolves to %s", e.Host, e.Verdict)
 }
 
 type dialTimeoutError struct {
@@ -257,8 +340,14 @@ func (e *dialTimeoutError) Error() string {
 func (e *dialTimeoutError) Unwrap() error { return e.err }
 func (e *dialTimeoutError) Timeout() bool { return true }
 
-// upstreamError writes the 502 or 504 for an error reaching a target.
+// upstreamError writes the 403, 502 or 504 for an error reaching a target.
 func upstreamError(w http.ResponseWriter, err error) int {
+	var refused *EgressRefusedError
+	if errors.As(err, &refused) {
+		w.Header().Set("X-Egress-Rule", refused.Verdict.Rule)
+		http.Error(w, "403 "+refused.Error()+"; forward-proxy --allow-cidr admits a range", http.StatusForbidden)
+		return http.StatusForbidden
+	}
 	var te *dialTimeoutError
 	if errors.As(err, &te) {
 		http.Error(w, "504 timed out connecting to target", http.StatusGatewayTimeout)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -422,7 +423,7 @@ func TestHTTPSProbeThroughConnect(t *testing.T) {
 	var targetSaw, proxySaw recorder
 	target := httptest.NewTLSServer(targetSaw.wrap(proxytest.TargetHandler()))
 	t.Cleanup(target.Close)
-	fp, err := forwardproxy.New(forwardproxy.Config{Username: user, Password: pass})
+	fp, err := forwardproxy.New(forwardproxy.Config{Username: user, Password: pass, AllowCIDRs: []netip.Prefix{proxytest.Loopback}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -61,7 +62,7 @@ func startSilentProxy(t *testing.T) string {
 // spec.endpoint.scheme https.
 func startTLSProxy(t *testing.T) *httptest.Server {
 	t.Helper()
-	fp, err := forwardproxy.New(forwardproxy.Config{Username: probeUser, Password: probePass})
+	fp, err := forwardproxy.New(forwardproxy.Config{Username: probeUser, Password: probePass, AllowCIDRs: []netip.Prefix{proxytest.Loopback}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +242,7 @@ func TestProbeFreshConnections(t *testing.T) {
 		mu       sync.Mutex
 		connects int
 	)
-	fp, err := forwardproxy.New(forwardproxy.Config{})
+	fp, err := forwardproxy.New(forwardproxy.Config{AllowCIDRs: []netip.Prefix{proxytest.Loopback}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func newGCEProvider(ctx context.Context, env ProviderEnv) (provider.Provider, er
 }
 
 func newKubernetesProvider(_ context.Context, env ProviderEnv) (provider.Provider, error) {
-	return kubernetes.New(env.KubeClient, kubernetes.Options{DefaultImage: env.Options.KubernetesDefaultImage}), nil
+	return kubernetes.New(env.KubeClient, kubernetes.Options{DefaultImage: env.Options.KubernetesDefaultImage, OperatorNamespace: env.Options.PodNamespace}), nil
 }
 
 func newLocalProvider(_ context.Context, env ProviderEnv) (provider.Provider, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -36,6 +37,11 @@ type Options struct {
 	// Verbosity is klog's -v for forward-proxy (in-process and binary).
 	// Default 4.
 	Verbosity int
+
+	// DefaultEgress starts forward-proxy (in-process or binary) with its
+	// default egress guard, which refuses loopback, instead of admitting
+	// Loopback. Tests of the guard use it.
+	DefaultEgress bool
 
 	// Configure adjusts the forwardproxy.Config of an in-process proxy.
 	Configure func(*forwardproxy.Config)
@@ -161,17 +167,27 @@ func (o Options) verbosity() int {
 	return o.Verbosity
 }
 
+// Loopback is 127.0.0.0/8, which every proxy these helpers start admits
+// explicitly (forward-proxy's egress guard refuses it by default): tests
+// send traffic to 127.0.0.0/8 only.
+var Loopback = netip.MustParsePrefix("127.0.0.0/8")
+
 // StartInProcess runs a forwardproxy.Server on 127.0.0.1 in this process,
-// logging into a buffer (see Proxy.Logs), shut down on cleanup.
+// logging into a buffer (see Proxy.Logs), shut down on cleanup. It admits
+// Loopback (AllowCIDRs) unless opts.Configure changes that.
 func StartInProcess(t testing.TB, opts Options) *Proxy {
 	t.Helper()
 	logs := &syncBuffer{}
 	cfg := forwardproxy.Config{
-		Name:     forwardproxy.DefaultName,
-		Username: opts.Username,
-		Password: opts.Password,
+		Name:       forwardproxy.DefaultName,
+		Username:   opts.Username,
+		Password:   opts.Password,
+		AllowCIDRs: []netip.Prefix{Loopback},
 		Logger: textlogger.NewLogger(textlogger.NewConfig(
 			textlogger.Verbosity(opts.verbosity()), textlogger.Output(logs))),
+	}
+	if opts.DefaultEgress {
+		cfg.AllowCIDRs = nil
 	}
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
@@ -203,15 +219,20 @@ func StartInProcess(t testing.TB, opts Options) *Proxy {
 // StartBinary runs the cmd/forward-proxy binary (built once per test
 // binary, see Main) with --listen=127.0.0.1:0 and finds its port in the
 // "listening" log line. Credentials go through the environment, as in
-// production. It is stopped with SIGTERM on cleanup.
+// production. It admits Loopback (--allow-cidr=127.0.0.0/8, unless
+// opts.DefaultEgress; opts.Args may add ranges). It is stopped with SIGTERM on cleanup.
 func StartBinary(t testing.TB, opts Options) *Proxy {
 	t.Helper()
 	bin := ForwardProxyBinary(t)
-	args := append([]string{bin,
+	args := []string{bin,
 		"--listen=127.0.0.1:0",
 		"--shutdown-timeout=5s",
 		"-v=" + strconv.Itoa(opts.verbosity()),
-	}, opts.Args...)
+	}
+	if !opts.DefaultEgress {
+		args = append(args, "--allow-cidr="+Loopback.String())
+	}
+	args = append(args, opts.Args...)
 	var creds []string
 	if opts.Username != "" || opts.Password != "" {
 		creds = []string{"PROXY_USERNAME=" + opts.Username, "PROXY_PASSWORD=" + opts.Password}

@@ -42,6 +42,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.HealthCheckApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("HealthCheckTLS"):
 		return &crawlv1alpha1.HealthCheckTLSApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("KubernetesAllowFrom"):
+		return &crawlv1alpha1.KubernetesAllowFromApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KubernetesProvider"):
 		return &crawlv1alpha1.KubernetesProviderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalSecretRef"):
@@ -54,6 +56,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.ProxyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ProxyAuth"):
 		return &crawlv1alpha1.ProxyAuthApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ProxyEgress"):
+		return &crawlv1alpha1.ProxyEgressApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ProxyPool"):
 		return &crawlv1alpha1.ProxyPoolApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ProxyPoolSpec"):

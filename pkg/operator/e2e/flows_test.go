@@ -315,7 +315,7 @@ func (r *operatorRun) managedFlow() flow {
 			name: "finalizer and Pod",
 			act: func(ctx context.Context) error {
 				p, err := r.s.crawl.CrawlV1alpha1().Proxies(r.proxies).Create(ctx,
-					r.managedProxy(managedProxy, cloudInitSecret, withAuth(credentialsSecret)), metav1.CreateOptions{})
+					r.managedProxy(managedProxy, cloudInitSecret, withAuth(credentialsSecret), allowFromCrawlers), metav1.CreateOptions{})
 				if err == nil {
 					instance = provider.InstanceName(p.UID)
 				}
@@ -328,6 +328,9 @@ func (r *operatorRun) managedFlow() flow {
 				}
 				if len(p.Finalizers) == 0 {
 					return errors.New("no finalizer yet")
+				}
+				if _, err := r.s.kube.NetworkingV1().NetworkPolicies(r.proxies).Get(ctx, instance, metav1.GetOptions{}); err != nil {
+					return fmt.Errorf("NetworkPolicy of spec.kubernetes.allowFrom: %w", err)
 				}
 				_, err = r.s.kube.CoreV1().Pods(r.proxies).Get(ctx, instance, metav1.GetOptions{})
 				return err
@@ -398,6 +401,9 @@ func (r *operatorRun) managedFlow() flow {
 				if _, err := r.s.kube.CoreV1().Secrets(r.proxies).Get(ctx, podprovider.CloudInitSecretName(instance), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 					left = append(left, fmt.Sprintf("cloud-init Secret (%v)", err))
 				}
+				if _, err := r.s.kube.NetworkingV1().NetworkPolicies(r.proxies).Get(ctx, instance, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					left = append(left, fmt.Sprintf("NetworkPolicy (%v)", err))
+				}
 				if len(left) > 0 {
 					return fmt.Errorf("still there: %s", strings.Join(left, ", "))
 				}
@@ -446,7 +452,7 @@ func (r *operatorRun) retryFlow() flow {
 			name: "refused Pod retried, cloud-init Secret made",
 			act: func(ctx context.Context) error {
 				p, err := r.s.crawl.CrawlV1alpha1().Proxies(r.proxies).Create(ctx,
-					r.managedProxy(retryProxy, retryCloudInitSecret, bestEffort), metav1.CreateOptions{})
+					r.managedProxy(retryProxy, retryCloudInitSecret, bestEffort, allowFromCrawlers), metav1.CreateOptions{})
 				if err == nil {
 					instance = provider.InstanceName(p.UID)
 				}

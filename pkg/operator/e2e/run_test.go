@@ -433,6 +433,13 @@ func withAuth(secret string) func(*crawlv1alpha1.Proxy) {
 // authLabel marks the proxy with credentials.
 const authLabel = "e2e.proxyfleet.io/auth"
 
+// allowFromCrawlers asks for a NetworkPolicy admitting the operator and one
+// crawler namespace (the test kubelet does not enforce it: the flows check
+// it is made and deleted with the Pod, on the artifacts' RBAC).
+func allowFromCrawlers(p *crawlv1alpha1.Proxy) {
+	p.Spec.Kubernetes.AllowFrom = &crawlv1alpha1.KubernetesAllowFrom{Namespaces: []string{"crawlers"}}
+}
+
 // bestEffort gives the Pod no requests or limits, which puts it in the
 // scope of the BestEffort quota.
 func bestEffort(p *crawlv1alpha1.Proxy) {

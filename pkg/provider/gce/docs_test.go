@@ -128,6 +128,19 @@ func TestDocumentedSquidCloudInit(t *testing.T) {
 		t.Errorf("squid's http_port is not spec.gce.port %d", port)
 	}
 
+	// The documented squid refuses loopback too; the test's targets live
+	// there, so loopback alone is admitted here, as every test proxy does.
+	const loopbackACL = " 127.0.0.0/8"
+	if !regexp.MustCompile(`(?m)^acl internal dst .*` + regexp.QuoteMeta(loopbackACL) + `( |$)`).MatchString(squidConf) {
+		t.Fatalf("the documented squid.conf does not refuse 127.0.0.0/8 in its internal ACL")
+	}
+	for _, want := range []string{"http_access deny metadata_name\n", "http_access deny internal\n", "169.254.0.0/16", "10.0.0.0/8", "fc00::/7"} {
+		if !strings.Contains(squidConf, want) {
+			t.Errorf("the documented squid.conf lacks %q", want)
+		}
+	}
+	squidConf = strings.Replace(squidConf, loopbackACL, "", 1)
+
 	proxyAddr := startSquid(t, squidConf, user, password)
 	target := proxytest.StartHTTPTarget(t)
 	httpsTarget := proxytest.StartHTTPSTarget(t) // not on 443: CONNECT must be refused
@@ -142,6 +155,15 @@ func TestDocumentedSquidCloudInit(t *testing.T) {
 		"no credentials":            {proxy: &url.URL{Scheme: "http", Host: proxyAddr}, target: target.URL + "/generate_204", wantStatus: http.StatusProxyAuthRequired},
 		"wrong password":            {proxy: &url.URL{Scheme: "http", Host: proxyAddr, User: url.UserPassword(user, "wrong")}, target: target.URL + "/generate_204", wantStatus: http.StatusProxyAuthRequired},
 		"CONNECT to a port but 443": {proxy: withAuth, target: httpsTarget.URL + "/generate_204", wantConnect: http.StatusForbidden},
+		// Refused by squid before it connects; startSquid's safety net makes
+		// a broken rule a 503, never a connection beyond loopback.
+		"metadata server":            {proxy: withAuth, target: "http://169.254.169.254/computeMetadata/v1/", wantStatus: http.StatusForbidden},
+		"metadata server by name":    {proxy: withAuth, target: "http://metadata.google.internal/computeMetadata/v1/", wantStatus: http.StatusForbidden},
+		"CONNECT to metadata server": {proxy: withAuth, target: "https://169.254.169.254/", wantConnect: http.StatusForbidden},
+		"private range":              {proxy: withAuth, target: "http://10.0.0.1/", wantStatus: http.StatusForbidden},
+		"CGNAT":                      {proxy: withAuth, target: "http://100.64.0.1/", wantStatus: http.StatusForbidden},
+		"IPv6 loopback":              {proxy: withAuth, target: "http://[::1]:80/", wantStatus: http.StatusForbidden},
+		"unique local IPv6":          {proxy: withAuth, target: "https://[fd00::1]/", wantConnect: http.StatusForbidden},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -201,6 +223,9 @@ func startSquid(t *testing.T, conf, user, password string) string {
 
 	local := regexp.MustCompile(`(?m)^http_port \d+$`).ReplaceAllString(conf, "http_port 127.0.0.31:"+port)
 	local = strings.ReplaceAll(local, "/etc/squid/passwords", passwords)
+	// Safety net: squid never connects beyond loopback from this test (with
+	// no peers, anything else is a 503), even if a documented rule broke.
+	local += "acl test_loopback dst 127.0.0.0/8\nnever_direct allow !test_loopback\n"
 	local += fmt.Sprintf("pid_filename %s\ncache_log %s\naccess_log none\ncoredump_dir %s\nshutdown_lifetime 0 seconds\n",
 		filepath.Join(dir, "squid.pid"), filepath.Join(dir, "cache.log"), dir)
 	confPath := filepath.Join(dir, "squid.conf")

@@ -36,6 +36,13 @@ const (
 	// MetadataSpecHash records the spec hash the VM was built from
 	// (Instance.SpecHash).
 	MetadataSpecHash = "proxy-operator-spec-hash"
+	// MetadataEgressAllow and MetadataEgressDeny hold spec.egress's ranges,
+	// space-separated (the shape of a squid "acl ... dst" line; a shell loop
+	// makes forward-proxy's --allow-cidr flags of them). Written only when
+	// set: the VM runs whatever cloud-init installs, so it is the
+	// cloud-init's job to apply them (docs/gce.md).
+	MetadataEgressAllow = "proxy-egress-allow-cidrs"
+	MetadataEgressDeny  = "proxy-egress-deny-cidrs"
 )
 
 // Spot VMs are deleted, not stopped, when Compute Engine preempts them: the
@@ -84,6 +91,21 @@ func buildInstance(req provider.CreateRequest, zone string) *compute.Instance {
 	}
 	if req.SpecHash != "" {
 		metadata = append(metadata, &compute.MetadataItems{Key: MetadataSpecHash, Value: ptrTo(req.SpecHash)})
+	}
+	if e := req.Proxy.Spec.Egress; e != nil {
+		for _, l := range []struct {
+			key    string
+			ranges []crawlv1alpha1.CIDR
+		}{{MetadataEgressAllow, e.AllowCIDRs}, {MetadataEgressDeny, e.DenyCIDRs}} {
+			if len(l.ranges) == 0 {
+				continue
+			}
+			parts := make([]string, len(l.ranges))
+			for i, c := range l.ranges {
+				parts[i] = string(c)
+			}
+			metadata = append(metadata, &compute.MetadataItems{Key: l.key, Value: ptrTo(strings.Join(parts, " "))})
+		}
 	}
 	if req.CloudInit != nil {
 		metadata = append(metadata, &compute.MetadataItems{Key: MetadataUserData, Value: ptrTo(string(req.CloudInit))})

@@ -131,6 +131,23 @@ func TestBuildInstanceFromSpec(t *testing.T) {
 			opts:  []proxyOption{withGCE(func(g *crawlv1alpha1.GCEProvider) { g.Port = 8888 })},
 			check: wantField("port", func(vm *compute.Instance) any { v, _ := metadataValue(vm, MetadataPort); return v }, "8888"),
 		},
+		"egress ranges in the metadata": {
+			opts: []proxyOption{func(p *crawlv1alpha1.Proxy) {
+				p.Spec.Egress = &crawlv1alpha1.ProxyEgress{AllowCIDRs: []crawlv1alpha1.CIDR{"10.20.0.0/16", "fd00:1::/64"}, DenyCIDRs: []crawlv1alpha1.CIDR{"10.20.3.0/24"}}
+			}},
+			check: wantField("egress", func(vm *compute.Instance) any {
+				a, _ := metadataValue(vm, MetadataEgressAllow)
+				d, _ := metadataValue(vm, MetadataEgressDeny)
+				return [2]string{a, d}
+			}, [2]string{"10.20.0.0/16 fd00:1::/64", "10.20.3.0/24"}),
+		},
+		"no egress, no egress metadata": {
+			check: wantField("egress", func(vm *compute.Instance) any {
+				_, a := metadataValue(vm, MetadataEgressAllow)
+				_, d := metadataValue(vm, MetadataEgressDeny)
+				return a || d
+			}, false),
+		},
 		"no cloud-init, no user-data": {
 			check: wantField("user-data", func(vm *compute.Instance) any { _, ok := metadataValue(vm, MetadataUserData); return ok }, false),
 		},

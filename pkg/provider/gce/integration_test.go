@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -75,7 +76,7 @@ func startController(t *testing.T, fake *gcetest.Server) *harness {
 // hands out as a VM's natIP) and returns its port.
 func startVMProxy(t *testing.T, ip string) int32 {
 	t.Helper()
-	srv, err := forwardproxy.New(forwardproxy.Config{})
+	srv, err := forwardproxy.New(forwardproxy.Config{AllowCIDRs: []netip.Prefix{proxytest.Loopback}})
 	if err != nil {
 		t.Fatal(err)
 	}

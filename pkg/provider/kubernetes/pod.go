@@ -124,6 +124,7 @@ func buildPod(req provider.CreateRequest, opts Options) (*corev1.Pod, *corev1.Se
 	}
 
 	args := []string{"--listen=:" + strconv.Itoa(int(port)), "--name=" + req.Name}
+	args = append(args, provider.EgressArgs(p)...)
 	var (
 		secret  *corev1.Secret
 		volumes []corev1.Volume

@@ -238,6 +238,15 @@ func TestBuildPod(t *testing.T) {
 			wantPod:    wantPod("p1", podCloudInit()),
 			wantSecret: wantSecret("p1", ""),
 		},
+		"egress ranges become forward-proxy flags, in spec order": {
+			proxy: testProxy("p1", func(p *crawlv1alpha1.Proxy) {
+				p.Spec.Egress = &crawlv1alpha1.ProxyEgress{AllowCIDRs: []crawlv1alpha1.CIDR{"10.20.0.0/16", "fd00:1::/64"}, DenyCIDRs: []crawlv1alpha1.CIDR{"10.20.3.0/24"}}
+			}),
+			wantPod: wantPod("p1", func(p *corev1.Pod) {
+				c := &p.Spec.Containers[0]
+				c.Args = append(c.Args[:2:2], "--allow-cidr=10.20.0.0/16", "--allow-cidr=fd00:1::/64", "--deny-cidr=10.20.3.0/24")
+			}),
+		},
 		"auth: credentials by reference, never copied": {
 			proxy:   testProxy("p1", withAuth("proxy-creds")),
 			wantPod: wantPod("p1", podAuthEnv("proxy-creds")),

@@ -54,6 +54,11 @@ type Options struct {
 	// DefaultImage is the proxy image of Pods whose spec.kubernetes.image is
 	// empty (the operator's --kubernetes-default-image). Default DefaultImage.
 	DefaultImage string
+
+	// OperatorNamespace is the namespace of the operator's own Pods (the
+	// operator's --pod-namespace), which the NetworkPolicy of
+	// spec.kubernetes.allowFrom admits. Without it such Proxies fail.
+	OperatorNamespace string
 	// FieldManager names the provider's writes. Default DefaultFieldManager.
 	FieldManager string
 }
@@ -83,8 +88,8 @@ func New(client kubernetes.Interface, opts Options) *Provider {
 	return &Provider{client: client, opts: opts.withDefaults()}
 }
 
-// Create creates the cloud-init Secret (when there is cloud-init) and then
-// the Pod. A Pod of that name that already exists is returned as it is, if
+// Create creates the NetworkPolicy (when spec.kubernetes.allowFrom is set),
+// the cloud-init Secret (when there is cloud-init) and then the Pod. A Pod of that name that already exists is returned as it is, if
 // it serves the same Proxy.
 func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
 	if req.Proxy == nil || req.Name == "" {
@@ -92,6 +97,15 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	}
 	pod, secret := buildPod(req, p.opts)
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
+	policy, err := buildNetworkPolicy(req, pod, p.opts)
+	if err != nil {
+		return provider.Instance{}, provider.Permanent(fmt.Errorf("kubernetes provider: %w", err))
+	}
+	if policy != nil {
+		if err := p.ensureNetworkPolicy(ctx, policy); err != nil {
+			return provider.Instance{}, err
+		}
+	}
 	if secret != nil {
 		if err := p.ensureSecret(ctx, secret); err != nil {
 			return provider.Instance{}, err
@@ -164,8 +178,8 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	return podInstance(pod), nil
 }
 
-// Delete deletes the Pod (gracefully: the proxy drains its tunnels) and its
-// cloud-init Secret; either being gone already is fine.
+// Delete deletes the Pod (gracefully: the proxy drains its tunnels), its
+// cloud-init Secret and its NetworkPolicy; any being gone already is fine.
 func (p *Provider) Delete(ctx context.Context, id string) error {
 	namespace, name, ok := splitID(id)
 	if !ok {
@@ -179,6 +193,12 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	err = p.client.CoreV1().Secrets(namespace).Delete(ctx, CloudInitSecretName(name), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return classify(err, "deleting cloud-init Secret %s/%s", namespace, CloudInitSecretName(name))
+	}
+	// The NetworkPolicy of spec.kubernetes.allowFrom, if any, is named like
+	// the Pod; the Pod is terminating by now.
+	err = p.client.NetworkingV1().NetworkPolicies(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return classify(err, "deleting NetworkPolicy %s/%s", namespace, name)
 	}
 	klog.FromContext(ctx).V(2).Info("Deleted Pod", "pod", klog.KRef(namespace, name))
 	return nil

@@ -37,6 +37,9 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
+// LoopbackCIDR is admitted by every local instance (--allow-cidr).
+const LoopbackCIDR = "127.0.0.0/8"
+
 // BinaryName is the file name of cmd/forward-proxy, looked up next to the
 // running executable and then in $PATH.
 const BinaryName = "forward-proxy"
@@ -313,7 +316,12 @@ func (p *Provider) start(ctx context.Context, req provider.CreateRequest, env []
 	args := []string{
 		"--listen=" + net.JoinHostPort(p.host, "0"),
 		"--shutdown-timeout=" + shutdownTimeout.String(),
+		// Local instances serve development on this machine, whose targets
+		// (make run's, the tests') live on loopback: admitted explicitly,
+		// since forward-proxy's egress guard refuses it by default.
+		"--allow-cidr=" + LoopbackCIDR,
 	}
+	args = append(args, provider.EgressArgs(req.Proxy)...)
 	if req.CloudInit != nil {
 		path := p.userDataPath(id)
 		if err := writeFileAtomic(path, func(f *os.File) error { _, err := f.Write(req.CloudInit); return err }); err != nil {

@@ -7,7 +7,8 @@
 // proxy and finishes the deletion (grace period 0), the kubelet's last step.
 //
 // It reads the container the way cmd/forward-proxy would: the port and name
-// come from --listen and --name, credentials from PROXY_USERNAME and
+// come from --listen and --name, the egress guard's ranges from --allow-cidr
+// and --deny-cidr (plus 127.0.0.0/8, where every Pod and test target lives), credentials from PROXY_USERNAME and
 // PROXY_PASSWORD (resolved from the referenced Secret, so auth behaves like
 // the real Pod), and --cloud-init must name a file mounted from a Secret
 // volume. What the real kubelet would refuse to start, it refuses the same
@@ -34,6 +35,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -485,6 +487,21 @@ func (k *Kubelet) mountSecrets(ctx context.Context, pod *corev1.Pod, c corev1.Co
 	return files, nil
 }
 
+// LoopbackCIDR is admitted by every proxy this kubelet runs, beside the
+// container's own --allow-cidr ranges (forward-proxy refuses it by default).
+var LoopbackCIDR = netip.MustParsePrefix("127.0.0.0/8")
+
+func cidrFlag(dst *[]netip.Prefix) func(string) error {
+	return func(v string) error {
+		p, err := forwardproxy.ParseCIDR(v)
+		if err != nil {
+			return err
+		}
+		*dst = append(*dst, p)
+		return nil
+	}
+}
+
 // proxyArgs is what cmd/forward-proxy makes of its arguments.
 type proxyArgs struct {
 	config    forwardproxy.Config
@@ -509,6 +526,8 @@ func parseArgs(args []string) (proxyArgs, error) {
 	fs.StringVar(&a.authFile, "auth-file", "", "")
 	fs.StringVar(&a.cloudInit, "cloud-init", "", "")
 	fs.Duration("shutdown-timeout", 25*time.Second, "")
+	fs.Func("allow-cidr", "", cidrFlag(&a.config.AllowCIDRs))
+	fs.Func("deny-cidr", "", cidrFlag(&a.config.DenyCIDRs))
 	// klog's flags, which the binary registers too.
 	fs.Int("v", 0, "")
 	fs.String("vmodule", "", "")
@@ -518,6 +537,10 @@ func parseArgs(args []string) (proxyArgs, error) {
 	if fs.NArg() > 0 {
 		return a, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	// Pods here run on loopback and so do the targets of every test: the
+	// stand-in cluster network is admitted explicitly, as a real cluster's
+	// would have to be by spec.egress.allowCIDRs.
+	a.config.AllowCIDRs = append(a.config.AllowCIDRs, LoopbackCIDR)
 	_, portText, err := net.SplitHostPort(*listen)
 	if err != nil {
 		return a, fmt.Errorf("--listen: %w", err)

@@ -59,6 +59,10 @@ func TestInvalidProxiesAreRejected(t *testing.T) {
 		"expectedStatus below 100":         {spec: `{provider: local, healthCheck: {expectedStatus: 99}}`, wantField: "spec.healthCheck.expectedStatus"},
 		"url with ftp scheme":              {spec: `{provider: local, healthCheck: {url: "ftp://example.test/x"}}`, wantField: "spec.healthCheck.url"},
 		"url relative":                     {spec: `{provider: local, healthCheck: {url: "/generate_204"}}`, wantField: "spec.healthCheck.url"},
+		"egress allow not a CIDR":          {spec: `{provider: local, egress: {allowCIDRs: ["10.0.0.0/8", "example.com"]}}`, wantField: "spec.egress.allowCIDRs[1]"},
+		"egress deny prefix too long":      {spec: `{provider: local, egress: {denyCIDRs: ["10.0.0.0/33"]}}`, wantField: "spec.egress.denyCIDRs[0]"},
+		"egress deny a bare address":       {spec: `{provider: local, egress: {denyCIDRs: ["10.0.0.1"]}}`, wantField: "spec.egress.denyCIDRs[0]"},
+		"egress on an External proxy":      {spec: `{mode: External, endpoint: {host: h, port: 1}, egress: {allowCIDRs: ["10.0.0.0/8"]}}`, wantField: "spec.egress"},
 		"endpoint port 0":                  {spec: `{mode: External, endpoint: {host: h, port: 0}}`, wantField: "spec.endpoint.port"},
 		"endpoint port 65536":              {spec: `{mode: External, endpoint: {host: h, port: 65536}}`, wantField: "spec.endpoint.port"},
 		"endpoint without host":            {spec: `{mode: External, endpoint: {port: 3128}}`, wantField: "spec.endpoint.host"},
@@ -99,7 +103,10 @@ func TestInvalidProxiesAreRejected(t *testing.T) {
 func TestValidMinimalProxiesAreAccepted(t *testing.T) {
 	ctx := context.Background()
 	client := dynamic.NewForConfigOrDie(env.Config).Resource(proxiesGVR).Namespace(newNamespace(t))
-	for name, spec := range map[string]string{"external": validExternal, "managed": validManaged} {
+	for name, spec := range map[string]string{
+		"external": validExternal, "managed": validManaged,
+		"managed-with-egress": `{provider: local, egress: {allowCIDRs: ["10.20.0.0/16", "fd00:1::/64"], denyCIDRs: ["10.20.3.0/24"]}}`,
+	} {
 		if _, err := client.Create(ctx, proxyObject(t, name, spec), metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}

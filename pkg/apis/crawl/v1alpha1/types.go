@@ -67,6 +67,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.mode != 'External' || !has(self.provider)",message="spec.provider must not be set when spec.mode is External",fieldPath=".provider",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="self.mode != 'External' || !has(self.cloudInit)",message="spec.cloudInit must not be set when spec.mode is External",fieldPath=".cloudInit",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Managed' || !has(self.endpoint)",message="spec.endpoint must not be set when spec.mode is Managed (the provider assigns the address)",fieldPath=".endpoint",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="self.mode != 'External' || !has(self.egress)",message="spec.egress must not be set when spec.mode is External (the operator does not run that proxy)",fieldPath=".egress",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.kubernetes) || (has(self.provider) && self.provider == 'kubernetes')",message="spec.kubernetes is only allowed when spec.provider is kubernetes",fieldPath=".kubernetes",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.local) || (has(self.provider) && self.provider == 'local')",message="spec.local is only allowed when spec.provider is local",fieldPath=".local",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.gce) || (has(self.provider) && self.provider == 'gce')",message="spec.gce is only allowed when spec.provider is gce",fieldPath=".gce",reason=FieldValueForbidden
@@ -117,6 +118,12 @@ type ProxySpec struct {
 	// +optional
 	Auth *ProxyAuth `json:"auth,omitempty"`
 
+	// Egress adjusts what a Managed instance may connect to (see
+	// egress_types.go). Forbidden when mode is External. Changing it
+	// replaces the instance.
+	// +optional
+	Egress *ProxyEgress `json:"egress,omitempty"`
+
 	// HealthCheck says how the proxy is probed: a URL is fetched through the
 	// proxy at every interval, and the verdict flips at the thresholds.
 	// Changing it never replaces the instance.
@@ -161,6 +168,13 @@ type KubernetesProvider struct {
 	// +listType=atomic
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// AllowFrom, when set, makes the provider create a NetworkPolicy with
+	// the Pod that admits connections to the proxy port only from the
+	// operator's Pods and from the namespaces listed (egress_types.go).
+	// Unset: no NetworkPolicy.
+	// +optional
+	AllowFrom *KubernetesAllowFrom `json:"allowFrom,omitempty"`
 }
 
 // LocalProvider holds the settings of a local-process instance. There are

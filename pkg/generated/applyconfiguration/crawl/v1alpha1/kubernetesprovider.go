@@ -39,6 +39,11 @@ type KubernetesProviderApplyConfiguration struct {
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 	// Tolerations let the Pod run on tainted nodes.
 	Tolerations []v1.TolerationApplyConfiguration `json:"tolerations,omitempty"`
+	// AllowFrom, when set, makes the provider create a NetworkPolicy with
+	// the Pod that admits connections to the proxy port only from the
+	// operator's Pods and from the namespaces listed (egress_types.go).
+	// Unset: no NetworkPolicy.
+	AllowFrom *KubernetesAllowFromApplyConfiguration `json:"allowFrom,omitempty"`
 }
 
 // KubernetesProviderApplyConfiguration constructs a declarative configuration of the KubernetesProvider type for use with
@@ -95,5 +100,13 @@ func (b *KubernetesProviderApplyConfiguration) WithTolerations(values ...*v1.Tol
 		}
 		b.Tolerations = append(b.Tolerations, *values[i])
 	}
+	return b
+}
+
+// WithAllowFrom sets the AllowFrom field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the AllowFrom field is set to the value of the last call.
+func (b *KubernetesProviderApplyConfiguration) WithAllowFrom(value *KubernetesAllowFromApplyConfiguration) *KubernetesProviderApplyConfiguration {
+	b.AllowFrom = value
 	return b
 }

@@ -53,6 +53,10 @@ type ProxySpecApplyConfiguration struct {
 	// are used by health probes and handed to authorised lease holders; they
 	// are never logged.
 	Auth *ProxyAuthApplyConfiguration `json:"auth,omitempty"`
+	// Egress adjusts what a Managed instance may connect to (see
+	// egress_types.go). Forbidden when mode is External. Changing it
+	// replaces the instance.
+	Egress *ProxyEgressApplyConfiguration `json:"egress,omitempty"`
 	// HealthCheck says how the proxy is probed: a URL is fetched through the
 	// proxy at every interval, and the verdict flips at the thresholds.
 	// Changing it never replaces the instance.
@@ -129,6 +133,14 @@ func (b *ProxySpecApplyConfiguration) WithEndpoint(value *EndpointApplyConfigura
 // If called multiple times, the Auth field is set to the value of the last call.
 func (b *ProxySpecApplyConfiguration) WithAuth(value *ProxyAuthApplyConfiguration) *ProxySpecApplyConfiguration {
 	b.Auth = value
+	return b
+}
+
+// WithEgress sets the Egress field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Egress field is set to the value of the last call.
+func (b *ProxySpecApplyConfiguration) WithEgress(value *ProxyEgressApplyConfiguration) *ProxySpecApplyConfiguration {
+	b.Egress = value
 	return b
 }
 

@@ -1,0 +1,55 @@
+package forwardproxy
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// MetricsPath is where a Server answers origin-form GET requests with its
+// Prometheus metrics (without authentication, like /healthz: they count
+// refusals, never name a client, a target or a credential).
+const MetricsPath = "/metrics"
+
+// serverMetrics is one Server's private registry.
+type serverMetrics struct {
+	egressRefused *prometheus.CounterVec
+	handler       http.Handler
+}
+
+func newServerMetrics() *serverMetrics {
+	reg := prometheus.NewRegistry()
+	m := &serverMetrics{
+		egressRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forward_proxy_egress_refused_total",
+			Help: "Dials the egress guard refused (answered 403), by the rule that refused them.",
+		}, []string{"rule"}),
+	}
+	reg.MustRegister(m.egressRefused)
+	// Every rule is exported from the start, so that an alert on a rate
+	// sees zeros rather than nothing.
+	for _, r := range DefaultEgressDenyRules {
+		m.egressRefused.WithLabelValues(r.Name)
+	}
+	m.egressRefused.WithLabelValues(RuleDenyCIDR)
+	m.egressRefused.WithLabelValues(RuleNotGlobalUnicast)
+	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	return m
+}
+
+// control checks a socket's address once more just before connect(2): the
+// default dialer's second line of defence behind the check in dial.
+func (p EgressPolicy) control(network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("egress guard: cannot parse socket address %q: %w", address, err)
+	}
+	if v := p.Check(ap.Addr()); !v.Allowed {
+		return &EgressRefusedError{Host: ap.Addr().String(), Verdict: v}
+	}
+	return nil
+}
