@@ -17,10 +17,10 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
-	"github.com/proxyfleet/proxy-operator/pkg/controller/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
-	"github.com/proxyfleet/proxy-operator/pkg/provider/fake"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/fake"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 var env *testenv.Environment

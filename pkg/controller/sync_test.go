@@ -27,7 +27,7 @@ import (
 	crawlfake "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/fake"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
-	"github.com/proxyfleet/proxy-operator/pkg/provider/fake"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/fake"
 )
 
 const (

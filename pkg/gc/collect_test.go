@@ -35,9 +35,9 @@ import (
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
-	"github.com/proxyfleet/proxy-operator/pkg/provider/fake"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/fake"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 var env *testenv.Environment

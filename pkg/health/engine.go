@@ -34,7 +34,7 @@ const (
 	// 10,000 proxies at the default 30s interval (333 probes/s): at ~0.3s a
 	// probe through a remote proxy (dial, CONNECT, TLS) that keeps ~100
 	// workers busy, ~270 when a tenth of the fleet hangs until the 5s
-	// timeout; 512 leaves headroom. pkg/health/bench measures the edge:
+	// timeout; 512 leaves headroom. pkg/testsuites/bench/health measures the edge:
 	// 1,000 probes/s of 0.2s keep the schedule, of 0.7s do not. An idle
 	// worker is a parked goroutine.
 	DefaultWorkers = 512

@@ -29,8 +29,8 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 var env *testenv.Environment

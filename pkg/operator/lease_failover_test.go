@@ -20,8 +20,8 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/operator"
-	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 // The lease workload of TestLeaseFailover.

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
 
 // Generous bounds for a 2-core machine running race-enabled operators next

@@ -15,7 +15,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
-	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
 
 // pollInterval is how often tests look again; waits are bounded by a deadline.

@@ -16,7 +16,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
 
 // An operator started before its API server answers waits for it: it keeps

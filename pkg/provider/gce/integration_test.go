@@ -1,7 +1,7 @@
 package gce_test
 
 // Controller integration: the real controller against the real API server
-// (pkg/testenv), with the gce provider talking to the in-process fake
+// (pkg/testing/testenv), with the gce provider talking to the in-process fake
 // Compute API. The fake's external IPs are 127.0.0.x addresses where the
 // tests run a real forward proxy, so "Ready" means a request went through it.
 
@@ -28,15 +28,15 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
-	"github.com/proxyfleet/proxy-operator/pkg/controller/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/gce"
-	"github.com/proxyfleet/proxy-operator/pkg/provider/gce/gcetest"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/gcetest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 var env *testenv.Environment

@@ -23,12 +23,12 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
-	"github.com/proxyfleet/proxy-operator/pkg/controller/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	podprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv/kubelet"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv/kubelet"
 )
 
 var env *testenv.Environment

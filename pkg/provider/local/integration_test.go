@@ -23,11 +23,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/controller/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 // countingProvider counts the calls that reach the provider.

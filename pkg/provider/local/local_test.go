@@ -28,7 +28,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 // secretReader is a Secrets function over fixed Secrets that records what

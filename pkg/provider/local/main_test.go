@@ -23,8 +23,8 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 // The helper mode of this test binary plays an operator that creates an

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 // env is the real etcd + kube-apiserver shared by this package's tests.
