@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,9 +24,9 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
-var env *testenv.Environment
+var apiServer = testenv.NewShared(testenv.Options{})
 
-func TestMain(m *testing.M) { testenv.RunMain(m, &env) }
+func TestMain(m *testing.M) { os.Exit(apiServer.Run(m)) }
 
 // harness is the shared controller harness with the fake provider as
 // "local".
@@ -42,6 +43,7 @@ type harnessOptions struct {
 }
 
 func startController(t *testing.T, opts harnessOptions) *harness {
+	env := apiServer.Get(t)
 	t.Helper()
 	if opts.provider == nil {
 		opts.provider = fake.New()

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -39,9 +40,9 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
-var env *testenv.Environment
+var apiServer = testenv.NewShared(testenv.Options{})
 
-func TestMain(m *testing.M) { testenv.RunMain(m, &env) }
+func TestMain(m *testing.M) { os.Exit(apiServer.Run(m)) }
 
 const defaultZone = "test-zone-a"
 
@@ -55,6 +56,7 @@ type harness struct {
 // startController runs the controller with the gce provider against fake,
 // in a namespace of its own.
 func startController(t *testing.T, fake *gcetest.Server) *harness {
+	env := apiServer.Get(t)
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	prov, err := gce.New(ctx, gce.Options{Project: gcetest.DefaultProject, Zone: defaultZone, ClientOptions: fake.ClientOptions()})

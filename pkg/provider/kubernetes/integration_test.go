@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -31,9 +32,9 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv/kubelet"
 )
 
-var env *testenv.Environment
+var apiServer = testenv.NewShared(testenv.Options{})
 
-func TestMain(m *testing.M) { testenv.RunMain(m, &env) }
+func TestMain(m *testing.M) { os.Exit(apiServer.Run(m)) }
 
 const waitTimeout = 30 * time.Second
 
@@ -46,6 +47,7 @@ type harness struct {
 }
 
 func start(t *testing.T) *harness {
+	env := apiServer.Get(t)
 	t.Helper()
 	h := &harness{Harness: controllertest.Start(t, env.Config, controllertest.Options{
 		NamespacePrefix: "podprov-",

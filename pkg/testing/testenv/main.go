@@ -4,34 +4,64 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 )
 
-// RunMain runs a test package against one shared Environment: it starts it, sets
-// *env, runs the tests, stops it and exits with the tests' code. Call it from
-// TestMain. A failure to start prints the error and exits 1: integration tests
-// fail, they never skip. opts, if given, replaces the default Options.
-func RunMain(m *testing.M, env **Environment, opts ...Options) {
-	os.Exit(runMain(m, env, opts...))
+// Shared is one Environment for a test package, started by the first test that
+// asks for it, so that a package's unit tests run on a checkout where `make
+// testenv` has not built kube-apiserver yet. The tests that need it still fail
+// (naming `make testenv`), they never skip.
+//
+//	var apiServer = testenv.NewShared(testenv.Options{})
+//
+//	func TestMain(m *testing.M) { os.Exit(apiServer.Run(m)) }
+//
+//	func TestSomething(t *testing.T) { env := apiServer.Get(t); ... }
+type Shared struct {
+	opts Options
+
+	once sync.Once
+	env  *Environment
+	err  error
 }
 
-func runMain(m *testing.M, env **Environment, opts ...Options) int {
-	var o Options
-	if len(opts) > 0 {
-		o = opts[0]
+// NewShared returns a Shared that starts an Environment with opts on first use.
+func NewShared(opts Options) *Shared { return &Shared{opts: opts} }
+
+// Get returns the package's Environment, starting it on the first call. A
+// failure to start fails t, now and on every later call.
+func (s *Shared) Get(t testing.TB) *Environment {
+	t.Helper()
+	s.once.Do(func() { s.env, s.err = Start(context.Background(), s.opts) })
+	if s.err != nil {
+		t.Fatalf("testenv: %v", s.err)
 	}
-	e, err := Start(context.Background(), o)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
-		return 1
-	}
-	*env = e
-	code := m.Run()
-	if err := e.Stop(); err != nil {
+	return s.env
+}
+
+// Run runs the package's tests and then stops the Environment if a test
+// started it. It returns the exit code for os.Exit.
+func (s *Shared) Run(m *testing.M) int { return s.RunWith(m, (*testing.M).Run) }
+
+// RunWith is Run around another harness's main (proxytest.Main, say), which
+// runs m itself.
+func (s *Shared) RunWith(m *testing.M, run func(*testing.M) int) int {
+	code := run(m)
+	if err := s.stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "testenv: stop: %v\n", err)
 		if code == 0 {
 			code = 1
 		}
 	}
 	return code
+}
+
+// stop stops the Environment if it was started. Run calls it after the
+// tests, when no Get can race it.
+func (s *Shared) stop() error {
+	if s.env == nil {
+		return nil
+	}
+	return s.env.Stop()
 }

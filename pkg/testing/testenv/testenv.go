@@ -1,6 +1,6 @@
 // Package testenv starts a real etcd and kube-apiserver on loopback ports, built from
 // source into bin/ by hack/tools/build.sh (`make testenv`), and applies the project's
-// CRDs to it. Integration tests use it through RunMain; `make run` uses it with a kept
+// CRDs to it. Integration tests share one per package through Shared, started on first use; `make run` uses it with a kept
 // Dir so that data survives restarts.
 //
 // It is not a cluster: there is no kubelet, scheduler or controller-manager. Pods stay

@@ -30,15 +30,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// env is shared by the tests of this package; RunMain starts it with the
-// throwaway CRDs in testdata/.
-var env *Environment
+// apiServer is shared by the tests of this package, with the throwaway CRDs in
+// testdata/.
+var apiServer = NewShared(Options{CRDDir: "testdata"})
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(killedParentEnv); dir != "" {
 		startAndDie(dir) // never returns
 	}
-	RunMain(m, &env, Options{CRDDir: "testdata"})
+	os.Exit(apiServer.Run(m))
 }
 
 const testTimeout = 30 * time.Second
@@ -46,6 +46,7 @@ const testTimeout = 30 * time.Second
 var widgets = schema.GroupVersionResource{Group: "testenv.proxyfleet.io", Version: "v1", Resource: "widgets"}
 
 func clientset(t *testing.T) *kubernetes.Clientset {
+	env := apiServer.Get(t)
 	t.Helper()
 	c, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
@@ -102,6 +103,7 @@ func TestServerVersionIsPinned(t *testing.T) {
 }
 
 func TestKubeconfigWorksWithKubectl(t *testing.T) {
+	env := apiServer.Get(t)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
@@ -130,6 +132,7 @@ func TestKubeconfigWorksWithKubectl(t *testing.T) {
 }
 
 func TestServiceAccountTokenAuthenticates(t *testing.T) {
+	env := apiServer.Get(t)
 	token, err := env.ServiceAccountToken(t.Context(), "tokens", "lease-user", 10*time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -200,6 +203,7 @@ func TestServiceAccountTokenAuthenticates(t *testing.T) {
 }
 
 func TestSubjectAccessReviewFollowsRBAC(t *testing.T) {
+	env := apiServer.Get(t)
 	const ns, sa = "sar", "reader"
 	ctx := t.Context()
 	c := clientset(t)
@@ -285,6 +289,7 @@ func TestSubjectAccessReviewFollowsRBAC(t *testing.T) {
 }
 
 func TestCRDsAreServed(t *testing.T) {
+	env := apiServer.Get(t)
 	resources, err := clientset(t).Discovery().ServerResourcesForGroupVersion("testenv.proxyfleet.io/v1")
 	if err != nil {
 		t.Fatal(err)
@@ -319,6 +324,7 @@ func TestCRDsAreServed(t *testing.T) {
 }
 
 func TestRestartAPIServerKeepsData(t *testing.T) {
+	env := apiServer.Get(t)
 	ctx := t.Context()
 	c := clientset(t)
 	dc, err := dynamic.NewForConfig(env.Config)
@@ -445,6 +451,7 @@ func TestKeptDirIsReused(t *testing.T) {
 }
 
 func TestPortClashIsRetried(t *testing.T) {
+	env := apiServer.Get(t)
 	t.Parallel()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -25,9 +26,9 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
-var env *testenv.Environment
+var apiServer = testenv.NewShared(testenv.Options{})
 
-func TestMain(m *testing.M) { testenv.RunMain(m, &env) }
+func TestMain(m *testing.M) { os.Exit(apiServer.Run(m)) }
 
 const (
 	nsAllowed   = "lease-a"
@@ -48,6 +49,7 @@ type harness struct {
 }
 
 func startLeaseAPI(t *testing.T) *harness {
+	env := apiServer.Get(t)
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -184,6 +186,7 @@ func clientWithToken(t *testing.T, url, token string) *client.Client {
 }
 
 func TestServiceAccountLeasesWhereRBACAllows(t *testing.T) {
+	env := apiServer.Get(t)
 	h := startLeaseAPI(t)
 	h.readyProxy(t, nsAllowed, "pa")
 	h.readyProxy(t, nsForbidden, "pb")
@@ -277,6 +280,7 @@ func TestServiceAccountLeasesWhereRBACAllows(t *testing.T) {
 }
 
 func TestUnhealthyProxyRevokesItsLease(t *testing.T) {
+	env := apiServer.Get(t)
 	h := startLeaseAPI(t)
 	h.readyProxy(t, nsAllowed, "flaky")
 	token, err := env.ServiceAccountToken(t.Context(), nsAllowed, crawlerSA, 10*time.Minute)
@@ -308,6 +312,7 @@ func TestUnhealthyProxyRevokesItsLease(t *testing.T) {
 }
 
 func TestConfigMapWatermarkOnTheAPIServer(t *testing.T) {
+	env := apiServer.Get(t)
 	ctx := t.Context()
 	kube := kubernetes.NewForConfigOrDie(env.Config)
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsOperator}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

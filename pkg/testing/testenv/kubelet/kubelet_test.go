@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -25,9 +26,9 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv/kubelet"
 )
 
-var env *testenv.Environment
+var apiServer = testenv.NewShared(testenv.Options{})
 
-func TestMain(m *testing.M) { testenv.RunMain(m, &env) }
+func TestMain(m *testing.M) { os.Exit(apiServer.Run(m)) }
 
 const (
 	runLabel    = "kubelet-test/run"
@@ -37,6 +38,7 @@ const (
 
 // setup starts a kubelet for the Pods labelled runLabel=yes in a new namespace.
 func setup(t *testing.T) (context.Context, kubernetes.Interface, string, *kubelet.Kubelet) {
+	env := apiServer.Get(t)
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	client := kubernetes.NewForConfigOrDie(env.Config)
