@@ -765,3 +765,34 @@ func (f *fixture) events() []string {
 		}
 	}
 }
+
+// TestCredentialsWithColonInUsername: a username with ':' can never log in
+// through basic auth, so for every provider the sync stops before Create with
+// a CredentialsError condition naming the Secret and the key (and no value).
+func TestCredentialsWithColonInUsername(t *testing.T) {
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds"},
+		Data:       map[string][]byte{"username": []byte("crawl:er"), "password": []byte("s3cret")},
+	}
+	for _, name := range []crawlv1alpha1.ProviderName{crawlv1alpha1.ProviderLocal, crawlv1alpha1.ProviderKubernetes, crawlv1alpha1.ProviderGCE} {
+		t.Run(string(name), func(t *testing.T) {
+			f := newFixture(t, newProxy(withFinalizer, withAuth, withProvider(name)), []*corev1.Secret{secret}, nil)
+			prov := fake.New()
+			f.controller.providers[name] = prov
+
+			if _, err := f.controller.sync(context.Background(), testKey); err == nil {
+				t.Error("sync returned no error; want one, for a retry with backoff")
+			}
+
+			cond := meta.FindStatusCondition(f.writtenStatus(t).Conditions, crawlv1alpha1.ConditionProvisioned)
+			want := metav1.Condition{Type: crawlv1alpha1.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: ReasonCredentialsError,
+				Message: `credentials Secret "creds" key "username" must not contain ':'`}
+			if diff := cmp.Diff(&want, cond, cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime", "ObservedGeneration")); diff != "" {
+				t.Errorf("Provisioned condition (-want +got):\n%s", diff)
+			}
+			if calls := prov.Calls(); len(calls) > 0 {
+				t.Errorf("the %s provider was called: %v", name, calls)
+			}
+		})
+	}
+}
