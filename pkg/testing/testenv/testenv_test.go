@@ -604,7 +604,7 @@ func TestFindRepoRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := filepath.Clean(filepath.Join(wd, "..", ".."))
+	root := filepath.Clean(filepath.Join(wd, "..", "..", "..")) // pkg/testing/testenv
 	for name, tc := range map[string]struct {
 		dir     string
 		want    string
