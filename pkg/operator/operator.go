@@ -58,6 +58,10 @@ const shutdownTimeout = 10 * time.Second
 
 // errLostLease ends the process when another replica took the lease over
 // (or it could not be renewed in time).
+// leaderHealthzTolerance is how long past its lease's expiry a leader that
+// stopped renewing still passes /healthz (kube-controller-manager's 20s).
+const leaderHealthzTolerance = 20 * time.Second
+
 var errLostLease = errors.New("lost the leader lease; exiting so that the Pod restarts clean")
 
 // Run runs the operator until ctx ends (SIGTERM), then drains: the
@@ -171,6 +175,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		if op.leaseClient, err = kubernetes.NewForConfig(leCfg); err != nil {
 			return fmt.Errorf("leader election client: %w", err)
 		}
+		op.electionWatchdog = leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTolerance)
 	}
 
 	var feedSynced cache.InformerSynced
@@ -231,6 +236,9 @@ type operator struct {
 	gcConfig gc.Config
 	// kube records the leader loops' events.
 	kube kubernetes.Interface
+	// electionWatchdog fails /healthz while this replica holds the leader
+	// lease but has stopped renewing it; nil without leader election.
+	electionWatchdog *leaderelection.HealthzAdaptor
 }
 
 // run starts the informers, then runs the metrics server and the leader
@@ -322,6 +330,7 @@ func (op *operator) runElected(ctx context.Context) error {
 		RetryPeriod:     op.opts.LeaderElectRetryPeriod,
 		ReleaseOnCancel: true,
 		Name:            LeaseName,
+		WatchDog:        op.electionWatchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leaderCtx context.Context) {
 				op.metrics.SetLeader(true)
@@ -336,6 +345,8 @@ func (op *operator) runElected(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("leader election: %w", err)
 	}
+	// RunOrDie would do this; Run does not.
+	op.electionWatchdog.SetLeaderElection(elector)
 
 	// The elector's own context ends only when we say so (not with ctx), so
 	// that it keeps renewing while the leader path drains, then releases.
@@ -453,10 +464,7 @@ func (op *operator) serveMetrics(ctx context.Context, ln net.Listener, stop <-ch
 	logger := klog.FromContext(ctx)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", op.metrics.Handler())
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "ok")
-	})
+	mux.HandleFunc("GET /healthz", op.serveHealthz)
 	mux.HandleFunc("GET /readyz", op.serveReadyz)
 	srv := &http.Server{
 		Handler:           mux,
@@ -486,6 +494,21 @@ func (op *operator) serveMetrics(ctx context.Context, ln net.Listener, stop <-ch
 // serveReadyz is 200 once the informer caches have synced, on every replica;
 // it follows nothing else (not leadership: a standby with warm caches is
 // ready to take over).
+// serveHealthz answers ok, unless this replica leads without renewing the
+// lease (client-go's WatchDog): then the kubelet restarts it, as it does
+// kube-controller-manager.
+func (op *operator) serveHealthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if op.electionWatchdog != nil {
+		if err := op.electionWatchdog.Check(r); err != nil {
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprintf(w, "leader election: %v\n", err)
+			return
+		}
+	}
+	fmt.Fprintln(w, "ok")
+}
+
 func (op *operator) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	for _, synced := range op.synced {
