@@ -20,7 +20,8 @@ import (
 )
 
 // reconcileManaged drives a Managed Proxy's instance toward its spec: create,
-// adopt, replace, observe; every provider error is classified (reference §3).
+// adopt, replace, observe; every provider error is classified (provider.Quota, Permanent, Transient;
+// docs/architecture.md, Flow 3).
 func (c *Controller) reconcileManaged(ctx context.Context, p *crawlv1alpha1.Proxy) (time.Duration, error) {
 	if !hasFinalizer(p) {
 		// The update event brings the key back with the finalizer in the cache.

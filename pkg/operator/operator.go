@@ -399,8 +399,9 @@ func (op *operator) runElected(ctx context.Context) error {
 //   - the health engine (pkg/health, --health-workers), reporting to
 //     op.controller.Enqueue;
 //   - orphan collection every --gc-interval (pkg/gc);
-//   - the lease API on --lease-addr (pkg/lease, --lease-auth), whose
-//     /readyz is true on the leader only (design §7). Not served yet.
+//   - the lease API's leader side (pkg/lease, --lease-auth): it is served
+//     on --lease-addr by every replica, and answers /v1 calls and its
+//     /readyz only while this one leads (decision 27).
 func (op *operator) runLeader(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	// Wait here rather than in the controller alone, so that a shutdown
