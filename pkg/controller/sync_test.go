@@ -608,8 +608,10 @@ func TestSync(t *testing.T) {
 			if err == nil && requeue != tc.wantRequeue {
 				t.Errorf("requeue = %v, want %v", requeue, tc.wantRequeue)
 			}
-			if diff := cmp.Diff(tc.wantActions, f.writes(), cmpopts.EquateEmpty(), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
-				t.Errorf("API writes (-want +got):\n%s", diff)
+			// In order: a metadata write (finalizer, spec hash) must land
+			// before the status write that relies on it.
+			if diff := cmp.Diff(tc.wantActions, f.writes(), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("API writes, in order (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantCalls, f.provider.Calls(), cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("provider calls (-want +got):\n%s", diff)
