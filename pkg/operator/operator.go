@@ -96,8 +96,6 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 
 	m := metrics.New()
 	m.SetBuildInfo(Version())
-	// Before NewController: a workqueue takes the provider in force when it is built.
-	m.RegisterWorkqueueProvider()
 
 	enabled, err := buildProviders(ctx, o.Providers, providers, ProviderEnv{KubeClient: kube, RESTConfig: rest.CopyConfig(cfg), Options: o})
 	if err != nil {
