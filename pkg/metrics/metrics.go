@@ -4,8 +4,9 @@
 // client-go workqueue metrics, and the Go and process collectors.
 //
 // Nothing here registers on prometheus.DefaultRegisterer or runs at init, so
-// tests may build as many Metrics as they like. The one process-global piece is
-// client-go's workqueue metrics provider: see WorkqueueProvider.
+// tests may build as many Metrics as they like; client-go's workqueue metrics
+// come in through a provider passed to the queue (WorkqueueProvider), not
+// the process-global one.
 //
 // It measures; it does not decide anything. Callers (pkg/controller through
 // its Metrics interface, pkg/operator for leadership) report what happened.
