@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -42,6 +43,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	crawlscheme "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/scheme"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	crawlinformersv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
@@ -126,6 +128,16 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	if err != nil {
 		return fmt.Errorf("health engine: %w", err)
 	}
+	// One broadcaster for the process. It outlives ctx so that events of
+	// the drain still go out; run shuts it down last.
+	events := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
+	events.StartStructuredLogging(4)
+	// A private scheme: events need our kinds, and the global scheme.Scheme
+	// is shared by everything in the process.
+	eventScheme := runtime.NewScheme()
+	if err := crawlscheme.AddToScheme(eventScheme); err != nil {
+		return fmt.Errorf("building the event scheme: %w", err)
+	}
 	ctrl, err = controller.NewController(controller.Config{
 		CrawlClient:      crawl,
 		KubeClient:       kube,
@@ -135,6 +147,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		Health:           engine,
 		Metrics:          m,
 		WorkqueueMetrics: m.WorkqueueProvider(),
+		Recorder:         events.NewRecorder(eventScheme, corev1.EventSource{Component: controller.FieldManager}),
 	})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
@@ -151,16 +164,20 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		labeler:        podLabeler{client: kube, namespace: o.PodNamespace, name: o.PodName},
 		kube:           kube,
 		health:         engine,
+		events:         events,
 	}
-	op.gcConfig = gc.Config{
+	// Built here, so that a bad configuration fails start-up, not the
+	// first election won.
+	op.collector, err = gc.New(gc.Config{
 		Providers:     enabled,
 		Proxies:       proxyInformer.Lister(),
 		ProxiesSynced: proxyInformer.Informer().HasSynced,
 		Live:          crawl,
 		Interval:      o.GCInterval,
 		Metrics:       m,
-	}
-	if _, err := gc.New(op.gcConfig); err != nil { // fail at start-up, not on becoming leader
+		Recorder:      events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "proxy-operator-gc"}),
+	})
+	if err != nil {
 		return fmt.Errorf("garbage collection: %w", err)
 	}
 	if o.LeaderElect {
@@ -229,9 +246,11 @@ type operator struct {
 	leaseListener net.Listener
 	// health probes every proxy through itself, on the leader.
 	health *health.Engine
-	// gcConfig configures orphan collection on the leader (the event
-	// recorder is added there).
-	gcConfig gc.Config
+	// collector collects orphans on the leader.
+	collector *gc.Collector
+	// events is the one event broadcaster: the controller and the
+	// collector record through it; it writes to the API while leading.
+	events record.EventBroadcaster
 	// kube records the leader loops' events.
 	kube kubernetes.Interface
 	// electionWatchdog fails /healthz while this replica holds the leader
@@ -287,6 +306,7 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 		return op.leases.Serve(gctx, op.leaseListener)
 	})
 	err := g.Wait()
+	op.events.Shutdown() // after the drain, whose events it still takes
 	if err == nil {
 		logger.Info("Stopped")
 	}
@@ -429,6 +449,9 @@ func (op *operator) runLeader(ctx context.Context) error {
 			logger.Error(err, "Removing the leader label")
 		}
 	}()
+	// Only the leader records events; they reach the API from here on.
+	eventSink := op.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: op.kube.CoreV1().Events("")})
+	defer eventSink.Stop()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer logger.V(2).Info("Controller stopped: workers finished their items")
@@ -440,16 +463,7 @@ func (op *operator) runLeader(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		defer logger.V(2).Info("Garbage collection stopped")
-		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: op.kube.CoreV1().Events("")})
-		defer broadcaster.Shutdown()
-		cfg := op.gcConfig
-		cfg.Recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "proxy-operator-gc"})
-		collector, err := gc.New(cfg)
-		if err != nil {
-			return err
-		}
-		return collector.Run(ctx)
+		return op.collector.Run(ctx)
 	})
 	err := g.Wait()
 	logger.V(2).Info("Leader loops stopped")
