@@ -187,7 +187,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		// leaves room for a second attempt within the deadline.
 		leCfg := rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election")
 		leCfg.Timeout = o.LeaderElectRenewDeadline / 2
-		if op.leaseClient, err = kubernetes.NewForConfig(leCfg); err != nil {
+		if op.electionClient, err = kubernetes.NewForConfig(leCfg); err != nil {
 			return fmt.Errorf("leader election client: %w", err)
 		}
 		op.electionWatchdog = leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTolerance)
@@ -230,8 +230,9 @@ func stoppedOrFailed(ctx context.Context, err error) error {
 // operator is one process's running parts.
 type operator struct {
 	opts Options
-	// leaseClient holds the leader Lease; nil without leader election.
-	leaseClient    kubernetes.Interface
+	// electionClient renews the leader-election Lease (not the crawler
+	// leases of op.leases); nil without leader election.
+	electionClient kubernetes.Interface
 	metrics        *metrics.Metrics
 	controller     *controller.Controller
 	kubeInformers  informers.SharedInformerFactory
@@ -340,7 +341,7 @@ func (op *operator) runElected(ctx context.Context) error {
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: op.opts.LeaderElectNamespace, Name: LeaseName},
-			Client:     op.leaseClient.CoordinationV1(),
+			Client:     op.electionClient.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 		},
 		LeaseDuration:   op.opts.LeaderElectLeaseDuration,
