@@ -123,7 +123,7 @@ func TestControllerRunsLocalInstances(t *testing.T) {
 
 	// Provisioned=True, with the address of a real process.
 	var p *crawlv1alpha1.Proxy
-	eventually(t, 30*time.Second, "Provisioned=True", func() (bool, string) {
+	until(t, 30*time.Second, "Provisioned=True", func() (bool, string) {
 		p, err = crawl.CrawlV1alpha1().Proxies(ns).Get(ctx, "dev", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -147,7 +147,7 @@ func TestControllerRunsLocalInstances(t *testing.T) {
 	// An operator restart keeps the instance: same process, and only one.
 	stopFirst()
 	second, _ := runOperator(t, ns, stateDir)
-	eventually(t, 30*time.Second, "the restarted controller observes the instance", func() (bool, string) {
+	until(t, 30*time.Second, "the restarted controller observes the instance", func() (bool, string) {
 		n := second.callsOf("get")
 		return n >= 1, fmt.Sprintf("%d gets", n)
 	})
@@ -169,7 +169,7 @@ func TestControllerRunsLocalInstances(t *testing.T) {
 	if err := crawl.CrawlV1alpha1().Proxies(ns).Delete(ctx, "dev", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the Proxy is gone", func() (bool, string) {
+	until(t, 30*time.Second, "the Proxy is gone", func() (bool, string) {
 		_, err := crawl.CrawlV1alpha1().Proxies(ns).Get(ctx, "dev", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})

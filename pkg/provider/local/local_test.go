@@ -741,7 +741,7 @@ func TestCreateErrors(t *testing.T) {
 				t.Errorf("the error leaks the password: %v", err)
 			}
 			// Nothing is left behind: no files, no process.
-			eventually(t, 10*time.Second, "no process left", func() (bool, string) {
+			until(t, 10*time.Second, "no process left", func() (bool, string) {
 				pids := processesLoggingTo(t, dir)
 				return len(pids) == 0, fmt.Sprintf("processes %v", pids)
 			})

@@ -28,6 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
 // apiServer is shared by the tests of this package, with the throwaway CRDs in
@@ -55,24 +57,18 @@ func clientset(t *testing.T) *kubernetes.Clientset {
 	return c
 }
 
-// eventually polls check until it returns nil, and fails the test with its last
+// until polls check until it returns nil, and fails the test with its last
 // error after testTimeout.
-func eventually(t *testing.T, check func(ctx context.Context) error) {
+func until(t *testing.T, check func(ctx context.Context) error) {
 	t.Helper()
-	err := poll(t.Context(), testTimeout, func(ctx context.Context) (bool, error) {
-		err := check(ctx)
-		return err == nil, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eventually.Check(t, testTimeout, 50*time.Millisecond, "condition", check)
 }
 
 func TestAdminListsSystemNamespaces(t *testing.T) {
 	c := clientset(t)
 	want := []string{"default", "kube-node-lease", "kube-public", "kube-system"}
 	// The API server creates these in a post-start hook that /readyz need not wait for.
-	eventually(t, func(ctx context.Context) error {
+	until(t, func(ctx context.Context) error {
 		list, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -244,7 +240,7 @@ func TestSubjectAccessReviewFollowsRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The RBAC authorizer reads roles from an informer: the grant shows up shortly.
-	eventually(t, func(ctx context.Context) error {
+	until(t, func(ctx context.Context) error {
 		if ok, err := allowed(ctx, getConfigMaps); err != nil || !ok {
 			return errors.Join(errors.New("not allowed yet"), err)
 		}
@@ -536,7 +532,7 @@ func TestKilledParentLeavesNothing(t *testing.T) {
 		t.Fatalf("helper output %q: want the pids of etcd and kube-apiserver", out)
 	}
 	// Pdeathsig is delivered as the parent dies; the kill itself is asynchronous.
-	eventually(t, func(context.Context) error {
+	until(t, func(context.Context) error {
 		for _, pid := range pids {
 			if !processGone(pid) {
 				return fmt.Errorf("process %d still running after its parent was killed", pid)

@@ -1,7 +1,6 @@
 package chaos_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -51,31 +50,6 @@ func newNamespace(t *testing.T) string {
 	t.Helper()
 	kube, _ := clients()
 	return operatortest.NewNamespace(t, kube)
-}
-
-// eventually polls check every interval until it returns nil, and fails
-// the test with its last error once timeout has passed.
-func eventually(t *testing.T, timeout, interval time.Duration, what string, check func(ctx context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	var last error
-	for {
-		err := check(ctx)
-		if err == nil {
-			return
-		}
-		if ctx.Err() == nil || last == nil {
-			last = err // not the deadline's own error: it would hide the reason
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %v: %v", what, timeout, last)
-		case <-ticker.C:
-		}
-	}
 }
 
 // localInstance is what the local provider records about an instance (its

@@ -16,6 +16,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -128,7 +129,7 @@ func TestOperatorKilledMidReplace(t *testing.T) {
 	if err := proxies.Delete(t.Context(), "replaced", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, pollInterval, "the Proxy and its instance gone", func(ctx context.Context) error {
+	eventually.Check(t, time.Minute, pollInterval, "the Proxy and its instance gone", func(ctx context.Context) error {
 		if _, err := proxies.Get(ctx, "replaced", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("the Proxy is still there (%v)", err)
 		}
@@ -178,7 +179,7 @@ func replaceFinished(p *crawlv1alpha1.Proxy, oldHash string) bool {
 func waitReplaced(t *testing.T, ns, name, oldHash string) *crawlv1alpha1.Proxy {
 	t.Helper()
 	var got *crawlv1alpha1.Proxy
-	eventually(t, time.Minute, pollInterval, name+" Ready on a new instance", func(ctx context.Context) error {
+	eventually.Check(t, time.Minute, pollInterval, name+" Ready on a new instance", func(ctx context.Context) error {
 		got = getProxyCtx(ctx, t, ns, name)
 		if got == nil {
 			return errors.New("the Proxy does not exist")
@@ -250,7 +251,7 @@ func getProxyCtx(ctx context.Context, t *testing.T, ns, name string) *crawlv1alp
 func updateProxy(t *testing.T, ns, name string, change func(*crawlv1alpha1.Proxy)) {
 	t.Helper()
 	_, crawl := clients()
-	eventually(t, 10*time.Second, 20*time.Millisecond, "updating "+name, func(ctx context.Context) error {
+	eventually.Check(t, 10*time.Second, 20*time.Millisecond, "updating "+name, func(ctx context.Context) error {
 		p, err := crawl.CrawlV1alpha1().Proxies(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err

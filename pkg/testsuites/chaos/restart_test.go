@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -74,7 +75,7 @@ func TestAPIServerRestartMidFlow(t *testing.T) {
 	}
 
 	_, crawl := clients()
-	eventually(t, 2*time.Minute, 250*time.Millisecond, "the fleet converged", func(ctx context.Context) error {
+	eventually.Check(t, 2*time.Minute, 250*time.Millisecond, "the fleet converged", func(ctx context.Context) error {
 		list, err := crawl.CrawlV1alpha1().Proxies(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err

@@ -24,6 +24,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/operator"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	podprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
 // A flow is what a user of the operator sees happen, as a sequence of
@@ -104,7 +105,7 @@ func runFlow(ctx context.Context, f flow, onFirstStep func(), alive func() error
 			}
 		}
 		stepCtx, cancel := context.WithTimeout(ctx, s.bound)
-		err := poll(stepCtx, func(ctx context.Context) error {
+		err := eventually.Poll(stepCtx, pollInterval, func(ctx context.Context) error {
 			err := s.done(ctx)
 			if err != nil {
 				if dead := alive(); dead != nil {
@@ -596,7 +597,7 @@ func (r *operatorRun) liftQuota(ctx context.Context) error {
 	probe.Spec.Containers[0].Resources = corev1.ResourceRequirements{} // BestEffort, as the retry flow's Pod
 	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return poll(waitCtx, func(ctx context.Context) error {
+	return eventually.Poll(waitCtx, pollInterval, func(ctx context.Context) error {
 		_, err := r.s.kube.CoreV1().Pods(r.proxies).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	})

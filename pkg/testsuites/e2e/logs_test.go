@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/proxyfleet/proxy-operator/pkg/operator"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
 // maxLinesPerProxyLife bounds, at the default verbosity, the log lines
@@ -127,7 +128,7 @@ func TestLogsAndEventsCarryNoSecrets(t *testing.T) {
 func (r *operatorRun) waitIdle(t *testing.T) float64 {
 	t.Helper()
 	var syncs float64
-	eventually(t, 20*time.Second, "the operator idles", func(ctx context.Context) error {
+	eventually.Check(t, 20*time.Second, pollInterval, "the operator idles", func(ctx context.Context) error {
 		s, err := r.op.Scrape(ctx)
 		if err != nil {
 			return err

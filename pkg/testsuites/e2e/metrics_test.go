@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
 
@@ -100,7 +101,7 @@ func TestMetricsDocumented(t *testing.T) {
 	// the counts can be compared.
 	r.waitIdle(t)
 	var got operatortest.Scraped
-	eventually(t, 10*time.Second, "proxy_operator_proxies matches the Proxies", func(ctx context.Context) error {
+	eventually.Check(t, 10*time.Second, pollInterval, "proxy_operator_proxies matches the Proxies", func(ctx context.Context) error {
 		var err error
 		if got, err = r.op.Scrape(ctx); err != nil {
 			return err

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
 
@@ -67,13 +67,13 @@ func (p operatorProcess) terminate(t *testing.T, timeout time.Duration) int {
 	return p.WaitExit(t, timeout)
 }
 
-// alive returns nil while the process runs, else an errHopeless saying how
+// alive returns nil while the process runs, else an eventually.ErrHopeless saying how
 // it ended.
 func (p operatorProcess) alive() error {
 	if p.Running() {
 		return nil
 	}
-	return fmt.Errorf("%w: the operator %s", errHopeless, p.Exit())
+	return fmt.Errorf("%w: the operator %s", eventually.ErrHopeless, p.Exit())
 }
 
 // metric reads one value from a fresh scrape: 0 and an error if the process
@@ -99,45 +99,4 @@ func (p operatorProcess) logLines(re *regexp.Regexp) []string {
 		}
 	}
 	return out
-}
-
-// errHopeless marks a check's complaint that no wait can fix (the process
-// it waits for has exited): poll gives up at once.
-var errHopeless = errors.New("hopeless")
-
-// poll calls check until it returns nil or ctx ends; it returns check's
-// last complaint from before ctx ended (a check cut off by the deadline
-// complains about the deadline, which says nothing).
-func poll(ctx context.Context, check func(ctx context.Context) error) error {
-	ticker := time.NewTicker(pollInterval)
-	defer ticker.Stop()
-	var last error
-	for {
-		err := check(ctx)
-		if err == nil {
-			return nil
-		}
-		if errors.Is(err, errHopeless) {
-			return err
-		}
-		if last == nil || ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			return last
-		case <-ticker.C:
-		}
-	}
-}
-
-// eventually polls check until it returns nil, and fails the test with its
-// last error once timeout has passed.
-func eventually(t *testing.T, timeout time.Duration, what string, check func(ctx context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	if err := poll(ctx, check); err != nil {
-		t.Fatalf("%s: not within %v: %v", what, timeout, err)
-	}
 }

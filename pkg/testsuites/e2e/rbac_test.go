@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/proxyfleet/proxy-operator/pkg/operator"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
@@ -225,7 +226,7 @@ func runWithout(t *testing.T, s *suite, i int, p permission, want need) {
 	var evidence string
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	err := poll(ctx, func(ctx context.Context) error {
+	err := eventually.Poll(ctx, pollInterval, func(ctx context.Context) error {
 		if lines := r.op.logLines(forbidden); len(lines) > 0 {
 			evidence = "log: " + lines[0]
 			return nil

@@ -25,6 +25,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	podprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv/kubelet"
 )
@@ -228,7 +229,7 @@ func (r *operatorRun) firstRoundDone() <-chan struct{} {
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 		defer cancel()
-		_ = poll(ctx, func(ctx context.Context) error {
+		_ = eventually.Poll(ctx, pollInterval, func(ctx context.Context) error {
 			if !r.op.Running() {
 				return nil
 			}

@@ -14,7 +14,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
 
@@ -23,6 +22,7 @@ import (
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
@@ -171,9 +171,13 @@ func (h *harness) grantLeasing(t *testing.T, ns string) {
 
 func poll(t *testing.T, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, cond); err != nil {
-		t.Fatalf("condition not met: %v", err)
-	}
+	eventually.Check(t, 30*time.Second, 50*time.Millisecond, "condition", func(ctx context.Context) error {
+		ok, err := cond(ctx)
+		if err == nil && !ok {
+			err = errors.New("not met")
+		}
+		return err
+	})
 }
 
 func clientWithToken(t *testing.T, url, token string) *client.Client {

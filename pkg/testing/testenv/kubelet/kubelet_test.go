@@ -16,11 +16,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv/kubelet"
@@ -120,24 +120,16 @@ func createSecret(ctx context.Context, t *testing.T, client kubernetes.Interface
 	}
 }
 
-// eventually polls cond until it holds; the last message explains a failure.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
+// until polls cond until it holds; the last message explains a failure.
+func until(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
-		ok, msg := cond()
-		last = msg
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: not within %s: %s", what, waitTimeout, last)
-	}
+	eventually.Check(t, waitTimeout, 20*time.Millisecond, what, eventually.Holds(cond))
 }
 
 func waitForPod(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, name, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
-	eventually(t, name+" "+what, func() (bool, string) {
+	until(t, name+" "+what, func() (bool, string) {
 		p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -227,7 +219,7 @@ func TestDeletionStopsProxyAndFinishesDeletion(t *testing.T) {
 	if err := client.CoreV1().Pods(ns).Delete(ctx, "p1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "Pod gone", func() (bool, string) {
+	until(t, "Pod gone", func() (bool, string) {
 		_, err := client.CoreV1().Pods(ns).Get(ctx, "p1", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})
