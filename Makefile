@@ -33,7 +33,7 @@ image:
 
 ## chaos: the failure suite's long variant (more rounds, larger fleets, longer storms; about 15 min)
 chaos: testenv testpeers
-	CHAOS=long $(GO) test -race -count=1 -timeout 60m -v ./pkg/chaos/
+	CHAOS=long $(GO) test -race -count=1 -timeout 60m -v ./pkg/testsuites/chaos/
 
 ## fuzz: every go test -fuzz target for FUZZTIME (default 10s) each
 fuzz:

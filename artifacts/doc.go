@@ -4,5 +4,5 @@
 // dashboard under dashboards/), and its tests check them with the tools a
 // cluster admin uses: bin/kubectl kustomize, bin/helm and bin/promtool (built
 // by `make testenv`), server-side dry-runs against a real API server
-// (pkg/testenv), and the operator's real metrics registry (pkg/metrics).
+// (pkg/testing/testenv), and the operator's real metrics registry (pkg/metrics).
 package artifacts

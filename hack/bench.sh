@@ -18,12 +18,12 @@ trap 'rm -f "$tmp"' EXIT
     echo
     echo "## Health engine (issue 5)"
     echo
-    echo "\`go run ./pkg/health/bench\`: the engine probing N loopback proxies (served by a child"
+    echo "\`go run ./pkg/testsuites/bench/health\`: the engine probing N loopback proxies (served by a child"
     echo "process) on a 10 s interval (three times the default load), against the schedule"
     echo "(expected probes/s = N / interval), beside a bare loop running the same probe function"
     echo "at the same concurrency (the limit)."
     echo
-    go run ./pkg/health/bench
+    go run ./pkg/testsuites/bench/health
     echo
     echo "## Lease API (issue 6)"
     echo
@@ -53,15 +53,15 @@ trap 'rm -f "$tmp"' EXIT
     echo
     echo "## Controller at scale (issue 9)"
     echo
-    echo "\`go run ./pkg/operator/bench\`: the operator binary against a real kube-apiserver and etcd"
-    echo "(pkg/testenv), with 1,000 and 10,000 External proxies pointing at a loopback fleet (a child"
+    echo "\`go run ./pkg/testsuites/bench/operator\`: the operator binary against a real kube-apiserver and etcd"
+    echo "(pkg/testing/testenv), with 1,000 and 10,000 External proxies pointing at a loopback fleet (a child"
     echo "process) that its health engine takes from Pending to Ready: time to all Ready beside the"
     echo "time the bench's own client takes to create them, API writes per proxy counted at the API"
     echo "server beside the two the design needs, and the operator's CPU and memory in steady state"
     echo "(half the proxies leased) beside the idle operator, kube-apiserver and etcd; plus the"
     echo "1,000 fleet at client-go's default QPS/burst (5/10) beside ours (100/200). About 30 minutes."
     echo
-    go run ./pkg/operator/bench
+    go run ./pkg/testsuites/bench/operator
     echo
     echo "## Gateway (issue 14)"
     echo

@@ -1,6 +1,5 @@
-// Command proxy-operator runs the Proxy controller (and, as they land, the
-// health engine, orphan collection and the lease API) against a Kubernetes
-// cluster. All wiring lives in pkg/operator; this is flags, logging, signals
+// Command proxy-operator runs the Proxy controller, the health engine,
+// orphan collection and the lease API against a Kubernetes cluster. All wiring lives in pkg/operator; this is flags, logging, signals
 // and the exit code.
 package main
 

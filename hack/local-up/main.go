@@ -1,7 +1,7 @@
 // Command local-up is what `make run` runs: the operator in the foreground.
 //
 // With KUBECONFIG set it runs the operator against that cluster. Without it,
-// it brings up the embedded default: etcd and kube-apiserver from pkg/testenv
+// it brings up the embedded default: etcd and kube-apiserver from pkg/testing/testenv
 // with their data under .local/, the CRD, a local HTTPS target, an existing
 // forward proxy to point an External Proxy at, and the examples (one External
 // and two local-provider Managed proxies), and prints what to try next.
@@ -38,7 +38,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxyfleet/proxy-operator/pkg/operator"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 type config struct {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the pinned kube-apiserver, kubectl and etcd from hack/tools/go.mod into
-# <repo>/bin/, which pkg/testenv runs. Cheap when nothing changed: bin/.tools-version
+# <repo>/bin/, which pkg/testing/testenv runs. Cheap when nothing changed: bin/.tools-version
 # holds a stamp of the inputs and the build is skipped while it matches and all
 # binaries exist. Called by `make testenv`.
 set -euo pipefail

@@ -1,4 +1,4 @@
-// Module tools builds the pinned binaries that pkg/testenv runs: kube-apiserver,
+// Module tools builds the pinned binaries that pkg/testing/testenv runs: kube-apiserver,
 // kubectl and etcd. It is a separate module so that k8s.io/kubernetes and the etcd
 // server never enter the root module graph. Build with hack/tools/build.sh.
 //

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -295,7 +296,7 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	requeue, err := c.sync(ctx, key)
 	c.metrics.ObserveSync(syncResult(requeue, err), c.clock.Since(start))
 	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Sync failed; retrying with backoff", "proxy", key, "err", err)
+		logSyncFailure(klog.FromContext(ctx), key, err)
 		c.queue.AddRateLimited(key)
 		return true
 	}
@@ -304,6 +305,17 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 		c.queue.AddAfter(key, max(requeue, 0))
 	}
 	return true
+}
+
+// logSyncFailure logs a failed sync as an error, at every verbosity. A
+// conflict only says the cache was behind a write; the retry reads the
+// newer object, so it stays quiet unless asked for.
+func logSyncFailure(logger klog.Logger, key cache.ObjectName, err error) {
+	if apierrors.IsConflict(err) {
+		logger.V(4).Info("Sync conflicted with a newer write; retrying", "proxy", key, "err", err)
+		return
+	}
+	logger.Error(err, "Sync failed; retrying with backoff", "proxy", key)
 }
 
 func syncResult(requeue time.Duration, err error) string {

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // reconcileExternal records an External proxy's endpoint and health. It never
@@ -19,7 +20,7 @@ func (c *Controller) reconcileExternal(ctx context.Context, p *crawlv1alpha1.Pro
 		return done, nil
 	}
 	p.Status.IP, p.Status.Port = ep.Host, ep.Port
-	c.setProvisioned(p, metav1.ConditionTrue, ReasonExternalEndpoint, fmt.Sprintf("external proxy at %s", address(ep.Host, ep.Port)))
+	c.setProvisioned(p, metav1.ConditionTrue, ReasonExternalEndpoint, fmt.Sprintf("external proxy at %s", proxyaccess.Address(ep.Host, ep.Port)))
 	c.applyHealth(ctx, p)
 	return done, nil
 }

@@ -16,10 +16,12 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // reconcileManaged drives a Managed Proxy's instance toward its spec: create,
-// adopt, replace, observe; every provider error is classified (reference §3).
+// adopt, replace, observe; every provider error is classified (provider.Quota, Permanent, Transient;
+// docs/architecture.md, Flow 3).
 func (c *Controller) reconcileManaged(ctx context.Context, p *crawlv1alpha1.Proxy) (time.Duration, error) {
 	if !hasFinalizer(p) {
 		// The update event brings the key back with the finalizer in the cache.
@@ -176,7 +178,7 @@ func (c *Controller) applyInstance(ctx context.Context, p *crawlv1alpha1.Proxy, 
 	switch inst.State {
 	case provider.StateRunning:
 		p.Status.IP, p.Status.Port = inst.IP, inst.Port
-		c.setProvisioned(p, metav1.ConditionTrue, ReasonCreated, fmt.Sprintf("instance %s is running at %s", id, address(inst.IP, inst.Port)))
+		c.setProvisioned(p, metav1.ConditionTrue, ReasonCreated, fmt.Sprintf("instance %s is running at %s", id, proxyaccess.Address(inst.IP, inst.Port)))
 		c.applyHealth(ctx, p)
 		return c.driftPoll, nil
 	case provider.StateStopped:
@@ -275,26 +277,14 @@ func (c *Controller) resolveCloudInit(p *crawlv1alpha1.Proxy) ([]byte, error) {
 // password ("" without auth): the instance is configured with them, so a
 // rotation must replace it. Only the digest enters the spec hash.
 func (c *Controller) credentialsDigest(p *crawlv1alpha1.Proxy) (string, error) {
-	if p.Spec.Auth == nil {
-		return "", nil
-	}
-	name := p.Spec.Auth.SecretRef.Name
-	secret, err := c.secrets.Secrets(p.Namespace).Get(name)
-	if apierrors.IsNotFound(err) {
-		return "", fmt.Errorf("credentials Secret %q not found", name)
-	}
-	if err != nil {
-		return "", fmt.Errorf("reading credentials Secret %q: %w", name, err)
-	}
-	for _, key := range []string{crawlv1alpha1.AuthUsernameKey, crawlv1alpha1.AuthPasswordKey} {
-		if len(secret.Data[key]) == 0 {
-			return "", fmt.Errorf("credentials Secret %q has no key %q", name, key)
-		}
+	creds, err := proxyaccess.ReadCredentials(proxyaccess.CredentialsSecret(p), c.secrets.Secrets(p.Namespace).Get)
+	if creds == nil || err != nil {
+		return "", err
 	}
 	sum := sha256.New()
-	sum.Write(secret.Data[crawlv1alpha1.AuthUsernameKey])
+	sum.Write([]byte(creds.Username))
 	sum.Write([]byte{0})
-	sum.Write(secret.Data[crawlv1alpha1.AuthPasswordKey])
+	sum.Write([]byte(creds.Password))
 	return hex.EncodeToString(sum.Sum(nil)), nil
 }
 

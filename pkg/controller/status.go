@@ -3,8 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // Condition reasons; the event reasons share these names.
@@ -108,7 +107,8 @@ func (c *Controller) applyHealth(ctx context.Context, p *crawlv1alpha1.Proxy) {
 		return
 	}
 	v, ok := c.health.Verdict(cache.MetaObjectToName(p))
-	if !ok || v.Address != address(p.Status.IP, p.Status.Port) {
+	addr, hasAddr := proxyaccess.StatusAddress(p)
+	if !ok || !hasAddr || v.Address != addr {
 		return
 	}
 	status, reason := metav1.ConditionFalse, ReasonProbeFailed
@@ -169,8 +169,4 @@ func clearHealth(p *crawlv1alpha1.Proxy) {
 	meta.RemoveStatusCondition(&p.Status.Conditions, crawlv1alpha1.ConditionHealthy)
 	p.Status.LatencyMillis = 0
 	p.Status.LastHealthCheckTime = nil
-}
-
-func address(host string, port int32) string {
-	return net.JoinHostPort(host, strconv.Itoa(int(port)))
 }

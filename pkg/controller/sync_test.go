@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,7 +29,7 @@ import (
 	crawlfake "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/fake"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
-	"github.com/proxyfleet/proxy-operator/pkg/provider/fake"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/fake"
 )
 
 const (
@@ -606,8 +608,10 @@ func TestSync(t *testing.T) {
 			if err == nil && requeue != tc.wantRequeue {
 				t.Errorf("requeue = %v, want %v", requeue, tc.wantRequeue)
 			}
-			if diff := cmp.Diff(tc.wantActions, f.writes(), cmpopts.EquateEmpty(), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
-				t.Errorf("API writes (-want +got):\n%s", diff)
+			// In order: a metadata write (finalizer, spec hash) must land
+			// before the status write that relies on it.
+			if diff := cmp.Diff(tc.wantActions, f.writes(), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("API writes, in order (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantCalls, f.provider.Calls(), cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("provider calls (-want +got):\n%s", diff)
@@ -763,5 +767,60 @@ func (f *fixture) events() []string {
 		default:
 			return out
 		}
+	}
+}
+
+// TestCredentialsWithColonInUsername: a username with ':' can never log in
+// through basic auth, so for every provider the sync stops before Create with
+// a CredentialsError condition naming the Secret and the key (and no value).
+func TestCredentialsWithColonInUsername(t *testing.T) {
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds"},
+		Data:       map[string][]byte{"username": []byte("crawl:er"), "password": []byte("s3cret")},
+	}
+	for _, name := range []crawlv1alpha1.ProviderName{crawlv1alpha1.ProviderLocal, crawlv1alpha1.ProviderKubernetes, crawlv1alpha1.ProviderGCE} {
+		t.Run(string(name), func(t *testing.T) {
+			f := newFixture(t, newProxy(withFinalizer, withAuth, withProvider(name)), []*corev1.Secret{secret}, nil)
+			prov := fake.New()
+			f.controller.providers[name] = prov
+
+			if _, err := f.controller.sync(context.Background(), testKey); err == nil {
+				t.Error("sync returned no error; want one, for a retry with backoff")
+			}
+
+			cond := meta.FindStatusCondition(f.writtenStatus(t).Conditions, crawlv1alpha1.ConditionProvisioned)
+			want := metav1.Condition{Type: crawlv1alpha1.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: ReasonCredentialsError,
+				Message: `credentials Secret "creds" key "username" must not contain ':'`}
+			if diff := cmp.Diff(&want, cond, cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime", "ObservedGeneration")); diff != "" {
+				t.Errorf("Provisioned condition (-want +got):\n%s", diff)
+			}
+			if calls := prov.Calls(); len(calls) > 0 {
+				t.Errorf("the %s provider was called: %v", name, calls)
+			}
+		})
+	}
+}
+
+// TestSyncFailureLogging: a failed sync is an error at the default
+// verbosity; a conflict (the cache was behind) is not.
+func TestSyncFailureLogging(t *testing.T) {
+	conflict := apierrors.NewConflict(crawlv1alpha1.Resource("proxies"), "p1", errors.New("the object has been modified"))
+	tests := map[string]struct {
+		err  error
+		want []string
+	}{
+		"a failure is an error":   {err: errors.New("boom"), want: []string{`"msg"="Sync failed; retrying with backoff" "error"="boom" "proxy"="crawl/p1"`}},
+		"a conflict is quiet":     {err: conflict},
+		"a wrapped conflict, too": {err: fmt.Errorf("status write: %w", conflict)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var lines []string
+			logger := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{Verbosity: 0})
+			logSyncFailure(logger, testKey, tc.err)
+			if diff := cmp.Diff(tc.want, lines, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("log lines at the default verbosity (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 // received is what a recording target saw.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 func TestMain(m *testing.M) { os.Exit(proxytest.Main(m)) }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -35,14 +36,14 @@ import (
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
-	"github.com/proxyfleet/proxy-operator/pkg/provider/fake"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/fake"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
-var env *testenv.Environment
+var apiServer = testenv.NewShared(testenv.Options{})
 
-func TestMain(m *testing.M) { testenv.RunMain(m, &env) }
+func TestMain(m *testing.M) { os.Exit(apiServer.Run(m)) }
 
 const (
 	local = crawlv1alpha1.ProviderLocal
@@ -146,6 +147,7 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
+	env := apiServer.Get(t)
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	kube := kubernetes.NewForConfigOrDie(env.Config)
@@ -276,6 +278,7 @@ func (e *expected) delete(prov crawlv1alpha1.ProviderName, id, name string, uid 
 }
 
 func TestCollectOnce(t *testing.T) {
+	env := apiServer.Get(t)
 	tests := map[string]struct {
 		setup        func(f *fixture, want *expected)
 		wantLiveGets int32
@@ -477,6 +480,7 @@ func TestCollectOnce(t *testing.T) {
 // Run collects at once, then every interval: an orphan that appears after
 // a round is gone within one more interval.
 func TestRunCollectsWithinOneInterval(t *testing.T) {
+	env := apiServer.Get(t)
 	f := newFixture(t)
 	delete(f.providers, gce)
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
@@ -547,6 +551,7 @@ func TestRunCollectsWithinOneInterval(t *testing.T) {
 // Run's first round waits for the cache, so that a cold start does not turn
 // every instance into a live read.
 func TestRunWaitsForTheCache(t *testing.T) {
+	env := apiServer.Get(t)
 	f := newFixture(t)
 	var synced atomic.Bool
 	listedBeforeSync := atomic.Bool{}
@@ -602,6 +607,7 @@ func (s *listSpy) ListByTag(ctx context.Context, key, value string) ([]provider.
 // With a real recorder, the event lands in the vanished Proxy's namespace,
 // naming it, so `kubectl get events -n <ns>` shows it.
 func TestEventLandsInTheProxysNamespace(t *testing.T) {
+	env := apiServer.Get(t)
 	f := newFixture(t)
 	kube := kubernetes.NewForConfigOrDie(env.Config)
 	broadcaster := record.NewBroadcaster(record.WithContext(f.ctx))
@@ -651,6 +657,7 @@ func TestEventLandsInTheProxysNamespace(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
+	env := apiServer.Get(t)
 	lister := crawllisters.NewProxyLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
 	live := versioned.NewForConfigOrDie(env.Config)
 	tests := map[string]struct {
@@ -681,6 +688,7 @@ func TestNewValidates(t *testing.T) {
 // BenchmarkCollectOnceSteadyFleet: a round over 1,000 instances whose
 // Proxies are all in the cache makes no API call; the cost is the cache scan.
 func BenchmarkCollectOnceSteadyFleet(b *testing.B) {
+	env := apiServer.Get(b)
 	const fleet = 1000
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	prov := fake.New()

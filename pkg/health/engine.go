@@ -14,7 +14,6 @@ import (
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -25,6 +24,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // Defaults of Config.
@@ -34,7 +34,7 @@ const (
 	// 10,000 proxies at the default 30s interval (333 probes/s): at ~0.3s a
 	// probe through a remote proxy (dial, CONNECT, TLS) that keeps ~100
 	// workers busy, ~270 when a tenth of the fleet hangs until the 5s
-	// timeout; 512 leaves headroom. pkg/health/bench measures the edge:
+	// timeout; 512 leaves headroom. pkg/testsuites/bench/health measures the edge:
 	// 1,000 probes/s of 0.2s keep the schedule, of 0.7s do not. An idle
 	// worker is a parked goroutine.
 	DefaultWorkers = 512
@@ -420,12 +420,12 @@ func (e *Engine) work(ctx context.Context, jobs <-chan job) {
 func (e *Engine) runCheck(ctx context.Context, j job) Result {
 	t := j.check.target
 	if j.check.authSecret != "" {
-		user, pass, err := e.credentials(ctx, j.key.Namespace, j.check.authSecret)
+		creds, err := e.credentials(ctx, j.key.Namespace, j.check.authSecret)
 		if err != nil {
 			return Result{Class: ResultError, Message: err.Error()}
 		}
 		withAuth := *t.Proxy
-		withAuth.User = url.UserPassword(user, pass)
+		withAuth.User = url.UserPassword(creds.Username, creds.Password)
 		t.Proxy = &withAuth
 	}
 	return e.probe(ctx, t)
@@ -433,23 +433,11 @@ func (e *Engine) runCheck(ctx context.Context, j job) Result {
 
 // credentials reads the spec.auth Secret. Its errors name the Secret and
 // the key, never a value.
-func (e *Engine) credentials(ctx context.Context, namespace, name string) (user, pass string, err error) {
+func (e *Engine) credentials(ctx context.Context, namespace, name string) (*proxyaccess.Credentials, error) {
 	if e.secrets == nil {
-		return "", "", fmt.Errorf("auth Secret %q: the engine has no Secret reader", name)
+		return nil, fmt.Errorf("credentials Secret %q: the engine has no Secret reader", name)
 	}
-	s, err := e.secrets(ctx, namespace, name)
-	switch {
-	case apierrors.IsNotFound(err):
-		return "", "", fmt.Errorf("auth Secret %q not found", name)
-	case err != nil:
-		return "", "", fmt.Errorf("reading auth Secret %q: %w", name, err)
-	}
-	u, okU := s.Data[crawlv1alpha1.AuthUsernameKey]
-	p, okP := s.Data[crawlv1alpha1.AuthPasswordKey]
-	if !okU || !okP {
-		return "", "", fmt.Errorf("auth Secret %q needs the keys %q and %q", name, crawlv1alpha1.AuthUsernameKey, crawlv1alpha1.AuthPasswordKey)
-	}
-	return string(u), string(p), nil
+	return proxyaccess.ReadCredentials(name, func(name string) (*corev1.Secret, error) { return e.secrets(ctx, namespace, name) })
 }
 
 // record applies a probe result to the proxy's state and reports the

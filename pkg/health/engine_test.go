@@ -744,10 +744,10 @@ func TestCredentials(t *testing.T) {
 		wantMessage string
 	}{
 		"credentials from the Secret": {secret: secret, wantProxy: "http://alice:s3cret-Pa55@127.0.0.1:3128", wantMessage: "ok"},
-		"missing Secret":              {wantMessage: `auth Secret "creds" not found`},
+		"missing Secret":              {wantMessage: `credentials Secret "creds" not found`},
 		"Secret without a password": {
 			secret:      &corev1.Secret{ObjectMeta: secret.ObjectMeta, Data: map[string][]byte{"username": []byte("alice")}},
-			wantMessage: `auth Secret "creds" needs the keys "username" and "password"`,
+			wantMessage: `credentials Secret "creds" key "password" is missing or empty`,
 		},
 	}
 	for name, tc := range tests {

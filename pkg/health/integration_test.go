@@ -30,32 +30,15 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
-var env *testenv.Environment
+var apiServer = testenv.NewShared(testenv.Options{})
 
-// TestMain starts one API server for the package and builds the
+// TestMain starts one API server for the package on first use and builds the
 // forward-proxy binary on first use (proxytest.Main removes it).
-func TestMain(m *testing.M) { os.Exit(runTests(m)) }
-
-func runTests(m *testing.M) int {
-	e, err := testenv.Start(context.Background(), testenv.Options{})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
-		return 1
-	}
-	env = e
-	code := proxytest.Main(m)
-	if err := e.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "testenv: stop: %v\n", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	return code
-}
+func TestMain(m *testing.M) { os.Exit(apiServer.RunWith(m, proxytest.Main)) }
 
 // The health checks of these tests: probes every second, a 500ms timeout.
 const (
@@ -96,6 +79,7 @@ type harness struct {
 }
 
 func start(t *testing.T, rootCAs *x509.CertPool) *harness {
+	env := apiServer.Get(t)
 	t.Helper()
 	_, logCtx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(logCtx)

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 // Credentials distinctive enough that finding them in a message is a leak.

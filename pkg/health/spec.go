@@ -2,12 +2,11 @@ package health
 
 import (
 	"crypto/x509"
-	"net"
 	"net/url"
-	"strconv"
 	"time"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // Defaults of spec.healthCheck, the same as the CRD's, for objects that did
@@ -34,12 +33,7 @@ type check struct {
 // proxyAddress is the host:port the proxy is probed at, from its status
 // (where the controller records both Managed and External addresses); false
 // while it has none.
-func proxyAddress(p *crawlv1alpha1.Proxy) (string, bool) {
-	if p.Status.IP == "" || p.Status.Port == 0 {
-		return "", false
-	}
-	return net.JoinHostPort(p.Status.IP, strconv.Itoa(int(p.Status.Port))), true
-}
+func proxyAddress(p *crawlv1alpha1.Proxy) (string, bool) { return proxyaccess.StatusAddress(p) }
 
 // intervalOf is spec.healthCheck.interval, or its default.
 func intervalOf(p *crawlv1alpha1.Proxy) time.Duration {
@@ -52,13 +46,9 @@ func intervalOf(p *crawlv1alpha1.Proxy) time.Duration {
 // checkFor resolves how to probe p at address. It is pure.
 func checkFor(p *crawlv1alpha1.Proxy, address string, rootCAs *x509.CertPool) check {
 	hc := p.Spec.HealthCheck
-	scheme := "http"
-	if p.Spec.Mode == crawlv1alpha1.ModeExternal && p.Spec.Endpoint != nil && p.Spec.Endpoint.Scheme == crawlv1alpha1.SchemeHTTPS {
-		scheme = "https"
-	}
 	c := check{
 		target: Target{
-			Proxy:          &url.URL{Scheme: scheme, Host: address},
+			Proxy:          &url.URL{Scheme: string(proxyaccess.Scheme(p)), Host: address},
 			URL:            orDefault(hc.URL, DefaultURL),
 			ExpectedStatus: int(orDefault(hc.ExpectedStatus, DefaultExpectedStatus)),
 			Timeout:        DefaultTimeout,
@@ -77,9 +67,7 @@ func checkFor(p *crawlv1alpha1.Proxy, address string, rootCAs *x509.CertPool) ch
 		c.target.InsecureSkipVerify = hc.TLS.InsecureSkipVerify
 		c.target.ServerName = hc.TLS.ServerName
 	}
-	if p.Spec.Auth != nil {
-		c.authSecret = p.Spec.Auth.SecretRef.Name
-	}
+	c.authSecret = proxyaccess.CredentialsSecret(p)
 	return c
 }
 

@@ -1,5 +1,5 @@
 // Package lease hands crawler workers exclusive, TTL-bound leases on Ready
-// proxies (design §7): the lease store, the feed that keeps it in step with
+// proxies (docs/architecture.md, Flow 7): the lease store, the feed that keeps it in step with
 // the Proxy informer, and the HTTP API in front of it (docs/api.md).
 //
 //   - Store is pure and clock-injected: proxies come in through Upsert and

@@ -4,17 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // Feed keeps a Store in step with the Proxy informer: every add and update
@@ -60,14 +58,7 @@ func (f *Feed) HasSynced() bool { return f.registration.HasSynced() }
 // ProxyInfoFrom is what the store needs of a Proxy. Ready means phase Ready
 // with an address; a proxy being deleted is never Ready.
 func ProxyInfoFrom(p *crawlv1alpha1.Proxy) ProxyInfo {
-	url := ""
-	if p.Status.IP != "" && p.Status.Port > 0 {
-		scheme := crawlv1alpha1.SchemeHTTP
-		if p.Spec.Mode == crawlv1alpha1.ModeExternal && p.Spec.Endpoint != nil && p.Spec.Endpoint.Scheme != "" {
-			scheme = p.Spec.Endpoint.Scheme
-		}
-		url = string(scheme) + "://" + net.JoinHostPort(p.Status.IP, strconv.Itoa(int(p.Status.Port)))
-	}
+	url := proxyaccess.StatusURL(p)
 	ready := p.Status.Phase == crawlv1alpha1.PhaseReady && url != "" && p.DeletionTimestamp == nil
 	var readySince time.Time
 	if ready {
@@ -114,22 +105,13 @@ func SecretCredentials(proxies crawllisters.ProxyLister, secrets corelisters.Sec
 		if err != nil {
 			return nil, fmt.Errorf("%w: proxy %s: %w", errNoCredentials, key, err)
 		}
-		if p.Spec.Auth == nil {
+		creds, err := proxyaccess.ReadCredentials(proxyaccess.CredentialsSecret(p), secrets.Secrets(key.Namespace).Get)
+		if err != nil {
+			return nil, fmt.Errorf("%w: proxy %s: %w", errNoCredentials, key, err)
+		}
+		if creds == nil {
 			return nil, nil
 		}
-		name := p.Spec.Auth.SecretRef.Name
-		secret, err := secrets.Secrets(key.Namespace).Get(name)
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("%w: Secret %s/%s of proxy %s not found", errNoCredentials, key.Namespace, name, key)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: Secret %s/%s: %w", errNoCredentials, key.Namespace, name, err)
-		}
-		user, pass := secret.Data[crawlv1alpha1.AuthUsernameKey], secret.Data[crawlv1alpha1.AuthPasswordKey]
-		if len(user) == 0 || len(pass) == 0 {
-			return nil, fmt.Errorf("%w: Secret %s/%s lacks the keys %s and %s", errNoCredentials, key.Namespace, name,
-				crawlv1alpha1.AuthUsernameKey, crawlv1alpha1.AuthPasswordKey)
-		}
-		return &Credentials{Username: string(user), Password: string(pass)}, nil
+		return &Credentials{Username: creds.Username, Password: creds.Password}, nil
 	}
 }

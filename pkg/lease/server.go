@@ -79,7 +79,7 @@ type ServerConfig struct {
 	MaxBodyBytes int64
 }
 
-// Server is the lease API over HTTP (design §7). Every replica may serve
+// Server is the lease API over HTTP (docs/api.md). Every replica may serve
 // it; only the leader (between StartLeading and StopLeading) answers /v1
 // calls and /readyz, the others answer 503 NotLeader.
 type Server struct {

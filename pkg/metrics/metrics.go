@@ -4,8 +4,9 @@
 // client-go workqueue metrics, and the Go and process collectors.
 //
 // Nothing here registers on prometheus.DefaultRegisterer or runs at init, so
-// tests may build as many Metrics as they like. The one process-global piece is
-// client-go's workqueue metrics provider: see RegisterWorkqueueProvider.
+// tests may build as many Metrics as they like; client-go's workqueue metrics
+// come in through a provider passed to the queue (WorkqueueProvider), not
+// the process-global one.
 //
 // It measures; it does not decide anything. Callers (pkg/controller through
 // its Metrics interface, pkg/operator for leadership) report what happened.
@@ -144,22 +145,12 @@ func (m *Metrics) Handler() http.Handler {
 	}))
 }
 
-// RegisterWorkqueueProvider makes client-go's workqueues report to this
-// registry (depth, adds, queue latency, work duration, unfinished work, the
-// longest running processor, retries, each labelled by queue name).
-//
-// workqueue.SetProvider is process-global and the first call wins; a queue
-// takes the provider in force when it is created. So call this once per
-// process, from the operator, before creating any controller; a second
-// Metrics in the same process (a test) cannot take the provider over. Queues
-// built with an explicit MetricsProvider in their config (WorkqueueProvider)
-// are not affected by the global.
-func (m *Metrics) RegisterWorkqueueProvider() {
-	workqueue.SetProvider(m.workqueue)
-}
-
-// WorkqueueProvider is the provider RegisterWorkqueueProvider installs, for a
-// queue configured with it directly instead of through the global.
+// WorkqueueProvider makes a client-go workqueue configured with it report to
+// this registry (depth, adds, queue latency, work duration, unfinished work,
+// the longest running processor, retries, each labelled by queue name). It
+// is passed explicitly, never installed with the process-global
+// workqueue.SetProvider, so that several Metrics in one process (tests)
+// each count their own queues.
 func (m *Metrics) WorkqueueProvider() workqueue.MetricsProvider { return m.workqueue }
 
 // ObserveSync records one Proxy sync; it implements controller.Metrics.

@@ -20,8 +20,9 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/operator"
-	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 // The lease workload of TestLeaseFailover.
@@ -79,7 +80,7 @@ func TestLeaseFailover(t *testing.T) {
 
 	leader, _ := waitForLeader(t, startTimeout, a, b)
 	// Ready through the real health engine, and known to the leader's store.
-	eventually(t, startTimeout, "every proxy leasable", func(ctx context.Context) error {
+	eventually.Check(t, startTimeout, pollInterval, "every proxy leasable", func(ctx context.Context) error {
 		var proxies []client.Proxy
 		prefer := 0
 		_, err := w.onLeader(ctx, &prefer, func(c *client.Client) error {
@@ -125,7 +126,7 @@ func TestLeaseFailover(t *testing.T) {
 
 	// Kill while some leases await their renewal, which then has to happen
 	// on the new leader.
-	eventually(t, 30*time.Second, "grants before the kill", func(context.Context) error {
+	eventually.Check(t, 30*time.Second, pollInterval, "grants before the kill", func(context.Context) error {
 		if n := w.grantsBy(oldAPI.name); n < grantsBeforeKill {
 			return fmt.Errorf("%d grants, want %d", n, grantsBeforeKill)
 		}
@@ -147,7 +148,7 @@ func TestLeaseFailover(t *testing.T) {
 	// Takeover within the lease duration (3s) plus two jittered retry
 	// periods (1.2s) plus the watermark claim, with slack for a loaded
 	// machine: 10s.
-	eventually(t, 10*time.Second, "operator "+newAPI.name+" leads the lease API", func(ctx context.Context) error {
+	eventually.Check(t, 10*time.Second, pollInterval, "operator "+newAPI.name+" leads the lease API", func(ctx context.Context) error {
 		return newAPI.leading(ctx)
 	})
 	takeover := time.Since(killed)
@@ -156,7 +157,7 @@ func TestLeaseFailover(t *testing.T) {
 	// allowance) has passed: after a crash, at most the TTL in use plus 17s
 	// (docs/api.md, Leader changes).
 	resumeBound := failoverLeaseTTL + 17*time.Second + 5*time.Second // + slack for a loaded machine
-	eventually(t, resumeBound+10*time.Second, "grants after the failover", func(context.Context) error {
+	eventually.Check(t, resumeBound+10*time.Second, pollInterval, "grants after the failover", func(context.Context) error {
 		if n := w.grantsBy(newAPI.name); n < grantsAfterFailover {
 			return fmt.Errorf("%d grants by %s, want %d", n, newAPI.name, grantsAfterFailover)
 		}
@@ -345,7 +346,7 @@ var leaseAddrLine = regexp.MustCompile(`"Serving the lease API" addr="([^"]+)"`)
 func leaseAPIOf(t *testing.T, p *operatortest.Process) *leaseAPI {
 	t.Helper()
 	var addr string
-	eventually(t, startTimeout, "operator "+p.Name+" serves the lease API", func(context.Context) error {
+	eventually.Check(t, startTimeout, pollInterval, "operator "+p.Name+" serves the lease API", func(context.Context) error {
 		m := leaseAddrLine.FindStringSubmatch(p.Logs())
 		if m == nil {
 			return errors.New("no \"Serving the lease API\" line in its log yet")

@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 var (

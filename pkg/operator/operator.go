@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -43,6 +44,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	crawlscheme "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/scheme"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	crawlinformersv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
@@ -60,6 +62,10 @@ const shutdownTimeout = 10 * time.Second
 
 // errLostLease ends the process when another replica took the lease over
 // (or it could not be renewed in time).
+// leaderHealthzTolerance is how long past its lease's expiry a leader that
+// stopped renewing still passes /healthz (kube-controller-manager's 20s).
+const leaderHealthzTolerance = 20 * time.Second
+
 var errLostLease = errors.New("lost the leader lease; exiting so that the Pod restarts clean")
 
 // Run runs the operator until ctx ends (SIGTERM), then drains: the
@@ -94,8 +100,6 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 
 	m := metrics.New()
 	m.SetBuildInfo(Version())
-	// Before NewController: a workqueue takes the provider in force when it is built.
-	m.RegisterWorkqueueProvider()
 
 	enabled, err := buildProviders(ctx, o.Providers, providers, ProviderEnv{KubeClient: kube, RESTConfig: rest.CopyConfig(cfg), Options: o})
 	if err != nil {
@@ -126,6 +130,16 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	if err != nil {
 		return fmt.Errorf("health engine: %w", err)
 	}
+	// One broadcaster for the process. It outlives ctx so that events of
+	// the drain still go out; run shuts it down last.
+	events := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
+	events.StartStructuredLogging(4)
+	// A private scheme: events need our kinds, and the global scheme.Scheme
+	// is shared by everything in the process.
+	eventScheme := runtime.NewScheme()
+	if err := crawlscheme.AddToScheme(eventScheme); err != nil {
+		return fmt.Errorf("building the event scheme: %w", err)
+	}
 	ctrl, err = controller.NewController(controller.Config{
 		CrawlClient:      crawl,
 		KubeClient:       kube,
@@ -135,6 +149,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		Health:           engine,
 		Metrics:          m,
 		WorkqueueMetrics: m.WorkqueueProvider(),
+		Recorder:         events.NewRecorder(eventScheme, corev1.EventSource{Component: controller.FieldManager}),
 	})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
@@ -151,16 +166,20 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		labeler:        podLabeler{client: kube, namespace: o.PodNamespace, name: o.PodName},
 		kube:           kube,
 		health:         engine,
+		events:         events,
 	}
-	op.gcConfig = gc.Config{
+	// Built here, so that a bad configuration fails start-up, not the
+	// first election won.
+	op.collector, err = gc.New(gc.Config{
 		Providers:     enabled,
 		Proxies:       proxyInformer.Lister(),
 		ProxiesSynced: proxyInformer.Informer().HasSynced,
 		Live:          crawl,
 		Interval:      o.GCInterval,
 		Metrics:       m,
-	}
-	if _, err := gc.New(op.gcConfig); err != nil { // fail at start-up, not on becoming leader
+		Recorder:      events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "proxy-operator-gc"}),
+	})
+	if err != nil {
 		return fmt.Errorf("garbage collection: %w", err)
 	}
 	if o.LeaderElect {
@@ -170,9 +189,10 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		// leaves room for a second attempt within the deadline.
 		leCfg := rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election")
 		leCfg.Timeout = o.LeaderElectRenewDeadline / 2
-		if op.leaseClient, err = kubernetes.NewForConfig(leCfg); err != nil {
+		if op.electionClient, err = kubernetes.NewForConfig(leCfg); err != nil {
 			return fmt.Errorf("leader election client: %w", err)
 		}
+		op.electionWatchdog = leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTolerance)
 	}
 
 	var feedSynced cache.InformerSynced
@@ -231,8 +251,9 @@ func stoppedOrFailed(ctx context.Context, err error) error {
 // operator is one process's running parts.
 type operator struct {
 	opts Options
-	// leaseClient holds the leader Lease; nil without leader election.
-	leaseClient    kubernetes.Interface
+	// electionClient renews the leader-election Lease (not the crawler
+	// leases of op.leases); nil without leader election.
+	electionClient kubernetes.Interface
 	metrics        *metrics.Metrics
 	controller     *controller.Controller
 	pools          *pool.Controller
@@ -248,14 +269,19 @@ type operator struct {
 	leaseListener net.Listener
 	// health probes every proxy through itself, on the leader.
 	health *health.Engine
-	// gcConfig configures orphan collection on the leader (the event
-	// recorder is added there).
-	gcConfig gc.Config
+	// collector collects orphans on the leader.
+	collector *gc.Collector
+	// events is the one event broadcaster: the controller and the
+	// collector record through it; it writes to the API while leading.
+	events record.EventBroadcaster
 	// kube records the leader loops' events.
 	kube kubernetes.Interface
 	// gateway and its listener, nil without --gateway-addr (gatewaywiring.go).
 	gateway         *gateway.Gateway
 	gatewayListener net.Listener
+	// electionWatchdog fails /healthz while this replica holds the leader
+	// lease but has stopped renewing it; nil without leader election.
+	electionWatchdog *leaderelection.HealthzAdaptor
 }
 
 // run starts the informers, then runs the metrics server and the leader
@@ -309,6 +335,7 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 		g.Go(func() error { return op.gateway.Serve(gctx, op.gatewayListener) })
 	}
 	err := g.Wait()
+	op.events.Shutdown() // after the drain, whose events it still takes
 	if err == nil {
 		logger.Info("Stopped")
 	}
@@ -342,7 +369,7 @@ func (op *operator) runElected(ctx context.Context) error {
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: op.opts.LeaderElectNamespace, Name: LeaseName},
-			Client:     op.leaseClient.CoordinationV1(),
+			Client:     op.electionClient.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
 		},
 		LeaseDuration:   op.opts.LeaderElectLeaseDuration,
@@ -350,6 +377,7 @@ func (op *operator) runElected(ctx context.Context) error {
 		RetryPeriod:     op.opts.LeaderElectRetryPeriod,
 		ReleaseOnCancel: true,
 		Name:            LeaseName,
+		WatchDog:        op.electionWatchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leaderCtx context.Context) {
 				op.metrics.SetLeader(true)
@@ -364,6 +392,8 @@ func (op *operator) runElected(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("leader election: %w", err)
 	}
+	// RunOrDie would do this; Run does not.
+	op.electionWatchdog.SetLeaderElection(elector)
 
 	// The elector's own context ends only when we say so (not with ctx), so
 	// that it keeps renewing while the leader path drains, then releases.
@@ -416,8 +446,9 @@ func (op *operator) runElected(ctx context.Context) error {
 //   - the health engine (pkg/health, --health-workers), reporting to
 //     op.controller.Enqueue;
 //   - orphan collection every --gc-interval (pkg/gc);
-//   - the lease API on --lease-addr (pkg/lease, --lease-auth), whose
-//     /readyz is true on the leader only (design §7). Not served yet.
+//   - the lease API's leader side (pkg/lease, --lease-auth): it is served
+//     on --lease-addr by every replica, and answers /v1 calls and its
+//     /readyz only while this one leads (decision 27).
 func (op *operator) runLeader(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	// Wait here rather than in the controller alone, so that a shutdown
@@ -447,6 +478,9 @@ func (op *operator) runLeader(ctx context.Context) error {
 			logger.Error(err, "Removing the leader label")
 		}
 	}()
+	// Only the leader records events; they reach the API from here on.
+	eventSink := op.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: op.kube.CoreV1().Events("")})
+	defer eventSink.Stop()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer logger.V(2).Info("Controller stopped: workers finished their items")
@@ -462,16 +496,7 @@ func (op *operator) runLeader(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		defer logger.V(2).Info("Garbage collection stopped")
-		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: op.kube.CoreV1().Events("")})
-		defer broadcaster.Shutdown()
-		cfg := op.gcConfig
-		cfg.Recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "proxy-operator-gc"})
-		collector, err := gc.New(cfg)
-		if err != nil {
-			return err
-		}
-		return collector.Run(ctx)
+		return op.collector.Run(ctx)
 	})
 	err := g.Wait()
 	logger.V(2).Info("Leader loops stopped")
@@ -485,10 +510,7 @@ func (op *operator) serveMetrics(ctx context.Context, ln net.Listener, stop <-ch
 	logger := klog.FromContext(ctx)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", op.metrics.Handler())
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "ok")
-	})
+	mux.HandleFunc("GET /healthz", op.serveHealthz)
 	mux.HandleFunc("GET /readyz", op.serveReadyz)
 	srv := &http.Server{
 		Handler:           mux,
@@ -518,6 +540,21 @@ func (op *operator) serveMetrics(ctx context.Context, ln net.Listener, stop <-ch
 // serveReadyz is 200 once the informer caches have synced, on every replica;
 // it follows nothing else (not leadership: a standby with warm caches is
 // ready to take over).
+// serveHealthz answers ok, unless this replica leads without renewing the
+// lease (client-go's WatchDog): then the kubelet restarts it, as it does
+// kube-controller-manager.
+func (op *operator) serveHealthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if op.electionWatchdog != nil {
+		if err := op.electionWatchdog.Check(r); err != nil {
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprintf(w, "leader election: %v\n", err)
+			return
+		}
+	}
+	fmt.Fprintln(w, "ok")
+}
+
 func (op *operator) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	for _, synced := range op.synced {

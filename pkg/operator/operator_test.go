@@ -12,7 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
 
 // Generous bounds for a 2-core machine running race-enabled operators next
@@ -84,7 +85,7 @@ func TestLeaderFailover(t *testing.T) {
 
 	// The Lease lasts 3s after the last renewal; the standby retries every
 	// 500ms (with jitter). 3s + a few seconds of slack.
-	eventually(t, 8*time.Second, "standby "+standby.Name+" takes over", func(ctx context.Context) error {
+	eventually.Check(t, 8*time.Second, pollInterval, "standby "+standby.Name+" takes over", func(ctx context.Context) error {
 		v, err := leaderGauge(ctx, standby)
 		if err != nil {
 			return err
@@ -161,7 +162,7 @@ func TestSIGTERMReleasesLease(t *testing.T) {
 	if got == holder {
 		t.Errorf("Lease still held by %q after a exited; want it released", holder)
 	}
-	eventually(t, 5*time.Second, "standby b takes over the released lease", func(ctx context.Context) error {
+	eventually.Check(t, 5*time.Second, pollInterval, "standby b takes over the released lease", func(ctx context.Context) error {
 		v, err := leaderGauge(ctx, b)
 		if err != nil {
 			return err

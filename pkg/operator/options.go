@@ -33,7 +33,7 @@ const (
 // serviceAccountNamespaceFile holds the Pod's namespace when it runs in a cluster.
 const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
-// Options are the operator's flags (design §8), beside klog's.
+// Options are the operator's flags (docs/operations.md), beside klog's.
 type Options struct {
 	// Kubeconfig is the kubeconfig file; empty: $KUBECONFIG, else in-cluster.
 	Kubeconfig string
@@ -60,7 +60,7 @@ type Options struct {
 	LeaderElectRenewDeadline time.Duration
 	LeaderElectRetryPeriod   time.Duration
 
-	// LeaseAddr is where the lease API listens (design §7), on every
+	// LeaseAddr is where the lease API (docs/api.md) listens, on every
 	// replica; only the leader answers /v1 calls.
 	LeaseAddr string
 	// LeaseAuth is LeaseAuthKubernetes or LeaseAuthNone.
@@ -200,7 +200,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaderElectLeaseDuration, "leader-elect-lease-duration", o.LeaderElectLeaseDuration, "How long a standby waits after the leader's last renewal before taking over.")
 	fs.DurationVar(&o.LeaderElectRenewDeadline, "leader-elect-renew-deadline", o.LeaderElectRenewDeadline, "How long the leader retries renewing before it stops leading (and exits). Less than the lease duration.")
 	fs.DurationVar(&o.LeaderElectRetryPeriod, "leader-elect-retry-period", o.LeaderElectRetryPeriod, "Interval between attempts to acquire or renew the lease.")
-	fs.StringVar(&o.LeaseAddr, "lease-addr", o.LeaseAddr, "Address of the lease API (design §7): served on every replica, answered by the leader; standbys answer 503 NotLeader.")
+	fs.StringVar(&o.LeaseAddr, "lease-addr", o.LeaseAddr, "Address of the lease API (docs/api.md): served on every replica, answered by the leader; standbys answer 503 NotLeader.")
 	fs.StringVar(&o.LeaseAuth, "lease-auth", o.LeaseAuth, `Authentication of the lease API: "kubernetes" (TokenReview + SubjectAccessReview) or "none" (local development only).`)
 	fs.DurationVar(&o.LeaseDefaultTTL, "lease-default-ttl", o.LeaseDefaultTTL, "Lease TTL when an acquire names none.")
 	fs.DurationVar(&o.LeaseMinTTL, "lease-min-ttl", o.LeaseMinTTL, "The shortest TTL an acquire or renew may ask for.")

@@ -14,7 +14,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
-	"github.com/proxyfleet/proxy-operator/pkg/provider/fake"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/fake"
 )
 
 // validOptions are defaults that pass Validate wherever the test runs.

@@ -15,7 +15,8 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
-	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
 
 // pollInterval is how often tests look again; waits are bounded by a deadline.
@@ -59,31 +60,10 @@ func leaderGauge(ctx context.Context, p *operatortest.Process) (float64, error) 
 	return v, nil
 }
 
-// eventually polls check until it returns nil, and fails the test with its
-// last error once timeout has passed.
-func eventually(t *testing.T, timeout time.Duration, what string, check func(ctx context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	ticker := time.NewTicker(pollInterval)
-	defer ticker.Stop()
-	for {
-		err := check(ctx)
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		case <-ticker.C:
-		}
-	}
-}
-
 // waitForLeader waits until exactly one of ps leads and returns it and the others.
 func waitForLeader(t *testing.T, timeout time.Duration, ps ...*operatortest.Process) (leader *operatortest.Process, standbys []*operatortest.Process) {
 	t.Helper()
-	eventually(t, timeout, "one operator leads", func(ctx context.Context) error {
+	eventually.Check(t, timeout, pollInterval, "one operator leads", func(ctx context.Context) error {
 		leader, standbys = nil, nil
 		var leading []string
 		for _, p := range ps {
@@ -109,7 +89,7 @@ func waitForLeader(t *testing.T, timeout time.Duration, ps ...*operatortest.Proc
 // waitReady waits until /readyz of p says 200.
 func waitReady(t *testing.T, p *operatortest.Process, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, "operator "+p.Name+" ready", func(ctx context.Context) error {
+	eventually.Check(t, timeout, pollInterval, "operator "+p.Name+" ready", func(ctx context.Context) error {
 		code, body, err := p.Get(ctx, "/readyz")
 		if err != nil {
 			return err
@@ -155,7 +135,7 @@ func createExternalProxy(t *testing.T, ns, name string, port int32) {
 func waitConverged(t *testing.T, ns string, want int, timeout time.Duration) {
 	t.Helper()
 	_, crawl := clients(t)
-	eventually(t, timeout, "every Proxy reconciled", func(ctx context.Context) error {
+	eventually.Check(t, timeout, pollInterval, "every Proxy reconciled", func(ctx context.Context) error {
 		list, err := crawl.CrawlV1alpha1().Proxies(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err

@@ -16,7 +16,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/proxyfleet/proxy-operator/pkg/operator/operatortest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
 
 // An operator started before its API server answers waits for it: it keeps
@@ -94,7 +95,7 @@ func startUnreachable(t *testing.T, name, ns, kubeconfig string) *operatortest.P
 // named by callField.
 func waitRetries(t *testing.T, p *operatortest.Process, callField string, n int) {
 	t.Helper()
-	eventually(t, startTimeout, fmt.Sprintf("%d retries of %s", n, callField), func(context.Context) error {
+	eventually.Check(t, startTimeout, pollInterval, fmt.Sprintf("%d retries of %s", n, callField), func(context.Context) error {
 		if !p.Running() {
 			t.Fatalf("operator %s exited while the API server was unreachable: %s", p.Name, p.Exit())
 		}

@@ -91,7 +91,10 @@ func InstanceName(uid types.UID) string {
 	return "px-" + strings.ToLower(hex)
 }
 
-// Tags are the tags every instance of p carries (design §2).
+// Tags are the tags every instance of p carries. pkg/gc finds orphans by
+// them: TagManagedBy selects the operator's instances (ListByTag) and
+// TagProxyUID ties each to its Proxy, so a provider must store both as given
+// (or map them reversibly, as gce does for labels).
 func Tags(p *crawlv1alpha1.Proxy) map[string]string {
 	return map[string]string{
 		crawlv1alpha1.TagManagedBy:      crawlv1alpha1.ManagedByValue,

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 // The real clients: curl and Python requests, run as processes.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 // TestEveryErrorWithItsStatusAndMessage drives each refusal of the gateway

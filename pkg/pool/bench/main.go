@@ -1,5 +1,5 @@
 // Command bench measures a Secret rotation (issue 13) on the real operator
-// binary, a real kube-apiserver and etcd (pkg/testenv) and the local
+// binary, a real kube-apiserver and etcd (pkg/testing/testenv) and the local
 // provider's forward-proxy processes: six ProxyPool members sharing a
 // cloud-init Secret (maxSurge 1, maxUnavailable 1) beside six standalone
 // Proxies sharing another, both rotated in the same run. For each it
@@ -36,7 +36,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 const size = 6

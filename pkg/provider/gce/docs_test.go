@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 const docsPath = "../../../docs/gce.md"

@@ -1,7 +1,7 @@
 package gce_test
 
 // Controller integration: the real controller against the real API server
-// (pkg/testenv), with the gce provider talking to the in-process fake
+// (pkg/testing/testenv), with the gce provider talking to the in-process fake
 // Compute API. The fake's external IPs are 127.0.0.x addresses where the
 // tests run a real forward proxy, so "Ready" means a request went through it.
 
@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -29,20 +30,20 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
-	"github.com/proxyfleet/proxy-operator/pkg/controller/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/gce"
-	"github.com/proxyfleet/proxy-operator/pkg/provider/gce/gcetest"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/gcetest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
-var env *testenv.Environment
+var apiServer = testenv.NewShared(testenv.Options{})
 
-func TestMain(m *testing.M) { testenv.RunMain(m, &env) }
+func TestMain(m *testing.M) { os.Exit(apiServer.Run(m)) }
 
 const defaultZone = "test-zone-a"
 
@@ -56,6 +57,7 @@ type harness struct {
 // startController runs the controller with the gce provider against fake,
 // in a namespace of its own.
 func startController(t *testing.T, fake *gcetest.Server) *harness {
+	env := apiServer.Get(t)
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	prov, err := gce.New(ctx, gce.Options{Project: gcetest.DefaultProject, Zone: defaultZone, ClientOptions: fake.ClientOptions()})

@@ -8,7 +8,7 @@ import (
 
 // GCE labels allow only lowercase letters, digits, '_' and '-' in keys and
 // values, at most 63 characters each, and a key must start with a letter.
-// The operator's tags (design §2) are Kubernetes-style, so they are mapped:
+// The operator's tags (provider.Tags) are Kubernetes-style, so they are mapped:
 //
 //	key:   '.' → '-', '/' → '_'   crawl.proxyfleet.io/managed-by → crawl-proxyfleet-io_managed-by
 //	value: '.' → '_'              my.proxy → my_proxy

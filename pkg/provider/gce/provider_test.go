@@ -20,7 +20,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
-	"github.com/proxyfleet/proxy-operator/pkg/provider/gce/gcetest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/gcetest"
 )
 
 const (

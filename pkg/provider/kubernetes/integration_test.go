@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -23,17 +24,17 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
-	"github.com/proxyfleet/proxy-operator/pkg/controller/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	podprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv/kubelet"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv/kubelet"
 )
 
-var env *testenv.Environment
+var apiServer = testenv.NewShared(testenv.Options{})
 
-func TestMain(m *testing.M) { testenv.RunMain(m, &env) }
+func TestMain(m *testing.M) { os.Exit(apiServer.Run(m)) }
 
 const waitTimeout = 30 * time.Second
 
@@ -46,6 +47,7 @@ type harness struct {
 }
 
 func start(t *testing.T) *harness {
+	env := apiServer.Get(t)
 	t.Helper()
 	h := &harness{Harness: controllertest.Start(t, env.Config, controllertest.Options{
 		NamespacePrefix: "podprov-",

@@ -35,6 +35,7 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
+	env := apiServer.Get(t)
 	_, ctx := ktesting.NewTestContext(t)
 	kube := kubernetes.NewForConfigOrDie(env.Config)
 	return &fixture{t: t, ctx: ctx, kube: kube, crawl: versioned.NewForConfigOrDie(env.Config), prov: podprovider.New(kube, podprovider.Options{})}
@@ -200,6 +201,7 @@ func TestListByTag(t *testing.T) {
 // TestErrorClassesFromTheAPIServer: the classes of errors as a real API
 // server words them.
 func TestErrorClassesFromTheAPIServer(t *testing.T) {
+	env := apiServer.Get(t)
 	t.Parallel()
 	f := newFixture(t)
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,11 +24,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/controller/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 // countingProvider counts the calls that reach the provider.
@@ -123,7 +124,7 @@ func TestControllerRunsLocalInstances(t *testing.T) {
 
 	// Provisioned=True, with the address of a real process.
 	var p *crawlv1alpha1.Proxy
-	eventually(t, 30*time.Second, "Provisioned=True", func() (bool, string) {
+	until(t, 30*time.Second, "Provisioned=True", func() (bool, string) {
 		p, err = crawl.CrawlV1alpha1().Proxies(ns).Get(ctx, "dev", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -147,7 +148,7 @@ func TestControllerRunsLocalInstances(t *testing.T) {
 	// An operator restart keeps the instance: same process, and only one.
 	stopFirst()
 	second, _ := runOperator(t, ns, stateDir)
-	eventually(t, 30*time.Second, "the restarted controller observes the instance", func() (bool, string) {
+	until(t, 30*time.Second, "the restarted controller observes the instance", func() (bool, string) {
 		n := second.callsOf("get")
 		return n >= 1, fmt.Sprintf("%d gets", n)
 	})
@@ -169,7 +170,7 @@ func TestControllerRunsLocalInstances(t *testing.T) {
 	if err := crawl.CrawlV1alpha1().Proxies(ns).Delete(ctx, "dev", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the Proxy is gone", func() (bool, string) {
+	until(t, 30*time.Second, "the Proxy is gone", func() (bool, string) {
 		_, err := crawl.CrawlV1alpha1().Proxies(ns).Get(ctx, "dev", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})
@@ -182,4 +183,60 @@ func TestControllerRunsLocalInstances(t *testing.T) {
 	if files := instanceFiles(t, stateDir, id); len(files) > 0 {
 		t.Errorf("files left: %v", files)
 	}
+}
+
+// TestColonInUsernameIsACredentialsError: with the real local provider, a
+// username containing ':' is a Provisioned=False CredentialsError naming the
+// key (not a transient error retried forever), no instance is started, and
+// fixing the Secret heals the Proxy.
+func TestColonInUsernameIsACredentialsError(t *testing.T) {
+	cfg := apiServer(t).Config
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	crawl := versioned.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	nsObj, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "local-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := nsObj.Name
+	stateDir := filepath.Join(t.TempDir(), "state")
+	t.Cleanup(func() { deleteAll(t, stateDir) })
+	secret := newSecret("proxy-auth", "crawl:er", "integration-Pa55")
+	secret.Namespace = ns
+	if secret, err = kube.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	prov, _ := runOperator(t, ns, stateDir)
+	proxy := &crawlv1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dev"},
+		Spec: crawlv1alpha1.ProxySpec{
+			Provider: crawlv1alpha1.ProviderLocal,
+			Auth:     &crawlv1alpha1.ProxyAuth{SecretRef: crawlv1alpha1.LocalSecretRef{Name: "proxy-auth"}},
+		},
+	}
+	if _, err := crawl.CrawlV1alpha1().Proxies(ns).Create(ctx, proxy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	provisioned := func(wantStatus metav1.ConditionStatus, wantReason, wantMessage string) func() (bool, string) {
+		return func() (bool, string) {
+			p, err := crawl.CrawlV1alpha1().Proxies(ns).Get(ctx, "dev", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			c := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionProvisioned)
+			return c != nil && c.Status == wantStatus && c.Reason == wantReason && strings.Contains(c.Message, wantMessage),
+				fmt.Sprintf("conditions %+v", p.Status.Conditions)
+		}
+	}
+	until(t, 30*time.Second, "Provisioned=False/CredentialsError naming the key",
+		provisioned(metav1.ConditionFalse, "CredentialsError", `credentials Secret "proxy-auth" key "username" must not contain ':'`))
+	if n := prov.callsOf("create"); n != 0 {
+		t.Errorf("%d Create calls with unusable credentials, want 0", n)
+	}
+
+	secret.Data["username"] = []byte("crawler")
+	if _, err := kube.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 30*time.Second, "Provisioned=True once the Secret is fixed", provisioned(metav1.ConditionTrue, "Created", ""))
 }

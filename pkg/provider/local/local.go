@@ -35,6 +35,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // LoopbackCIDR is admitted by every local instance (--allow-cidr).
@@ -270,32 +271,24 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 // its own secrets). Errors name the Secret, never its content.
 func (p *Provider) credentialsEnv(ctx context.Context, proxy *crawlv1alpha1.Proxy) ([]string, error) {
 	env := []string{} // not nil: nil would make the child inherit ours
-	if proxy == nil || proxy.Spec.Auth == nil {
+	if proxy == nil {
+		return env, nil
+	}
+	secret := proxyaccess.CredentialsSecret(proxy)
+	if secret == "" {
 		return env, nil
 	}
 	if p.secrets == nil {
 		return nil, provider.Permanent(errors.New("local provider: spec.auth is set but the provider has no Secrets reader"))
 	}
-	ns, name := proxy.Namespace, proxy.Spec.Auth.SecretRef.Name
-	s, err := p.secrets(ctx, ns, name)
+	creds, err := proxyaccess.ReadCredentials(secret, func(name string) (*corev1.Secret, error) { return p.secrets(ctx, proxy.Namespace, name) })
 	if err != nil {
-		return nil, provider.Transient(fmt.Errorf("local provider: reading auth Secret %s/%s: %w", ns, name, err))
+		// Transient: fixing the Secret heals it on a later retry. The
+		// controller reads the same Secret the same way first and reports a
+		// bad one as a CredentialsError condition without calling Create.
+		return nil, provider.Transient(fmt.Errorf("local provider: Proxy %s/%s: %w", proxy.Namespace, proxy.Name, err))
 	}
-	user := string(s.Data[crawlv1alpha1.AuthUsernameKey])
-	pass := string(s.Data[crawlv1alpha1.AuthPasswordKey])
-	switch {
-	case user == "" || pass == "":
-		err = fmt.Errorf("keys %q and %q must both be set", crawlv1alpha1.AuthUsernameKey, crawlv1alpha1.AuthPasswordKey)
-	case strings.Contains(user, ":"):
-		err = fmt.Errorf("key %q must not contain ':'", crawlv1alpha1.AuthUsernameKey)
-	case strings.ContainsRune(user, 0) || strings.ContainsRune(pass, 0):
-		err = errors.New("credentials must not contain NUL bytes")
-	}
-	if err != nil {
-		// Transient: fixing the Secret heals it on a later retry.
-		return nil, provider.Transient(fmt.Errorf("local provider: auth Secret %s/%s: %w", ns, name, err))
-	}
-	return append(env, envUsername+"="+user, envPassword+"="+pass), nil
+	return append(env, envUsername+"="+creds.Username, envPassword+"="+creds.Password), nil
 }
 
 // start runs the process and records it. The state file is written as soon

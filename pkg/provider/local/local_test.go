@@ -28,7 +28,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 // secretReader is a Secrets function over fixed Secrets that records what
@@ -686,11 +686,11 @@ func TestCreateErrors(t *testing.T) {
 		"auth without a Secrets reader": {proxy: newProxy("p", withAuth("proxy-auth")),
 			modify: func(o *local.Options) { o.Secrets = nil }, wantClass: "permanent", wantErr: "no Secrets reader"},
 		"auth Secret missing": {proxy: newProxy("p", withAuth("missing")),
-			wantClass: "transient", wantErr: `reading auth Secret crawl/missing: secrets "missing" not found`},
+			wantClass: "transient", wantErr: `Proxy crawl/p: credentials Secret "missing" not found`},
 		"auth Secret without password": {proxy: newProxy("p", withAuth("no-password")),
-			wantClass: "transient", wantErr: `auth Secret crawl/no-password: keys "username" and "password" must both be set`},
+			wantClass: "transient", wantErr: `Proxy crawl/p: credentials Secret "no-password" key "password" is missing or empty`},
 		"auth username with a colon": {proxy: newProxy("p", withAuth("colon")),
-			wantClass: "transient", wantErr: `key "username" must not contain ':'`},
+			wantClass: "transient", wantErr: `credentials Secret "colon" key "username" must not contain ':'`},
 		"binary removed after New": {removeBinary: true, wantClass: "permanent", wantErr: "run `make build`"},
 		"process exits at once": {modify: func(o *local.Options) { o.Binary = falseBin },
 			wantClass: "transient", wantErr: "forward-proxy exited before listening; last log line: (empty log)"},
@@ -741,7 +741,7 @@ func TestCreateErrors(t *testing.T) {
 				t.Errorf("the error leaks the password: %v", err)
 			}
 			// Nothing is left behind: no files, no process.
-			eventually(t, 10*time.Second, "no process left", func() (bool, string) {
+			until(t, 10*time.Second, "no process left", func() (bool, string) {
 				pids := processesLoggingTo(t, dir)
 				return len(pids) == 0, fmt.Sprintf("processes %v", pids)
 			})

@@ -23,8 +23,9 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
-	"github.com/proxyfleet/proxy-operator/pkg/proxytest"
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 // The helper mode of this test binary plays an operator that creates an
@@ -273,30 +274,18 @@ func processesLoggingTo(t *testing.T, dir string) []int {
 	return pids
 }
 
-// eventually polls cond every 20ms until it holds or timeout passes; the
+// until polls cond every 20ms until it holds or timeout passes; the
 // last message explains a failure.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func until(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %s", what, timeout, msg)
-		}
-		<-tick.C
-	}
+	eventually.Check(t, timeout, 20*time.Millisecond, what, eventually.Holds(cond))
 }
 
 // waitForState polls Get until the instance is in state want.
 func waitForState(t *testing.T, prov provider.Provider, id string, want provider.State) provider.Instance {
 	t.Helper()
 	var inst provider.Instance
-	eventually(t, 20*time.Second, id+" "+string(want), func() (bool, string) {
+	until(t, 20*time.Second, id+" "+string(want), func() (bool, string) {
 		var err error
 		inst, err = prov.Get(context.Background(), id)
 		return err == nil && inst.State == want, fmt.Sprintf("%+v, %v", inst, err)

@@ -86,6 +86,7 @@ func withDocumentedDefaults(s crawlv1alpha1.ProxySpec) crawlv1alpha1.ProxySpec {
 // TestExamplesAreAcceptedWithDefaults creates every manifest in examples/ and
 // checks that the server filled in the documented defaults and nothing else.
 func TestExamplesAreAcceptedWithDefaults(t *testing.T) {
+	env := apiServer.Get(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
 	kube := kubernetes.NewForConfigOrDie(env.Config)
@@ -209,6 +210,7 @@ func fullStatus(now metav1.Time) crawlv1alpha1.ProxyStatus {
 // TestRoundTrip writes every spec and status field through the generated
 // clientset and reads it back unchanged: the schema prunes nothing.
 func TestRoundTrip(t *testing.T) {
+	env := apiServer.Get(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
 	proxies := versioned.NewForConfigOrDie(env.Config).CrawlV1alpha1().Proxies(ns)
@@ -301,6 +303,7 @@ func fieldPaths(prefix string, t reflect.Type) []string {
 
 // TestKubectl checks the user's view: printer columns and kubectl explain.
 func TestKubectl(t *testing.T) {
+	env := apiServer.Get(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")

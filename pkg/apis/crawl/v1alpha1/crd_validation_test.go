@@ -30,6 +30,7 @@ provider: kubernetes
 // TestInvalidProxiesAreRejected sends one manifest per schema rule to the real
 // API server and checks that it is refused with a message naming the field.
 func TestInvalidProxiesAreRejected(t *testing.T) {
+	env := apiServer.Get(t)
 	tests := map[string]struct {
 		spec      string // the whole spec, YAML
 		wantField string // must appear in the error
@@ -101,6 +102,7 @@ func TestInvalidProxiesAreRejected(t *testing.T) {
 // TestValidMinimalProxiesAreAccepted guards the invalid cases above: each of
 // them breaks a spec that is otherwise accepted.
 func TestValidMinimalProxiesAreAccepted(t *testing.T) {
+	env := apiServer.Get(t)
 	ctx := context.Background()
 	client := dynamic.NewForConfigOrDie(env.Config).Resource(proxiesGVR).Namespace(newNamespace(t))
 	for name, spec := range map[string]string{
@@ -114,6 +116,7 @@ func TestValidMinimalProxiesAreAccepted(t *testing.T) {
 }
 
 func TestModeIsImmutable(t *testing.T) {
+	env := apiServer.Get(t)
 	ctx := context.Background()
 	client := dynamic.NewForConfigOrDie(env.Config).Resource(proxiesGVR).Namespace(newNamespace(t))
 	created, err := client.Create(ctx, proxyObject(t, "flip", validExternal), metav1.CreateOptions{})

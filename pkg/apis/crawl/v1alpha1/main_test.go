@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"context"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,18 +11,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/proxyfleet/proxy-operator/pkg/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 // env is the real etcd + kube-apiserver shared by this package's tests.
-var env *testenv.Environment
+var apiServer = testenv.NewShared(testenv.Options{})
 
-func TestMain(m *testing.M) { testenv.RunMain(m, &env) }
+func TestMain(m *testing.M) { os.Exit(apiServer.Run(m)) }
 
 // newNamespace creates a namespace of the test's own, so tests never see each
 // other's objects (namespaces are not garbage-collected here: no
 // controller-manager, so it is left behind with the test environment).
 func newNamespace(t *testing.T) string {
+	env := apiServer.Get(t)
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: dnsName(t.Name())[:min(40, len(dnsName(t.Name())))] + "-"}}
 	created, err := kubernetes.NewForConfigOrDie(env.Config).CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{})

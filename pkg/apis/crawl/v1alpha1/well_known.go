@@ -1,6 +1,6 @@
 package v1alpha1
 
-// Names the operator writes onto objects and provider instances (design §2).
+// Names the operator writes onto objects and provider instances (provider.Tags).
 const (
 	// Finalizer holds a Managed Proxy until its instance is deleted.
 	Finalizer = "crawl.proxyfleet.io/instance"

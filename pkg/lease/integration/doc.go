@@ -1,5 +1,0 @@
-// Package integration holds the lease API's tests against a real
-// kube-apiserver (pkg/testenv): TokenReview and SubjectAccessReview with
-// RBAC, revocation through the Proxy informer, and the ConfigMap watermark.
-// It has no code of its own.
-package integration
