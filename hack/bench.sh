@@ -65,21 +65,21 @@ trap 'rm -f "$tmp"' EXIT
     echo
     echo "## Gateway (issue 14)"
     echo
-    echo "\`go run ./pkg/gateway/bench\`: 64 concurrent clients on loopback, straight to a forward-proxy"
+    echo "\`go run ./pkg/testsuites/bench/gateway\`: 64 concurrent clients on loopback, straight to a forward-proxy"
     echo "upstream (basic auth) versus through the gateway to the same upstream (rotating mode: a lease"
     echo "acquired and released per tunnel), in one process, alternating, the better of two runs each."
     echo
-    go run ./pkg/gateway/bench
+    go run ./pkg/testsuites/bench/gateway
     echo
     echo "## Secret rotation: ProxyPool beside standalone Proxies (issue 13)"
     echo
-    echo "\`go run ./pkg/pool/bench\`: the operator binary on a real kube-apiserver and etcd, local-provider"
+    echo "\`go run ./pkg/testsuites/bench/pool\`: the operator binary on a real kube-apiserver and etcd, local-provider"
     echo "forward-proxy processes probed through themselves every second. Six ProxyPool members"
     echo "sharing a cloud-init Secret (maxSurge 1, maxUnavailable 1) beside six standalone Proxies"
     echo "sharing another, both Secrets rotated at the same moment: the fewest Ready proxies seen"
     echo "(sampled every 100 ms) and the time until all six are Ready on the new content."
     echo
-    go run ./pkg/pool/bench
+    go run ./pkg/testsuites/bench/pool
 } >"$tmp"
 mv "$tmp" "$out"
 trap - EXIT

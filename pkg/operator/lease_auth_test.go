@@ -23,6 +23,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -60,7 +61,7 @@ func grantLeasingTo(t *testing.T, kube kubernetes.Interface, ns string, sas ...s
 	// Ask as the admin first, so that the lease API never caches a denial
 	// from before the binding reached the authorizer.
 	for _, sa := range sas {
-		eventually(t, startTimeout, "RBAC allows "+sa, func(ctx context.Context) error {
+		eventually.Check(t, startTimeout, pollInterval, "RBAC allows "+sa, func(ctx context.Context) error {
 			review, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 				User:   "system:serviceaccount:" + ns + ":" + sa,
 				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
@@ -116,7 +117,7 @@ func statusOf(err error) int {
 func acquireEventually(t *testing.T, c *client.Client, ns, holder string) *client.Lease {
 	t.Helper()
 	var l *client.Lease
-	eventually(t, startTimeout, holder+" acquires", func(ctx context.Context) error {
+	eventually.Check(t, startTimeout, pollInterval, holder+" acquires", func(ctx context.Context) error {
 		var err error
 		l, err = c.Acquire(ctx, client.AcquireRequest{Holder: holder, Namespace: ns})
 		return err
@@ -292,7 +293,7 @@ func TestLeaseAuthFlood(t *testing.T) {
 		// A fresh token (another ServiceAccount), first call until answered.
 		fresh := saClient(t, api, ns, "fresh-"+name)
 		t0 := time.Now()
-		eventually(t, startTimeout, name+": a fresh token is reviewed", func(ctx context.Context) error {
+		eventually.Check(t, startTimeout, pollInterval, name+": a fresh token is reviewed", func(ctx context.Context) error {
 			_, err := fresh.Proxies(ctx, ns, "")
 			return err
 		})

@@ -14,6 +14,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -77,7 +78,7 @@ func TestOperatorKilledMidRollout(t *testing.T) {
 		}
 		return nil
 	}
-	eventually(t, 2*time.Minute, pollInterval, "4 Ready members", func(ctx context.Context) error { return settled(ctx, "") })
+	eventually.Check(t, 2*time.Minute, pollInterval, "4 Ready members", func(ctx context.Context) error { return settled(ctx, "") })
 	first, _ := pools.Get(t.Context(), "roll", metav1.GetOptions{})
 
 	// Sample the member count every 100ms for the whole rollout.
@@ -108,7 +109,7 @@ func TestOperatorKilledMidRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Mid-rollout: a member of the new revision is Ready and old ones remain.
-	eventually(t, 2*time.Minute, 20*time.Millisecond, "the rollout under way", func(ctx context.Context) error {
+	eventually.Check(t, 2*time.Minute, 20*time.Millisecond, "the rollout under way", func(ctx context.Context) error {
 		ms, err := members(ctx)
 		if err != nil {
 			return err
@@ -129,7 +130,7 @@ func TestOperatorKilledMidRollout(t *testing.T) {
 	op.Kill()
 	t.Log("killed the operator mid-rollout")
 	op = startOperator(t, "operator-1", ns, flags...)
-	eventually(t, 3*time.Minute, pollInterval, "4 Ready members of the new revision", func(ctx context.Context) error {
+	eventually.Check(t, 3*time.Minute, pollInterval, "4 Ready members of the new revision", func(ctx context.Context) error {
 		return settled(ctx, first.Status.Revision)
 	})
 	close(stop)
@@ -138,7 +139,7 @@ func TestOperatorKilledMidRollout(t *testing.T) {
 	if maxMembers > replicas+surge {
 		t.Errorf("%d members existed at once; replicas+maxSurge is %d", maxMembers, replicas+surge)
 	}
-	eventually(t, 30*time.Second, pollInterval, "no leaked instance", func(ctx context.Context) error {
+	eventually.Check(t, 30*time.Second, pollInterval, "no leaked instance", func(ctx context.Context) error {
 		ms, err := members(ctx)
 		if err != nil {
 			return err

@@ -29,6 +29,7 @@ template: {spec: {provider: local}}
 // TestInvalidProxyPoolsAreRejected sends one manifest per ProxyPool schema
 // rule to the real API server and checks the refusal names the field.
 func TestInvalidProxyPoolsAreRejected(t *testing.T) {
+	env := apiServer.Get(t)
 	tests := map[string]struct {
 		name      string // object name; default from the case name
 		spec      string
@@ -87,6 +88,7 @@ func TestInvalidProxyPoolsAreRejected(t *testing.T) {
 // TestProxyPoolDefaults guards the cases above (the minimal pool is
 // accepted) and checks the defaults the issue names.
 func TestProxyPoolDefaults(t *testing.T) {
+	env := apiServer.Get(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
 	client := dynamic.NewForConfigOrDie(env.Config).Resource(poolsGVR).Namespace(ns)
@@ -133,6 +135,7 @@ func TestProxyPoolDefaults(t *testing.T) {
 // TestKubectlScaleProxyPool drives spec.replicas through the scale
 // subresource with the real kubectl, and reads the selector back through it.
 func TestKubectlScaleProxyPool(t *testing.T) {
+	env := apiServer.Get(t)
 	ctx := context.Background()
 	ns := newNamespace(t)
 	crawl := versioned.NewForConfigOrDie(env.Config)

@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"runtime"
 	"slices"
@@ -240,7 +241,7 @@ func run(clients int, d time.Duration) error {
 		return err
 	}
 	// The upstream: forward-proxy with basic auth, as a Pod instance runs it.
-	fp, err := forwardproxy.New(forwardproxy.Config{Username: "fleet", Password: "bench-secret", Logger: klog.Background().V(10)})
+	fp, err := forwardproxy.New(forwardproxy.Config{Username: "fleet", Password: "bench-secret", Logger: klog.Background().V(10), AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	if err != nil {
 		return err
 	}

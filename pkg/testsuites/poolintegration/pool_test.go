@@ -1,4 +1,4 @@
-package integration_test
+package poolintegration_test
 
 import (
 	"context"

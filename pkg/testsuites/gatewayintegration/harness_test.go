@@ -1,4 +1,4 @@
-package integration
+package gatewayintegration
 
 import (
 	"context"
@@ -34,9 +34,10 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
-var env *testenv.Environment
+// apiServer is the package's real API server, started on first use.
+var apiServer = testenv.NewShared(testenv.Options{})
 
-func TestMain(m *testing.M) { testenv.RunMain(m, &env) }
+func TestMain(m *testing.M) { os.Exit(apiServer.Run(m)) }
 
 var leaseKey = []byte("gateway-integration-key-32-bytes")
 
@@ -63,6 +64,7 @@ func (s *syncBuffer) String() string {
 // wires them: the lease API and the gateway, authenticating with the real
 // API server, fed by real Proxy and Secret informers.
 type harness struct {
+	env      *testenv.Environment
 	kube     kubernetes.Interface
 	crawl    versioned.Interface
 	store    *lease.Store
@@ -84,7 +86,8 @@ func startHarness(t *testing.T, ns string, opts harnessOptions) *harness {
 	logs := &syncBuffer{}
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(6), textlogger.Output(logs)))
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
-	h := &harness{kube: kubernetes.NewForConfigOrDie(env.Config), crawl: versioned.NewForConfigOrDie(env.Config), logs: logs, ns: ns}
+	env := apiServer.Get(t)
+	h := &harness{env: env, kube: kubernetes.NewForConfigOrDie(env.Config), crawl: versioned.NewForConfigOrDie(env.Config), logs: logs, ns: ns}
 	if _, err := h.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -249,7 +252,7 @@ func (h *harness) setPhase(t *testing.T, u *upstream, phase crawlv1alpha1.ProxyP
 func (h *harness) crawler(t *testing.T, name string, bound bool) string {
 	t.Helper()
 	ctx := t.Context()
-	token, err := env.ServiceAccountToken(ctx, h.ns, name, 0)
+	token, err := h.env.ServiceAccountToken(ctx, h.ns, name, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +273,7 @@ func (h *harness) crawler(t *testing.T, name string, bound bool) string {
 	}
 	// Wait until the RBAC authorizer has the binding, asking as the
 	// crawler itself, so that no denial from before gets cached.
-	self := kubernetes.NewForConfigOrDie(env.UserConfig(token))
+	self := kubernetes.NewForConfigOrDie(h.env.UserConfig(token))
 	poll(t, "the crawler Role reaches the authorizer", func() bool {
 		return canLease(ctx, self, h.ns)
 	})

@@ -1,4 +1,4 @@
-package integration
+package gatewayintegration
 
 import (
 	"bytes"

@@ -6,7 +6,7 @@
 // reports the minimum Ready count sampled every 100 ms during the rotation
 // and the time until all six are Ready on the new content.
 //
-//	go run ./pkg/pool/bench
+//	go run ./pkg/testsuites/bench/pool
 //
 // It prints markdown on stdout and progress on stderr. It is a measurement,
 // not a test: it asserts nothing, but fails naming the phase that did not
