@@ -84,7 +84,8 @@ func withDocumentedDefaults(s crawlv1alpha1.ProxySpec) crawlv1alpha1.ProxySpec {
 }
 
 // TestExamplesAreAcceptedWithDefaults creates every manifest in examples/ and
-// checks that the server filled in the documented defaults and nothing else.
+// checks that the server filled in the documented defaults and nothing else
+// (for a ProxyPool, in its template's Proxy spec).
 func TestExamplesAreAcceptedWithDefaults(t *testing.T) {
 	env := apiServer.Get(t)
 	ctx := context.Background()
@@ -96,7 +97,7 @@ func TestExamplesAreAcceptedWithDefaults(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples found: %v", err)
 	}
-	proxies := 0
+	proxies, pools := 0, 0
 	for _, file := range files {
 		for i, doc := range splitYAML(t, file) {
 			var meta metav1.TypeMeta
@@ -126,6 +127,20 @@ func TestExamplesAreAcceptedWithDefaults(t *testing.T) {
 				if diff := cmp.Diff(withDocumentedDefaults(p.Spec), created.Spec, specOptions); diff != "" {
 					t.Errorf("%s: Proxy %s spec after defaulting (-want +got):\n%s", file, p.Name, diff)
 				}
+			case "ProxyPool":
+				pools++
+				var p crawlv1alpha1.ProxyPool
+				if err := yaml.UnmarshalStrict(doc, &p); err != nil {
+					t.Fatalf("%s doc %d: %v", file, i, err)
+				}
+				created, err := crawl.CrawlV1alpha1().ProxyPools(ns).Create(ctx, &p, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
+				if err != nil {
+					t.Errorf("%s: creating ProxyPool %s: %v", file, p.Name, err)
+					continue
+				}
+				if diff := cmp.Diff(withDocumentedDefaults(p.Spec.Template.Spec), created.Spec.Template.Spec, specOptions); diff != "" {
+					t.Errorf("%s: ProxyPool %s template spec after defaulting (-want +got):\n%s", file, p.Name, diff)
+				}
 			default:
 				t.Errorf("%s doc %d: unexpected kind %q in examples", file, i, meta.Kind)
 			}
@@ -133,6 +148,9 @@ func TestExamplesAreAcceptedWithDefaults(t *testing.T) {
 	}
 	if proxies < 4 {
 		t.Errorf("examples hold %d Proxies; want one per mode and provider (4)", proxies)
+	}
+	if pools < 1 {
+		t.Errorf("examples hold no ProxyPool")
 	}
 }
 
