@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
@@ -103,9 +104,17 @@ func TestOperatorKilledMidRollout(t *testing.T) {
 		}
 	}()
 
-	p, _ := pools.Get(t.Context(), "roll", metav1.GetOptions{})
-	p.Spec.Template.Spec.CloudInit.Inline = ptr.To("#cloud-config\n# v2\n")
-	if _, err := pools.Update(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+	// The operator writes the pool's status meanwhile: retry on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := pools.Get(t.Context(), "roll", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Spec.Template.Spec.CloudInit.Inline = ptr.To("#cloud-config\n# v2\n")
+		_, err = pools.Update(t.Context(), p, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	// Mid-rollout: a member of the new revision is Ready and old ones remain.

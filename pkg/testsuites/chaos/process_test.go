@@ -1,6 +1,7 @@
 package chaos_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
 
@@ -131,7 +133,21 @@ func zombie(pid int) bool {
 // killForwardProxies ends every process of forwardProxyBinary: the local
 // provider's instances are detached and would outlive a failed test.
 func killForwardProxies(t *testing.T) {
-	for _, pid := range forwardProxyProcesses(t) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+	// Until none is left: a process can still be starting (an operator's
+	// last Create) while the first ones die, and the next test counts them.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := eventually.Poll(ctx, 50*time.Millisecond, func(context.Context) error {
+		pids := forwardProxyProcesses(t)
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if len(pids) > 0 {
+			return fmt.Errorf("forward-proxy processes %v still run", pids)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("cleaning up: %v", err)
 	}
 }

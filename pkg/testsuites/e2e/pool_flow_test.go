@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
 	"time"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
@@ -18,7 +17,8 @@ const poolName = "fleet"
 
 // poolFlow: a ProxyPool of one gets a member Proxy it owns, its status
 // counts the member Ready, and scaling it to zero through the scale
-// subresource drains the member and deletes it.
+// subresource drains the member and deletes it; scaled back to one, it gets
+// a new member at once.
 func (r *operatorRun) poolFlow() flow {
 	members := func(ctx context.Context) ([]crawlv1alpha1.Proxy, error) {
 		list, err := r.s.crawl.CrawlV1alpha1().Proxies(r.proxies).List(ctx, metav1.ListOptions{LabelSelector: crawlv1alpha1.PoolLabel + "=" + poolName})
@@ -83,6 +83,28 @@ func (r *operatorRun) poolFlow() flow {
 				return nil
 			},
 			bound: 30 * time.Second,
+		},
+		{
+			// A prompt answer to a pool edit needs the watch: without it the
+			// informer relists with a growing backoff, later than this bound.
+			name: "scaled back to one: a new member at once",
+			act: func(ctx context.Context) error {
+				_, err := r.s.crawl.CrawlV1alpha1().ProxyPools(r.proxies).UpdateScale(ctx, poolName,
+					&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: r.proxies}, Spec: autoscalingv1.ScaleSpec{Replicas: 1}},
+					metav1.UpdateOptions{})
+				return err
+			},
+			done: func(ctx context.Context) error {
+				ms, err := members(ctx)
+				if err != nil {
+					return err
+				}
+				if len(ms) != 1 {
+					return fmt.Errorf("%d members", len(ms))
+				}
+				return nil
+			},
+			bound: 10 * time.Second,
 		},
 	}}
 }
