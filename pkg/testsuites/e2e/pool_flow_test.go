@@ -18,7 +18,7 @@ const poolName = "fleet"
 // poolFlow: a ProxyPool of one gets a member Proxy it owns, its status
 // counts the member Ready, and scaling it to zero through the scale
 // subresource drains the member and deletes it; scaled back to one, it gets
-// a new member at once.
+// a new member at once, and scaled to two another.
 func (r *operatorRun) poolFlow() flow {
 	members := func(ctx context.Context) ([]crawlv1alpha1.Proxy, error) {
 		list, err := r.s.crawl.CrawlV1alpha1().Proxies(r.proxies).List(ctx, metav1.ListOptions{LabelSelector: crawlv1alpha1.PoolLabel + "=" + poolName})
@@ -100,6 +100,28 @@ func (r *operatorRun) poolFlow() flow {
 					return err
 				}
 				if len(ms) != 1 {
+					return fmt.Errorf("%d members", len(ms))
+				}
+				return nil
+			},
+			bound: 10 * time.Second,
+		},
+		{
+			// Again: relists come ever later (the reflector's backoff grows),
+			// so two prompt answers in a row cannot both be relists.
+			name: "scaled to two: another member at once",
+			act: func(ctx context.Context) error {
+				_, err := r.s.crawl.CrawlV1alpha1().ProxyPools(r.proxies).UpdateScale(ctx, poolName,
+					&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: r.proxies}, Spec: autoscalingv1.ScaleSpec{Replicas: 2}},
+					metav1.UpdateOptions{})
+				return err
+			},
+			done: func(ctx context.Context) error {
+				ms, err := members(ctx)
+				if err != nil {
+					return err
+				}
+				if len(ms) != 2 {
 					return fmt.Errorf("%d members", len(ms))
 				}
 				return nil
