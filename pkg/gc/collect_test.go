@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -36,6 +35,7 @@ import (
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/fake"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
@@ -518,11 +518,9 @@ func TestRunCollectsWithinOneInterval(t *testing.T) {
 
 	later := uuid.NewUUID()
 	second := f.inject(local, "after", later)
-	if err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return clk.HasWaiters(), nil
-	}); err != nil {
-		t.Fatal("Run is not waiting on its ticker")
-	}
+	eventually.Check(t, 10*time.Second, 5*time.Millisecond, "Run waiting on its ticker", eventually.Holds(func() (bool, string) {
+		return clk.HasWaiters(), "Run is not waiting on its ticker"
+	}))
 	clk.Step(interval - time.Second)
 	if _, ok := f.providers[local].Instance(second); !ok {
 		t.Fatal("collected before the interval passed")
@@ -635,16 +633,16 @@ func TestEventLandsInTheProxysNamespace(t *testing.T) {
 		t.Fatalf("CollectOnce: %d, %v", n, err)
 	}
 	var got []corev1.Event
-	if err := wait.PollUntilContextTimeout(f.ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	eventually.Check(t, 30*time.Second, 50*time.Millisecond, "an event in namespace "+f.ns, func(ctx context.Context) error {
 		list, err := kube.CoreV1().Events(f.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, err
+			return fmt.Errorf("%w: %w", eventually.ErrHopeless, err)
 		}
-		got = list.Items
-		return len(got) > 0, nil
-	}); err != nil {
-		t.Fatalf("no event in namespace %s: %v", f.ns, err)
-	}
+		if got = list.Items; len(got) == 0 {
+			return errors.New("no event yet")
+		}
+		return nil
+	})
 	e := got[0]
 	wantRef := corev1.ObjectReference{APIVersion: "crawl.proxyfleet.io/v1alpha1", Kind: "Proxy", Namespace: f.ns, Name: "vanished", UID: uid}
 	if diff := gocmp.Diff(wantRef, e.InvolvedObject); diff != "" {

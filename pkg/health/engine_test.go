@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
@@ -21,6 +20,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
 const (
@@ -719,10 +719,10 @@ func TestRunQueuesMoreThanWorkers(t *testing.T) {
 	}()
 
 	// The clock never moves: only Run's first tick dispatches.
-	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := poll(10*time.Second, time.Millisecond, func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		return len(f.enqueued) == proxies, nil
+		return len(f.enqueued) == proxies
 	})
 	if err != nil {
 		f.mu.Lock()
@@ -791,14 +791,14 @@ func TestRun(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- f.engine.Run(ctx) }()
 
-	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := poll(10*time.Second, time.Millisecond, func() bool {
 		if f.enqueues("p") == 1 && f.enqueues("q") == 1 {
-			return true, nil
+			return true
 		}
 		if f.clock.HasWaiters() { // the ticker is waiting: move time on
 			f.clock.Step(testTick)
 		}
-		return false, nil
+		return false
 	})
 	if err != nil {
 		t.Fatalf("no verdicts reported: p %d, q %d enqueues", f.enqueues("p"), f.enqueues("q"))
@@ -838,4 +838,12 @@ func TestNewValidates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// poll is eventually.Poll of cond for up to timeout; the caller words the
+// failure.
+func poll(timeout, interval time.Duration, cond func() bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return eventually.Poll(ctx, interval, eventually.Holds(func() (bool, string) { return cond(), "not yet" }))
 }

@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -30,6 +29,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
@@ -224,10 +224,12 @@ func (h *harness) get(name string) *crawlv1alpha1.Proxy {
 func (h *harness) waitForPhase(name string, phase crawlv1alpha1.ProxyPhase, since time.Time, within time.Duration) (*crawlv1alpha1.Proxy, time.Duration) {
 	h.t.Helper()
 	var p *crawlv1alpha1.Proxy
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, within+time.Until(since), true, func(context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), within+time.Until(since))
+	defer cancel()
+	err := eventually.Poll(ctx, 20*time.Millisecond, eventually.Holds(func() (bool, string) {
 		p = h.get(name)
-		return p.Status.Phase == phase, nil
-	})
+		return p.Status.Phase == phase, "phase " + string(p.Status.Phase)
+	}))
 	took := time.Since(since)
 	if err != nil {
 		h.t.Fatalf("%s: phase %q after %v, want %q within %v; conditions %+v", name, p.Status.Phase, took.Round(time.Millisecond), phase, within, p.Status.Conditions)
@@ -241,9 +243,11 @@ func (h *harness) waitForProbes(name string, n int) {
 	h.t.Helper()
 	key := cache.NewObjectName(h.ns, name)
 	want := h.metrics.count(key) + n
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Duration(n)*interval+slack, true, func(context.Context) (bool, error) {
-		return h.metrics.count(key) >= want, nil
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(n)*interval+slack)
+	defer cancel()
+	err := eventually.Poll(ctx, 20*time.Millisecond, eventually.Holds(func() (bool, string) {
+		return h.metrics.count(key) >= want, "too few probes"
+	}))
 	if err != nil {
 		h.t.Fatalf("%s: %d probes, want %d", name, h.metrics.count(key), want)
 	}

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -19,6 +18,7 @@ import (
 	crawlfake "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/fake"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
 type crawlProxyOption func(*crawlv1alpha1.Proxy)
@@ -107,7 +107,7 @@ func TestFeedKeepsTheStoreInStep(t *testing.T) {
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	defer cancel() // before Shutdown, which waits for the informers to stop
-	eventually(t, func() bool { return feed.HasSynced() })
+	waitUntil(t, func() bool { return feed.HasSynced() })
 	if got := store.Proxies("", nil); len(got) != 1 || got[0].Key.Name != "p1" {
 		t.Fatalf("proxies after sync: %+v", got)
 	}
@@ -118,25 +118,24 @@ func TestFeedKeepsTheStoreInStep(t *testing.T) {
 	if _, err := client.CrawlV1alpha1().Proxies(testNamespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() bool { _, err := store.Renew(l.ID, 0); return errors.Is(err, ErrRevoked) })
+	waitUntil(t, func() bool { _, err := store.Renew(l.ID, 0); return errors.Is(err, ErrRevoked) })
 
 	// A new proxy is added; a deleted one goes.
 	if _, err := client.CrawlV1alpha1().Proxies(testNamespace).Create(ctx, newCrawlProxy("p2"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() bool { return len(store.Proxies("", nil)) == 1 && store.Proxies("", nil)[0].Key.Name == "p2" })
+	waitUntil(t, func() bool { return len(store.Proxies("", nil)) == 1 && store.Proxies("", nil)[0].Key.Name == "p2" })
 	if err := client.CrawlV1alpha1().Proxies(testNamespace).Delete(ctx, "p2", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() bool { return len(store.Proxies("", nil)) == 0 })
+	waitUntil(t, func() bool { return len(store.Proxies("", nil)) == 0 })
 }
 
-func eventually(t *testing.T, cond func() bool) {
+// waitUntil waits up to 10s for cond to hold
+// (pkg/testing/eventually).
+func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true,
-		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-		t.Fatal("condition not met in time")
-	}
+	eventually.Check(t, 10*time.Second, 5*time.Millisecond, "condition", eventually.Holds(func() (bool, string) { return cond(), "condition not met" }))
 }
 
 func TestSecretCredentials(t *testing.T) {

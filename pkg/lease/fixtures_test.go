@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -181,11 +181,9 @@ func (m *testMetrics) snapshot() metricsSnapshot {
 // step reaches it.
 func waitForTimer(t testing.TB, clk *clocktesting.FakeClock) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
-		func(context.Context) (bool, error) { return clk.HasWaiters(), nil })
-	if err != nil {
-		t.Fatal("nobody waits on the fake clock")
-	}
+	eventually.Check(t, 10*time.Second, time.Millisecond, "a timer on the fake clock", eventually.Holds(func() (bool, string) {
+		return clk.HasWaiters(), "nobody waits on the fake clock"
+	}))
 }
 
 // memWatermark is a Watermark in memory, shared by the replicas of a test.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
 const (
@@ -471,20 +473,12 @@ func TestServeTimeoutsAndShutdown(t *testing.T) {
 // waitForWaiters polls until n acquires wait in the store.
 func waitForWaiters(t *testing.T, s *Store, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	ticker := time.NewTicker(time.Millisecond)
-	defer ticker.Stop()
-	for range ticker.C {
+	eventually.Check(t, 10*time.Second, time.Millisecond, "waiting acquires", eventually.Holds(func() (bool, string) {
 		s.mu.Lock()
 		waiting := s.waiting
 		s.mu.Unlock()
-		if waiting >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d acquires waiting, want %d", waiting, n)
-		}
-	}
+		return waiting >= n, fmt.Sprintf("%d acquires waiting, want %d", waiting, n)
+	}))
 }
 
 func TestBearerToken(t *testing.T) {

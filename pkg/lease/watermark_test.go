@@ -110,7 +110,7 @@ func TestHorizonFollowsGrants(t *testing.T) {
 		ts.do("DELETE", "/v1/leases/"+l.ID, "")
 		ts.clk.Step(time.Second)
 		// The background extension may still be writing; wait for it.
-		eventually(t, func() bool { return !ts.srv.horizon.extending.Load() })
+		waitUntil(t, func() bool { return !ts.srv.horizon.extending.Load() })
 		horizon, _ := ts.watermark.get()
 		if horizon.Before(latest) {
 			t.Fatalf("grant %d: persisted horizon %v is before an expiry handed out, %v", i, horizon, latest)

@@ -2,15 +2,16 @@ package operator
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/leaderelection"
@@ -79,13 +80,10 @@ func TestHealthzFailsWhenTheLeaderStopsRenewing(t *testing.T) {
 	if code, body := healthz(op); code != http.StatusOK {
 		t.Errorf("a leader that just renewed: %d %q, want 200", code, body)
 	}
-	var code int
-	var body string
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		code, body = healthz(op)
-		return code == http.StatusInternalServerError && strings.HasPrefix(body, "leader election: "), nil
+	eventually.Check(t, time.Minute, 50*time.Millisecond, "a leader not renewing", func(context.Context) error {
+		if code, body := healthz(op); code != http.StatusInternalServerError || !strings.HasPrefix(body, "leader election: ") {
+			return fmt.Errorf("/healthz %d %q, want 500 naming leader election", code, body)
+		}
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("a leader not renewing for a minute: %d %q, want 500 naming leader election", code, body)
-	}
 }

@@ -15,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	authorizationv1 "k8s.io/api/authorization/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -25,6 +22,8 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // The lease API with --lease-auth=kubernetes against the real API server:
@@ -32,58 +31,21 @@ import (
 // a flood of invented bearer tokens spends neither the controller's API
 // budget nor the authorised callers' (issue 20, point 2).
 
-// grantLeasingTo gives ServiceAccounts of ns every lease verb there, and
-// waits until the RBAC authorizer allows the last of them.
+// grantLeasingTo gives ServiceAccounts of ns every lease verb there
+// (testenv.GrantLeasing).
 func grantLeasingTo(t *testing.T, kube kubernetes.Interface, ns string, sas ...string) {
 	t.Helper()
-	ctx := t.Context()
-	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-leaser"},
-		Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{crawlv1alpha1.SchemeGroupVersion.Group},
-			Resources: []string{"proxies/leases"},
-			Verbs:     []string{"create", "update", "delete", "get", "list"},
-		}},
-	}
-	if _, err := kube.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-leaser"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-	}
+	var accounts []types.NamespacedName
 	for _, sa := range sas {
-		binding.Subjects = append(binding.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa})
+		accounts = append(accounts, types.NamespacedName{Namespace: ns, Name: sa})
 	}
-	if _, err := kube.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// Ask as the admin first, so that the lease API never caches a denial
-	// from before the binding reached the authorizer.
-	for _, sa := range sas {
-		eventually.Check(t, startTimeout, pollInterval, "RBAC allows "+sa, func(ctx context.Context) error {
-			review, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-				User:   "system:serviceaccount:" + ns + ":" + sa,
-				Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Namespace: ns, Verb: "create", Group: crawlv1alpha1.SchemeGroupVersion.Group, Resource: "proxies", Subresource: "leases",
-				},
-			}}, metav1.CreateOptions{})
-			if err != nil {
-				return err
-			}
-			if !review.Status.Allowed {
-				return errors.New("not allowed yet")
-			}
-			return nil
-		})
-	}
+	testenv.GrantLeasing(t, kube, ns, accounts...)
 }
 
 // saClient is a lease API client with the token of ServiceAccount ns/sa.
 func saClient(t *testing.T, api *leaseAPI, ns, sa string) *client.Client {
 	t.Helper()
-	token, err := env.ServiceAccountToken(t.Context(), ns, sa, time.Hour)
+	token, err := shared.Get(t).Env.ServiceAccountToken(t.Context(), ns, sa, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

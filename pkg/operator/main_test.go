@@ -5,14 +5,10 @@ import (
 	"testing"
 
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
-	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
-var (
-	// env is the real etcd + kube-apiserver the operator processes share.
-	env *testenv.Environment
-	// operatorBinary is cmd/proxy-operator, built once for the package.
-	operatorBinary string
-)
+// shared is cmd/proxy-operator, built once for the package, and the real API
+// server its processes share.
+var shared = operatortest.NewShared()
 
-func TestMain(m *testing.M) { os.Exit(operatortest.Run(m, &env, &operatorBinary)) }
+func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }

@@ -60,12 +60,12 @@ const LeaseName = "proxy-operator"
 // or probe still running after it is cut off.
 const shutdownTimeout = 10 * time.Second
 
-// errLostLease ends the process when another replica took the lease over
-// (or it could not be renewed in time).
 // leaderHealthzTolerance is how long past its lease's expiry a leader that
 // stopped renewing still passes /healthz (kube-controller-manager's 20s).
 const leaderHealthzTolerance = 20 * time.Second
 
+// errLostLease ends the process when another replica took the lease over
+// (or it could not be renewed in time).
 var errLostLease = errors.New("lost the leader lease; exiting so that the Pod restarts clean")
 
 // Run runs the operator until ctx ends (SIGTERM), then drains: the
@@ -113,16 +113,17 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	proxyInformer := crawlInformers.Crawl().V1alpha1().Proxies()
 	secretInformer := kubeInformers.Core().V1().Secrets()
 	secrets := secretInformer.Lister()
-	// The engine reports verdicts into the controller's queue; the
-	// controller reads them back through Verdict. ctrl is set before
-	// anything runs.
-	var ctrl *controller.Controller
+	// The engine reports verdicts into the controller's queue and the
+	// controller reads them back through Verdict, so each needs the other:
+	// the engine is built first, reporting to verdicts, which is connected
+	// to the controller as soon as it exists, before anything runs.
+	verdicts := &controllerQueue{}
 	engine, err := health.New(health.Config{
 		Proxies: proxyInformer.Lister(),
 		Secrets: func(_ context.Context, namespace, name string) (*corev1.Secret, error) {
 			return secrets.Secrets(namespace).Get(name)
 		},
-		Enqueue:                 func(key cache.ObjectName) { ctrl.Enqueue(key) },
+		Enqueue:                 verdicts.Enqueue,
 		Workers:                 o.HealthWorkers,
 		LatencyReportsPerSecond: o.latencyUpdatesPerSecond(),
 		Metrics:                 m,
@@ -140,7 +141,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	if err := crawlscheme.AddToScheme(eventScheme); err != nil {
 		return fmt.Errorf("building the event scheme: %w", err)
 	}
-	ctrl, err = controller.NewController(controller.Config{
+	ctrl, err := controller.NewController(controller.Config{
 		CrawlClient:      crawl,
 		KubeClient:       kube,
 		ProxyInformer:    proxyInformer,
@@ -154,6 +155,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
+	verdicts.connect(ctrl)
 	m.WatchProxies(proxyInformer.Lister(), o.Namespace)
 
 	op := &operator{
@@ -236,6 +238,16 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	}
 	return op.run(ctx, ln)
 }
+
+// controllerQueue is the health engine's way into the controller's queue.
+// The engine is built before the controller (which reads its verdicts), so
+// the target is connected once, after both exist and before either runs.
+type controllerQueue struct{ ctrl *controller.Controller }
+
+func (q *controllerQueue) connect(ctrl *controller.Controller) { q.ctrl = ctrl }
+
+// Enqueue is health.Config.Enqueue.
+func (q *controllerQueue) Enqueue(key cache.ObjectName) { q.ctrl.Enqueue(key) }
 
 // stoppedOrFailed is Run's answer to a start-up error: nil when the error
 // only says that shutdown was requested (SIGTERM while waiting for the API
@@ -365,7 +377,19 @@ func (op *operator) runElected(ctx context.Context) error {
 	// in the same Pod) apart.
 	identity := hostname + "_" + utilrand.String(8)
 
-	started := make(chan context.Context, 1)
+	// Two contexts besides ctx (the shutdown request), one for each thing
+	// the shutdown order has to end separately:
+	//   - electionCtx bounds the elector. It ends only when we say so, not
+	//     with ctx, so that the lease is renewed while the leader path
+	//     drains and released after it has returned.
+	//   - termCtx bounds the leader path: it ends on shutdown (ctx), or
+	//     with errLostLease as its cause once the elector stops leading.
+	electionCtx, stopElecting := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElecting()
+	termCtx, endTerm := context.WithCancelCause(ctx)
+	defer endTerm(nil)
+
+	started := make(chan struct{})
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: op.opts.LeaderElectNamespace, Name: LeaseName},
@@ -379,9 +403,12 @@ func (op *operator) runElected(ctx context.Context) error {
 		Name:            LeaseName,
 		WatchDog:        op.electionWatchdog,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(leaderCtx context.Context) {
+			// The elector's own context for the term ends when it stops
+			// leading; it ends termCtx with it.
+			OnStartedLeading: func(heldCtx context.Context) {
 				op.metrics.SetLeader(true)
-				started <- leaderCtx
+				context.AfterFunc(heldCtx, func() { endTerm(errLostLease) })
+				close(started)
 			},
 			OnStoppedLeading: func() { op.metrics.SetLeader(false) },
 			OnNewLeader: func(holder string) {
@@ -395,14 +422,10 @@ func (op *operator) runElected(ctx context.Context) error {
 	// RunOrDie would do this; Run does not.
 	op.electionWatchdog.SetLeaderElection(elector)
 
-	// The elector's own context ends only when we say so (not with ctx), so
-	// that it keeps renewing while the leader path drains, then releases.
-	electCtx, stopElecting := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopElecting()
 	electorDone := make(chan struct{})
 	go func() {
 		defer close(electorDone)
-		elector.Run(electCtx)
+		elector.Run(electionCtx)
 	}()
 	stopElection := func() {
 		stopElecting()
@@ -411,23 +434,18 @@ func (op *operator) runElected(ctx context.Context) error {
 	}
 	logger.V(2).Info("Campaigning for the leader lease", "lease", op.opts.LeaderElectNamespace+"/"+LeaseName, "identity", identity)
 
-	var leaderCtx context.Context
 	select {
 	case <-ctx.Done():
 		stopElection()
 		return nil
-	case leaderCtx = <-started:
+	case <-started:
 	}
 	logger.Info("Started leading", "identity", identity)
 
-	// The leader path ends on shutdown (ctx) or when the elector stops
-	// leading (leaderCtx).
-	leadCtx, cancelLead := context.WithCancel(ctx)
-	stopAfter := context.AfterFunc(leaderCtx, cancelLead)
-	leadErr := op.runLeader(leadCtx)
-	stopAfter()
-	cancelLead()
-	lost := ctx.Err() == nil && leaderCtx.Err() != nil
+	leadErr := op.runLeader(termCtx)
+	// Read before stopElection, whose release ends the term too.
+	lost := ctx.Err() == nil && errors.Is(context.Cause(termCtx), errLostLease)
+	endTerm(nil)
 	stopElection()
 
 	switch {

@@ -34,7 +34,7 @@ var leaseTimings = []string{
 // its log is printed if the test failed (or OPERATOR_TEST_LOGS is set).
 func startOperator(t *testing.T, name, ns string, extra ...string) *operatortest.Process {
 	t.Helper()
-	return operatortest.StartOnNamespace(t, env, operatorBinary, name, ns, "OPERATOR_TEST_LOGS", extra...)
+	return operatortest.StartOnNamespace(t, shared.Get(t).Env, shared.Get(t).Binary, name, ns, "OPERATOR_TEST_LOGS", extra...)
 }
 
 // kill ends p with SIGKILL (no drain, no lease release), failing the test
@@ -103,7 +103,7 @@ func waitReady(t *testing.T, p *operatortest.Process, timeout time.Duration) {
 
 func clients(t *testing.T) (kubernetes.Interface, versioned.Interface) {
 	t.Helper()
-	return kubernetes.NewForConfigOrDie(env.Config), versioned.NewForConfigOrDie(env.Config)
+	return kubernetes.NewForConfigOrDie(shared.Get(t).Env.Config), versioned.NewForConfigOrDie(shared.Get(t).Env.Config)
 }
 
 // newNamespace creates a namespace of the test's own (never deleted: there

@@ -32,7 +32,7 @@ func TestStartsBeforeAPIServer(t *testing.T) {
 	waitRetries(t, p, `call="lease signing key"`, 3)
 
 	// The API server "comes up" at the address the operator was given.
-	forwardTCP(t, addr, hostOf(t, env.Config.Host))
+	forwardTCP(t, addr, hostOf(t, shared.Get(t).Env.Config.Host))
 	waitForLeader(t, startTimeout, p)
 	createExternalProxy(t, ns, "px", 31280)
 	waitConverged(t, ns, 1, convergeTimeout)
@@ -64,7 +64,7 @@ func TestSIGTERMWhileWaitingForAPIServer(t *testing.T) {
 func unreachableKubeconfig(t *testing.T) (addr, path string) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(path); err != nil {
+	if err := shared.Get(t).Env.WriteKubeconfig(path); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := clientcmd.LoadFromFile(path)
@@ -84,7 +84,7 @@ func unreachableKubeconfig(t *testing.T) (addr, path string) {
 func startUnreachable(t *testing.T, name, ns, kubeconfig string) *operatortest.Process {
 	t.Helper()
 	return operatortest.Start(t, operatortest.ProcessOptions{
-		Binary:  operatorBinary,
+		Binary:  shared.Get(t).Binary,
 		Name:    name,
 		Args:    append([]string{"--kubeconfig=" + kubeconfig, "--namespace=" + ns, "--leader-elect-namespace=" + ns, "-v=2"}, leaseTimings...),
 		LogsEnv: "OPERATOR_TEST_LOGS",

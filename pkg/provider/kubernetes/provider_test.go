@@ -3,6 +3,7 @@ package kubernetes_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
 
@@ -21,6 +21,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	podprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
 // The Provider alone against the real API server: no controller, no
@@ -253,16 +254,16 @@ func TestErrorClassesFromTheAPIServer(t *testing.T) {
 		// The admission plugin sees the quota through its own cache: until
 		// it does, Pods are admitted (and deleted here again).
 		req := createRequest(p, nil)
-		err = wait.PollUntilContextTimeout(f.ctx, 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		eventually.Check(t, waitTimeout, 50*time.Millisecond, "the quota applying", func(ctx context.Context) error {
 			inst, err := f.prov.Create(ctx, req)
 			if err != nil {
-				return true, nil
+				return nil
 			}
-			return false, f.prov.Delete(ctx, inst.ID)
+			if err := f.prov.Delete(ctx, inst.ID); err != nil {
+				return fmt.Errorf("%w: %w", eventually.ErrHopeless, err)
+			}
+			return errors.New("a Pod was admitted")
 		})
-		if err != nil {
-			t.Fatalf("the quota never applied: %v", err)
-		}
 		_, err = f.prov.Create(f.ctx, req)
 		if provider.Class(err) != provider.ErrTransient || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "status unknown for quota") {
 			t.Errorf("got %v (class %v), want a transient Forbidden", err, provider.Class(err))

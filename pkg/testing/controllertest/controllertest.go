@@ -31,6 +31,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
 // Options choose what the harness runs. The zero value of a field means the
@@ -235,15 +236,7 @@ func (h *Harness) Update(name string, change func(*crawlv1alpha1.Proxy)) {
 // last attempt explains a failure.
 func (h *Harness) Eventually(timeout time.Duration, what string, cond func() (bool, string)) {
 	h.T.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ok, msg := cond()
-		last = msg
-		return ok, nil
-	})
-	if err != nil {
-		h.T.Fatalf("%s: not within %s: %s", what, timeout, last)
-	}
+	eventually.Check(h.T, timeout, 50*time.Millisecond, what, eventually.Holds(cond))
 }
 
 // WaitForPhase waits up to 20s for the Proxy to reach phase.

@@ -4,7 +4,6 @@
 package operatortest
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -15,12 +14,37 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
-// Run builds the operator (and cmd/forward-proxy beside it, where the local
-// provider looks for it), starts the test environment, sets *env and
-// *binary, runs the tests and cleans up; it returns the exit code for
-// TestMain. It does what testenv.RunMain does, plus removing the binary,
-// which RunMain's os.Exit would skip.
-func Run(m *testing.M, env **testenv.Environment, binary *string) int {
+// Shared is a test package's operator binary, built before its tests run,
+// and its real API server, started on a test's first use (testenv.Shared).
+// A package declares one and its TestMain is os.Exit(shared.Run(m)).
+type Shared struct {
+	apiServer *testenv.Shared
+	binary    string
+}
+
+// NewShared returns a Shared with a default API server.
+func NewShared() *Shared { return &Shared{apiServer: testenv.NewShared(testenv.Options{})} }
+
+// Setup is what a test gets from Shared.Get.
+type Setup struct {
+	// Env is the real etcd + kube-apiserver every test of the package shares.
+	Env *testenv.Environment
+	// Binary is cmd/proxy-operator, with cmd/forward-proxy beside it, where
+	// the local provider looks for it.
+	Binary string
+}
+
+// Get returns the package's Setup, starting the API server on the first
+// call. A failure to start it fails t, now and on every later call.
+func (s *Shared) Get(t testing.TB) Setup {
+	t.Helper()
+	return Setup{Env: s.apiServer.Get(t), Binary: s.binary}
+}
+
+// Run builds cmd/proxy-operator and cmd/forward-proxy into a temporary
+// directory, runs the tests, stops the API server if a test started it and
+// removes the binaries. It returns the exit code for os.Exit.
+func (s *Shared) Run(m *testing.M) int {
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "proxy-operator-bin-")
 	if err != nil {
@@ -28,7 +52,6 @@ func Run(m *testing.M, env **testenv.Environment, binary *string) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	*binary = filepath.Join(dir, "proxy-operator")
 	args := []string{"build", "-o", dir + "/"}
 	if RaceEnabled {
 		args = append(args, "-race")
@@ -40,19 +63,6 @@ func Run(m *testing.M, env **testenv.Environment, binary *string) int {
 		fmt.Fprintf(os.Stderr, "operator tests: building cmd/proxy-operator and cmd/forward-proxy: %v\n%s", err, out)
 		return 1
 	}
-
-	e, err := testenv.Start(context.Background(), testenv.Options{})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testenv (run `make testenv` if bin/ lacks kube-apiserver or etcd): %v\n", err)
-		return 1
-	}
-	*env = e
-	code := m.Run()
-	if err := e.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "testenv: stop: %v\n", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	return code
+	s.binary = filepath.Join(dir, "proxy-operator")
+	return s.apiServer.Run(m)
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
 // Options configure a proxy started by one of the Start functions. Fields
@@ -382,16 +383,11 @@ func canDial(addr string) bool {
 }
 
 // Poll calls cond every few milliseconds until it returns true or timeout
-// passes.
+// passes (eventually.Poll).
 func Poll(timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("condition not met after %v", timeout)
-		}
-		<-tick.C
-	}
-	return nil
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return eventually.Poll(ctx, 5*time.Millisecond, eventually.Holds(func() (bool, string) {
+		return cond(), fmt.Sprintf("condition not met after %v", timeout)
+	}))
 }

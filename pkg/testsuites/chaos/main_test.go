@@ -5,18 +5,13 @@ import (
 	"testing"
 
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
-	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
-var (
-	// env is the real etcd + kube-apiserver every test shares.
-	env *testenv.Environment
-	// operatorBinary is cmd/proxy-operator, built once for the package, with
-	// cmd/forward-proxy beside it for the local provider.
-	operatorBinary string
-)
+// shared is cmd/proxy-operator, built once for the package, and the real API
+// server its processes share.
+var shared = operatortest.NewShared()
 
-func TestMain(m *testing.M) { os.Exit(operatortest.Run(m, &env, &operatorBinary)) }
+func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }
 
 // long reports whether the long variant runs (CHAOS=long, `make chaos`).
 var long = os.Getenv("CHAOS") == "long"

@@ -3,7 +3,6 @@ package chaos_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -30,7 +29,7 @@ func TestOperatorKilledMidRollout(t *testing.T) {
 	ns := newNamespace(t)
 	stateDir := t.TempDir()
 	t.Cleanup(func() { killForwardProxies(t) })
-	_, crawl := clients()
+	_, crawl := clients(t)
 	flags := append([]string{"--providers=local", "--local-state-dir=" + stateDir}, shortLeaderElection...)
 	op := startOperator(t, "operator-0", ns, flags...)
 	target := proxytest.StartHTTPTarget(t)
@@ -153,28 +152,7 @@ func TestOperatorKilledMidRollout(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		var want, got []string
-		var pids []int
-		for _, m := range ms {
-			_, id, _ := provider.SplitProviderID(m.Status.ProviderID)
-			want = append(want, id)
-		}
-		for _, inst := range localInstances(t, stateDir) {
-			got = append(got, inst.ID)
-			pids = append(pids, inst.PID)
-		}
-		slices.Sort(want)
-		slices.Sort(got)
-		slices.Sort(pids)
-		if !slices.Equal(want, got) {
-			return fmt.Errorf("instances %v, members name %v", got, want)
-		}
-		live := forwardProxyProcesses(t)
-		slices.Sort(live)
-		if !slices.Equal(live, pids) {
-			return fmt.Errorf("processes %v, instances' %v", live, pids)
-		}
-		return nil
+		return operatortest.LocalLeaks(t, ms, stateDir, shared.Get(t).Binary)
 	})
 	if !op.Running() {
 		t.Errorf("the restarted operator %s", op.Exit())

@@ -17,6 +17,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -70,7 +71,7 @@ func TestOperatorKilledMidReplace(t *testing.T) {
 	if pids := forwardProxyProcesses(t); len(pids) != 0 {
 		t.Fatalf("forward-proxy processes %v run before the test", pids)
 	}
-	_, crawl := clients()
+	_, crawl := clients(t)
 	proxies := crawl.CrawlV1alpha1().Proxies(ns)
 	operatorFlags := append([]string{"--providers=local", "--local-state-dir=" + stateDir}, shortLeaderElection...)
 	op := startOperator(t, "operator-0", ns, operatorFlags...)
@@ -147,23 +148,21 @@ func TestOperatorKilledMidReplace(t *testing.T) {
 // reached, and returns what it saw then.
 func waitForKillPoint(t *testing.T, ns, stateDir string, old localInstance, point killPoint) replaceSnapshot {
 	t.Helper()
-	_, crawl := clients()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	_, crawl := clients(t)
+	var s replaceSnapshot
+	eventually.Check(t, 30*time.Second, 2*time.Millisecond, "the replace reaching "+point.name, func(context.Context) error {
 		p, err := crawl.CrawlV1alpha1().Proxies(ns).Get(t.Context(), "replaced", metav1.GetOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return fmt.Errorf("%w: %w", eventually.ErrHopeless, err)
 		}
-		s := replaceSnapshot{proxy: p, instances: localInstances(t, stateDir), oldRunning: processRuns(old.PID)}
+		s = replaceSnapshot{proxy: p, instances: localInstances(t, stateDir), oldRunning: processRuns(old.PID)}
 		if point.reached(s, old) {
-			return s
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replace did not reach %q within 30s: condition %q, %d state files, old process running %v",
-				point.name, conditionReason(p, crawlv1alpha1.ConditionProvisioned), len(s.instances), s.oldRunning)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return fmt.Errorf("condition %q, %d state files, old process running %v",
+			conditionReason(p, crawlv1alpha1.ConditionProvisioned), len(s.instances), s.oldRunning)
+	})
+	return s
 }
 
 // replaceFinished: the Proxy is Ready on an instance built from a spec
@@ -211,7 +210,7 @@ func processRuns(pid int) bool {
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
-	return !zombie(pid)
+	return !operatortest.Zombie(pid)
 }
 
 func conditionReason(p *crawlv1alpha1.Proxy, condType string) string {
@@ -233,7 +232,7 @@ func getProxy(t *testing.T, ns, name string) *crawlv1alpha1.Proxy {
 // getProxyCtx reads a Proxy; nil if it does not exist.
 func getProxyCtx(ctx context.Context, t *testing.T, ns, name string) *crawlv1alpha1.Proxy {
 	t.Helper()
-	_, crawl := clients()
+	_, crawl := clients(t)
 	p, err := crawl.CrawlV1alpha1().Proxies(ns).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -250,7 +249,7 @@ func getProxyCtx(ctx context.Context, t *testing.T, ns, name string) *crawlv1alp
 // the operator's writes.
 func updateProxy(t *testing.T, ns, name string, change func(*crawlv1alpha1.Proxy)) {
 	t.Helper()
-	_, crawl := clients()
+	_, crawl := clients(t)
 	eventually.Check(t, 10*time.Second, 20*time.Millisecond, "updating "+name, func(ctx context.Context) error {
 		p, err := crawl.CrawlV1alpha1().Proxies(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

@@ -65,7 +65,7 @@ func TestAPIServerRestartMidFlow(t *testing.T) {
 	for i, change := range rounds {
 		f.apply(change)
 		began := time.Now()
-		if err := env.RestartAPIServer(logCtx); err != nil {
+		if err := shared.Get(t).Env.RestartAPIServer(logCtx); err != nil {
 			t.Fatalf("round %d: %v", i+1, err)
 		}
 		t.Logf("round %d: %+v, then kube-apiserver restarted in %v", i+1, change, time.Since(began).Round(time.Millisecond))
@@ -74,7 +74,7 @@ func TestAPIServerRestartMidFlow(t *testing.T) {
 		}
 	}
 
-	_, crawl := clients()
+	_, crawl := clients(t)
 	eventually.Check(t, 2*time.Minute, 250*time.Millisecond, "the fleet converged", func(ctx context.Context) error {
 		list, err := crawl.CrawlV1alpha1().Proxies(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -130,7 +130,7 @@ type fleet struct {
 
 func (f *fleet) apply(c fleetChange) {
 	f.t.Helper()
-	_, crawl := clients()
+	_, crawl := clients(f.t)
 	proxies := crawl.CrawlV1alpha1().Proxies(f.ns)
 	ctx := f.t.Context()
 	external, managed := f.names()

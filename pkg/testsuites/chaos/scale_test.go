@@ -13,16 +13,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"errors"
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
 // scaleBasePort is the port of proxy 0; proxy i listens (nominally: nothing
@@ -61,12 +62,12 @@ func TestTenThousandProxiesAtOnce(t *testing.T) {
 	// A fleet this size wants more workers than the default 3: with the
 	// API server this busy, a sync spends most of its time waiting for its
 	// status write.
-	h := controllertest.Start(t, env.Config, controllertest.Options{
+	h := controllertest.Start(t, shared.Get(t).Env.Config, controllertest.Options{
 		NamespacePrefix: "scale-",
 		Workers:         32,
 		Health:          scaleHealth{checkedAt: time.Now()},
 	})
-	cfg := rest.CopyConfig(env.Config)
+	cfg := rest.CopyConfig(shared.Get(t).Env.Config)
 	cfg.QPS, cfg.Burst = 5000, 5000
 	client := versioned.NewForConfigOrDie(cfg)
 	t.Cleanup(func() {
@@ -114,14 +115,13 @@ func TestTenThousandProxiesAtOnce(t *testing.T) {
 
 	// Converged in the cache, then confirmed by the API server itself.
 	var last scaleProgress
-	for {
+	_ = eventually.Poll(ctx, time.Second, func(context.Context) error { // the test's own deadline; judged below
 		cached, err := lister.List(labels.Everything())
-		last = scaleCheck(cached, err, n)
-		if last.converged() || ctx.Err() != nil {
-			break
+		if last = scaleCheck(cached, err, n); !last.converged() {
+			return errors.New("not converged")
 		}
-		time.Sleep(time.Second)
-	}
+		return nil
+	})
 	converged := time.Since(start)
 	if !last.converged() {
 		t.Fatalf("not converged within 10m: %s", last)
@@ -186,9 +186,14 @@ func scaleDeleteAll(t *testing.T, cfg *rest.Config, ns string) {
 		return
 	}
 	// A timed-out request goes on in the server: wait for it.
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	drainCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	err := eventually.Poll(drainCtx, time.Second, func(ctx context.Context) error {
 		list, err := crawl.CrawlV1alpha1().Proxies(ns).List(ctx, metav1.ListOptions{Limit: 1})
-		return err == nil && len(list.Items) == 0, nil
+		if err == nil && len(list.Items) > 0 {
+			return fmt.Errorf("%s still listed", list.Items[0].Name)
+		}
+		return err
 	})
 	if err != nil {
 		t.Errorf("proxies left in %s: %v", ns, err)

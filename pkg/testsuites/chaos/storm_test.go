@@ -28,6 +28,7 @@ import (
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/fake"
 )
 
@@ -239,7 +240,7 @@ func TestProviderFaultStorm(t *testing.T) {
 	fp.HoldNextCreates(provider.Permanent(errors.New(stormTimedOut+" (permanent)")), 3)
 	fp.FailNextAfter(fake.OpCreate, provider.Permanent(errors.New(stormLost+" (permanent)")), 3)
 
-	h := controllertest.Start(t, env.Config, controllertest.Options{
+	h := controllertest.Start(t, shared.Get(t).Env.Config, controllertest.Options{
 		Providers:       map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderLocal: fp},
 		NamespacePrefix: "storm-",
 		Workers:         scaled(8, 16),
@@ -365,16 +366,16 @@ func TestProviderFaultStorm(t *testing.T) {
 
 	// Then the fleet converges, the user still tending it.
 	var converged stormProgress
-	deadline := time.Now().Add(scaled(3*time.Minute, 10*time.Minute))
-	for {
+	convergeCtx, stopConverging := context.WithTimeout(t.Context(), scaled(3*time.Minute, 10*time.Minute))
+	defer stopConverging()
+	_ = eventually.Poll(convergeCtx, 250*time.Millisecond, func(context.Context) error { // judged below
 		proxies := stormList(t, h)
 		tend(proxies, -1, true)
-		converged = stormCheck(proxies, fp, uids, names, deleted)
-		if converged.ok() || time.Now().After(deadline) {
-			break
+		if converged = stormCheck(proxies, fp, uids, names, deleted); !converged.ok() {
+			return errors.New("not converged")
 		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return nil
+	})
 	convergedAfter := time.Since(stormEnd)
 	t.Logf("the user edited %d proxies (replaces) and deleted %d at random, un-latched %d Failed (and left alone %d sightings of Deleting with a permanent error), gave up on %d whose Create was held, deleted %d holding a lost Create",
 		stats.edited, stats.deleted, stats.unlatchedFailed, stats.deletingWithPermanent, stats.gaveUp, stats.lostCreates)

@@ -5,16 +5,11 @@ import (
 	"testing"
 
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
-	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
-var (
-	// env is the real etcd + kube-apiserver every operator process shares;
-	// each run keeps to namespaces and cluster-scoped names of its own.
-	env *testenv.Environment
-	// operatorBinary is cmd/proxy-operator, built once for the package
-	// (with -race when the tests run with it).
-	operatorBinary string
-)
+// shared is cmd/proxy-operator, built once for the package, and the real API
+// server its processes share (each run keeps to namespaces and
+// cluster-scoped names of its own).
+var shared = operatortest.NewShared()
 
-func TestMain(m *testing.M) { os.Exit(operatortest.Run(m, &env, &operatorBinary)) }
+func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }

@@ -51,7 +51,7 @@ func writeTokenKubeconfig(path string, cfg *rest.Config) error {
 func startOperator(t *testing.T, name, kubeconfig string, extraEnv []string, args ...string) operatorProcess {
 	t.Helper()
 	return operatorProcess{operatortest.Start(t, operatortest.ProcessOptions{
-		Binary:  operatorBinary,
+		Binary:  shared.Get(t).Binary,
 		Name:    name,
 		Args:    append([]string{"--kubeconfig=" + kubeconfig}, args...),
 		Env:     extraEnv,

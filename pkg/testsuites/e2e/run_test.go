@@ -118,7 +118,7 @@ func newSuite(t *testing.T) *suite {
 	t.Helper()
 	// Several runs poll at once: a client-side rate limit would make the
 	// test, not the operator, the slow side. pollInterval bounds the load.
-	cfg := rest.CopyConfig(env.Config)
+	cfg := rest.CopyConfig(shared.Get(t).Env.Config)
 	cfg.QPS = -1 // no limiter
 	s := &suite{
 		kube:      kubernetes.NewForConfigOrDie(cfg),
@@ -196,12 +196,12 @@ func (s *suite) startRun(t *testing.T, name string, a operatorArtifacts, opts ru
 	r.createFixtures(t)
 	t.Cleanup(func() { r.removeProxies() }) // after the process is killed (cleanups run last first)
 
-	token, err := env.ServiceAccountToken(t.Context(), a.serviceAccount.Namespace, a.serviceAccount.Name, 0)
+	token, err := shared.Get(t).Env.ServiceAccountToken(t.Context(), a.serviceAccount.Namespace, a.serviceAccount.Name, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := writeTokenKubeconfig(kubeconfig, env.UserConfig(token)); err != nil {
+	if err := writeTokenKubeconfig(kubeconfig, shared.Get(t).Env.UserConfig(token)); err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{
@@ -303,7 +303,7 @@ func (r *operatorRun) createFixtures(t *testing.T) {
 	if _, err := kube.RbacV1().RoleBindings(r.proxies).Create(ctx, crawler, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	token, err := env.ServiceAccountToken(ctx, r.proxies, "crawler", 0)
+	token, err := shared.Get(t).Env.ServiceAccountToken(ctx, r.proxies, "crawler", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

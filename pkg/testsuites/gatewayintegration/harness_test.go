@@ -18,7 +18,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -30,6 +29,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
@@ -212,10 +212,12 @@ func (h *harness) setPhase(t *testing.T, u *upstream, phase crawlv1alpha1.ProxyP
 	if phase != crawlv1alpha1.PhaseReady {
 		healthy = metav1.ConditionFalse
 	}
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	// A conflict (the cache behind a write) is tried again; any other
+	// error fails at once.
+	eventually.Check(t, 30*time.Second, 50*time.Millisecond, "status of "+u.name, func(ctx context.Context) error {
 		cur, err := h.crawl.CrawlV1alpha1().Proxies(h.ns).Get(ctx, u.name, metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			return fmt.Errorf("%w: %w", eventually.ErrHopeless, err)
 		}
 		now := metav1.Now()
 		cur.Status = crawlv1alpha1.ProxyStatus{
@@ -226,14 +228,11 @@ func (h *harness) setPhase(t *testing.T, u *upstream, phase crawlv1alpha1.ProxyP
 			},
 		}
 		_, err = h.crawl.CrawlV1alpha1().Proxies(h.ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
-			return false, nil
+		if err != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("%w: %w", eventually.ErrHopeless, err)
 		}
-		return err == nil, err
+		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	key := u.name
 	poll(t, fmt.Sprintf("the store sees %s %s", key, phase), func() bool {
 		ready := false
@@ -282,7 +281,7 @@ func (h *harness) crawler(t *testing.T, name string, bound bool) string {
 
 func crawlerRole(t *testing.T) *rbacv1.ClusterRole {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "artifacts", "rbac", "crawler-role.yaml"))
+	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "artifacts", "rbac", "crawler-role.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,24 +290,6 @@ func crawlerRole(t *testing.T) *rbacv1.ClusterRole {
 		t.Fatal(err)
 	}
 	return &role
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
 }
 
 func poll(t *testing.T, what string, cond func() bool) {

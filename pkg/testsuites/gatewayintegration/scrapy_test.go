@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,7 +34,7 @@ func TestScrapyCrawlThroughTheGateway(t *testing.T) {
 	cmd := exec.CommandContext(ctx, scrapyBin, "crawl", "fleet", "-O", out,
 		// In order, one at a time, so that the ban comes after the three.
 		"-s", "CONCURRENT_REQUESTS=1", "-s", "SCHEDULER_MEMORY_QUEUE=scrapy.squeues.FifoMemoryQueue")
-	cmd.Dir = filepath.Join(repoRoot(t), "examples", "scrapy")
+	cmd.Dir = filepath.Join(testenv.RepoRoot(t), "examples", "scrapy")
 	cmd.Env = append(os.Environ(), "GATEWAY="+h.gatewayAddr, "GATEWAY_TOKEN="+token, "GATEWAY_NAMESPACE="+h.ns,
 		"GATEWAY_POOL=crawl", "LEASE_API="+h.leaseURL, "START_URLS="+strings.Join(urls, " "), "PYTHONDONTWRITEBYTECODE=1")
 	var logs bytes.Buffer

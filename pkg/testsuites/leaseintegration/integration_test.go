@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -24,6 +22,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 var apiServer = testenv.NewShared(testenv.Options{})
@@ -131,42 +130,11 @@ func (h *harness) setPhase(t *testing.T, p *crawlv1alpha1.Proxy, phase crawlv1al
 	}
 }
 
-// grantLeasing gives the ServiceAccount every lease verb in ns, and waits
-// until the RBAC authorizer has seen it.
+// grantLeasing gives the crawler ServiceAccount every lease verb in ns
+// (testenv.GrantLeasing).
 func (h *harness) grantLeasing(t *testing.T, ns string) {
 	t.Helper()
-	ctx := t.Context()
-	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-leaser"},
-		Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{crawlv1alpha1.SchemeGroupVersion.Group},
-			Resources: []string{"proxies/leases"},
-			Verbs:     []string{"create", "update", "delete", "get", "list"},
-		}},
-	}
-	if _, err := h.kube.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxy-leaser"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: nsAllowed, Name: crawlerSA}},
-	}
-	if _, err := h.kube.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	// Ask first, as the admin: the lease API must not cache a denial from
-	// before the grant reached the authorizer.
-	poll(t, func(ctx context.Context) (bool, error) {
-		review, err := h.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   "system:serviceaccount:" + nsAllowed + ":" + crawlerSA,
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + nsAllowed, "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: ns, Verb: "create", Group: crawlv1alpha1.SchemeGroupVersion.Group, Resource: "proxies", Subresource: "leases",
-			},
-		}}, metav1.CreateOptions{})
-		return err == nil && review.Status.Allowed, nil
-	})
+	testenv.GrantLeasing(t, h.kube, ns, types.NamespacedName{Namespace: nsAllowed, Name: crawlerSA})
 }
 
 func poll(t *testing.T, cond func(ctx context.Context) (bool, error)) {

@@ -2,15 +2,10 @@ package poolintegration_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,17 +17,14 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
-	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
-	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
-var (
-	env            *testenv.Environment
-	operatorBinary string
-)
+// shared is cmd/proxy-operator, built once for the package, and the real API
+// server its processes share.
+var shared = operatortest.NewShared()
 
-func TestMain(m *testing.M) { os.Exit(operatortest.Run(m, &env, &operatorBinary)) }
+func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }
 
 // poolTest is one test's namespace, operator and local state directory.
 type poolTest struct {
@@ -47,7 +39,7 @@ type poolTest struct {
 
 func newPoolTest(t *testing.T, extra ...string) *poolTest {
 	t.Helper()
-	kube, crawl := kubernetes.NewForConfigOrDie(env.Config), versioned.NewForConfigOrDie(env.Config)
+	kube, crawl := kubernetes.NewForConfigOrDie(shared.Get(t).Env.Config), versioned.NewForConfigOrDie(shared.Get(t).Env.Config)
 	pt := &poolTest{t: t, kube: kube, crawl: crawl, stateDir: t.TempDir()}
 	pt.ns = operatortest.NewNamespace(t, kube)
 	t.Cleanup(pt.killInstances)
@@ -58,7 +50,7 @@ func newPoolTest(t *testing.T, extra ...string) *poolTest {
 }
 
 func (pt *poolTest) startOperator(name string) *operatortest.Process {
-	return operatortest.StartOnNamespace(pt.t, env, operatorBinary, name, pt.ns, "POOL_LOGS", pt.flags...)
+	return operatortest.StartOnNamespace(pt.t, shared.Get(pt.t).Env, shared.Get(pt.t).Binary, name, pt.ns, "POOL_LOGS", pt.flags...)
 }
 
 // fastHealthCheck probes every second through the proxy to a loopback target.
@@ -190,73 +182,16 @@ func (pt *poolTest) settled(ctx context.Context, name string, replicas int) erro
 	return nil
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, check func(ctx context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	var last error
-	for {
-		if last = check(ctx); last == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %v: %v", what, timeout, last)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
+// interval is how often this suite's waits look again.
+const interval = 200 * time.Millisecond
 
-// localInstance is a local provider state file.
-type localInstance struct {
-	ID   string `json:"id"`
-	PID  int    `json:"pid"`
-	Port int32  `json:"port"`
-}
-
-func (pt *poolTest) instances() []localInstance {
-	pt.t.Helper()
-	paths, err := filepath.Glob(filepath.Join(pt.stateDir, "*.json"))
-	if err != nil {
-		pt.t.Fatal(err)
-	}
-	var out []localInstance
-	for _, path := range paths {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			continue // removed meanwhile
-		}
-		var inst localInstance
-		if err := json.Unmarshal(data, &inst); err != nil {
-			pt.t.Fatalf("%s: %v", path, err)
-		}
-		out = append(out, inst)
-	}
-	return out
+func (pt *poolTest) instances() []operatortest.LocalInstance {
+	return operatortest.LocalInstances(pt.t, pt.stateDir)
 }
 
 // processes are the live forward-proxy processes of this test binary's build.
-func processes() []int {
-	want := filepath.Join(filepath.Dir(operatorBinary), "forward-proxy")
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil || exe != want {
-			continue
-		}
-		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-			if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(strings.TrimSpace(string(stat[i+1:])), "Z") {
-				continue
-			}
-		}
-		pids = append(pids, pid)
-	}
-	slices.Sort(pids)
-	return pids
+func processes(t testing.TB) []int {
+	return operatortest.ForwardProxyProcesses(t, shared.Get(t).Binary)
 }
 
 // noLeak is nil when the instances are exactly the members' instances, each
@@ -266,34 +201,10 @@ func (pt *poolTest) noLeak(ctx context.Context, pool string) error {
 	if err != nil {
 		return err
 	}
-	var want []string
-	for _, m := range ms {
-		_, id, _ := provider.SplitProviderID(m.Status.ProviderID)
-		want = append(want, id)
-	}
-	var got []string
-	var pids []int
-	for _, inst := range pt.instances() {
-		got = append(got, inst.ID)
-		pids = append(pids, inst.PID)
-	}
-	slices.Sort(want)
-	slices.Sort(got)
-	slices.Sort(pids)
-	if !slices.Equal(want, got) {
-		return fmt.Errorf("instances %v, the members name %v", got, want)
-	}
-	if live := processes(); !slices.Equal(live, pids) {
-		return fmt.Errorf("forward-proxy processes %v, the instances' are %v", live, pids)
-	}
-	return nil
+	return operatortest.LocalLeaks(pt.t, ms, pt.stateDir, shared.Get(pt.t).Binary)
 }
 
-func (pt *poolTest) killInstances() {
-	for _, pid := range processes() {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-}
+func (pt *poolTest) killInstances() { operatortest.KillForwardProxies(pt.t, shared.Get(pt.t).Binary) }
 
 // sampler lists the members every 100ms until stopped, keeping the lowest
 // Ready count and the highest member count it saw.

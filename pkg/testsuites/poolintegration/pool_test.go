@@ -19,6 +19,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -34,13 +35,13 @@ func TestRotatingASecretRollsThePool(t *testing.T) {
 	pt.create(newPool("eu", 6, target.URL, func(p *crawlv1alpha1.ProxyPool) {
 		p.Spec.Template.Spec.CloudInit = &crawlv1alpha1.CloudInit{SecretRef: &crawlv1alpha1.SecretKeyRef{Name: "cloud-init", Key: "user-data"}}
 	}))
-	eventually(t, 3*time.Minute, "6 Ready members", func(ctx context.Context) error { return pt.settled(ctx, "eu", 6) })
+	eventually.Check(t, 3*time.Minute, interval, "6 Ready members", func(ctx context.Context) error { return pt.settled(ctx, "eu", 6) })
 	before, _ := pt.pool(t.Context(), "eu")
 	oldMembers, _ := pt.members(t.Context(), "eu")
 
 	s := pt.sample("eu")
 	pt.updateSecret("cloud-init", map[string]string{"user-data": "#cloud-config\n# v2\n"})
-	eventually(t, 5*time.Minute, "6 Ready members of the new revision", func(ctx context.Context) error {
+	eventually.Check(t, 5*time.Minute, interval, "6 Ready members of the new revision", func(ctx context.Context) error {
 		if p, err := pt.pool(ctx, "eu"); err != nil || p.Status.Revision == before.Status.Revision {
 			return fmt.Errorf("revision still %s (%v)", before.Status.Revision, err)
 		}
@@ -66,18 +67,18 @@ func TestRotatingASecretRollsThePool(t *testing.T) {
 			t.Errorf("member %s: labels %v, owner %v", m.Name, m.Labels, m.OwnerReferences)
 		}
 	}
-	eventually(t, 30*time.Second, "no leaked instance", func(ctx context.Context) error { return pt.noLeak(ctx, "eu") })
+	eventually.Check(t, 30*time.Second, interval, "no leaked instance", func(ctx context.Context) error { return pt.noLeak(ctx, "eu") })
 
 	// Deleting the pool deletes every member and its instance.
 	if err := pt.crawl.CrawlV1alpha1().ProxyPools(pt.ns).Delete(t.Context(), "eu", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "members and instances gone", func(ctx context.Context) error {
+	eventually.Check(t, time.Minute, interval, "members and instances gone", func(ctx context.Context) error {
 		ms, err := pt.members(ctx, "eu")
 		if err != nil || len(ms) > 0 {
 			return fmt.Errorf("%d members left (%v)", len(ms), err)
 		}
-		if n, pids := len(pt.instances()), processes(); n > 0 || len(pids) > 0 {
+		if n, pids := len(pt.instances()), processes(t); n > 0 || len(pids) > 0 {
 			return fmt.Errorf("%d instances, processes %v", n, pids)
 		}
 		return nil
@@ -95,14 +96,14 @@ func TestDrainingMemberKeepsItsLease(t *testing.T) {
 		p.Spec.Strategy = crawlv1alpha1.PoolStrategy{MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0))}
 		p.Spec.DrainTimeout = &metav1.Duration{Duration: 10 * time.Minute}
 	}))
-	eventually(t, 2*time.Minute, "1 Ready member", func(ctx context.Context) error { return pt.settled(ctx, "drain", 1) })
+	eventually.Check(t, 2*time.Minute, interval, "1 Ready member", func(ctx context.Context) error { return pt.settled(ctx, "drain", 1) })
 	lc, err := client.New("http://" + pt.op.LeaseAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sel := crawlv1alpha1.PoolLabel + "=drain"
 	var held *client.Lease
-	eventually(t, time.Minute, "a lease on the member", func(ctx context.Context) error {
+	eventually.Check(t, time.Minute, interval, "a lease on the member", func(ctx context.Context) error {
 		held, err = lc.Acquire(ctx, client.AcquireRequest{Holder: "crawler-1", Namespace: pt.ns, Selector: sel, TTL: 30 * time.Second})
 		return err
 	})
@@ -111,7 +112,7 @@ func TestDrainingMemberKeepsItsLease(t *testing.T) {
 	// A template change makes the member out of date.
 	pt.updatePool("drain", func(p *crawlv1alpha1.ProxyPool) { p.Spec.Template.Metadata.Labels["rev"] = "2" })
 	var newName string
-	eventually(t, 2*time.Minute, "the old member draining beside a Ready successor", func(ctx context.Context) error {
+	eventually.Check(t, 2*time.Minute, interval, "the old member draining beside a Ready successor", func(ctx context.Context) error {
 		ms, err := pt.members(ctx, "drain")
 		if err != nil {
 			return err
@@ -157,14 +158,14 @@ func TestDrainingMemberKeepsItsLease(t *testing.T) {
 	if err := lc.Release(t.Context(), held.ID, client.OutcomeOK, ""); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "the drained member gone", func(ctx context.Context) error {
+	eventually.Check(t, time.Minute, interval, "the drained member gone", func(ctx context.Context) error {
 		_, err := pt.crawl.CrawlV1alpha1().Proxies(pt.ns).Get(ctx, oldName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("still there (%v)", err)
 	})
-	eventually(t, 30*time.Second, "no leaked instance", func(ctx context.Context) error { return pt.noLeak(ctx, "drain") })
+	eventually.Check(t, 30*time.Second, interval, "no leaked instance", func(ctx context.Context) error { return pt.noLeak(ctx, "drain") })
 }
 
 // pollUntil waits d by polling the clock, for a test that must let time
@@ -191,18 +192,26 @@ func TestRemediation(t *testing.T) {
 	pt.create(newPool("heal", 3, target.URL, func(p *crawlv1alpha1.ProxyPool) {
 		p.Spec.Remediation.UnhealthyTimeout = &metav1.Duration{Duration: unhealthyTimeout}
 	}))
-	eventually(t, 2*time.Minute, "3 Ready members", func(ctx context.Context) error { return pt.settled(ctx, "heal", 3) })
+	eventually.Check(t, 2*time.Minute, interval, "3 Ready members", func(ctx context.Context) error { return pt.settled(ctx, "heal", 3) })
 
 	ms, _ := pt.members(t.Context(), "heal")
-	pidOf := func(m crawlv1alpha1.Proxy) int {
+	// instancePID is the process of m's instance, false while it has none
+	// (a status read just before the controller saw its instance stop).
+	instancePID := func(m crawlv1alpha1.Proxy) (int, bool) {
 		_, id, _ := provider.SplitProviderID(m.Status.ProviderID)
 		for _, inst := range pt.instances() {
 			if inst.ID == id {
-				return inst.PID
+				return inst.PID, true
 			}
 		}
-		t.Fatalf("no instance for %s (%s)", m.Name, m.Status.ProviderID)
-		return 0
+		return 0, false
+	}
+	pidOf := func(m crawlv1alpha1.Proxy) int {
+		pid, ok := instancePID(m)
+		if !ok {
+			t.Fatalf("no instance for %s (%s)", m.Name, m.Status.ProviderID)
+		}
+		return pid
 	}
 
 	// Killed: the Proxy controller makes the same member a new instance.
@@ -210,7 +219,7 @@ func TestRemediation(t *testing.T) {
 	if err := syscall.Kill(killedPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, killed.Name+" Ready on a new process", func(ctx context.Context) error {
+	eventually.Check(t, time.Minute, interval, killed.Name+" Ready on a new process", func(ctx context.Context) error {
 		p, err := pt.crawl.CrawlV1alpha1().Proxies(pt.ns).Get(ctx, killed.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -218,7 +227,10 @@ func TestRemediation(t *testing.T) {
 		if p.Status.Phase != crawlv1alpha1.PhaseReady {
 			return fmt.Errorf("phase %s", p.Status.Phase)
 		}
-		if pid := pidOf(*p); pid == killedPID {
+		switch pid, ok := instancePID(*p); {
+		case !ok:
+			return fmt.Errorf("no instance for %s yet", p.Status.ProviderID)
+		case pid == killedPID:
 			return errors.New("still the killed process")
 		}
 		return nil
@@ -234,7 +246,7 @@ func TestRemediation(t *testing.T) {
 	// the instance not running (phase Provisioning) or the probes turn it
 	// Unhealthy: either way it has left Ready, and the pool counts from then.
 	var unhealthyAt time.Time
-	eventually(t, time.Minute, victim.Name+" no longer Ready", func(ctx context.Context) error {
+	eventually.Check(t, time.Minute, interval, victim.Name+" no longer Ready", func(ctx context.Context) error {
 		p, err := pt.crawl.CrawlV1alpha1().Proxies(pt.ns).Get(ctx, victim.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -250,7 +262,7 @@ func TestRemediation(t *testing.T) {
 		t.Logf("%s is %s since %s", victim.Name, p.Status.Phase, unhealthyAt.Format(time.RFC3339))
 		return nil
 	})
-	eventually(t, 2*time.Minute, victim.Name+" replaced", func(ctx context.Context) error {
+	eventually.Check(t, 2*time.Minute, interval, victim.Name+" replaced", func(ctx context.Context) error {
 		p, err := pt.crawl.CrawlV1alpha1().Proxies(pt.ns).Get(ctx, victim.Name, metav1.GetOptions{})
 		if err == nil && p.DeletionTimestamp == nil {
 			return errors.New("still a member")
@@ -264,7 +276,7 @@ func TestRemediation(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 2*time.Minute, "3 Ready members again", func(ctx context.Context) error { return pt.settled(ctx, "heal", 3) })
+	eventually.Check(t, 2*time.Minute, interval, "3 Ready members again", func(ctx context.Context) error { return pt.settled(ctx, "heal", 3) })
 
 	// The probe target stops: every member turns Unhealthy, which is more
 	// than maxUnhealthy (40% of 3 is 1): nothing is replaced.
@@ -274,7 +286,7 @@ func TestRemediation(t *testing.T) {
 		names = append(names, string(m.UID))
 	}
 	target.Close()
-	eventually(t, time.Minute, "remediation paused", func(ctx context.Context) error {
+	eventually.Check(t, time.Minute, interval, "remediation paused", func(ctx context.Context) error {
 		p, err := pt.pool(ctx, "heal")
 		if err != nil {
 			return err
@@ -325,14 +337,14 @@ func TestMaxAgeRecycles(t *testing.T) {
 		p.Spec.MaxAge = &metav1.Duration{Duration: maxAge}
 		p.Spec.DrainTimeout = &metav1.Duration{Duration: 0}
 	}))
-	eventually(t, 2*time.Minute, "3 Ready members", func(ctx context.Context) error { return pt.settled(ctx, "age", 3) })
+	eventually.Check(t, 2*time.Minute, interval, "3 Ready members", func(ctx context.Context) error { return pt.settled(ctx, "age", 3) })
 	first, _ := pt.members(t.Context(), "age")
 	s := pt.sample("age")
 	// One rollout step: a successor is created and becomes Ready (a few
 	// seconds here); allow a generous 30s under load.
 	const step = 30 * time.Second
 	seen := map[string]time.Time{}
-	eventually(t, 3*time.Minute, "every first member recycled", func(ctx context.Context) error {
+	eventually.Check(t, 3*time.Minute, interval, "every first member recycled", func(ctx context.Context) error {
 		ms, err := pt.members(ctx, "age")
 		if err != nil {
 			return err
