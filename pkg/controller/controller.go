@@ -35,6 +35,7 @@ import (
 	crawlscheme "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/scheme"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // FieldManager names the operator in managedFields and audit logs.
@@ -63,7 +64,8 @@ const (
 )
 
 // secretIndex indexes Proxies by the "namespace/name" of the Secrets their
-// spec.cloudInit.secretRef and spec.auth.secretRef name, so a Secret event
+// spec.cloudInit.secretRef names and of their credentials Secret
+// (proxyaccess.CredentialsSecret), so a Secret event
 // finds its Proxies without scanning the namespace.
 const secretIndex = "secret"
 
@@ -409,8 +411,10 @@ func indexBySecret(obj any) ([]string, error) {
 	if ci := p.Spec.CloudInit; ci != nil && ci.SecretRef != nil {
 		keys = append(keys, cache.NewObjectName(p.Namespace, ci.SecretRef.Name).String())
 	}
-	if a := p.Spec.Auth; a != nil && (len(keys) == 0 || a.SecretRef.Name != p.Spec.CloudInit.SecretRef.Name) {
-		keys = append(keys, cache.NewObjectName(p.Namespace, a.SecretRef.Name).String())
+	// The credentials Secret by the one rule (spec.auth's, or the generated
+	// one), so that a change to a generated Secret requeues its Proxy too.
+	if name := proxyaccess.CredentialsSecret(p); name != "" && (len(keys) == 0 || name != p.Spec.CloudInit.SecretRef.Name) {
+		keys = append(keys, cache.NewObjectName(p.Namespace, name).String())
 	}
 	return keys, nil
 }

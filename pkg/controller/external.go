@@ -21,6 +21,7 @@ func (c *Controller) reconcileExternal(ctx context.Context, p *crawlv1alpha1.Pro
 	}
 	p.Status.IP, p.Status.Port = ep.Host, ep.Port
 	c.setProvisioned(p, metav1.ConditionTrue, ReasonExternalEndpoint, fmt.Sprintf("external proxy at %s", proxyaccess.Address(ep.Host, ep.Port)))
+	c.stageAuthenticated(p)
 	c.applyHealth(ctx, p)
 	return done, nil
 }

@@ -44,6 +44,21 @@ func (c *Controller) reconcileManaged(ctx context.Context, p *crawlv1alpha1.Prox
 		c.setProvisioned(p, metav1.ConditionFalse, ReasonCloudInitError, err.Error())
 		return done, err
 	}
+	if proxyaccess.UsesGeneratedCredentials(p) {
+		created, err := c.ensureGeneratedCredentials(ctx, p)
+		if err != nil {
+			c.setProvisioned(p, metav1.ConditionFalse, ReasonCredentialsError, err.Error())
+			return done, err
+		}
+		if created {
+			// The Secret's informer event brings the Proxy back once the
+			// cache (which the providers and the prober read) holds it; the
+			// poll is the fallback.
+			c.setProvisioned(p, metav1.ConditionFalse, ReasonProvisioning, fmt.Sprintf(
+				"generated credentials Secret %q (spec.auth is not set)", proxyaccess.GeneratedCredentialsSecret(p)))
+			return c.provisioningPoll, nil
+		}
+	}
 	credentials, err := c.credentialsDigest(p)
 	if err != nil {
 		c.setProvisioned(p, metav1.ConditionFalse, ReasonCredentialsError, err.Error())
@@ -273,9 +288,10 @@ func (c *Controller) resolveCloudInit(p *crawlv1alpha1.Proxy) ([]byte, error) {
 	return data, nil
 }
 
-// credentialsDigest is a digest of the spec.auth Secret's username and
-// password ("" without auth): the instance is configured with them, so a
-// rotation must replace it. Only the digest enters the spec hash.
+// credentialsDigest is a digest of the username and password of p's
+// credentials Secret (spec.auth's, or the generated one; "" for none): the
+// instance is configured with them, so a rotation must replace it. Only the
+// digest enters the spec hash.
 func (c *Controller) credentialsDigest(p *crawlv1alpha1.Proxy) (string, error) {
 	creds, err := proxyaccess.ReadCredentials(proxyaccess.CredentialsSecret(p), c.secrets.Secrets(p.Namespace).Get)
 	if creds == nil || err != nil {

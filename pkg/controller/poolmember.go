@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // instanceHash is the spec hash an instance of p is recorded with. A
@@ -22,7 +23,13 @@ func instanceHash(p *crawlv1alpha1.Proxy, cloudInit []byte, credentialsDigest st
 	if p.Spec.CloudInit == nil || p.Spec.CloudInit.Inline == nil {
 		cloudInit = nil // the Secret's content, pinned at creation
 	}
-	return specHash(p.Spec, cloudInit, "")
+	if !proxyaccess.UsesGeneratedCredentials(p) {
+		credentialsDigest = "" // the user's Secret: the pool rolls it out
+	}
+	// Generated credentials are the member's own (never shared, never
+	// rotated by the pool): an instance without them, from before they
+	// existed, or after the Secret was deleted and generated anew, must go.
+	return specHash(p.Spec, cloudInit, credentialsDigest)
 }
 
 // isPoolMember says whether a ProxyPool of our group controls p (the kind

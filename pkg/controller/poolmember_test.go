@@ -36,6 +36,9 @@ func TestInstanceHashPinsSecretsOfPoolMembers(t *testing.T) {
 		"member, credentials rotated":            {p: proxy(secretSpec, poolRef), before: []byte("v1"), after: []byte("v1"), credsBefore: "a", credsAfter: "b"},
 		"member, inline cloud-init edited":       {p: proxy(inlineSpec, poolRef), before: []byte("v1"), after: []byte("v2"), wantChanged: true},
 		"ProxyPool of another group: standalone": {p: proxy(secretSpec, otherGroup), before: []byte("v1"), after: []byte("v2"), wantChanged: true},
+		// Generated credentials are the member's own: an instance without
+		// them (from before they existed) or with a deleted Secret's must go.
+		"member, generated credentials appear or change": {p: proxy(inlineSpec, poolRef), before: []byte("v1"), after: []byte("v1"), credsBefore: "", credsAfter: "b", wantChanged: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ import (
 	crawlfake "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/fake"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/fake"
 )
 
@@ -69,8 +71,36 @@ func withFinalizer(p *crawlv1alpha1.Proxy) {
 	p.Finalizers = append(p.Finalizers, crawlv1alpha1.Finalizer)
 }
 
-// withHash records the hash of the spec as it is when this option runs.
-func withHash(p *crawlv1alpha1.Proxy) { withHashOf(specHash(p.Spec, nil, ""))(p) }
+// withHash records the hash of the spec as it is when this option runs,
+// with the digest of the generated credentials the fixture seeds when the
+// Proxy has none of its own.
+func withHash(p *crawlv1alpha1.Proxy) {
+	digest := ""
+	if proxyaccess.UsesGeneratedCredentials(p) {
+		digest = generatedDigest
+	}
+	withHashOf(specHash(p.Spec, nil, digest))(p)
+}
+
+// generatedSecret is the credentials Secret the controller would have
+// generated for newProxy(), with fixed values.
+func generatedSecret() *corev1.Secret {
+	p := newProxy()
+	s := credentialsSecret("generated-password")
+	s.Name = proxyaccess.GeneratedCredentialsSecret(p)
+	s.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(p, crawlv1alpha1.SchemeGroupVersion.WithKind("Proxy"))}
+	return s
+}
+
+// generatedDigest is credentialsDigest for generatedSecret.
+var generatedDigest = func() string {
+	c := &Controller{secrets: corelisters.NewSecretLister(indexerWith(generatedSecret()))}
+	d, err := c.credentialsDigest(newProxy())
+	if err != nil {
+		panic(err)
+	}
+	return d
+}()
 
 func withHashOf(h string) proxyOption {
 	return func(p *crawlv1alpha1.Proxy) {
@@ -220,6 +250,10 @@ func TestSync(t *testing.T) {
 		wantHash     string      // its value ("": not checked)
 		wantFinal    *bool       // finalizer present after the sync (nil: not checked)
 		wantCreateIn string      // CloudInit the provider received
+		// noGeneratedSecret: do not seed generatedSecret for a Managed
+		// Proxy without spec.auth (seeded by default: most rows are about
+		// other things).
+		noGeneratedSecret bool
 	}{
 		"gone from the cache: nothing to do": {
 			proxy:       nil,
@@ -458,6 +492,48 @@ func TestSync(t *testing.T) {
 			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=False/Replacing"}},
 			wantEvents:    []string{"Normal Replacing"},
 		},
+		"managed without spec.auth: credentials are generated before any instance, then it waits for the Secret's event": {
+			proxy:             newProxy(withFinalizer),
+			noGeneratedSecret: true,
+			setupProvider:     func(fp *fake.Provider) {},
+			wantRequeue:       ProvisioningPoll,
+			wantActions:       []string{"update proxies/status", "create secrets"},
+			wantStatus:        &statusView{Phase: crawlv1alpha1.PhaseProvisioning, Conditions: []string{"Provisioned=False/Provisioning"}},
+		},
+		"managed without spec.auth, generated Secret in the cache: the instance is created": {
+			proxy:         newProxy(withFinalizer),
+			setupProvider: func(fp *fake.Provider) {},
+			wantRequeue:   DriftPoll,
+			wantActions:   []string{"update proxies", "update proxies/status"},
+			wantCalls:     []fake.Call{{Op: fake.OpCreate, ID: testInstance}},
+			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: "127.0.0.2", Conditions: []string{"Provisioned=True/Created"}},
+			wantEvents:    []string{"Normal Created"},
+			wantHashSet:   true,
+			wantHash:      specHash(newProxy().Spec, nil, generatedDigest),
+		},
+		"a Secret of the generated name that the Proxy does not control: CredentialsError, never overwritten": {
+			proxy:             newProxy(withFinalizer),
+			noGeneratedSecret: true,
+			secrets: []*corev1.Secret{func() *corev1.Secret {
+				s := generatedSecret()
+				s.OwnerReferences = nil
+				return s
+			}()},
+			wantErr:     true,
+			wantActions: []string{"update proxies/status"},
+			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseProvisioning, Conditions: []string{"Provisioned=False/CredentialsError"}},
+		},
+		"upgrade: an open instance from before generated credentials is replaced": {
+			proxy: newProxy(withFinalizer, func(p *crawlv1alpha1.Proxy) {
+				withHashOf(specHash(p.Spec, nil, ""))(p)
+			}, withRunningStatus, withObservedStatus),
+			setupProvider: runningInstance,
+			wantRequeue:   DeletionPoll,
+			wantActions:   []string{"update proxies/status"},
+			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}, {Op: fake.OpDelete, ID: testInstance}},
+			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=False/Replacing"}},
+			wantEvents:    []string{"Normal Replacing"},
+		},
 		"credentials Secret missing: CredentialsError and backoff": {
 			proxy:       newProxy(withFinalizer, withAuth),
 			wantErr:     true,
@@ -489,21 +565,29 @@ func TestSync(t *testing.T) {
 			proxy:       newProxy(withExternal),
 			wantRequeue: done,
 			wantActions: []string{"update proxies/status"},
-			wantStatus:  &statusView{Phase: crawlv1alpha1.PhasePending, IP: "127.0.0.9", Conditions: []string{"Provisioned=True/ExternalEndpoint"}},
+			wantStatus:  &statusView{Phase: crawlv1alpha1.PhasePending, IP: "127.0.0.9", Conditions: []string{"Provisioned=True/ExternalEndpoint", "Authenticated=False/NoCredentials"}},
 			wantFinal:   ptr.To(false),
+		},
+		"external with spec.auth: no Authenticated condition, no Secret generated": {
+			proxy: newProxy(withExternal, withAuth,
+				withCondition(ConditionAuthenticated, metav1.ConditionFalse, ReasonNoCredentials, messageNoCredentials)),
+			wantRequeue: done,
+			wantActions: []string{"update proxies/status"},
+			wantStatus:  &statusView{Phase: crawlv1alpha1.PhasePending, IP: "127.0.0.9", Conditions: []string{"Provisioned=True/ExternalEndpoint"}},
 		},
 		"external and healthy: Ready": {
 			proxy:       newProxy(withExternal),
 			health:      healthy("127.0.0.9:3128"),
 			wantRequeue: done,
 			wantActions: []string{"update proxies/status"},
-			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseReady, IP: "127.0.0.9", Latency: 12, Conditions: []string{"Provisioned=True/ExternalEndpoint", "Healthy=True/ProbeSucceeded"}},
+			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseReady, IP: "127.0.0.9", Latency: 12, Conditions: []string{"Provisioned=True/ExternalEndpoint", "Authenticated=False/NoCredentials", "Healthy=True/ProbeSucceeded"}},
 			wantEvents:  []string{"Normal Healthy"},
 		},
 		"external, steady: zero writes": {
 			proxy: newProxy(withExternal, func(p *crawlv1alpha1.Proxy) {
 				p.Status.IP, p.Status.Port = "127.0.0.9", 3128
-			}, withCondition(crawlv1alpha1.ConditionProvisioned, metav1.ConditionTrue, ReasonExternalEndpoint, "external proxy at 127.0.0.9:3128"), withObservedStatus),
+			}, withCondition(crawlv1alpha1.ConditionProvisioned, metav1.ConditionTrue, ReasonExternalEndpoint, "external proxy at 127.0.0.9:3128"),
+				withCondition(ConditionAuthenticated, metav1.ConditionFalse, ReasonNoCredentials, messageNoCredentials), withObservedStatus),
 			wantRequeue: done,
 		},
 		"deleting without our finalizer: nothing to do": {
@@ -594,7 +678,11 @@ func TestSync(t *testing.T) {
 
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, tc.proxy, tc.secrets, tc.health)
+			secrets := tc.secrets
+			if tc.proxy != nil && proxyaccess.UsesGeneratedCredentials(tc.proxy) && !tc.noGeneratedSecret {
+				secrets = append(slices.Clone(secrets), generatedSecret())
+			}
+			f := newFixture(t, tc.proxy, secrets, tc.health)
 			if tc.setupProvider != nil {
 				tc.setupProvider(f.provider)
 			}
@@ -663,6 +751,7 @@ func TestSync(t *testing.T) {
 type fixture struct {
 	controller *Controller
 	crawl      *crawlfake.Clientset
+	kube       *kubefake.Clientset
 	provider   *fake.Provider // "local"
 	other      *fake.Provider // "kubernetes"; every row expects it untouched
 	recorder   *record.FakeRecorder
@@ -684,6 +773,7 @@ func newFixture(t *testing.T, proxy *crawlv1alpha1.Proxy, secrets []*corev1.Secr
 		recorder: record.NewFakeRecorder(100),
 	}
 	kube := kubefake.NewSimpleClientset(kubeObjects...)
+	f.kube = kube
 	crawlFactory := crawlinformers.NewSharedInformerFactory(f.crawl, 0)
 	kubeFactory := kubeinformers.NewSharedInformerFactory(kube, 0)
 	proxyInformer := crawlFactory.Crawl().V1alpha1().Proxies()
@@ -716,14 +806,16 @@ func newFixture(t *testing.T, proxy *crawlv1alpha1.Proxy, secrets []*corev1.Secr
 		}
 	}
 	f.crawl.ClearActions()
+	kube.ClearActions()
 	f.controller = c
 	return f
 }
 
-// writes lists the API writes the sync made, as "verb resource[/sub]".
+// writes lists the API writes the sync made, as "verb resource[/sub]": the
+// crawl group's in order, then core's (Secrets) in order.
 func (f *fixture) writes() []string {
 	var out []string
-	for _, a := range f.crawl.Actions() {
+	for _, a := range append(f.crawl.Actions(), f.kube.Actions()...) {
 		if a.GetVerb() == "get" || a.GetVerb() == "list" || a.GetVerb() == "watch" {
 			continue
 		}

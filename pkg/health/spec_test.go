@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 func TestCheckFor(t *testing.T) {
@@ -61,6 +62,8 @@ func TestCheckFor(t *testing.T) {
 				target: Target{Proxy: &url.URL{Scheme: "http", Host: "10.1.2.3:3128"}, URL: DefaultURL,
 					ExpectedStatus: 204, Timeout: 5 * time.Second},
 				interval: time.Minute, thresholds: thresholds{success: 1, failure: 3},
+				// No spec.auth: probed with the controller's generated Secret.
+				authSecret: proxyaccess.GeneratedCredentialsSecret(testProxy("p")),
 			},
 		},
 	}

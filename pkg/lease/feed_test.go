@@ -154,7 +154,8 @@ func TestSecretCredentials(t *testing.T) {
 	proxyIndexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	secretIndexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	for _, obj := range []any{
-		newCrawlProxy("open"),
+		newCrawlProxy("open", func(p *crawlv1alpha1.Proxy) { p.Spec.Mode = crawlv1alpha1.ModeExternal }),
+		newCrawlProxy("generated"),
 		newCrawlProxy("closed", withAuth("auth")),
 		newCrawlProxy("missing", withAuth("nope")),
 		newCrawlProxy("partial", withAuth("partial")),
@@ -166,6 +167,7 @@ func TestSecretCredentials(t *testing.T) {
 	for _, obj := range []any{
 		secret("auth", map[string]string{"username": "u", "password": "hunter2"}),
 		secret("partial", map[string]string{"username": "u"}),
+		secret("proxy-auth-uid-generated", map[string]string{"username": "g", "password": "random"}),
 	} {
 		if err := secretIndexer.Add(obj); err != nil {
 			t.Fatal(err)
@@ -177,11 +179,13 @@ func TestSecretCredentials(t *testing.T) {
 		want    *Credentials
 		wantErr bool
 	}{
-		"no auth":            {proxy: "open"},
-		"auth":               {proxy: "closed", want: &Credentials{Username: "u", Password: "hunter2"}},
-		"missing Secret":     {proxy: "missing", wantErr: true},
-		"incomplete Secret":  {proxy: "partial", wantErr: true},
-		"proxy not in cache": {proxy: "gone", wantErr: true},
+		"external without auth": {proxy: "open"},
+		// A Managed Proxy without spec.auth: the controller's generated Secret.
+		"managed without auth": {proxy: "generated", want: &Credentials{Username: "g", Password: "random"}},
+		"auth":                 {proxy: "closed", want: &Credentials{Username: "u", Password: "hunter2"}},
+		"missing Secret":       {proxy: "missing", wantErr: true},
+		"incomplete Secret":    {proxy: "partial", wantErr: true},
+		"proxy not in cache":   {proxy: "gone", wantErr: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := creds(context.Background(), cache.NewObjectName(testNamespace, tc.proxy))

@@ -26,6 +26,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	podprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
@@ -124,6 +125,17 @@ func (h *harness) probeThrough(name string, user *url.Userinfo) {
 		p := h.Get(name)
 		return p.Status.Phase == crawlv1alpha1.PhaseReady, fmt.Sprintf("phase %q", p.Status.Phase)
 	})
+}
+
+// generatedCredentials reads the credentials the controller generated for
+// the Proxy name (it has no spec.auth).
+func (h *harness) generatedCredentials(name string) *url.Userinfo {
+	h.T.Helper()
+	secret, err := h.Kube.CoreV1().Secrets(h.NS).Get(h.Ctx, proxyaccess.GeneratedCredentialsSecret(h.Get(name)), metav1.GetOptions{})
+	if err != nil {
+		h.T.Fatalf("the generated credentials of %s: %v", name, err)
+	}
+	return url.UserPassword(string(secret.Data[crawlv1alpha1.AuthUsernameKey]), string(secret.Data[crawlv1alpha1.AuthPasswordKey]))
 }
 
 func (h *harness) pods() []corev1.Pod {
@@ -225,7 +237,7 @@ func TestSpecChangeReplacesPod(t *testing.T) {
 	if pods := h.pods(); len(pods) != 1 {
 		t.Errorf("%d Pods after the replacement, want 1", len(pods))
 	}
-	h.probeThrough("p1", nil)
+	h.probeThrough("p1", h.generatedCredentials("p1"))
 
 	h.Update("p1", withCloudInit("v2"))
 	h.Eventually(waitTimeout, "a Pod with the new cloud-init", func() (bool, string) {
@@ -244,7 +256,7 @@ func TestSpecChangeReplacesPod(t *testing.T) {
 	if string(secret.Data[podprovider.CloudInitKey]) != "v2" {
 		t.Error("the cloud-init Secret does not hold the new content")
 	}
-	h.probeThrough("p1", nil)
+	h.probeThrough("p1", h.generatedCredentials("p1"))
 }
 
 // TestDeleteProxyRemovesPodAndSecret: the Pod and the cloud-init Secret go,
@@ -291,7 +303,7 @@ func TestQuotaExceededThenRunning(t *testing.T) {
 
 	h.setPodQuota(1)
 	h.waitProvisioned("p1", "")
-	h.probeThrough("p1", nil)
+	h.probeThrough("p1", h.generatedCredentials("p1"))
 }
 
 // setPodQuota sets a ResourceQuota on the namespace's Pod count. It plays

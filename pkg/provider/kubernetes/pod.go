@@ -17,6 +17,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // The shape of every proxy Pod.
@@ -154,10 +155,11 @@ func buildPod(req provider.CreateRequest, opts Options) (*corev1.Pod, *corev1.Se
 	}
 
 	var env []corev1.EnvVar
-	if auth := p.Spec.Auth; auth != nil {
+	// spec.auth's Secret, or the one the controller generated: never open.
+	if secret := proxyaccess.CredentialsSecret(p); secret != "" {
 		env = []corev1.EnvVar{
-			secretEnv(EnvUsername, auth.SecretRef.Name, crawlv1alpha1.AuthUsernameKey),
-			secretEnv(EnvPassword, auth.SecretRef.Name, crawlv1alpha1.AuthPasswordKey),
+			secretEnv(EnvUsername, secret, crawlv1alpha1.AuthUsernameKey),
+			secretEnv(EnvPassword, secret, crawlv1alpha1.AuthPasswordKey),
 		}
 	}
 

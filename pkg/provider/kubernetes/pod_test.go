@@ -17,6 +17,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 const (
@@ -107,6 +108,9 @@ func wantPod(proxyName string, opts ...podOption) *corev1.Pod {
 			},
 		},
 	}
+	// A Managed Proxy without spec.auth runs with the controller's
+	// generated credentials; podAuthEnv overrides this for spec.auth.
+	podAuthEnv(proxyaccess.GeneratedCredentialsSecret(&crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{UID: testUID}}))(pod)
 	for _, o := range opts {
 		o(pod)
 	}

@@ -279,7 +279,7 @@ func (p *Provider) credentialsEnv(ctx context.Context, proxy *crawlv1alpha1.Prox
 		return env, nil
 	}
 	if p.secrets == nil {
-		return nil, provider.Permanent(errors.New("local provider: spec.auth is set but the provider has no Secrets reader"))
+		return nil, provider.Permanent(errors.New("local provider: the Proxy has a credentials Secret (spec.auth, or generated without it) but the provider has no Secrets reader"))
 	}
 	creds, err := proxyaccess.ReadCredentials(secret, func(name string) (*corev1.Secret, error) { return p.secrets(ctx, proxy.Namespace, name) })
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -74,6 +75,7 @@ func TestCreateServesThroughTheProxy(t *testing.T) {
 		auth      bool
 		cloudInit []byte
 	}{
+		// No spec.auth: the credentials the controller generated.
 		"no auth":              {},
 		"auth from the Secret": {auth: true},
 		"cloud-init":           {cloudInit: cloudInit},
@@ -108,9 +110,11 @@ func TestCreateServesThroughTheProxy(t *testing.T) {
 
 			// Requests through the proxy reach the targets: plain HTTP and CONNECT.
 			proxyURL := &url.URL{Scheme: "http", Host: net.JoinHostPort(inst.IP, strconv.Itoa(int(inst.Port)))}
+			wantUser, wantPass := generatedUser, generatedPass
 			if tc.auth {
-				proxyURL.User = url.UserPassword(user, pass)
+				wantUser, wantPass = user, pass
 			}
+			proxyURL.User = url.UserPassword(wantUser, wantPass)
 			for target, want := range map[string]int{
 				httpTarget.URL + "/echo":          http.StatusOK,
 				httpsTarget.URL + "/generate_204": http.StatusNoContent,
@@ -120,17 +124,14 @@ func TestCreateServesThroughTheProxy(t *testing.T) {
 					t.Errorf("GET %s through the instance: %d, %v; want %d", target, res.Status, err, want)
 				}
 			}
-			if tc.auth {
-				noCreds := &url.URL{Scheme: "http", Host: proxyURL.Host}
-				res, _ := proxytest.Fetch(ctx, noCreds, httpTarget.URL+"/echo", nil)
-				if res.Status != http.StatusProxyAuthRequired {
-					t.Errorf("without credentials: status %d, want 407", res.Status)
-				}
-				if diff := cmp.Diff([]string{testNamespace + "/proxy-auth"}, secrets.askedFor()); diff != "" {
-					t.Errorf("Secrets asked (-want +got):\n%s", diff)
-				}
-			} else if asked := secrets.askedFor(); len(asked) > 0 {
-				t.Errorf("Secrets asked for %v without spec.auth", asked)
+			// Never open: without credentials, 407, with or without spec.auth.
+			noCreds := &url.URL{Scheme: "http", Host: proxyURL.Host}
+			res, _ := proxytest.Fetch(ctx, noCreds, httpTarget.URL+"/echo", nil)
+			if res.Status != http.StatusProxyAuthRequired {
+				t.Errorf("without credentials: status %d, want 407", res.Status)
+			}
+			if diff := cmp.Diff([]string{testNamespace + "/" + proxyaccess.CredentialsSecret(p)}, secrets.askedFor()); diff != "" {
+				t.Errorf("Secrets asked (-want +got):\n%s", diff)
 			}
 
 			// The state file records the process.
@@ -192,10 +193,7 @@ func TestCreateServesThroughTheProxy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var wantEnv []string
-			if tc.auth {
-				wantEnv = []string{"PROXY_USERNAME=" + user, "PROXY_PASSWORD=" + pass}
-			}
+			wantEnv := []string{"PROXY_USERNAME=" + wantUser, "PROXY_PASSWORD=" + wantPass}
 			gotEnv := strings.FieldsFunc(string(environ), func(r rune) bool { return r == 0 })
 			if diff := cmp.Diff(wantEnv, gotEnv, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("child environment (-want +got):\n%s", diff)
@@ -348,7 +346,7 @@ func TestInstanceOutlivesTheOperator(t *testing.T) {
 	}
 	inst := waitForState(t, prov, created.ID, provider.StateRunning)
 	target := proxytest.StartHTTPTarget(t)
-	proxyURL := &url.URL{Scheme: "http", Host: net.JoinHostPort(inst.IP, strconv.Itoa(int(inst.Port)))}
+	proxyURL := &url.URL{Scheme: "http", Host: net.JoinHostPort(inst.IP, strconv.Itoa(int(inst.Port))), User: url.UserPassword(generatedUser, generatedPass)}
 	if res, err := proxytest.Fetch(context.Background(), proxyURL, target.URL+"/echo", nil); err != nil || res.Status != http.StatusOK {
 		t.Errorf("through the orphaned-then-adopted instance: %d, %v", res.Status, err)
 	}

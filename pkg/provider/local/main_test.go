@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -23,6 +24,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
@@ -77,7 +79,7 @@ func runHelper(mode string) int {
 		fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
 		return 2
 	}
-	prov, err := local.New(local.Options{StateDir: os.Getenv(helperStateDir), Binary: os.Getenv(helperBinary)})
+	prov, err := local.New(local.Options{StateDir: os.Getenv(helperStateDir), Binary: os.Getenv(helperBinary), Secrets: withGeneratedCredentials(nil)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -148,9 +150,14 @@ func createRequest(p *crawlv1alpha1.Proxy, cloudInit []byte) provider.CreateRequ
 func newTestProvider(t *testing.T, modify ...func(*local.Options)) (*local.Provider, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "state")
-	opts := local.Options{StateDir: dir, Binary: proxytest.ForwardProxyBinary(t)}
+	// By default a reader of the generated Secrets; a test's own reader is
+	// wrapped to serve them too, and a test that sets none gets none.
+	opts := local.Options{StateDir: dir, Binary: proxytest.ForwardProxyBinary(t), Secrets: withGeneratedCredentials(nil)}
 	for _, m := range modify {
 		m(&opts)
+	}
+	if opts.Secrets != nil {
+		opts.Secrets = withGeneratedCredentials(opts.Secrets)
 	}
 	prov, err := local.New(opts)
 	if err != nil {
@@ -158,6 +165,34 @@ func newTestProvider(t *testing.T, modify ...func(*local.Options)) (*local.Provi
 	}
 	t.Cleanup(func() { deleteAll(t, dir) })
 	return prov, dir
+}
+
+// secretsFunc is local.Options.Secrets.
+type secretsFunc = func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+
+// generatedUser and generatedPass are the credentials withGeneratedCredentials
+// serves for every generated Secret.
+const generatedUser, generatedPass = "generated", "generated-Pa55"
+
+// withGeneratedCredentials serves, for a generated credentials Secret name
+// (a Proxy without spec.auth) that secrets does not hold, the Secret the
+// controller would have generated: the provider, like every reader, uses
+// proxyaccess.CredentialsSecret, and the controller makes that Secret
+// before calling Create.
+func withGeneratedCredentials(secrets secretsFunc) secretsFunc {
+	return func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+		if secrets != nil {
+			s, err := secrets(ctx, namespace, name)
+			if err == nil || !apierrors.IsNotFound(err) || !strings.HasPrefix(name, proxyaccess.GeneratedCredentialsPrefix) {
+				return s, err
+			}
+		} else if !strings.HasPrefix(name, proxyaccess.GeneratedCredentialsPrefix) {
+			return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
+		}
+		s := newSecret(name, generatedUser, generatedPass)
+		s.Namespace = namespace
+		return s, nil
+	}
 }
 
 // deleteAll deletes every instance recorded in dir, through a provider of

@@ -14,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/operator"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
@@ -65,6 +66,19 @@ func TestLogsAndEventsCarryNoSecrets(t *testing.T) {
 				for _, v := range key.Data {
 					values = append(values, string(v))
 				}
+				// So are the credentials the operator generated for Managed
+				// proxies without spec.auth (every run's: more forbidden
+				// strings never hurt).
+				generated, err := s.kube.CoreV1().Secrets("").List(t.Context(), metav1.ListOptions{LabelSelector: controller.GeneratedCredentialsLabel})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, g := range generated.Items {
+					for _, v := range g.Data {
+						values = append(values, string(v))
+					}
+				}
+				t.Logf("%d generated credentials Secrets among the forbidden values", len(generated.Items))
 				forbidden := secretForms(append(secretValues.all(), values...))
 				logs := r.op.Logs()
 				t.Logf("%d log lines, %d bytes, for %v syncs", strings.Count(logs, "\n"), len(logs), syncs)

@@ -1,0 +1,131 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
+)
+
+// ConditionAuthenticated says whether clients must authenticate to the
+// proxy. Only an External Proxy without spec.auth carries it (False,
+// ReasonNoCredentials): a Managed one always has credentials, the user's or
+// generated ones.
+const ConditionAuthenticated = "Authenticated"
+
+// ReasonNoCredentials: an External Proxy without spec.auth, open to anyone
+// who can reach it.
+const ReasonNoCredentials = "NoCredentials"
+
+// messageNoCredentials is the Authenticated condition's message for an
+// External Proxy without spec.auth.
+const messageNoCredentials = "spec.auth is not set: the proxy is open to anyone who can reach it, and leases carry no credentials"
+
+// GeneratedCredentialsLabel marks the credentials Secrets the controller
+// generates; its value is the Proxy's name, for kubectl get -l.
+const GeneratedCredentialsLabel = "crawl.proxyfleet.io/generated-credentials-for"
+
+// generatedUsernameBytes and generatedPasswordBytes are the random bytes
+// behind a generated username and password (before base64).
+const (
+	generatedUsernameBytes = 9
+	generatedPasswordBytes = 24
+)
+
+// ensureGeneratedCredentials makes sure a Managed Proxy without spec.auth has
+// its generated credentials Secret, and reports whether it created it just
+// now: then the caller waits for the Secret's informer event (the providers
+// and the health engine read it from the cache) before creating an instance.
+// A Secret of that name that this Proxy does not control is an error, never
+// overwritten.
+func (c *Controller) ensureGeneratedCredentials(ctx context.Context, p *crawlv1alpha1.Proxy) (created bool, err error) {
+	name := proxyaccess.GeneratedCredentialsSecret(p)
+	existing, err := c.secrets.Secrets(p.Namespace).Get(name)
+	switch {
+	case err == nil:
+		if !metav1.IsControlledBy(existing, p) {
+			return false, &proxyaccess.CredentialsError{Secret: name, Problem: "exists but is not controlled by this Proxy; delete it, or set spec.auth"}
+		}
+		return false, nil
+	case !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("reading credentials Secret %q: %w", name, err)
+	}
+	secret, err := generatedCredentialsSecret(p)
+	if err != nil {
+		return false, err
+	}
+	_, err = c.kube.CoreV1().Secrets(p.Namespace).Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		// Made by an earlier pass whose Secret the cache has not shown yet;
+		// its informer event brings the Proxy back.
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("creating credentials Secret %q: %w", name, err)
+	}
+	klog.FromContext(ctx).Info("Generated credentials for a Proxy without spec.auth", "secret", name)
+	return true, nil
+}
+
+// generatedCredentialsSecret is a new credentials Secret for p with random
+// username and password, controlled by p so that the garbage collector
+// deletes it with the Proxy.
+func generatedCredentialsSecret(p *crawlv1alpha1.Proxy) (*corev1.Secret, error) {
+	username, err := randomToken(generatedUsernameBytes)
+	if err != nil {
+		return nil, err
+	}
+	password, err := randomToken(generatedPasswordBytes)
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: p.Namespace,
+			Name:      proxyaccess.GeneratedCredentialsSecret(p),
+			Labels:    map[string]string{GeneratedCredentialsLabel: p.Name},
+			// Controller, without blockOwnerDeletion: that would need update
+			// on proxies/finalizers where OwnerReferencesPermissionEnforcement
+			// is on, and nothing waits on this Secret's deletion.
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: crawlv1alpha1.SchemeGroupVersion.String(), Kind: "Proxy",
+				Name: p.Name, UID: p.UID, Controller: ptr.To(true),
+			}},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{
+			crawlv1alpha1.AuthUsernameKey: []byte("u" + username),
+			crawlv1alpha1.AuthPasswordKey: []byte(password),
+		},
+	}, nil
+}
+
+// randomToken is n bytes from crypto/rand, URL-safe base64 without padding:
+// no ':' (basic auth splits there), nothing a shell or an env var mangles.
+func randomToken(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generating credentials: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// stageAuthenticated stages the Authenticated condition of an External
+// Proxy: False while it has no spec.auth, absent otherwise.
+func (c *Controller) stageAuthenticated(p *crawlv1alpha1.Proxy) {
+	if p.Spec.Auth != nil {
+		meta.RemoveStatusCondition(&p.Status.Conditions, ConditionAuthenticated)
+		return
+	}
+	c.setCondition(p, ConditionAuthenticated, metav1.ConditionFalse, ReasonNoCredentials, messageNoCredentials)
+}
