@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -26,6 +25,28 @@ func (r *operatorRun) poolFlow() flow {
 			return nil, err
 		}
 		return list.Items, nil
+	}
+	scaleStep := func(name string, replicas int32, bound time.Duration) step {
+		return step{
+			name: name,
+			act: func(ctx context.Context) error {
+				_, err := r.s.crawl.CrawlV1alpha1().ProxyPools(r.proxies).UpdateScale(ctx, poolName,
+					&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: r.proxies}, Spec: autoscalingv1.ScaleSpec{Replicas: replicas}},
+					metav1.UpdateOptions{})
+				return err
+			},
+			done: func(ctx context.Context) error {
+				ms, err := members(ctx)
+				if err != nil {
+					return err
+				}
+				if len(ms) != int(replicas) {
+					return fmt.Errorf("%d members, want %d", len(ms), replicas)
+				}
+				return nil
+			},
+			bound: bound,
+		}
 	}
 	return flow{name: "pool", steps: []step{
 		{
@@ -64,69 +85,12 @@ func (r *operatorRun) poolFlow() flow {
 			},
 			bound: 30 * time.Second,
 		},
-		{
-			name: "scaled to zero: the member drained and deleted",
-			act: func(ctx context.Context) error {
-				_, err := r.s.crawl.CrawlV1alpha1().ProxyPools(r.proxies).UpdateScale(ctx, poolName,
-					&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: r.proxies}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}},
-					metav1.UpdateOptions{})
-				return err
-			},
-			done: func(ctx context.Context) error {
-				ms, err := members(ctx)
-				if err != nil {
-					return err
-				}
-				if len(ms) > 0 {
-					return errors.New("the member is still there")
-				}
-				return nil
-			},
-			bound: 30 * time.Second,
-		},
-		{
-			// A prompt answer to a pool edit needs the watch: without it the
-			// informer relists with a growing backoff, later than this bound.
-			name: "scaled back to one: a new member at once",
-			act: func(ctx context.Context) error {
-				_, err := r.s.crawl.CrawlV1alpha1().ProxyPools(r.proxies).UpdateScale(ctx, poolName,
-					&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: r.proxies}, Spec: autoscalingv1.ScaleSpec{Replicas: 1}},
-					metav1.UpdateOptions{})
-				return err
-			},
-			done: func(ctx context.Context) error {
-				ms, err := members(ctx)
-				if err != nil {
-					return err
-				}
-				if len(ms) != 1 {
-					return fmt.Errorf("%d members", len(ms))
-				}
-				return nil
-			},
-			bound: 10 * time.Second,
-		},
-		{
-			// Again: relists come ever later (the reflector's backoff grows),
-			// so two prompt answers in a row cannot both be relists.
-			name: "scaled to two: another member at once",
-			act: func(ctx context.Context) error {
-				_, err := r.s.crawl.CrawlV1alpha1().ProxyPools(r.proxies).UpdateScale(ctx, poolName,
-					&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: r.proxies}, Spec: autoscalingv1.ScaleSpec{Replicas: 2}},
-					metav1.UpdateOptions{})
-				return err
-			},
-			done: func(ctx context.Context) error {
-				ms, err := members(ctx)
-				if err != nil {
-					return err
-				}
-				if len(ms) != 2 {
-					return fmt.Errorf("%d members", len(ms))
-				}
-				return nil
-			},
-			bound: 10 * time.Second,
-		},
+		// Scaled to zero, the member drains and goes. Scaled back up, each new
+		// member must come at once: that needs the watch, since without it
+		// the informer relists with a growing backoff, and two prompt
+		// answers in a row cannot both be relists.
+		scaleStep("scaled to zero: the member drained and deleted", 0, 30*time.Second),
+		scaleStep("scaled back to one: a new member at once", 1, 10*time.Second),
+		scaleStep("scaled to two: another member at once", 2, 10*time.Second),
 	}}
 }
