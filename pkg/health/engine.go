@@ -136,6 +136,9 @@ type job struct {
 	state *proxyState
 	check check
 	due   time.Time
+	// proveClosed: probe without credentials too, because the proxy is
+	// not healthy yet and its check says it must refuse anonymous requests.
+	proveClosed bool
 }
 
 // New validates cfg and applies defaults. It starts nothing.
@@ -308,7 +311,12 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 			st.interval = interval
 		}
 		if !st.inFlight && !now.Before(st.due) {
-			due = append(due, job{key: key, state: st, check: checkFor(p, address, e.rootCAs), due: st.due})
+			c := checkFor(p, address, e.rootCAs)
+			// Only on the way to healthy: an instance is proved closed
+			// before its first Ready (a replaced one starts over), and a
+			// healthy fleet pays for one probe each, not two.
+			prove := c.mustRefuseAnonymous && st.counters.verdict != verdictHealthy
+			due = append(due, job{key: key, state: st, check: c, due: st.due, proveClosed: prove})
 		}
 	}
 	for key := range e.states {
@@ -416,19 +424,32 @@ func (e *Engine) work(ctx context.Context, jobs <-chan job) {
 	}
 }
 
-// runCheck adds the proxy's credentials to the target and probes it.
+// runCheck adds the proxy's credentials to the target and probes it. When
+// the job must prove the proxy closed, a successful probe is followed by
+// one without credentials, which must fail: a Managed instance that serves
+// anyone (a cloud-init that ignores the credentials, say) is never Ready.
 func (e *Engine) runCheck(ctx context.Context, j job) Result {
 	t := j.check.target
-	if j.check.authSecret != "" {
-		creds, err := e.credentials(ctx, j.key.Namespace, j.check.authSecret)
-		if err != nil {
-			return Result{Class: ResultError, Message: err.Error()}
-		}
-		withAuth := *t.Proxy
-		withAuth.User = url.UserPassword(creds.Username, creds.Password)
-		t.Proxy = &withAuth
+	if j.check.authSecret == "" {
+		return e.probe(ctx, t)
 	}
-	return e.probe(ctx, t)
+	creds, err := e.credentials(ctx, j.key.Namespace, j.check.authSecret)
+	if err != nil {
+		return Result{Class: ResultError, Message: err.Error()}
+	}
+	withAuth := t
+	proxyURL := *t.Proxy
+	proxyURL.User = url.UserPassword(creds.Username, creds.Password)
+	withAuth.Proxy = &proxyURL
+	r := e.probe(ctx, withAuth)
+	if !r.OK || !j.proveClosed {
+		return r
+	}
+	if anonymous := e.probe(ctx, t); anonymous.OK {
+		return Result{Class: ResultOpen, Latency: r.Latency, Status: anonymous.Status, Message: fmt.Sprintf(
+			"the instance answers without credentials too: anyone who can reach it can use it; configure it to require those of Secret %q", j.check.authSecret)}
+	}
+	return r
 }
 
 // credentials reads the spec.auth Secret. Its errors name the Secret and

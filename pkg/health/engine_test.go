@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 const (
@@ -772,6 +775,131 @@ func TestCredentials(t *testing.T) {
 			v, _ := f.verdict("p")
 			if gotProxy != tc.wantProxy || v.Message != tc.wantMessage {
 				t.Errorf("probe got proxy %q, verdict message %q; want %q, %q", gotProxy, v.Message, tc.wantProxy, tc.wantMessage)
+			}
+		})
+	}
+}
+
+func managed() proxyOption {
+	return func(p *crawlv1alpha1.Proxy) { p.Spec.Mode, p.Spec.Endpoint = crawlv1alpha1.ModeManaged, nil }
+}
+
+// TestManagedInstanceMustRefuseAnonymous: a Managed proxy on its way to
+// healthy is probed a second time without credentials, and one that
+// answers that too is never healthy; External proxies and healthy ones are
+// probed once.
+func TestManagedInstanceMustRefuseAnonymous(t *testing.T) {
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds"},
+		Data:       map[string][]byte{"username": []byte("alice"), "password": []byte("s3cret-Pa55")},
+	}
+	type probeRound struct {
+		Probes  []string // the userinfo of each probe's proxy URL, "-" for none
+		Healthy bool
+		Class   string
+	}
+	tests := map[string]struct {
+		opts      []proxyOption
+		anonymous Result // what the proxy answers without credentials
+		want      []probeRound
+	}{
+		"Managed, refuses anonymous: healthy, then probed once": {
+			opts: []proxyOption{managed(), withAuth("creds")}, anonymous: Result{Class: ResultProxyRefused, Message: "proxy answered 407 Proxy Authentication Required"},
+			want: []probeRound{
+				{Probes: []string{"alice", "-"}, Healthy: true, Class: ResultSuccess},
+				{Probes: []string{"alice"}, Healthy: true, Class: ResultSuccess},
+			},
+		},
+		"Managed, answers anonymous: never healthy": {
+			opts: []proxyOption{managed(), withAuth("creds")}, anonymous: success(time.Millisecond),
+			want: []probeRound{
+				{Probes: []string{"alice", "-"}, Class: ResultOpen},
+				{Probes: []string{"alice", "-"}, Class: ResultOpen},
+			},
+		},
+		"External with auth, answers anonymous: healthy, probed once": {
+			opts: []proxyOption{withAuth("creds")}, anonymous: success(time.Millisecond),
+			want: []probeRound{
+				{Probes: []string{"alice"}, Healthy: true, Class: ResultSuccess},
+				{Probes: []string{"alice"}, Healthy: true, Class: ResultSuccess},
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, testProxy("p", append(tc.opts, withThresholds(1, 1))...))
+			f.engine.secrets = func(context.Context, string, string) (*corev1.Secret, error) { return secret, nil }
+			var got []probeRound
+			var probes []string
+			f.engine.probe = func(_ context.Context, target Target) Result {
+				if target.Proxy.User == nil {
+					probes = append(probes, "-")
+					return tc.anonymous
+				}
+				probes = append(probes, target.Proxy.User.Username())
+				return success(time.Millisecond)
+			}
+			f.tick()
+			for range tc.want {
+				f.clock.Step(testInterval)
+				probes = nil
+				var class string
+				for _, j := range f.tick() {
+					r := f.engine.runCheck(f.ctx, j)
+					class = r.Class
+					f.engine.record(f.ctx, j, r, f.clock.Now(), f.clock.Now())
+				}
+				v, _ := f.verdict("p")
+				got = append(got, probeRound{Probes: probes, Healthy: v.Healthy, Class: class})
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("probe rounds (-want +got):\n%s", diff)
+			}
+			if v, _ := f.verdict("p"); !v.Healthy && strings.Contains(v.Message, "s3cret") {
+				t.Errorf("the verdict message holds the password: %q", v.Message)
+			}
+		})
+	}
+}
+
+// TestOpenManagedInstanceIsNeverHealthy probes real proxies with the real
+// probe: tinyproxy without authentication (software that ignores the
+// credentials it is sent, as a careless cloud-init would install) is never
+// healthy as a Managed instance; forward-proxy requiring the credentials is.
+func TestOpenManagedInstanceIsNeverHealthy(t *testing.T) {
+	target := proxytest.StartHTTPTarget(t)
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds"},
+		Data:       map[string][]byte{"username": []byte("gen-User"), "password": []byte("gen-Pa55word")},
+	}
+	tests := map[string]struct {
+		start       func(testing.TB, proxytest.Options) *proxytest.Proxy
+		opts        proxytest.Options
+		wantHealthy bool
+		wantClass   string
+	}{
+		"forward-proxy requiring the credentials": {start: proxytest.StartInProcess, opts: proxytest.Options{Username: "gen-User", Password: "gen-Pa55word"}, wantHealthy: true, wantClass: ResultSuccess},
+		"tinyproxy open to anyone":                {start: proxytest.StartTinyproxy, wantClass: ResultOpen},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			proxy := tc.start(t, tc.opts)
+			host, _, _ := net.SplitHostPort(proxy.Addr)
+			p := testProxy("p", managed(), withAuth("creds"), withThresholds(1, 1), withAddress(host, int32(proxytest.Port(t, proxy.Addr))))
+			p.Spec.HealthCheck.URL = target.URL + "/generate_204"
+			f := newFixture(t, p)
+			f.engine.secrets = func(context.Context, string, string) (*corev1.Secret, error) { return secret, nil }
+			f.tick()
+			f.clock.Step(testInterval)
+			var class string
+			for _, j := range f.tick() {
+				r := f.engine.runCheck(f.ctx, j)
+				class = r.Class
+				f.engine.record(f.ctx, j, r, f.clock.Now(), f.clock.Now())
+			}
+			v, _ := f.verdict("p")
+			if class != tc.wantClass || v.Healthy != tc.wantHealthy {
+				t.Errorf("probe result %q, healthy %v (%s); want %q, %v", class, v.Healthy, v.Message, tc.wantClass, tc.wantHealthy)
 			}
 		})
 	}

@@ -24,12 +24,15 @@ const (
 	ResultUnexpectedStatus = "unexpected_status"
 	// ResultError: anything else (a closed connection, unreadable credentials).
 	ResultError = "error"
+	// ResultOpen: a Managed instance answered without credentials too, so
+	// anyone who can reach it could use it; it is never Ready (decision 140).
+	ResultOpen = "open"
 )
 
 // Results lists every probe result, for pre-declaring metric series.
 var Results = []string{
 	ResultSuccess, ResultTimeout, ResultConnectError, ResultProxyRefused,
-	ResultTLSError, ResultUnexpectedStatus, ResultError,
+	ResultTLSError, ResultUnexpectedStatus, ResultError, ResultOpen,
 }
 
 // Metrics receives the engine's measurements; pkg/metrics implements it.

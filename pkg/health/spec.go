@@ -28,6 +28,9 @@ type check struct {
 	thresholds thresholds
 	// authSecret names the spec.auth Secret in the proxy's namespace, "" for none.
 	authSecret string
+	// mustRefuseAnonymous: a Managed instance, which the operator starts with
+	// credentials, must refuse a request without them (decision 140).
+	mustRefuseAnonymous bool
 }
 
 // proxyAddress is the host:port the proxy is probed at, from its status
@@ -68,6 +71,7 @@ func checkFor(p *crawlv1alpha1.Proxy, address string, rootCAs *x509.CertPool) ch
 		c.target.ServerName = hc.TLS.ServerName
 	}
 	c.authSecret = proxyaccess.CredentialsSecret(p)
+	c.mustRefuseAnonymous = c.authSecret != "" && p.Spec.Mode != crawlv1alpha1.ModeExternal
 	return c
 }
 

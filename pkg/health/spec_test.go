@@ -64,6 +64,8 @@ func TestCheckFor(t *testing.T) {
 				interval: time.Minute, thresholds: thresholds{success: 1, failure: 3},
 				// No spec.auth: probed with the controller's generated Secret.
 				authSecret: proxyaccess.GeneratedCredentialsSecret(testProxy("p")),
+				// A Managed instance must refuse a request without them.
+				mustRefuseAnonymous: true,
 			},
 		},
 	}

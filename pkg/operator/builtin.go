@@ -43,7 +43,13 @@ func newGCEProvider(ctx context.Context, env ProviderEnv) (provider.Provider, er
 			return nil, fmt.Errorf("--gce-credentials-secret %s: no key %q", ref, gce.CredentialsSecretKey)
 		}
 	}
-	return gce.New(ctx, gce.Options{Project: env.Options.GCEProject, Zone: env.Options.GCEZone, CredentialsJSON: key})
+	return gce.New(ctx, gce.Options{
+		Project: env.Options.GCEProject, Zone: env.Options.GCEZone, CredentialsJSON: key,
+		// Read when a VM is created, for the credentials its metadata carries.
+		Secrets: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+			return env.KubeClient.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		},
+	})
 }
 
 func newKubernetesProvider(_ context.Context, env ProviderEnv) (provider.Provider, error) {

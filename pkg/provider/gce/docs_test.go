@@ -8,8 +8,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -25,6 +27,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/gce"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/gcetest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -42,9 +48,8 @@ type cloudConfig struct {
 
 // documentedExample is the manifest of docs/gce.md §2, split into its objects.
 type documentedExample struct {
-	userData    cloudConfig
-	credentials *corev1.Secret
-	proxy       *crawlv1alpha1.Proxy
+	userData cloudConfig
+	proxy    *crawlv1alpha1.Proxy
 }
 
 func readDocumentedExample(t *testing.T) documentedExample {
@@ -83,7 +88,7 @@ func readDocumentedExample(t *testing.T) documentedExample {
 					t.Fatalf("user-data: %v", err)
 				}
 			} else {
-				ex.credentials = &s
+				t.Errorf("the example has a Secret %q besides the user-data: the credentials come from the VM's metadata", s.Name)
 			}
 		case "Proxy":
 			ex.proxy = &crawlv1alpha1.Proxy{}
@@ -92,8 +97,8 @@ func readDocumentedExample(t *testing.T) documentedExample {
 			}
 		}
 	}
-	if ex.credentials == nil || ex.proxy == nil {
-		t.Fatal("the example lacks the credentials Secret or the Proxy")
+	if ex.proxy == nil {
+		t.Fatal("the example lacks the Proxy")
 	}
 	return ex
 }
@@ -108,22 +113,26 @@ func TestDocumentedSquidCloudInit(t *testing.T) {
 			squidConf = f.Content
 		}
 	}
-	var user, password string
-	passwordLine := regexp.MustCompile(`printf '([^:]+):%s\\n' "\$\(openssl passwd -apr1 '([^']+)'\)" > /etc/squid/passwords`)
+	var passwordCmd string
 	for _, cmd := range ex.userData.RunCmd {
-		if m := passwordLine.FindStringSubmatch(cmd); m != nil {
-			user, password = m[1], m[2]
+		if strings.Contains(cmd, "> /etc/squid/passwords") {
+			passwordCmd = cmd
 		}
 	}
 	switch {
 	case squidConf == "":
 		t.Fatal("the cloud-init writes no /etc/squid/squid.conf")
-	case user == "":
-		t.Fatalf("no runcmd writes /etc/squid/passwords the way this test expects: %q", ex.userData.RunCmd)
-	case ex.credentials.StringData["username"] != user || ex.credentials.StringData["password"] != password:
-		t.Errorf("spec.auth's Secret says %s/%s, the cloud-init %s/%s", ex.credentials.StringData["username"],
-			ex.credentials.StringData["password"], user, password)
+	case passwordCmd == "":
+		t.Fatalf("no runcmd writes /etc/squid/passwords: %q", ex.userData.RunCmd)
+	case ex.proxy.Spec.Auth != nil:
+		t.Errorf("the example sets spec.auth; it is meant to show the generated credentials")
 	}
+	// The VM the provider builds for the documented Proxy, whose metadata
+	// carries its generated credentials; the runcmd reads them from a
+	// metadata server on loopback that serves that VM's metadata.
+	ex.proxy.Namespace, ex.proxy.UID = "crawl", "3f0e7a52-4c1b-4d7e-9a39-0c1d2e3f4a5b"
+	const user, password = "gen-user-Ab3", "gen-password-Zx9_q-L"
+	passwordsFile := runPasswordCommand(t, passwordCmd, vmMetadata(t, ex.proxy, user, password))
 	if port := ex.proxy.Spec.GCE.Port; !strings.Contains(squidConf, fmt.Sprintf("http_port %d\n", port)) {
 		t.Errorf("squid's http_port is not spec.gce.port %d", port)
 	}
@@ -141,7 +150,7 @@ func TestDocumentedSquidCloudInit(t *testing.T) {
 	}
 	squidConf = strings.Replace(squidConf, loopbackACL, "", 1)
 
-	proxyAddr := startSquid(t, squidConf, user, password)
+	proxyAddr := startSquid(t, squidConf, passwordsFile)
 	target := proxytest.StartHTTPTarget(t)
 	httpsTarget := proxytest.StartHTTPSTarget(t) // not on 443: CONNECT must be refused
 	withAuth := &url.URL{Scheme: "http", Host: proxyAddr, User: url.UserPassword(user, password)}
@@ -183,9 +192,78 @@ func TestDocumentedSquidCloudInit(t *testing.T) {
 	}
 }
 
+// vmMetadata creates the VM of p through the gce provider (against the fake
+// Compute Engine API), its credentials Secret holding user and password,
+// and returns the VM's metadata.
+func vmMetadata(t *testing.T, p *crawlv1alpha1.Proxy, user, password string) map[string]string {
+	t.Helper()
+	zone := p.Spec.GCE.Zone
+	fake := gcetest.New(t, gcetest.WithZones(gcetest.DefaultProject, zone))
+	secretName := proxyaccess.CredentialsSecret(p)
+	prov, err := gce.New(context.Background(), gce.Options{
+		Project: gcetest.DefaultProject, ClientOptions: fake.ClientOptions(),
+		Secrets: func(_ context.Context, namespace, name string) (*corev1.Secret, error) {
+			if namespace != p.Namespace || name != secretName {
+				return nil, fmt.Errorf("unexpected Secret %s/%s", namespace, name)
+			}
+			return &corev1.Secret{Data: map[string][]byte{"username": []byte(user), "password": []byte(password)}}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := provider.InstanceName(p.UID)
+	if _, err := prov.Create(context.Background(), provider.CreateRequest{Name: name, Proxy: p, Tags: provider.Tags(p), CloudInit: []byte("#cloud-config\n")}); err != nil {
+		t.Fatal(err)
+	}
+	vm, ok := fake.Instance(gcetest.DefaultProject, zone, name)
+	if !ok {
+		t.Fatal("the fake has no VM")
+	}
+	md := map[string]string{}
+	for _, item := range vm.Metadata.Items {
+		md[item.Key] = *item.Value
+	}
+	return md
+}
+
+// runPasswordCommand runs the documented runcmd line that writes squid's
+// passwords file, with its metadata server on loopback serving metadata
+// (and, like Compute Engine's, refusing requests without the
+// Metadata-Flavor header), and its output in a temporary file, whose path
+// it returns.
+func runPasswordCommand(t *testing.T, cmd string, metadata map[string]string) string {
+	t.Helper()
+	const attributes = "/computeMetadata/v1/instance/attributes/"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, ok := metadata[strings.TrimPrefix(r.URL.Path, attributes)]
+		switch {
+		case r.Header.Get("Metadata-Flavor") != "Google":
+			http.Error(w, "missing Metadata-Flavor:Google header", http.StatusForbidden)
+		case !strings.HasPrefix(r.URL.Path, attributes) || !ok:
+			http.NotFound(w, r)
+		default:
+			_, _ = io.WriteString(w, v)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	const metadataServer = "http://metadata.google.internal"
+	passwords := filepath.Join(t.TempDir(), "passwords")
+	if !strings.Contains(cmd, metadataServer+attributes) {
+		t.Fatalf("the runcmd does not read %s: %s", metadataServer+attributes, cmd)
+	}
+	local := strings.ReplaceAll(cmd, metadataServer, srv.URL)
+	local = strings.ReplaceAll(local, "/etc/squid/passwords", passwords)
+	if out, err := exec.Command("sh", "-c", local).CombinedOutput(); err != nil {
+		t.Fatalf("the documented runcmd failed: %v\n%s", err, out)
+	}
+	return passwords
+}
+
 // startSquid runs squid in the foreground with the documented squid.conf,
-// made to listen on loopback and to keep its files in a temporary directory.
-func startSquid(t *testing.T, conf, user, password string) string {
+// made to listen on loopback, to read passwordsFile, and to keep its files in
+// a temporary directory.
+func startSquid(t *testing.T, conf, passwordsFile string) string {
 	t.Helper()
 	bin, err := exec.LookPath("squid")
 	if err != nil {
@@ -204,12 +282,13 @@ func startSquid(t *testing.T, conf, user, password string) string {
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	hash, err := exec.Command("openssl", "passwd", "-apr1", password).Output()
+	// squid (as the "proxy" user) reads it from the temporary directory.
+	passwordsContent, err := os.ReadFile(passwordsFile)
 	if err != nil {
-		t.Fatalf("openssl passwd (the cloud-init's own way to hash the password): %v", err)
+		t.Fatal(err)
 	}
 	passwords := filepath.Join(dir, "passwords")
-	if err := os.WriteFile(passwords, []byte(user+":"+strings.TrimSpace(string(hash))+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(passwords, passwordsContent, 0o644); err != nil {
 		t.Fatal(err)
 	}
 

@@ -171,19 +171,29 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// redact returns err with every occurrence of secret in its message replaced,
-// raw or escaped as in JSON or Go quoting. Short secrets are left alone: they
-// would match innocent text.
-func redact(err error, secret []byte) error {
-	const minSecret = 8
-	if err == nil || len(secret) < minSecret {
+// redact returns err with every occurrence of a secret in its message
+// replaced, raw or escaped as in JSON or Go quoting: the user-data as
+// "[user-data redacted]", the proxy's password as "[password redacted]".
+// Short user-data is left alone (it would match innocent text); a password
+// is always replaced, whatever its length.
+func redact(err error, userData []byte, password string) error {
+	const minUserData = 8
+	if err == nil {
 		return err
 	}
 	msg := err.Error()
-	quoted := strconv.Quote(string(secret))
-	jsonQuoted, _ := json.Marshal(string(secret))
-	for _, form := range []string{string(secret), quoted[1 : len(quoted)-1], string(jsonQuoted[1 : len(jsonQuoted)-1])} {
-		msg = strings.ReplaceAll(msg, form, "[user-data redacted]")
+	replace := func(secret, with string) {
+		quoted := strconv.Quote(secret)
+		jsonQuoted, _ := json.Marshal(secret)
+		for _, form := range []string{secret, quoted[1 : len(quoted)-1], string(jsonQuoted[1 : len(jsonQuoted)-1])} {
+			msg = strings.ReplaceAll(msg, form, with)
+		}
+	}
+	if len(userData) >= minUserData {
+		replace(string(userData), "[user-data redacted]")
+	}
+	if password != "" {
+		replace(password, "[password redacted]")
 	}
 	if msg == err.Error() {
 		return err

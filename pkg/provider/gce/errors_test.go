@@ -124,7 +124,7 @@ func TestRedact(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := redact(tc.err, tc.secret)
+			got := redact(tc.err, tc.secret, "")
 			if tc.wantSame {
 				if got != tc.err {
 					t.Errorf("redact changed %v into %v", tc.err, got)

@@ -11,6 +11,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // Defaults for a spec.gce that the API server did not default (a Proxy built
@@ -43,6 +44,14 @@ const (
 	// cloud-init's job to apply them (docs/gce.md).
 	MetadataEgressAllow = "proxy-egress-allow-cidrs"
 	MetadataEgressDeny  = "proxy-egress-deny-cidrs"
+	// MetadataAuthUsername and MetadataAuthPassword are the credentials the
+	// proxy must require: spec.auth's Secret, or the one the operator
+	// generates for a Proxy without it. The cloud-init reads them at boot
+	// (docs/gce.md), so no password need be written into the user-data, and
+	// the health engine never lets a VM that ignores them be Ready
+	// (decision 140). Secret: never logged.
+	MetadataAuthUsername = "proxy-auth-username"
+	MetadataAuthPassword = "proxy-auth-password"
 )
 
 // Spot VMs are deleted, not stopped, when Compute Engine preempts them: the
@@ -75,8 +84,9 @@ func location(p *crawlv1alpha1.Proxy, defaultProject, defaultZone string) (proje
 	return project, zone, nil
 }
 
-// buildInstance is the VM a create request asks for, in zone. It is pure.
-func buildInstance(req provider.CreateRequest, zone string) *compute.Instance {
+// buildInstance is the VM a create request asks for, in zone, with creds
+// (nil for none) in its metadata. It is pure.
+func buildInstance(req provider.CreateRequest, zone string, creds *proxyaccess.Credentials) *compute.Instance {
 	spec := crawlv1alpha1.GCEProvider{}
 	if req.Proxy.Spec.GCE != nil {
 		spec = *req.Proxy.Spec.GCE
@@ -109,6 +119,11 @@ func buildInstance(req provider.CreateRequest, zone string) *compute.Instance {
 	}
 	if req.CloudInit != nil {
 		metadata = append(metadata, &compute.MetadataItems{Key: MetadataUserData, Value: ptrTo(string(req.CloudInit))})
+	}
+	if creds != nil {
+		metadata = append(metadata,
+			&compute.MetadataItems{Key: MetadataAuthUsername, Value: ptrTo(creds.Username)},
+			&compute.MetadataItems{Key: MetadataAuthPassword, Value: ptrTo(creds.Password)})
 	}
 
 	nic := &compute.NetworkInterface{

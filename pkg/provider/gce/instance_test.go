@@ -9,6 +9,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 const testUID = "0f8fe8c2-4c1e-4d2a-9b1e-6a1f2e3d4c5b"
@@ -42,7 +43,7 @@ func createRequest(p *crawlv1alpha1.Proxy, cloudInit []byte) provider.CreateRequ
 
 func TestBuildInstanceDefaults(t *testing.T) {
 	p := testProxy()
-	got := buildInstance(createRequest(p, []byte("#cloud-config\n")), "europe-west1-b")
+	got := buildInstance(createRequest(p, []byte("#cloud-config\n")), "europe-west1-b", &proxyaccess.Credentials{Username: "crawler", Password: "pw-1"})
 	want := &compute.Instance{
 		Name:        "px-0f8fe8c24c1e4d2a",
 		Description: "proxy-operator instance of Proxy crawlers/eu.proxy.01",
@@ -58,6 +59,8 @@ func TestBuildInstanceDefaults(t *testing.T) {
 			{Key: MetadataTags, Value: ptrTo(`{"crawl.proxyfleet.io/managed-by":"proxy-operator","crawl.proxyfleet.io/proxy-name":"eu.proxy.01","crawl.proxyfleet.io/proxy-namespace":"crawlers","crawl.proxyfleet.io/proxy-uid":"` + testUID + `"}`)},
 			{Key: MetadataSpecHash, Value: ptrTo("hash-1")},
 			{Key: MetadataUserData, Value: ptrTo("#cloud-config\n")},
+			{Key: MetadataAuthUsername, Value: ptrTo("crawler")},
+			{Key: MetadataAuthPassword, Value: ptrTo("pw-1")},
 		}},
 		Disks: []*compute.AttachedDisk{{
 			Boot: true, AutoDelete: true, Type: "PERSISTENT",
@@ -158,7 +161,7 @@ func TestBuildInstanceFromSpec(t *testing.T) {
 			if name == "subnetwork only" {
 				zone = "zone-b" // region "zone"
 			}
-			tc.check(t, buildInstance(createRequest(testProxy(tc.opts...), tc.cloudInit), zone))
+			tc.check(t, buildInstance(createRequest(testProxy(tc.opts...), tc.cloudInit), zone, nil))
 		})
 	}
 }
@@ -208,7 +211,7 @@ func natIP(ip string) vmOption {
 }
 
 func apiVM(opts ...vmOption) *compute.Instance {
-	vm := buildInstance(createRequest(testProxy(withGCE(func(g *crawlv1alpha1.GCEProvider) { g.Port = 8080 })), nil), "zone-a")
+	vm := buildInstance(createRequest(testProxy(withGCE(func(g *crawlv1alpha1.GCEProvider) { g.Port = 8080 })), nil), "zone-a", nil)
 	vm.Zone = "https://www.googleapis.com/compute/v1/projects/proj/zones/zone-a"
 	vm.Status = "RUNNING"
 	for _, o := range opts {

@@ -20,10 +20,12 @@ import (
 	"time"
 
 	compute "google.golang.org/api/compute/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -35,6 +37,7 @@ import (
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/gce"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/gcetest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
@@ -60,7 +63,13 @@ func startController(t *testing.T, fake *gcetest.Server) *harness {
 	env := apiServer.Get(t)
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	prov, err := gce.New(ctx, gce.Options{Project: gcetest.DefaultProject, Zone: defaultZone, ClientOptions: fake.ClientOptions()})
+	kube := kubernetes.NewForConfigOrDie(env.Config)
+	prov, err := gce.New(ctx, gce.Options{
+		Project: gcetest.DefaultProject, Zone: defaultZone, ClientOptions: fake.ClientOptions(),
+		Secrets: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+			return kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +185,19 @@ func TestControllerCreatesVMThatBecomesReady(t *testing.T) {
 	if vm.Labels["crawl-proxyfleet-io_proxy-uid"] != string(created.UID) || vm.Labels["crawl-proxyfleet-io_proxy-namespace"] != h.NS {
 		t.Errorf("labels %v", vm.Labels)
 	}
+	// No spec.auth: the VM's metadata carries the generated credentials,
+	// for its cloud-init to require (docs/gce.md).
+	secret, err := h.Kube.CoreV1().Secrets(h.NS).Get(context.Background(), proxyaccess.GeneratedCredentialsSecret(created), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the generated credentials Secret: %v", err)
+	}
+	metadata := map[string]string{}
+	for _, item := range vm.Metadata.Items {
+		metadata[item.Key] = *item.Value
+	}
+	if metadata[gce.MetadataAuthUsername] != string(secret.Data["username"]) || metadata[gce.MetadataAuthPassword] != string(secret.Data["password"]) {
+		t.Errorf("the VM's metadata does not carry the generated credentials of Secret %s", secret.Name)
+	}
 	if vm.Scheduling == nil || vm.Scheduling.ProvisioningModel != "SPOT" {
 		t.Errorf("scheduling %+v, want a Spot VM", vm.Scheduling)
 	}
@@ -271,8 +293,15 @@ func TestGCCollectsOrphanedVM(t *testing.T) {
 
 	// An orphan left by a crash between Create and the status write of a
 	// Proxy deleted meanwhile: exact tags in metadata.
+	// (Its credentials Secret outlives it, as a user's may.)
+	if _, err := h.Kube.CoreV1().Secrets(h.NS).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "gone-credentials"},
+		StringData: map[string]string{"username": "crawler", "password": "gone-password"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	gone := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: h.NS, Name: "gone", UID: uuid.NewUUID()},
-		Spec: crawlv1alpha1.ProxySpec{Provider: crawlv1alpha1.ProviderGCE}}
+		Spec: crawlv1alpha1.ProxySpec{Provider: crawlv1alpha1.ProviderGCE, Auth: &crawlv1alpha1.ProxyAuth{SecretRef: crawlv1alpha1.LocalSecretRef{Name: "gone-credentials"}}}}
 	orphan, err := h.gce.Create(ctx, provider.CreateRequest{Name: provider.InstanceName(gone.UID), Proxy: gone, Tags: provider.Tags(gone)})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	compute "google.golang.org/api/compute/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
@@ -28,11 +30,22 @@ const (
 	zoneB = "test-zone-b"
 )
 
+// testPassword is the password of every test Proxy's credentials Secret.
+const testPassword = "pr0xy-Pa55word"
+
+// testSecrets serves every credentials Secret a test Proxy names.
+func testSecrets(_ context.Context, namespace, name string) (*corev1.Secret, error) {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Data:       map[string][]byte{"username": []byte("crawler"), "password": []byte(testPassword)},
+	}, nil
+}
+
 // newTestProvider returns a Provider talking to fake, with the fake's
 // default project and zone A as its defaults.
 func newTestProvider(t *testing.T, fake *gcetest.Server, change ...func(*Options)) *Provider {
 	t.Helper()
-	opts := Options{Project: gcetest.DefaultProject, Zone: zoneA, ClientOptions: fake.ClientOptions()}
+	opts := Options{Project: gcetest.DefaultProject, Zone: zoneA, ClientOptions: fake.ClientOptions(), Secrets: testSecrets}
 	for _, c := range change {
 		c(&opts)
 	}
@@ -402,7 +415,7 @@ func TestCloudInitIsNeverLogged(t *testing.T) {
 	if _, err := p.ListByTag(ctx, crawlv1alpha1.TagManagedBy, crawlv1alpha1.ManagedByValue); err != nil {
 		t.Fatal(err)
 	}
-	fake.FailNext(gcetest.MethodInsert, &gcetest.APIError{Code: http.StatusBadRequest, Reason: "invalid", Message: "Invalid value '" + secret + "'"}, 1)
+	fake.FailNext(gcetest.MethodInsert, &gcetest.APIError{Code: http.StatusBadRequest, Reason: "invalid", Message: "Invalid value '" + secret + "', '" + testPassword + "'"}, 1)
 	_, createErr := p.Create(ctx, createRequest(testProxy(withUID(uid(2))), []byte(secret)))
 	if err := p.Delete(ctx, inst.ID); err != nil {
 		t.Fatal(err)
@@ -412,6 +425,9 @@ func TestCloudInitIsNeverLogged(t *testing.T) {
 	for what, text := range map[string]string{"klog output": logs.String(), "stderr": written, "an echoed error": createErr.Error()} {
 		if strings.Contains(text, "s3cr3t-Passw0rd") {
 			t.Errorf("the cloud-init appears in %s:\n%s", what, text)
+		}
+		if strings.Contains(text, testPassword) {
+			t.Errorf("the proxy's password (in the VM's metadata) appears in %s:\n%s", what, text)
 		}
 	}
 	if !strings.Contains(logs.String(), "VM insert accepted") {
