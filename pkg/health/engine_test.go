@@ -188,6 +188,19 @@ func (f *fixture) step(d time.Duration, result func(name string) Result) []strin
 	return probed
 }
 
+// checkDue moves the clock by d, ticks, and runs each dispatched probe
+// through runCheck (credentials, the engine's probe) before recording it;
+// it returns the class of the last result.
+func (f *fixture) checkDue(d time.Duration) (class string) {
+	f.clock.Step(d)
+	for _, j := range f.tick() {
+		r := f.engine.runCheck(f.ctx, j)
+		class = r.Class
+		f.engine.record(f.ctx, j, r, f.clock.Now(), f.clock.Now())
+	}
+	return class
+}
+
 func (f *fixture) verdict(name string) (controller.HealthVerdict, bool) {
 	return f.engine.Verdict(cache.NewObjectName(testNamespace, name))
 }
@@ -768,10 +781,7 @@ func TestCredentials(t *testing.T) {
 				return Result{OK: true, Class: ResultSuccess, Message: "ok"}
 			}
 			f.tick()
-			f.clock.Step(testInterval)
-			for _, j := range f.tick() {
-				f.engine.record(f.ctx, j, f.engine.runCheck(f.ctx, j), f.clock.Now(), f.clock.Now())
-			}
+			f.checkDue(testInterval)
 			v, _ := f.verdict("p")
 			if gotProxy != tc.wantProxy || v.Message != tc.wantMessage {
 				t.Errorf("probe got proxy %q, verdict message %q; want %q, %q", gotProxy, v.Message, tc.wantProxy, tc.wantMessage)
@@ -841,14 +851,8 @@ func TestManagedInstanceMustRefuseAnonymous(t *testing.T) {
 			}
 			f.tick()
 			for range tc.want {
-				f.clock.Step(testInterval)
 				probes = nil
-				var class string
-				for _, j := range f.tick() {
-					r := f.engine.runCheck(f.ctx, j)
-					class = r.Class
-					f.engine.record(f.ctx, j, r, f.clock.Now(), f.clock.Now())
-				}
+				class := f.checkDue(testInterval)
 				v, _ := f.verdict("p")
 				got = append(got, probeRound{Probes: probes, Healthy: v.Healthy, Class: class})
 			}
@@ -890,13 +894,7 @@ func TestOpenManagedInstanceIsNeverHealthy(t *testing.T) {
 			f := newFixture(t, p)
 			f.engine.secrets = func(context.Context, string, string) (*corev1.Secret, error) { return secret, nil }
 			f.tick()
-			f.clock.Step(testInterval)
-			var class string
-			for _, j := range f.tick() {
-				r := f.engine.runCheck(f.ctx, j)
-				class = r.Class
-				f.engine.record(f.ctx, j, r, f.clock.Now(), f.clock.Now())
-			}
+			class := f.checkDue(testInterval)
 			v, _ := f.verdict("p")
 			if class != tc.wantClass || v.Healthy != tc.wantHealthy {
 				t.Errorf("probe result %q, healthy %v (%s); want %q, %v", class, v.Healthy, v.Message, tc.wantClass, tc.wantHealthy)

@@ -32,13 +32,11 @@ import (
 
 	compute "google.golang.org/api/compute/v1"
 	"google.golang.org/api/option"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
-	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // CredentialsSecretKey is the key of the service-account key in the Secret
@@ -75,7 +73,7 @@ type Options struct {
 	// Secrets reads a Secret of a Proxy's namespace: the credentials the
 	// VM's metadata carries (MetadataAuthUsername). Nil fails the create of
 	// every Proxy that has credentials, which is every Managed Proxy.
-	Secrets func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+	Secrets provider.SecretReader
 }
 
 // Provider runs proxy instances as Compute Engine VMs. It is safe for
@@ -86,7 +84,7 @@ type Provider struct {
 	zone     string
 	pageSize int64
 	clock    clock.PassiveClock
-	secrets  func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+	secrets  provider.SecretReader
 
 	mu sync.Mutex
 	// inserts: instance ID → our insert operation, until the VM is seen past
@@ -184,7 +182,8 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	id := instanceID(project, zone, req.Name)
 	logger := klog.FromContext(ctx).WithValues("instance", id)
 
-	creds, err := p.credentials(ctx, req.Proxy)
+	// The credentials the VM's cloud-init must require (MetadataAuthUsername).
+	creds, err := provider.ReadCredentials(ctx, "gce", req.Proxy, p.secrets)
 	if err != nil {
 		return provider.Instance{}, err
 	}
@@ -207,26 +206,6 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	p.track(p.inserts, id, op.Name)
 	logger.V(2).Info("VM insert accepted", "operation", op.Name, "machineType", vm.MachineType, "spot", vm.Scheduling != nil)
 	return provider.Instance{ID: id, State: provider.StateProvisioning, Tags: maps.Clone(req.Tags), Message: "insert accepted"}, nil
-}
-
-// credentials reads the Proxy's credentials Secret (spec.auth, or the
-// generated one) for the VM's metadata; nil when it has none. Errors name
-// the Secret, never its content.
-func (p *Provider) credentials(ctx context.Context, proxy *crawlv1alpha1.Proxy) (*proxyaccess.Credentials, error) {
-	secret := proxyaccess.CredentialsSecret(proxy)
-	if secret == "" {
-		return nil, nil
-	}
-	if p.secrets == nil {
-		return nil, provider.Permanent(errors.New("gce provider: the Proxy has a credentials Secret (spec.auth, or generated without it) but the provider has no Secrets reader"))
-	}
-	creds, err := proxyaccess.ReadCredentials(secret, func(name string) (*corev1.Secret, error) { return p.secrets(ctx, proxy.Namespace, name) })
-	if err != nil {
-		// Transient: fixing the Secret heals it on a later retry (the
-		// controller reports a bad one before it calls Create).
-		return nil, provider.Transient(fmt.Errorf("gce provider: Proxy %s/%s: %w", proxy.Namespace, proxy.Name, err))
-	}
-	return creds, nil
 }
 
 // adopt returns the existing VM of a create request's name.

@@ -30,12 +30,10 @@ import (
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
-	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // LoopbackCIDR is admitted by every local instance (--allow-cidr).
@@ -93,7 +91,7 @@ type Options struct {
 	Binary string
 	// Secrets reads the Secret named by a Proxy's spec.auth (the operator
 	// passes a lister-backed function). Needed only for Proxies with auth.
-	Secrets func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+	Secrets provider.SecretReader
 	// Host is the loopback address instances listen on. Default DefaultHost.
 	Host string
 	// StartTimeout and StopTimeout default to DefaultStartTimeout and
@@ -106,7 +104,7 @@ type Options struct {
 type Provider struct {
 	dir          string
 	binary       string
-	secrets      func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+	secrets      provider.SecretReader
 	host         string
 	startTimeout time.Duration
 	stopTimeout  time.Duration
@@ -274,19 +272,12 @@ func (p *Provider) credentialsEnv(ctx context.Context, proxy *crawlv1alpha1.Prox
 	if proxy == nil {
 		return env, nil
 	}
-	secret := proxyaccess.CredentialsSecret(proxy)
-	if secret == "" {
+	creds, err := provider.ReadCredentials(ctx, "local", proxy, p.secrets)
+	switch {
+	case err != nil:
+		return nil, err
+	case creds == nil:
 		return env, nil
-	}
-	if p.secrets == nil {
-		return nil, provider.Permanent(errors.New("local provider: the Proxy has a credentials Secret (spec.auth, or generated without it) but the provider has no Secrets reader"))
-	}
-	creds, err := proxyaccess.ReadCredentials(secret, func(name string) (*corev1.Secret, error) { return p.secrets(ctx, proxy.Namespace, name) })
-	if err != nil {
-		// Transient: fixing the Secret heals it on a later retry. The
-		// controller reads the same Secret the same way first and reports a
-		// bad one as a CredentialsError condition without calling Create.
-		return nil, provider.Transient(fmt.Errorf("local provider: Proxy %s/%s: %w", proxy.Namespace, proxy.Name, err))
 	}
 	return append(env, envUsername+"="+creds.Username, envPassword+"="+creds.Password), nil
 }
