@@ -1277,7 +1277,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolStatus(ref common.ReferenceCallback
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Conditions: Available (at least replicas - maxUnavailable members are available), Progressing (members are being created, drained or replaced) and RemediationAllowed (False while more than maxUnhealthy members are Unhealthy).",
+							Description: "Conditions: Available (at least replicas - maxUnavailable members are available), Progressing (members are being created, drained or replaced), RemediationAllowed (False while more than maxUnhealthy members are Unhealthy) and, with spec.recycle, Recycling (True while burned or used-up members are leaving).",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{

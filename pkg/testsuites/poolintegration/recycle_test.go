@@ -113,7 +113,8 @@ func TestBurnedMemberIsRecycled(t *testing.T) {
 		got := map[string]bool{}
 		var ls []*client.Lease
 		for i := range 3 {
-			l, err := lc.Acquire(t.Context(), client.AcquireRequest{Holder: fmt.Sprintf("%s-%d", d, i), Namespace: pt.ns, Selector: sel, Domain: d})
+			// Wait: the lease store learns of the successor's readiness through its own informer.
+			l, err := lc.Acquire(t.Context(), client.AcquireRequest{Holder: fmt.Sprintf("%s-%d", d, i), Namespace: pt.ns, Selector: sel, Domain: d, Wait: 30 * time.Second})
 			if err != nil {
 				t.Fatalf("acquire %d for %s: %v", i, d, err)
 			}
@@ -197,7 +198,7 @@ func TestUsedUpMemberIsRecycled(t *testing.T) {
 		if i > 10 {
 			t.Fatalf("no member reached 3 leases after %d grants: %v", i, served)
 		}
-		l, err := lc.Acquire(t.Context(), client.AcquireRequest{Holder: fmt.Sprintf("w-%d", i), Namespace: pt.ns, Selector: sel, TTL: time.Minute})
+		l, err := lc.Acquire(t.Context(), client.AcquireRequest{Holder: fmt.Sprintf("w-%d", i), Namespace: pt.ns, Selector: sel, TTL: time.Minute, Wait: 30 * time.Second})
 		if err != nil {
 			t.Fatalf("acquire %d: %v", i, err)
 		}

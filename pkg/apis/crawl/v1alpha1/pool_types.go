@@ -202,8 +202,9 @@ type ProxyPoolStatus struct {
 
 	// Conditions: Available (at least replicas - maxUnavailable members are
 	// available), Progressing (members are being created, drained or
-	// replaced) and RemediationAllowed (False while more than maxUnhealthy
-	// members are Unhealthy).
+	// replaced), RemediationAllowed (False while more than maxUnhealthy
+	// members are Unhealthy) and, with spec.recycle, Recycling (True while
+	// burned or used-up members are leaving).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

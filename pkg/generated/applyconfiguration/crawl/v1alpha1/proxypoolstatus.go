@@ -50,8 +50,9 @@ type ProxyPoolStatusApplyConfiguration struct {
 	Recycled *PoolRecycleStatusApplyConfiguration `json:"recycled,omitempty"`
 	// Conditions: Available (at least replicas - maxUnavailable members are
 	// available), Progressing (members are being created, drained or
-	// replaced) and RemediationAllowed (False while more than maxUnhealthy
-	// members are Unhealthy).
+	// replaced), RemediationAllowed (False while more than maxUnhealthy
+	// members are Unhealthy) and, with spec.recycle, Recycling (True while
+	// burned or used-up members are leaving).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
 
