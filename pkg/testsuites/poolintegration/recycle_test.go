@@ -46,22 +46,23 @@ func TestBurnedMemberIsRecycled(t *testing.T) {
 		t.Fatal(err)
 	}
 	sel := crawlv1alpha1.PoolLabel + "=burn"
-	acquire := func(holder, domain string) *client.Lease {
+	acquire := func(holder, session string) *client.Lease {
 		t.Helper()
 		var l *client.Lease
 		eventually.Check(t, time.Minute, interval, "a lease for "+holder, func(ctx context.Context) error {
-			l, err = lc.Acquire(ctx, client.AcquireRequest{Holder: holder, Namespace: pt.ns, Selector: sel, Domain: domain, TTL: 3 * time.Minute})
+			l, err = lc.Acquire(ctx, client.AcquireRequest{Holder: holder, Namespace: pt.ns, Selector: sel, Session: session, TTL: 3 * time.Minute})
 			return err
 		})
 		return l
 	}
-	// Every member leased once: the first is the victim, the other two stay held.
-	victimLease, held1, held2 := acquire("victim", ""), acquire("holder-1", ""), acquire("holder-2", "")
+	// Every member leased once: the first is the victim (a sticky session
+	// brings its later leases back to it), the other two stay held.
+	victimLease, held1, held2 := acquire("victim", "victim"), acquire("holder-1", ""), acquire("holder-2", "")
 	victim := victimLease.Proxy.Name
 	for i, d := range domains {
 		l := victimLease
 		if i > 0 {
-			l = acquire(fmt.Sprintf("victim-%d", i), "") // the only free member
+			l = acquire(fmt.Sprintf("victim-%d", i), "victim") // the session's member, and the only free one
 		}
 		if l.Proxy.Name != victim {
 			t.Fatalf("lease %d went to %s; the others are held, want %s", i, l.Proxy.Name, victim)
