@@ -73,6 +73,7 @@ func ProxyInfoFrom(p *crawlv1alpha1.Proxy) ProxyInfo {
 	return ProxyInfo{
 		Key:           cache.MetaObjectToName(p),
 		UID:           p.UID,
+		ProviderID:    p.Status.ProviderID,
 		Ready:         ready,
 		URL:           url,
 		Labels:        p.Labels,

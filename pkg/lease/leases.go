@@ -206,6 +206,7 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 		readySince:   p.info.ReadySince,
 	}
 	s.installLocked(l)
+	p.burn.served++
 	if req.Session != "" {
 		s.useSessionLocked(sessionKey{req.Namespace, req.Session}, p.info.Key, now)
 	}
@@ -363,6 +364,7 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) erro
 	if outcome == OutcomeBanned {
 		if p := s.proxies[tok.proxy]; p != nil && p.info.UID == tok.proxyUID {
 			s.banLocked(p, domain, now)
+			p.burn.noteBan(domain, now)
 		}
 	}
 	return nil

@@ -38,6 +38,9 @@ type ProxyInfo struct {
 	Key cache.ObjectName
 	// UID tells a recreated Proxy of the same name from its predecessor.
 	UID types.UID
+	// ProviderID names the instance (status.providerID): a new one under
+	// the same Proxy is a new IP, and starts without cool-downs or burn.
+	ProviderID string
 	// Ready: status.phase is Ready and the proxy has an address.
 	Ready bool
 	// URL is how crawlers reach the proxy: scheme://ip:port.
@@ -200,6 +203,8 @@ type proxyState struct {
 	// cooldowns by domain; cooling counts those in force.
 	cooldowns map[string]*cooldown
 	cooling   int
+	// burn is the instance's lease and ban record (burn.go).
+	burn burn
 	// Positions in the selection orders; nil unless Ready.
 	all, inNamespace *list.Element
 }
@@ -392,6 +397,13 @@ func (s *Store) Upsert(info ProxyInfo) {
 		s.revokeLocked(p, 0, now)
 		s.forgetCooldownsLocked(p)
 		p.lastReleased = time.Time{}
+		p.burn = burn{}
+	case old.ProviderID != info.ProviderID:
+		// A new instance of the same Proxy (a new IP): the bans were the
+		// old instance's.
+		s.revokeLocked(p, 0, now)
+		s.forgetCooldownsLocked(p)
+		p.burn = burn{}
 	case old.URL != info.URL || !info.Ready || !old.ReadySince.Equal(info.ReadySince):
 		s.revokeLocked(p, 0, now)
 	default:

@@ -101,6 +101,12 @@ type Config struct {
 	// DrainPoll overrides DrainPoll.
 	DrainPoll        time.Duration
 	WorkqueueMetrics workqueue.MetricsProvider
+
+	// Burn is the lease store's record of each member's instance, for
+	// spec.recycle; nil: nothing is recycled on evidence.
+	Burn BurnCounter
+	// RecyclePoll overrides RecyclePoll.
+	RecyclePoll time.Duration
 }
 
 // Controller reconciles ProxyPools.
@@ -119,6 +125,7 @@ type Controller struct {
 	drainPoll time.Duration
 	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	pending   *expectations
+	recycle   recycleState
 }
 
 // secretIndex indexes pools by the "namespace/name" of the Secrets their
@@ -157,6 +164,7 @@ func NewController(cfg Config) (*Controller, error) {
 	if c.drainPoll <= 0 {
 		c.drainPoll = DrainPoll
 	}
+	c.recycle = newRecycleState(cfg.Burn, cfg.RecyclePoll)
 	if err := cfg.PoolInformer.Informer().AddIndexers(cache.Indexers{secretIndex: poolSecrets}); err != nil {
 		return nil, fmt.Errorf("adding the pool Secret index: %w", err)
 	}
@@ -278,6 +286,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	cached, err := c.pools.ProxyPools(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		c.metrics.ForgetPool(key.Namespace, key.Name)
+		c.recycle.forget(key)
 		return 0, c.deleteOrphans(ctx, key)
 	}
 	if err != nil {
@@ -306,6 +315,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	if err != nil {
 		return 0, err
 	}
+	c.recycle.addBurn(pool.Namespace, pol.Recycle, members)
 	plan := Decide(pol, members, now)
 	logger.V(4).Info("Plan", "create", plan.Create, "drain", len(plan.Drain), "delete", len(plan.Delete), "counts", plan.Counts)
 
@@ -324,6 +334,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	}
 
 	c.stageStatus(pool, pol, plan, revision)
+	c.recycle.stageStatus(pool, cached, pol.Recycle, plan, byName)
 	c.metrics.SetPoolReplicas(pool.Namespace, pool.Name, map[string]int{
 		"desired": pol.Replicas, "current": plan.Counts.Total, "ready": plan.Counts.Ready, "available": plan.Counts.Available,
 		"updated": plan.Counts.Updated, "draining": plan.Counts.Draining, "unhealthy": plan.Counts.Unhealthy,
@@ -338,6 +349,9 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	}
 	if c.pending.any(key) && (requeue == 0 || requeue > c.drainPoll) {
 		requeue = c.drainPoll // an expectation may expire without an event
+	}
+	if pol.Recycle.Enabled() && (requeue == 0 || requeue > c.recycle.poll) {
+		requeue = c.recycle.poll
 	}
 	return requeue, nil
 }
@@ -487,6 +501,7 @@ func (c *Controller) drainMember(ctx context.Context, pool *crawlv1alpha1.ProxyP
 		return fmt.Errorf("marking member %s draining: %w", p.Name, err)
 	}
 	c.metrics.ObservePoolRemoval(pool.Namespace, pool.Name, string(r.Reason))
+	c.noteRecycle(ctx, pool, p, r.Reason, r.Evidence)
 	leases := "an unknown number of leases (the lease API is not leading)"
 	if r.Leases >= 0 {
 		leases = fmt.Sprintf("%d lease(s)", r.Leases)
@@ -516,6 +531,7 @@ func (c *Controller) deleteMember(ctx context.Context, pool *crawlv1alpha1.Proxy
 		reason = Reason(p.Annotations[crawlv1alpha1.DrainReasonAnnotation])
 	} else {
 		c.metrics.ObservePoolRemoval(pool.Namespace, pool.Name, string(reason))
+		c.noteRecycle(ctx, pool, p, reason, d.Evidence)
 	}
 	klog.FromContext(ctx).Info("Deleted member", "member", p.Name, "why", d.Why, "reason", reason)
 	c.recorder.Eventf(pool, corev1.EventTypeNormal, EventMemberDeleted, "Deleted member %s (%s): %s", p.Name, d.Why, describeReason(reason, p, pool))
@@ -532,6 +548,8 @@ func describeReason(r Reason, p *crawlv1alpha1.Proxy, pool *crawlv1alpha1.ProxyP
 		return fmt.Sprintf("replaced because Unhealthy longer than unhealthyTimeout %s", pool.Spec.Remediation.UnhealthyTimeout.Duration)
 	case ReasonScaledDown:
 		return "scaled down"
+	case ReasonBurned, ReasonUsedUp:
+		return "recycled by spec.recycle (" + string(r) + ")"
 	default:
 		return "removed"
 	}
@@ -638,6 +656,7 @@ func (c *Controller) writeStatus(ctx context.Context, cached, pool *crawlv1alpha
 	if err != nil {
 		return fmt.Errorf("writing pool status: %w", err)
 	}
+	c.recycle.written(cache.MetaObjectToName(pool), pool.Status.Recycled, cached.Status.Recycled)
 	return nil
 }
 
@@ -660,6 +679,9 @@ func policyOf(pool *crawlv1alpha1.ProxyPool, revision string) (Policy, error) {
 	}
 	if d := pool.Spec.MaxAge; d != nil {
 		pol.MaxAge = d.Duration
+	}
+	if pol.Recycle, err = recyclePolicyOf(pool.Spec.Recycle); err != nil {
+		return Policy{}, err
 	}
 	return pol, nil
 }

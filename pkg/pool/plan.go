@@ -45,6 +45,10 @@ type Member struct {
 	// Leases is how many live leases hold it; -1 when unknown (the lease
 	// store is not leading): a draining member then waits for drainTimeout.
 	Leases int
+	// Served and BannedDomains are the lease store's record of the
+	// member's instance, for spec.recycle (recycle.go); zero when unknown.
+	Served        int64
+	BannedDomains int
 }
 
 func (m Member) draining() bool  { return !m.DrainingSince.IsZero() }
@@ -61,6 +65,7 @@ type Policy struct {
 	UnhealthyTimeout time.Duration
 	MaxUnhealthy     int
 	Revision         string
+	Recycle          RecyclePolicy // zero: no recycling on evidence
 }
 
 // ResolvePolicy rounds the strategy as a Deployment does: maxSurge up,
@@ -103,6 +108,8 @@ type Removal struct {
 	Reason Reason
 	// Leases the member held when it was chosen (-1: unknown).
 	Leases int
+	// Evidence says what made a Burned or UsedUp member go; "" otherwise.
+	Evidence string
 }
 
 // Deletion is a member deleted now, and what ended its drain.
@@ -111,6 +118,8 @@ type Deletion struct {
 	// Why: "drained" (no lease left), "drain timeout" or "not ready".
 	Why    string
 	Reason Reason
+	// Evidence as in Removal.
+	Evidence string
 }
 
 // Plan is what one sync of a pool does.
@@ -232,6 +241,8 @@ func Decide(pol Policy, members []Member, now time.Time) Plan {
 			reason = ReasonTooOld
 		case m.unhealthy() && !plan.RemediationPaused && now.Sub(m.UnhealthySince) >= pol.UnhealthyTimeout:
 			reason = ReasonUnhealthy
+		default:
+			reason = RecycleReason(pol.Recycle, m)
 		}
 		if reason == "" {
 			c.Updated++
@@ -267,12 +278,12 @@ func Decide(pol Policy, members []Member, now time.Time) Plan {
 			}
 			available--
 			removed++
-			plan.Drain = append(plan.Drain, Removal{Name: r.Name, Reason: r.reason, Leases: r.Leases})
+			plan.Drain = append(plan.Drain, Removal{Name: r.Name, Reason: r.reason, Leases: r.Leases, Evidence: RecycleEvidence(pol.Recycle, r.reason, r.Member)})
 			continue
 		}
 		// Not Ready: it serves no lease, so it goes at once and costs no availability.
 		removed++
-		plan.Delete = append(plan.Delete, Deletion{Name: r.Name, Why: "not ready", Reason: r.reason})
+		plan.Delete = append(plan.Delete, Deletion{Name: r.Name, Why: "not ready", Reason: r.reason, Evidence: RecycleEvidence(pol.Recycle, r.reason, r.Member)})
 	}
 
 	// Creations fill up to replicas, within replicas+maxSurge members in all.

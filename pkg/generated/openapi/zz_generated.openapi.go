@@ -42,6 +42,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider":  schema_pkg_apis_crawl_v1alpha1_KubernetesProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider":       schema_pkg_apis_crawl_v1alpha1_LocalProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalSecretRef":      schema_pkg_apis_crawl_v1alpha1_LocalSecretRef(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycle":         schema_pkg_apis_crawl_v1alpha1_PoolRecycle(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycleStatus":   schema_pkg_apis_crawl_v1alpha1_PoolRecycleStatus(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRemediation":     schema_pkg_apis_crawl_v1alpha1_PoolRemediation(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolStrategy":        schema_pkg_apis_crawl_v1alpha1_PoolStrategy(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Proxy":               schema_pkg_apis_crawl_v1alpha1_Proxy(ref),
@@ -742,6 +744,70 @@ func schema_pkg_apis_crawl_v1alpha1_LocalSecretRef(ref common.ReferenceCallback)
 	}
 }
 
+func schema_pkg_apis_crawl_v1alpha1_PoolRecycle(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PoolRecycle says when a member is replaced (a new instance, so a new IP) because of what its leases showed: the sites ban it (burned), or it has served its share (used up). Recycling goes through spec.strategy's budget and drains like any replacement.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"maxBannedDomains": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxBannedDomains: a member released with outcome banned for this many distinct domains within window is burned and recycled. The lease store counts per instance: a member whose instance is replaced starts again from zero. 1 to 100.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"window": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Window is how far back the bans of maxBannedDomains count: a domain counts if its latest ban on the member is at most this old. 1s to 168h.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"maxLeases": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxLeases: a member granted this many leases is used up and recycled (a usage count, like Crawlee's maxUsageCount; renewals do not count). Not to be confused with spec.template.spec.maxLeases, how many leases may hold a member at once. At least 1.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Duration{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_PoolRecycleStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PoolRecycleStatus counts the members spec.recycle has replaced since the pool was created.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"burned": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Burned: members recycled because maxBannedDomains domains banned them.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"usedUp": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UsedUp: members recycled because they served maxLeases leases.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_crawl_v1alpha1_PoolRemediation(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1119,12 +1185,18 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolSpec(ref common.ReferenceCallback) 
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRemediation"),
 						},
 					},
+					"recycle": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Recycle replaces members on the lease store's evidence: burned by bans, or used up (see PoolRecycle). Unset: never.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycle"),
+						},
+					},
 				},
 				Required: []string{"template"},
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRemediation", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolStrategy", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTemplate", metav1.Duration{}.OpenAPIModelName()},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycle", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRemediation", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolStrategy", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTemplate", metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -1188,6 +1260,13 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolStatus(ref common.ReferenceCallback
 							Format:      "int64",
 						},
 					},
+					"recycled": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Recycled counts the members spec.recycle has replaced, by reason.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycleStatus"),
+						},
+					},
 					"conditions": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -1198,7 +1277,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolStatus(ref common.ReferenceCallback
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Conditions: Available (at least replicas - maxUnavailable members are available), Progressing (members are being created, drained or replaced) and RemediationAllowed (False while more than maxUnhealthy members are Unhealthy).",
+							Description: "Conditions: Available (at least replicas - maxUnavailable members are available), Progressing (members are being created, drained or replaced), RemediationAllowed (False while more than maxUnhealthy members are Unhealthy) and, with spec.recycle, Recycling (True while burned or used-up members are leaving).",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -1213,7 +1292,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolStatus(ref common.ReferenceCallback
 			},
 		},
 		Dependencies: []string{
-			metav1.Condition{}.OpenAPIModelName()},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycleStatus", metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`,description="Members whose phase is Ready"
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`,description="Ready members that are not draining: what the lease API can hand out"
 // +kubebuilder:printcolumn:name="Up-to-date",type=integer,JSONPath=`.status.updatedReplicas`,description="Members built from the current template revision"
+// +kubebuilder:printcolumn:name="Burned",type=integer,JSONPath=`.status.recycled.burned`,priority=1,description="Members recycled because sites banned them (spec.recycle.maxBannedDomains)"
+// +kubebuilder:printcolumn:name="Used-up",type=integer,JSONPath=`.status.recycled.usedUp`,priority=1,description="Members recycled because they served spec.recycle.maxLeases leases"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // ProxyPool is a fleet of Managed proxies made from one template: it keeps
@@ -83,6 +85,11 @@ type ProxyPoolSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Remediation PoolRemediation `json:"remediation,omitempty"`
+
+	// Recycle replaces members on the lease store's evidence: burned by
+	// bans, or used up (see PoolRecycle). Unset: never.
+	// +optional
+	Recycle *PoolRecycle `json:"recycle,omitempty"`
 }
 
 // ProxyTemplate is the metadata and spec of every member.
@@ -189,10 +196,15 @@ type ProxyPoolStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// Recycled counts the members spec.recycle has replaced, by reason.
+	// +optional
+	Recycled PoolRecycleStatus `json:"recycled,omitempty"`
+
 	// Conditions: Available (at least replicas - maxUnavailable members are
 	// available), Progressing (members are being created, drained or
-	// replaced) and RemediationAllowed (False while more than maxUnhealthy
-	// members are Unhealthy).
+	// replaced), RemediationAllowed (False while more than maxUnhealthy
+	// members are Unhealthy) and, with spec.recycle, Recycling (True while
+	// burned or used-up members are leaving).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -60,6 +60,18 @@ func TestInvalidProxyPoolsAreRejected(t *testing.T) {
 			wantField: "spec.remediation.maxUnhealthy"},
 		"template sets the pool label": {spec: `{template: {metadata: {labels: {crawl.proxyfleet.io/pool: other}}, spec: {provider: local}}}`,
 			wantField: "spec.template.metadata.labels"},
+		"recycle without a limit": {spec: `{template: {spec: {provider: local}}, recycle: {window: 10m}}`, wantField: "spec.recycle"},
+		"recycle maxBannedDomains zero": {spec: `{template: {spec: {provider: local}}, recycle: {maxBannedDomains: 0}}`,
+			wantField: "spec.recycle.maxBannedDomains"},
+		"recycle maxBannedDomains above 100": {spec: `{template: {spec: {provider: local}}, recycle: {maxBannedDomains: 101}}`,
+			wantField: "spec.recycle.maxBannedDomains"},
+		"recycle maxLeases zero": {spec: `{template: {spec: {provider: local}}, recycle: {maxLeases: 0}}`, wantField: "spec.recycle.maxLeases"},
+		"recycle window below 1s": {spec: `{template: {spec: {provider: local}}, recycle: {maxBannedDomains: 3, window: 500ms}}`,
+			wantField: "spec.recycle.window"},
+		"recycle window above a week": {spec: `{template: {spec: {provider: local}}, recycle: {maxBannedDomains: 3, window: 200h}}`,
+			wantField: "spec.recycle.window"},
+		"recycle window not a duration": {spec: `{template: {spec: {provider: local}}, recycle: {maxLeases: 3, window: daily}}`,
+			wantField: "spec.recycle.window"},
 		"unknown field": {spec: `{template: {spec: {provider: local}}, colour: blue}`, wantField: "spec.colour"},
 		"name too long": {name: strings.Repeat("a", 58), spec: validPool, wantField: "metadata.name"},
 	}
@@ -209,4 +221,26 @@ func poolObject(t *testing.T, name, specYAML string) *unstructured.Unstructured 
 		"metadata":   map[string]any{"name": name},
 		"spec":       spec,
 	}}
+}
+
+// TestProxyPoolRecycleDefaults: spec.recycle with a limit is accepted and
+// its window defaults to an hour.
+func TestProxyPoolRecycleDefaults(t *testing.T) {
+	env := apiServer.Get(t)
+	client := dynamic.NewForConfigOrDie(env.Config).Resource(poolsGVR).Namespace(newNamespace(t))
+	created, err := client.Create(context.Background(), poolObject(t, "recycling", `{template: {spec: {provider: local}}, recycle: {maxLeases: 500}}`),
+		metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pool crawlv1alpha1.ProxyPool
+	data, _ := created.MarshalJSON()
+	if err := yaml.Unmarshal(data, &pool); err != nil {
+		t.Fatal(err)
+	}
+	maxLeases := int64(500)
+	want := &crawlv1alpha1.PoolRecycle{MaxLeases: &maxLeases, Window: &metav1.Duration{Duration: 60 * 60e9}}
+	if diff := cmp.Diff(want, pool.Spec.Recycle); diff != "" {
+		t.Errorf("spec.recycle (-want +got):\n%s", diff)
+	}
 }

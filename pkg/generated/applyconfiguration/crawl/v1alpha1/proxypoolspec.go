@@ -48,6 +48,9 @@ type ProxyPoolSpecApplyConfiguration struct {
 	DrainTimeout *v1.Duration `json:"drainTimeout,omitempty"`
 	// Remediation replaces members that stay Unhealthy.
 	Remediation *PoolRemediationApplyConfiguration `json:"remediation,omitempty"`
+	// Recycle replaces members on the lease store's evidence: burned by
+	// bans, or used up (see PoolRecycle). Unset: never.
+	Recycle *PoolRecycleApplyConfiguration `json:"recycle,omitempty"`
 }
 
 // ProxyPoolSpecApplyConfiguration constructs a declarative configuration of the ProxyPoolSpec type for use with
@@ -101,5 +104,13 @@ func (b *ProxyPoolSpecApplyConfiguration) WithDrainTimeout(value v1.Duration) *P
 // If called multiple times, the Remediation field is set to the value of the last call.
 func (b *ProxyPoolSpecApplyConfiguration) WithRemediation(value *PoolRemediationApplyConfiguration) *ProxyPoolSpecApplyConfiguration {
 	b.Remediation = value
+	return b
+}
+
+// WithRecycle sets the Recycle field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Recycle field is set to the value of the last call.
+func (b *ProxyPoolSpecApplyConfiguration) WithRecycle(value *PoolRecycleApplyConfiguration) *ProxyPoolSpecApplyConfiguration {
+	b.Recycle = value
 	return b
 }

@@ -46,10 +46,13 @@ type ProxyPoolStatusApplyConfiguration struct {
 	Revision *string `json:"revision,omitempty"`
 	// ObservedGeneration is the spec generation this status describes.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
+	// Recycled counts the members spec.recycle has replaced, by reason.
+	Recycled *PoolRecycleStatusApplyConfiguration `json:"recycled,omitempty"`
 	// Conditions: Available (at least replicas - maxUnavailable members are
 	// available), Progressing (members are being created, drained or
-	// replaced) and RemediationAllowed (False while more than maxUnhealthy
-	// members are Unhealthy).
+	// replaced), RemediationAllowed (False while more than maxUnhealthy
+	// members are Unhealthy) and, with spec.recycle, Recycling (True while
+	// burned or used-up members are leaving).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
 
@@ -112,6 +115,14 @@ func (b *ProxyPoolStatusApplyConfiguration) WithRevision(value string) *ProxyPoo
 // If called multiple times, the ObservedGeneration field is set to the value of the last call.
 func (b *ProxyPoolStatusApplyConfiguration) WithObservedGeneration(value int64) *ProxyPoolStatusApplyConfiguration {
 	b.ObservedGeneration = &value
+	return b
+}
+
+// WithRecycled sets the Recycled field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Recycled field is set to the value of the last call.
+func (b *ProxyPoolStatusApplyConfiguration) WithRecycled(value *PoolRecycleStatusApplyConfiguration) *ProxyPoolStatusApplyConfiguration {
+	b.Recycled = value
 	return b
 }
 
