@@ -114,16 +114,29 @@ func processCPU(pid int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	// The command name may hold spaces; the fields after it are fixed.
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	d, err := statCPU(string(data))
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return d, nil
+}
+
+// statCPU reads utime and stime, fields 14 and 15 of a /proc/PID/stat
+// line. The command name (field 2, in parentheses) may hold spaces and
+// parentheses, so the fields are counted from its last ')'.
+func statCPU(line string) (time.Duration, error) {
+	end := strings.LastIndexByte(line, ')')
+	if end < 0 || end+2 > len(line) {
+		return 0, fmt.Errorf("no command name in %q", line)
+	}
+	fields := strings.Fields(line[end+2:])
 	if len(fields) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields))
+		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(fields))
 	}
 	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
 	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, fields[11], fields[12])
+		return 0, fmt.Errorf("utime %q, stime %q: not numbers", fields[11], fields[12])
 	}
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
