@@ -65,9 +65,13 @@ trap 'rm -f "$tmp"' EXIT
     echo
     echo "## Gateway (issue 14)"
     echo
-    echo "\`go run ./pkg/testsuites/bench/gateway\`: 64 concurrent clients on loopback, straight to a forward-proxy"
-    echo "upstream (basic auth) versus through the gateway to the same upstream (rotating mode: a lease"
-    echo "acquired and released per tunnel), in one process, alternating, the better of two runs each."
+    echo "\`go run ./pkg/testsuites/bench/gateway\`: 64 concurrent clients on loopback, straight to cmd/forward-proxy"
+    echo "(basic auth) versus through cmd/proxy-operator's gateway (\`--gateway-addr\`, rotating mode: a lease acquired"
+    echo "and released per tunnel) to the same forward-proxy, registered as an External Proxy on a real kube-apiserver."
+    echo "Each party is a process of its own, with its CPU time counted (/proc/PID/stat, getrusage), in two placements:"
+    echo "every process on every core, and the gateway pinned to a core of its own (taskset) with the clients and the"
+    echo "forward-proxy on the other in both paths (decision 130). Three rounds per measurement, alternating which"
+    echo "path goes first; medians."
     echo
     go run ./pkg/testsuites/bench/gateway
     echo

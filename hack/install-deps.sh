@@ -2,7 +2,8 @@
 # Installs the Debian packages that tests use as real peers: tinyproxy and
 # squid (proxies nobody here wrote), redis-server (the lease benchmark's
 # reference), curl, Python requests and Scrapy (real gateway clients), and
-# skopeo (reads make image's OCI layouts in hack/image's test).
+# skopeo (reads make image's OCI layouts in hack/image's test), util-linux's
+# taskset (the gateway benchmark's placements; Essential, so normally there).
 # Idempotent: does nothing when they are all present.
 #
 #   hack/install-deps.sh           install what is missing (root, or through sudo)
@@ -18,6 +19,7 @@ command -v curl >/dev/null || need+=(curl)
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || need+=(python3-requests)
 [ -x /usr/bin/scrapy ] || need+=(python3-scrapy)
 command -v skopeo >/dev/null || need+=(skopeo)
+command -v taskset >/dev/null || need+=(util-linux) # the gateway bench pins processes to cores
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
@@ -26,10 +27,17 @@ import (
 //	go test -run '^$' -fuzz '^FuzzRequestHead$' -fuzztime 10s ./pkg/gateway
 
 func FuzzParseUsername(f *testing.F) {
-	for _, seed := range []string{"", "ns-crawl+pool-eu+session-42", "pool-eu-west", "colour-blue", "ns-", "+", "ns-a+ns-b", "session-\x00", "session-é"} {
+	for _, seed := range []string{"", "ns-crawl+pool-eu+session-42", "pool-eu-west", "colour-blue", "ns-", "+", "ns-a+ns-b", "session-\x00", "session-é", "a", "a-", "-a", "A", "a.b", "a_b", "ns-a.b", "pool-A_b.c-9", strings.Repeat("a", 63), strings.Repeat("a", 64)} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, username string) {
+		// The hand-written checks say what apimachinery's regular expressions say.
+		if got, want := isDNS1123Label(username), len(validation.IsDNS1123Label(username)) == 0; got != want {
+			t.Fatalf("isDNS1123Label(%q) = %v, validation.IsDNS1123Label says %v", username, got, want)
+		}
+		if got, want := isLabelValue(username), len(validation.IsValidLabelValue(username)) == 0; got != want {
+			t.Fatalf("isLabelValue(%q) = %v, validation.IsValidLabelValue says %v", username, got, want)
+		}
 		target, err := ParseUsername(username)
 		if err != nil {
 			var termErr *TermError

@@ -16,6 +16,9 @@ import (
 // selects on it.
 const PoolLabel = crawlv1alpha1.PoolLabel
 
+// maxLabelLen bounds DNS-1123 labels (namespaces) and label values (pools).
+const maxLabelLen = 63
+
 // maxSessionLen bounds a session id, as the lease API bounds one.
 const maxSessionLen = 253
 
@@ -60,7 +63,7 @@ func ParseUsername(username string) (Target, error) {
 	if username == "" {
 		return t, nil
 	}
-	seen := map[string]bool{}
+	var seen [3]bool // ns, pool, session
 	for term := range strings.SplitSeq(username, "+") {
 		key, value, ok := strings.Cut(term, "-")
 		switch {
@@ -68,23 +71,29 @@ func ParseUsername(username string) (Target, error) {
 			return Target{}, &TermError{Term: term, Reason: "is empty (two '+' in a row, or one at either end)"}
 		case !ok:
 			return Target{}, &TermError{Term: term, Reason: "is not key-value (want ns-<namespace>, pool-<pool> or session-<id>)"}
-		case key != keyNamespace && key != keyPool && key != keySession:
+		case keyIndex(key) < 0:
 			return Target{}, &TermError{Term: term, Reason: fmt.Sprintf("unknown key %q (known: ns, pool, session)", truncate(key))}
-		case seen[key]:
+		case seen[keyIndex(key)]:
 			return Target{}, &TermError{Term: term, Reason: fmt.Sprintf("key %q is given more than once", key)}
 		case value == "":
 			return Target{}, &TermError{Term: term, Reason: "has an empty value"}
 		}
-		seen[key] = true
+		seen[keyIndex(key)] = true
 		switch key {
 		case keyNamespace:
-			if errs := validation.IsDNS1123Label(value); len(errs) > 0 {
-				return Target{}, &TermError{Term: term, Reason: "is not a namespace name: " + strings.Join(errs, "; ")}
+			// The regular expressions of pkg/util/validation run only to
+			// word the error: every tunnel parses a username.
+			if !isDNS1123Label(value) {
+				if errs := validation.IsDNS1123Label(value); len(errs) > 0 {
+					return Target{}, &TermError{Term: term, Reason: "is not a namespace name: " + strings.Join(errs, "; ")}
+				}
 			}
 			t.Namespace = value
 		case keyPool:
-			if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
-				return Target{}, &TermError{Term: term, Reason: "is not a pool name: " + strings.Join(errs, "; ")}
+			if !isLabelValue(value) {
+				if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
+					return Target{}, &TermError{Term: term, Reason: "is not a pool name: " + strings.Join(errs, "; ")}
+				}
 			}
 			t.Pool = value
 		case keySession:
@@ -95,6 +104,51 @@ func ParseUsername(username string) (Target, error) {
 		}
 	}
 	return t, nil
+}
+
+func keyIndex(key string) int {
+	switch key {
+	case keyNamespace:
+		return 0
+	case keyPool:
+		return 1
+	case keySession:
+		return 2
+	}
+	return -1
+}
+
+// isDNS1123Label is validation.IsDNS1123Label without a regular
+// expression: 1 to 63 of [a-z0-9-], alphanumeric at both ends.
+func isDNS1123Label(s string) bool {
+	if len(s) == 0 || len(s) > maxLabelLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '-' || i == 0 || i == len(s)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+// isLabelValue is validation.IsValidLabelValue without a regular
+// expression: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends
+// (or empty).
+func isLabelValue(s string) bool {
+	if len(s) > maxLabelLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && ((c != '-' && c != '_' && c != '.') || i == 0 || i == len(s)-1) {
+			return false
+		}
+	}
+	return true
 }
 
 func checkSession(id string) string {

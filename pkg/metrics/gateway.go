@@ -13,6 +13,12 @@ type gatewayMetrics struct {
 	bytes       *prometheus.CounterVec
 	sessions    prometheus.Gauge
 	errors      *prometheus.CounterVec
+
+	// The children every tunnel touches, looked up once: WithLabelValues
+	// hashes the labels and takes the vector's lock on every call.
+	connectByMode      map[string]prometheus.Counter
+	bytesUp, bytesDown prometheus.Counter
+	errorByReason      map[string]prometheus.Counter
 }
 
 func newGatewayMetrics() gatewayMetrics {
@@ -43,14 +49,14 @@ func newGatewayMetrics() gatewayMetrics {
 			Help:      "Gateway requests refused or failed, by reason: bad_username, bad_request, unauthenticated, forbidden, auth_unavailable, not_leader, none_free, unavailable, upstream_refused, upstream_failed.",
 		}, []string{"reason"}),
 	}
+	g.connectByMode = map[string]prometheus.Counter{}
 	for _, mode := range []string{gateway.ModeSession, gateway.ModeRotating} {
-		g.connections.WithLabelValues(mode, "CONNECT")
+		g.connectByMode[mode] = g.connections.WithLabelValues(mode, "CONNECT")
 	}
-	for _, d := range []string{gateway.DirectionUp, gateway.DirectionDown} {
-		g.bytes.WithLabelValues(d)
-	}
+	g.bytesUp, g.bytesDown = g.bytes.WithLabelValues(gateway.DirectionUp), g.bytes.WithLabelValues(gateway.DirectionDown)
+	g.errorByReason = map[string]prometheus.Counter{}
 	for _, r := range gateway.ErrorReasons {
-		g.errors.WithLabelValues(r)
+		g.errorByReason[r] = g.errors.WithLabelValues(r)
 	}
 	return g
 }
@@ -61,6 +67,10 @@ func (g gatewayMetrics) collectors() []prometheus.Collector {
 
 // ObserveGatewayConnection counts a tunnel or plain request chained upstream.
 func (m *Metrics) ObserveGatewayConnection(mode, method string) {
+	if c, ok := m.gw.connectByMode[mode]; ok && method == "CONNECT" {
+		c.Inc()
+		return
+	}
 	m.gw.connections.WithLabelValues(mode, method).Inc()
 }
 
@@ -69,11 +79,24 @@ func (m *Metrics) AddGatewayActive(delta int) { m.gw.active.Add(float64(delta)) 
 
 // AddGatewayBytes counts bytes moved in one direction.
 func (m *Metrics) AddGatewayBytes(direction string, n int64) {
-	m.gw.bytes.WithLabelValues(direction).Add(float64(n))
+	switch direction {
+	case gateway.DirectionUp:
+		m.gw.bytesUp.Add(float64(n))
+	case gateway.DirectionDown:
+		m.gw.bytesDown.Add(float64(n))
+	default:
+		m.gw.bytes.WithLabelValues(direction).Add(float64(n))
+	}
 }
 
 // SetGatewaySessions sets the sessions gauge.
 func (m *Metrics) SetGatewaySessions(n int) { m.gw.sessions.Set(float64(n)) }
 
 // ObserveGatewayError counts a refusal or failure by reason.
-func (m *Metrics) ObserveGatewayError(reason string) { m.gw.errors.WithLabelValues(reason).Inc() }
+func (m *Metrics) ObserveGatewayError(reason string) {
+	if c, ok := m.gw.errorByReason[reason]; ok {
+		c.Inc()
+		return
+	}
+	m.gw.errors.WithLabelValues(reason).Inc()
+}

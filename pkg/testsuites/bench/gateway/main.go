@@ -1,352 +1,505 @@
 // Command bench measures the gateway against the forward proxy it chains
 // to, side by side in one run on loopback (make bench writes the table into
-// docs/benchmarks.md): new CONNECT tunnels per second, each carrying one
-// request and its answer, by 64 concurrent clients, straight to the
-// forward proxy versus through the gateway (rotating mode: a lease acquired
-// and released per tunnel, with a username to parse and credentials to
-// add); bulk bytes per second through 64 established tunnels; and the
-// latency per tunnel and request. It asserts nothing.
+// docs/benchmarks.md). The parties are separate processes: this bench (64
+// concurrent clients and the origins they reach), cmd/forward-proxy (the
+// upstream, with basic auth) and cmd/proxy-operator serving --gateway-addr
+// (rotating mode: a lease acquired and released per tunnel, a username to
+// parse, the upstream's credentials to add) on a real kube-apiserver, with
+// an External Proxy for the forward-proxy. Measured: new CONNECT tunnels
+// per second (one request each; a TLS handshake and an HTTPS GET each),
+// bulk bytes per second through established tunnels, latency per tunnel,
+// and each process's CPU time per tunnel or per GiB; in two topologies
+// (every process on every core; the gateway on a core of its own, as in
+// its own Pod). It asserts nothing.
 package main
 
 import (
-	"bufio"
 	"context"
-	"crypto/tls"
 	"encoding/base64"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
+	"strings"
 	"time"
 
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
-	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
-	"github.com/proxyfleet/proxy-operator/pkg/gateway"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
+)
+
+const (
+	upstreamUser, upstreamPassword = "fleet", "bench-secret"
+	namespace                      = "gateway-bench"
 )
 
 func main() {
-	clients := flag.Int("clients", 64, "concurrent clients")
-	duration := flag.Duration("duration", 5*time.Second, "how long each measurement runs")
+	var o options
+	flag.IntVar(&o.clients, "clients", 64, "concurrent clients")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "how long each measurement runs")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds per measurement, alternating which path goes first; the table shows the medians")
+	flag.StringVar(&o.operator, "operator", "", "a prebuilt cmd/proxy-operator to measure (default: built from this tree), for before/after comparisons")
+	flag.StringVar(&o.topologies, "topologies", "shared,own-core", "which placements to measure: shared (every process on every core), own-core (the gateway on a core of its own)")
+	flag.StringVar(&o.kinds, "measurements", "tunnels,tls,bulk", "which measurements to run: tunnels (one request each), tls (a TLS handshake and a GET each), bulk")
 	flag.Parse()
-	if err := run(*clients, *duration); err != nil {
+	out, err := run(context.Background(), o)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+	fmt.Print(out)
 }
 
-func listen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
-
-// startEcho answers each "ping\n" with "pong\n"; startSource writes bytes
-// until the client goes away.
-func startTargets() (echo, source string, err error) {
-	el, err := listen()
-	if err != nil {
-		return "", "", err
-	}
-	go acceptLoop(el, func(c net.Conn) {
-		r := bufio.NewReader(c)
-		for {
-			if _, err := r.ReadString('\n'); err != nil {
-				return
-			}
-			if _, err := io.WriteString(c, "pong\n"); err != nil {
-				return
-			}
-		}
-	})
-	sl, err := listen()
-	if err != nil {
-		return "", "", err
-	}
-	buf := make([]byte, 256<<10)
-	go acceptLoop(sl, func(c net.Conn) {
-		for {
-			if _, err := c.Write(buf); err != nil {
-				return
-			}
-		}
-	})
-	return el.Addr().String(), sl.Addr().String(), nil
+type options struct {
+	clients    int
+	duration   time.Duration
+	rounds     int
+	operator   string
+	topologies string
+	kinds      string
 }
 
-func acceptLoop(l net.Listener, serve func(net.Conn)) {
-	for {
-		c, err := l.Accept()
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func loadavg() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	return strings.Join(strings.Fields(string(data))[:3], " ")
+}
+
+// setup is everything a measurement needs.
+type setup struct {
+	o                    options
+	origins              *origins
+	upstream, gateway    string // host:port of the forward-proxy and the gateway
+	upstreamAuth, gwAuth string
+	meter                meter
+	fp, op               *child
+	operatorMetrics      string
+}
+
+func run(ctx context.Context, o options) (string, error) {
+	dir, err := os.MkdirTemp("", "gateway-bench-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	progress("building cmd/forward-proxy%s", map[bool]string{true: " and cmd/proxy-operator", false: ""}[o.operator == ""])
+	operatorBin, fpBin, err := buildBinaries(ctx, dir, o.operator)
+	if err != nil {
+		return "", err
+	}
+	s := &setup{o: o,
+		upstreamAuth: base64.StdEncoding.EncodeToString([]byte(upstreamUser + ":" + upstreamPassword)),
+		gwAuth:       base64.StdEncoding.EncodeToString([]byte("ns-" + namespace + ":none")),
+	}
+	if s.origins, err = startOrigins(); err != nil {
+		return "", err
+	}
+	defer s.origins.close()
+
+	fpPort, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	s.upstream = fmt.Sprintf("127.0.0.1:%d", fpPort)
+	if s.fp, err = start("forward-proxy", fpBin, filepath.Join(dir, "forward-proxy.log"),
+		[]string{"PROXY_USERNAME=" + upstreamUser, "PROXY_PASSWORD=" + upstreamPassword},
+		"--listen="+s.upstream, "--allow-cidr=127.0.0.0/8", "--max-conns=0"); err != nil {
+		return "", err
+	}
+	defer s.fp.stop()
+	if err := waitDial(ctx, s.upstream, 30*time.Second); err != nil {
+		return "", err
+	}
+
+	progress("starting kube-apiserver and etcd")
+	env, err := testenv.Start(ctx, testenv.Options{})
+	if err != nil {
+		return "", err
+	}
+	defer env.Stop()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		return "", err
+	}
+	if err := createUpstream(ctx, kubernetes.NewForConfigOrDie(env.Config), versioned.NewForConfigOrDie(env.Config), s); err != nil {
+		return "", err
+	}
+	ports := make([]int, 3)
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return "", err
+		}
+	}
+	s.gateway = fmt.Sprintf("127.0.0.1:%d", ports[2])
+	s.operatorMetrics = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	if s.op, err = start("proxy-operator", operatorBin, filepath.Join(dir, "operator.log"),
+		[]string{"KUBECONFIG=", "POD_NAME=", "POD_NAMESPACE="},
+		fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("--lease-addr=127.0.0.1:%d", ports[1]),
+		"--gateway-addr="+s.gateway, "--kubeconfig="+kubeconfig, "--namespace="+namespace,
+		"--leader-elect-namespace="+namespace, "--lease-auth=none",
+		"--providers=local", "--local-state-dir="+filepath.Join(dir, "instances")); err != nil {
+		return "", err
+	}
+	defer s.op.stop()
+	progress("waiting for the Proxy to be Ready and the gateway to tunnel through it")
+	if err := waitTunnel(ctx, s, 2*time.Minute); err != nil {
+		logs, _ := os.ReadFile(filepath.Join(dir, "operator.log"))
+		return "", fmt.Errorf("%w; operator log:\n%s", err, logs)
+	}
+	s.meter = meter{upstreamPID: s.fp.pid(), gatewayPID: s.op.pid()}
+
+	var b strings.Builder
+	loadStart := loadavg()
+	fmt.Fprintf(&b, "gateway benchmark: %s, %d cores, %d clients, %v per measurement, %d rounds alternating which path goes first, medians shown.\n\n",
+		runtime.Version(), runtime.NumCPU(), o.clients, o.duration, o.rounds)
+	fmt.Fprintf(&b, "Processes: this bench (the clients and the origins they reach), cmd/forward-proxy (the upstream, basic auth), "+
+		"cmd/proxy-operator with --gateway-addr and --lease-auth=none (the gateway, rotating mode: a lease acquired and released per tunnel, "+
+		"the upstream's credentials added), kube-apiserver and etcd (idle during the measurements, never pinned). "+
+		"The reference is the same clients straight to the same forward-proxy, in the same run.\n\n")
+
+	// Warm up both paths.
+	for _, p := range []string{s.upstream, s.gateway} {
+		newTunnels(p, s.origins.echo, s.authFor(p), o.clients, time.Second, pingExchange)
+	}
+	for _, topo := range strings.Split(o.topologies, ",") {
+		t, err := s.placement(topo)
 		if err != nil {
-			return
+			return "", err
 		}
-		go func() {
-			defer c.Close()
-			serve(c)
-		}()
-	}
-}
-
-// tunnel opens a CONNECT tunnel to target through proxy.
-func tunnel(proxy, target, auth string) (net.Conn, *bufio.Reader, error) {
-	c, err := net.Dial("tcp", proxy)
-	if err != nil {
-		return nil, nil, err
-	}
-	req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n"
-	if auth != "" {
-		req += "Proxy-Authorization: Basic " + auth + "\r\n"
-	}
-	if _, err := io.WriteString(c, req+"\r\n"); err != nil {
-		c.Close()
-		return nil, nil, err
-	}
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	if err != nil {
-		c.Close()
-		return nil, nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		c.Close()
-		return nil, nil, fmt.Errorf("CONNECT answered %s", resp.Status)
-	}
-	return c, br, nil
-}
-
-type result struct {
-	perSecond float64
-	p50, p99  time.Duration
-	errors    int64
-}
-
-// newTunnels: each client opens a tunnel, sends one request, reads the
-// answer, closes; again until the time is up.
-func newTunnels(proxy, target, auth string, clients int, d time.Duration) result {
-	return newTunnelsWith(proxy, target, auth, clients, d, func(c net.Conn, br *bufio.Reader) error {
-		if _, err := io.WriteString(c, "ping\n"); err != nil {
-			return err
+		progress("topology %s", topo)
+		if err := t.apply(s); err != nil {
+			return "", err
 		}
-		_, err := br.ReadString('\n')
-		return err
-	})
-}
-
-// httpsExchange is a crawler's use of a new tunnel: a full TLS handshake
-// with the target, one GET, its answer.
-func httpsExchange(c net.Conn, _ *bufio.Reader) error {
-	tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, ServerName: "bench.example"}) //nolint:gosec // a loopback bench target
-	if _, err := io.WriteString(tc, "GET /generate_204 HTTP/1.1\r\nHost: bench.example\r\nConnection: close\r\n\r\n"); err != nil {
-		return err
+		m, err := s.measureAll()
+		if err != nil {
+			return "", fmt.Errorf("topology %s: %w", topo, err)
+		}
+		fmt.Fprintf(&b, "**%s**\n\n", t.title)
+		b.WriteString(m.table())
+		b.WriteString("\n")
+		fmt.Fprintf(&b, "CPU time per tunnel (per GiB for bulk) by process, %s:\n\n", topo)
+		b.WriteString(m.cpuTable())
+		b.WriteString("\n")
+		fmt.Fprintf(&b, "Work per CPU-second of one process, %s: the forward-proxy's straight (the reference) beside the gateway's, "+
+			"from the CPU times above; with a core of its own a process can do at most this much:\n\n", topo)
+		b.WriteString(m.capacityTable())
+		b.WriteString("\n")
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	left, err := leasesLeft(ctx, s.operatorMetrics)
 	if err != nil {
-		return err
+		return "", err
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("target answered %s", resp.Status)
-	}
-	return nil
+	fmt.Fprintf(&b, "Leases left behind by the gateway's rotating mode after the run: %v. Load average %s at the start, %s at the end.\n", left, loadStart, loadavg())
+	return b.String(), nil
 }
 
-func newTunnelsWith(proxy, target, auth string, clients int, d time.Duration, exchange func(net.Conn, *bufio.Reader) error) result {
-	var wg sync.WaitGroup
-	var errs atomic.Int64
-	lat := make([][]time.Duration, clients)
-	deadline := time.Now().Add(d)
-	for i := range clients {
-		wg.Go(func() {
-			for time.Now().Before(deadline) {
-				start := time.Now()
-				c, br, err := tunnel(proxy, target, auth)
-				if err == nil {
-					err = exchange(c, br)
-					c.Close()
-				}
-				if err != nil {
-					errs.Add(1)
-					continue
-				}
-				lat[i] = append(lat[i], time.Since(start))
+func (s *setup) authFor(proxy string) string {
+	if proxy == s.gateway {
+		return s.gwAuth
+	}
+	return s.upstreamAuth
+}
+
+// createUpstream registers the forward-proxy as an External Proxy with its
+// credentials in a Secret, probed through itself every second.
+func createUpstream(ctx context.Context, kube kubernetes.Interface, crawl versioned.Interface, s *setup) error {
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "fp-auth"},
+		StringData: map[string]string{crawlv1alpha1.AuthUsernameKey: upstreamUser, crawlv1alpha1.AuthPasswordKey: upstreamPassword}}
+	if _, err := kube.CoreV1().Secrets(namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	var port int32
+	fmt.Sscanf(s.upstream[strings.LastIndexByte(s.upstream, ':')+1:], "%d", &port)
+	proxy := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: "fp"}, Spec: crawlv1alpha1.ProxySpec{
+		Mode:     crawlv1alpha1.ModeExternal,
+		Endpoint: &crawlv1alpha1.Endpoint{Host: "127.0.0.1", Port: port},
+		Auth:     &crawlv1alpha1.ProxyAuth{SecretRef: crawlv1alpha1.LocalSecretRef{Name: secret.Name}},
+		// Tunnels end a moment after their client closes: room for those.
+		MaxLeases: int32(s.o.clients) * 8,
+		HealthCheck: crawlv1alpha1.HealthCheck{URL: s.origins.health, Interval: &metav1.Duration{Duration: time.Second},
+			Timeout: &metav1.Duration{Duration: 900 * time.Millisecond}},
+	}}
+	_, err := crawl.CrawlV1alpha1().Proxies(namespace).Create(ctx, proxy, metav1.CreateOptions{})
+	return err
+}
+
+// waitTunnel waits until a tunnel through the gateway carries a ping.
+func waitTunnel(ctx context.Context, s *setup, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		c, br, err := tunnel(s.gateway, s.origins.echo, s.gwAuth)
+		if err == nil {
+			err = pingExchange(c, br)
+			c.Close()
+			if err == nil {
+				return nil
 			}
-		})
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	wg.Wait()
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	r := result{perSecond: float64(len(all)) / d.Seconds(), errors: errs.Load()}
-	if len(all) > 0 {
-		r.p50, r.p99 = all[len(all)/2], all[len(all)*99/100]
-	}
-	return r
+	return fmt.Errorf("no tunnel through the gateway within %v: %w", timeout, last)
 }
 
-// bulk: each client opens one tunnel to the source and reads for d.
-func bulk(proxy, target, auth string, clients int, d time.Duration) (float64, error) {
-	var wg sync.WaitGroup
-	var total atomic.Int64
-	var firstErr error
-	var mu sync.Mutex
-	conns := make([]net.Conn, 0, clients)
-	readers := make([]*bufio.Reader, 0, clients)
-	for range clients {
-		c, br, err := tunnel(proxy, target, auth)
+// leasesLeft is the operator's live leases, once the last tunnels closed.
+func leasesLeft(ctx context.Context, metricsURL string) (float64, error) {
+	var n float64
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		m, err := operatortest.Scrape(ctx, metricsURL)
 		if err != nil {
 			return 0, err
 		}
-		conns, readers = append(conns, c), append(readers, br)
+		n, _ = m.Value("proxy_operator_leases_active", nil)
+		if n == 0 || time.Now().After(deadline) {
+			return n, nil
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	start := time.Now()
-	deadline := start.Add(d)
-	for i := range conns {
-		wg.Go(func() {
-			_ = conns[i].SetReadDeadline(deadline)
-			buf := make([]byte, 256<<10)
-			for {
-				n, err := readers[i].Read(buf)
-				total.Add(int64(n))
-				if err != nil {
-					var ne net.Error
-					if !errors.As(err, &ne) || !ne.Timeout() {
-						mu.Lock()
-						firstErr = err
-						mu.Unlock()
-					}
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	for _, c := range conns {
-		c.Close()
-	}
-	return float64(total.Load()) / time.Since(start).Seconds(), firstErr
 }
 
-func run(clients int, d time.Duration) error {
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background()))
-	defer cancel()
-	echo, source, err := startTargets()
-	if err != nil {
-		return err
-	}
-	// The upstream: forward-proxy with basic auth, as a Pod instance runs it.
-	fp, err := forwardproxy.New(forwardproxy.Config{Username: "fleet", Password: "bench-secret", Logger: klog.Background().V(10), AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-	if err != nil {
-		return err
-	}
-	fl, err := listen()
-	if err != nil {
-		return err
-	}
-	go fp.Serve(fl)
-	upstream := fl.Addr().String()
+// placement is where the processes run.
+type placement struct {
+	title string
+	// load, upstream, gateway are taskset CPU lists.
+	load, upstream, gateway string
+}
 
-	store, err := lease.NewStore(lease.Config{Key: []byte("gateway-bench-key-of-32-bytes-ok")})
-	if err != nil {
-		return err
+func (s *setup) placement(name string) (placement, error) {
+	all := fmt.Sprintf("0-%d", runtime.NumCPU()-1)
+	switch name {
+	case "shared":
+		return placement{title: fmt.Sprintf("Shared: every process on all %d cores (the clients, the forward-proxy and the gateway take CPU from each other).", runtime.NumCPU()),
+			load: all, upstream: all, gateway: all}, nil
+	case "own-core":
+		if runtime.NumCPU() < 2 {
+			return placement{}, fmt.Errorf("topology own-core needs 2 cores, this machine has %d", runtime.NumCPU())
+		}
+		return placement{title: fmt.Sprintf("Gateway on a core of its own: the bench and the forward-proxy pinned to CPU 0 in both paths, the operator to CPU 1 (as the gateway in its own Pod; other users of this machine still share both cores)."),
+			load: "0", upstream: "0", gateway: fmt.Sprintf("1-%d", runtime.NumCPU()-1)}, nil
 	}
-	store.Upsert(lease.ProxyInfo{Key: cache.ObjectName{Namespace: "bench", Name: "fp"}, UID: "fp", Ready: true,
-		URL: "http://" + upstream, MaxLeases: int32(clients) * 2, ReadySince: time.Now()})
-	auth := lease.NoAuth{}
-	srv, err := lease.NewServer(lease.ServerConfig{Store: store, Authenticator: auth, Authorizer: auth, Watermark: &lease.MemoryWatermark{},
-		Credentials: func(context.Context, cache.ObjectName) (*lease.Credentials, error) {
-			return &lease.Credentials{Username: "fleet", Password: "bench-secret"}, nil
-		}})
-	if err != nil {
-		return err
-	}
-	if err := srv.StartLeading(ctx); err != nil {
-		return err
-	}
-	gw, err := gateway.New(gateway.Config{Leases: gateway.FromServer(srv), Authenticator: auth, Authorizer: auth, AuthNone: true})
-	if err != nil {
-		return err
-	}
-	gl, err := listen()
-	if err != nil {
-		return err
-	}
-	go gw.Serve(ctx, gl)
-	gateway := gl.Addr().String()
+	return placement{}, fmt.Errorf("unknown topology %q (want shared or own-core)", name)
+}
 
-	upstreamAuth := base64.StdEncoding.EncodeToString([]byte("fleet:bench-secret"))
-	gatewayAuth := base64.StdEncoding.EncodeToString([]byte("ns-bench:none"))
-	fmt.Printf("gateway benchmark: %s, GOMAXPROCS %d, %d clients, %v per measurement, all on loopback in one process\n\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), clients, d)
-
-	// Warm up both paths, then measure each twice, alternating, and keep the better.
-	newTunnels(upstream, echo, upstreamAuth, clients, time.Second)
-	newTunnels(gateway, echo, gatewayAuth, clients, time.Second)
-	var direct, through result
-	for range 2 {
-		if r := newTunnels(upstream, echo, upstreamAuth, clients, d); r.perSecond > direct.perSecond {
-			direct = r
-		}
-		if r := newTunnels(gateway, echo, gatewayAuth, clients, d); r.perSecond > through.perSecond {
-			through = r
-		}
-	}
-	https := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
-	https.Listener.Close()
-	if https.Listener, err = listen(); err != nil {
+func (p placement) apply(s *setup) error {
+	if err := pin(os.Getpid(), p.load); err != nil {
 		return err
 	}
-	https.Config.ErrorLog = log.New(io.Discard, "", 0)
-	https.StartTLS()
-	defer https.Close()
-	httpsTarget := https.Listener.Addr().String()
-	newTunnelsWith(gateway, httpsTarget, gatewayAuth, clients, time.Second, httpsExchange)
-	var directTLS, throughTLS result
-	for range 2 {
-		if r := newTunnelsWith(upstream, httpsTarget, upstreamAuth, clients, d, httpsExchange); r.perSecond > directTLS.perSecond {
-			directTLS = r
-		}
-		if r := newTunnelsWith(gateway, httpsTarget, gatewayAuth, clients, d, httpsExchange); r.perSecond > throughTLS.perSecond {
-			throughTLS = r
-		}
+	if err := pin(s.fp.pid(), p.upstream); err != nil {
+		return err
 	}
-	var bulkDirect, bulkThrough float64
-	for range 2 {
-		b, err := bulk(upstream, source, upstreamAuth, clients, d)
-		if err != nil {
-			return fmt.Errorf("bulk, direct: %w", err)
-		}
-		bulkDirect = max(bulkDirect, b)
-		if b, err = bulk(gateway, source, gatewayAuth, clients, d); err != nil {
-			return fmt.Errorf("bulk, through the gateway: %w", err)
-		}
-		bulkThrough = max(bulkThrough, b)
-	}
-	// Tunnels release their leases as their copies end, just after the close.
-	var left []lease.Lease
-	for wait := time.Now().Add(10 * time.Second); time.Now().Before(wait); time.Sleep(10 * time.Millisecond) {
-		if left, _ = store.List(lease.LeaseFilter{}); len(left) == 0 {
-			break
-		}
-	}
+	return pin(s.op.pid(), p.gateway)
+}
 
-	fmt.Println("| measurement | straight to forward-proxy | through the gateway | ratio | target |")
-	fmt.Println("|---|---:|---:|---:|---:|")
-	fmt.Printf("| new CONNECT tunnels/s (one request each) | %.0f | %.0f | %.2f× | ≥ 0.8× |\n", direct.perSecond, through.perSecond, through.perSecond/direct.perSecond)
-	fmt.Printf("| bulk through established tunnels | %.0f MiB/s | %.0f MiB/s | %.2f× | ≥ 0.9× |\n", bulkDirect/(1<<20), bulkThrough/(1<<20), bulkThrough/bulkDirect)
-	fmt.Printf("| new CONNECT tunnels/s (TLS handshake + one HTTPS GET each) | %.0f | %.0f | %.2f× | ≥ 0.8× |\n", directTLS.perSecond, throughTLS.perSecond, throughTLS.perSecond/directTLS.perSecond)
-	fmt.Printf("| tunnel + request latency p50 | %v | %v | +%v | reported |\n", direct.p50.Round(time.Microsecond), through.p50.Round(time.Microsecond), (through.p50 - direct.p50).Round(time.Microsecond))
-	fmt.Printf("| tunnel + request latency p99 | %v | %v | +%v | reported |\n", direct.p99.Round(time.Microsecond), through.p99.Round(time.Microsecond), (through.p99 - direct.p99).Round(time.Microsecond))
-	fmt.Printf("| tunnel + TLS + GET latency p50 | %v | %v | +%v | reported |\n", directTLS.p50.Round(time.Microsecond), throughTLS.p50.Round(time.Microsecond), (throughTLS.p50 - directTLS.p50).Round(time.Microsecond))
-	fmt.Printf("| tunnel + TLS + GET latency p99 | %v | %v | +%v | reported |\n", directTLS.p99.Round(time.Microsecond), throughTLS.p99.Round(time.Microsecond), (throughTLS.p99 - directTLS.p99).Round(time.Microsecond))
-	fmt.Printf("| failed tunnels | %d | %d | | 0 |\n", direct.errors+directTLS.errors, through.errors+throughTLS.errors)
-	fmt.Printf("\nLeases left behind by the gateway's rotating mode after the run: %d.\n", len(left))
-	cancel()
-	return nil
+// kind is one measurement.
+type kind struct {
+	name   string
+	target string
+	bulk   bool
+	ping   bool
+}
+
+// measurements are the rounds of each kind on both paths.
+type measurements struct {
+	kinds   []kind
+	direct  [][]result // [kind][round]
+	through [][]result
+}
+
+func (s *setup) measureAll() (*measurements, error) {
+	all := map[string]kind{
+		"tunnels": {name: "new CONNECT tunnels/s (one request each)", target: s.origins.echo, ping: true},
+		"tls":     {name: "new CONNECT tunnels/s (TLS handshake + one HTTPS GET each)", target: s.origins.tls},
+		"bulk":    {name: "bulk through established tunnels", target: s.origins.source, bulk: true},
+	}
+	m := &measurements{}
+	for _, name := range strings.Split(s.o.kinds, ",") {
+		k, ok := all[name]
+		if !ok {
+			return nil, fmt.Errorf("unknown measurement %q (want tunnels, tls or bulk)", name)
+		}
+		m.kinds = append(m.kinds, k)
+	}
+	for _, k := range m.kinds {
+		var direct, through []result
+		for round := range s.o.rounds {
+			paths := []string{s.upstream, s.gateway}
+			if round%2 == 1 {
+				slices.Reverse(paths)
+			}
+			for _, p := range paths {
+				r, err := s.measure(k, p)
+				if err != nil {
+					return nil, err
+				}
+				if p == s.gateway {
+					through = append(through, r)
+				} else {
+					direct = append(direct, r)
+				}
+			}
+		}
+		progress("%s: direct %.0f, through %.0f (medians)", k.name, median(direct, perSecond), median(through, perSecond))
+		m.direct, m.through = append(m.direct, direct), append(m.through, through)
+	}
+	return m, nil
+}
+
+func (s *setup) measure(k kind, proxy string) (result, error) {
+	before, err := s.meter.read()
+	if err != nil {
+		return result{}, err
+	}
+	var r result
+	switch {
+	case k.bulk:
+		if r, err = bulk(proxy, k.target, s.authFor(proxy), s.o.clients, s.o.duration); err != nil {
+			return result{}, fmt.Errorf("bulk via %s: %w", proxy, err)
+		}
+	case k.ping:
+		r = newTunnels(proxy, k.target, s.authFor(proxy), s.o.clients, s.o.duration, pingExchange)
+	default:
+		r = newTunnels(proxy, k.target, s.authFor(proxy), s.o.clients, s.o.duration, httpsExchange)
+	}
+	after, err := s.meter.read()
+	if err != nil {
+		return result{}, err
+	}
+	r.cpu = after.minus(before)
+	return r, nil
+}
+
+func perSecond(r result) float64 { return r.perSecond }
+
+func median(rs []result, f func(result) float64) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	if len(v) == 0 {
+		return 0
+	}
+	return v[len(v)/2]
+}
+
+func (m *measurements) table() string {
+	var b strings.Builder
+	b.WriteString("| measurement | straight to forward-proxy | through the gateway | ratio | target |\n|---|---:|---:|---:|---:|\n")
+	var failedDirect, failedThrough int64
+	for i, k := range m.kinds {
+		d, t := median(m.direct[i], perSecond), median(m.through[i], perSecond)
+		target := "≥ 0.8×"
+		if k.bulk {
+			target = "≥ 0.9×"
+			fmt.Fprintf(&b, "| %s | %.0f MiB/s | %.0f MiB/s | %.2f× | %s |\n", k.name, d/(1<<20), t/(1<<20), t/d, target)
+		} else {
+			fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f× | %s |\n", k.name, d, t, t/d, target)
+		}
+		for _, r := range m.direct[i] {
+			failedDirect += r.errors
+		}
+		for _, r := range m.through[i] {
+			failedThrough += r.errors
+		}
+	}
+	for i, k := range m.kinds {
+		if k.bulk {
+			continue
+		}
+		what := "tunnel + request"
+		if !k.ping {
+			what = "tunnel + TLS + GET"
+		}
+		for _, q := range []struct {
+			name string
+			f    func(result) float64
+		}{{"p50", func(r result) float64 { return float64(r.p50) }}, {"p99", func(r result) float64 { return float64(r.p99) }}} {
+			d, t := time.Duration(median(m.direct[i], q.f)), time.Duration(median(m.through[i], q.f))
+			fmt.Fprintf(&b, "| %s latency %s | %v | %v | %+v added | reported |\n", what, q.name, round(d), round(t), round(t-d))
+		}
+	}
+	fmt.Fprintf(&b, "| failed tunnels (all rounds) | %d | %d | | 0 |\n", failedDirect, failedThrough)
+	return b.String()
+}
+
+func round(d time.Duration) time.Duration {
+	if d > 10*time.Millisecond || d < -10*time.Millisecond {
+		return d.Round(100 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}
+
+// cpuTable: CPU per unit of work, by process, medians of the rounds.
+func (m *measurements) cpuTable() string {
+	var b strings.Builder
+	b.WriteString("| measurement | path | bench (clients, origins) | forward-proxy | gateway (operator process) | total |\n|---|---|---:|---:|---:|---:|\n")
+	for i, k := range m.kinds {
+		unit, per := "µs/tunnel", func(d time.Duration, r result) float64 { return float64(d.Microseconds()) / max(r.count, 1) }
+		if k.bulk {
+			unit, per = "ms/GiB", func(d time.Duration, r result) float64 { return float64(d.Milliseconds()) / max(r.count/(1<<30), 1e-9) }
+		}
+		for _, path := range []struct {
+			name string
+			rs   []result
+		}{{"direct", m.direct[i]}, {"through the gateway", m.through[i]}} {
+			f := func(g func(cpuSpent) time.Duration) float64 {
+				return median(path.rs, func(r result) float64 { return per(g(r.cpu), r) })
+			}
+			load := f(func(c cpuSpent) time.Duration { return c.load })
+			up := f(func(c cpuSpent) time.Duration { return c.upstream })
+			gw := f(func(c cpuSpent) time.Duration { return c.gateway })
+			tot := f(func(c cpuSpent) time.Duration { return c.load + c.upstream + c.gateway })
+			fmt.Fprintf(&b, "| %s | %s | %.0f %s | %.0f %s | %.0f %s | %.0f %s |\n", short(k.name), path.name, load, unit, up, unit, gw, unit, tot, unit)
+		}
+	}
+	return b.String()
+}
+
+// capacityTable: how much work one CPU-second of the forward-proxy does
+// straight, and of the gateway through it; the ratio is what the gateway
+// would sustain beside the upstream if each had a core of its own.
+func (m *measurements) capacityTable() string {
+	var b strings.Builder
+	b.WriteString("| measurement | forward-proxy, straight | gateway | ratio | target |\n|---|---:|---:|---:|---:|\n")
+	for i, k := range m.kinds {
+		perCPU := func(rs []result, g func(cpuSpent) time.Duration) float64 {
+			return median(rs, func(r result) float64 { return r.count / max(g(r.cpu).Seconds(), 1e-9) })
+		}
+		up := perCPU(m.direct[i], func(c cpuSpent) time.Duration { return c.upstream })
+		gw := perCPU(m.through[i], func(c cpuSpent) time.Duration { return c.gateway })
+		if k.bulk {
+			fmt.Fprintf(&b, "| %s | %.2f GiB | %.2f GiB | %.2f× | ≥ 0.9× |\n", short(k.name), up/(1<<30), gw/(1<<30), gw/up)
+		} else {
+			fmt.Fprintf(&b, "| %s | %.0f tunnels | %.0f tunnels | %.2f× | ≥ 0.8× |\n", short(k.name), up, gw, gw/up)
+		}
+	}
+	return b.String()
+}
+
+func short(name string) string {
+	switch {
+	case strings.HasPrefix(name, "bulk"):
+		return "bulk"
+	case strings.Contains(name, "TLS"):
+		return "new tunnels, TLS + GET"
+	}
+	return "new tunnels, one request"
 }

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The processes under test: cmd/forward-proxy (the upstream, as a Pod
+// instance runs it) and cmd/proxy-operator with --gateway-addr (the
+// gateway, as the leader serves it), each a process of its own so that
+// its CPU can be counted and placed apart.
+
+// child is a process the bench started and kills at the end.
+type child struct {
+	name string
+	cmd  *exec.Cmd
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+func (c *child) stop() {
+	_ = c.cmd.Process.Kill()
+	_, _ = c.cmd.Process.Wait()
+}
+
+// start runs binary with args, its output in logPath; it dies with the bench.
+func start(name, binary, logPath string, env []string, args ...string) (*child, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	logFile.Close() // the child holds its own descriptor
+	return &child{name: name, cmd: cmd}, nil
+}
+
+// freePort is a loopback port free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// buildBinaries builds what is not given into dir.
+func buildBinaries(ctx context.Context, dir, operator string) (operatorBin, forwardProxyBin string, err error) {
+	pkgs := []string{"github.com/proxyfleet/proxy-operator/cmd/forward-proxy"}
+	if operator == "" {
+		pkgs = append(pkgs, "github.com/proxyfleet/proxy-operator/cmd/proxy-operator")
+		operator = filepath.Join(dir, "proxy-operator")
+	}
+	build := exec.CommandContext(ctx, "go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", "", fmt.Errorf("go build: %w", err)
+	}
+	if operatorBin = filepath.Join(dir, "proxy-operator"); operator != operatorBin {
+		// The operator's local provider wants its forward-proxy beside it.
+		data, err := os.ReadFile(operator)
+		if err != nil {
+			return "", "", err
+		}
+		if err := os.WriteFile(operatorBin, data, 0o755); err != nil {
+			return "", "", err
+		}
+	}
+	return operatorBin, filepath.Join(dir, "forward-proxy"), nil
+}
+
+// waitDial waits until addr accepts connections.
+func waitDial(ctx context.Context, addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not listening within %v: %w", addr, timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's CPU times (100 on
+// every Linux architecture Go supports).
+const clockTicks = 100
+
+// processCPU is the user+system CPU time of every thread of pid so far.
+func processCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	d, err := statCPU(string(data))
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return d, nil
+}
+
+// statCPU reads utime and stime, fields 14 and 15 of a /proc/PID/stat
+// line. The command name (field 2, in parentheses) may hold spaces and
+// parentheses, so the fields are counted from its last ')'.
+func statCPU(line string) (time.Duration, error) {
+	end := strings.LastIndexByte(line, ')')
+	if end < 0 || end+2 > len(line) {
+		return 0, fmt.Errorf("no command name in %q", line)
+	}
+	fields := strings.Fields(line[end+2:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(fields))
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("utime %q, stime %q: not numbers", fields[11], fields[12])
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// selfCPU is this process's CPU time so far (the clients and the origins).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuSpent is the CPU time each party used during one measurement.
+type cpuSpent struct {
+	load, upstream, gateway time.Duration
+}
+
+// meter reads the CPU counters of the three parties.
+type meter struct{ upstreamPID, gatewayPID int }
+
+func (m meter) read() (cpuSpent, error) {
+	up, err := processCPU(m.upstreamPID)
+	if err != nil {
+		return cpuSpent{}, err
+	}
+	gw, err := processCPU(m.gatewayPID)
+	if err != nil {
+		return cpuSpent{}, err
+	}
+	return cpuSpent{load: selfCPU(), upstream: up, gateway: gw}, nil
+}
+
+func (c cpuSpent) minus(o cpuSpent) cpuSpent {
+	return cpuSpent{load: c.load - o.load, upstream: c.upstream - o.upstream, gateway: c.gateway - o.gateway}
+}
+
+// pin sets the CPU affinity of every thread of pid (taskset from
+// util-linux); threads created later inherit it from their creator.
+func pin(pid int, cpus string) error {
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return fmt.Errorf("taskset is missing: install util-linux (hack/install-deps.sh, make deps): %w", err)
+	}
+	out, err := exec.Command("taskset", "-a", "-c", "-p", cpus, strconv.Itoa(pid)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("taskset -a -c -p %s %d: %w: %s", cpus, pid, err, out)
+	}
+	return nil
+}
