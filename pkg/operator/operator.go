@@ -530,6 +530,9 @@ func (op *operator) serveMetrics(ctx context.Context, ln net.Listener, stop <-ch
 	mux.Handle("GET /metrics", op.metrics.Handler())
 	mux.HandleFunc("GET /healthz", op.serveHealthz)
 	mux.HandleFunc("GET /readyz", op.serveReadyz)
+	if op.opts.Profiling {
+		registerProfiling(mux)
+	}
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

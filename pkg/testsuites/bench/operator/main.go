@@ -95,6 +95,9 @@ type config struct {
 	timeout             time.Duration
 	interval            time.Duration
 	delay               time.Duration
+	// profileDir, when set, runs every operator with --profiling and saves
+	// its heap profile at the end of each steady window there.
+	profileDir string
 }
 
 func main() {
@@ -107,6 +110,7 @@ func main() {
 		interval       = flag.Duration("interval", 30*time.Second, "spec.healthCheck.interval of every proxy (the CRD's default)")
 		delay          = flag.Duration(fleet.DelayFlag, 0, "how long each fleet proxy waits before answering")
 		fleetSize      = flag.Int(fleet.SizeFlag, 0, "internal: serve a fleet of this many proxies and print their addresses")
+		profileDir     = flag.String("profile-dir", "", "run each operator with --profiling and save its heap profile (heap-<namespace>.pb.gz, for go tool pprof) at the end of its steady window in this directory")
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -119,7 +123,7 @@ func main() {
 		fail(errors.New("-default-qps-size must be positive, -interval at least 1s, and -steady, -steady-large and -timeout above zero"))
 	}
 	cfg := config{sizes: ns, steady: *steady, steadyLarge: *steadyLarge, defaultQPSSize: *defaultQPSSize,
-		timeout: *timeout, interval: *interval, delay: *delay}
+		timeout: *timeout, interval: *interval, delay: *delay, profileDir: *profileDir}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -282,7 +286,7 @@ func (b *bench) run(ctx context.Context, s runSpec) (res result, err error) {
 	}
 	defer b.abandon(ns)
 	leaseTTL := max(lease.DefaultMaxTTL, s.steady+5*time.Minute)
-	op, err := startOperator(b.binary, filepath.Join(b.dir, ns+".log"), []string{
+	args := []string{
 		"--kubeconfig=" + b.kubeconfig,
 		"--namespace=" + ns,
 		"--leader-elect-namespace=" + ns,
@@ -290,7 +294,11 @@ func (b *bench) run(ctx context.Context, s runSpec) (res result, err error) {
 		"--lease-max-ttl=" + leaseTTL.String(),
 		fmt.Sprintf("--kube-api-qps=%v", s.qps),
 		fmt.Sprintf("--kube-api-burst=%d", s.burst),
-	})
+	}
+	if b.cfg.profileDir != "" {
+		args = append(args, "--profiling")
+	}
+	op, err := startOperator(b.binary, filepath.Join(b.dir, ns+".log"), args)
 	if err != nil {
 		return res, err
 	}
@@ -323,6 +331,13 @@ func (b *bench) run(ctx context.Context, s runSpec) (res result, err error) {
 		return res, fmt.Errorf("phase \"steady state\": %w", err)
 	}
 	res.steady = &st
+	if b.cfg.profileDir != "" {
+		path := filepath.Join(b.cfg.profileDir, "heap-"+ns+".pb.gz")
+		if err := op.saveHeapProfile(ctx, path); err != nil {
+			return res, fmt.Errorf("phase \"heap profile\": %w", err)
+		}
+		progress("%s: heap profile in %s", what, path)
+	}
 	return res, nil
 }
 
