@@ -108,8 +108,9 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 
 	// No periodic resync: the controller polls instances on its own
 	// schedule, and its handlers drop resyncs anyway.
-	kubeInformers := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace))
-	crawlInformers := crawlinformers.NewSharedInformerFactoryWithOptions(crawl, 0, crawlinformers.WithNamespace(o.Namespace))
+	// trimForCache keeps the caches to what the operator reads (decision 120).
+	kubeInformers := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace), informers.WithTransform(trimForCache))
+	crawlInformers := crawlinformers.NewSharedInformerFactoryWithOptions(crawl, 0, crawlinformers.WithNamespace(o.Namespace), crawlinformers.WithTransform(trimForCache))
 	proxyInformer := crawlInformers.Crawl().V1alpha1().Proxies()
 	secretInformer := kubeInformers.Core().V1().Secrets()
 	secrets := secretInformer.Lister()
