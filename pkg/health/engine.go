@@ -109,8 +109,13 @@ type Engine struct {
 
 	mu     sync.RWMutex
 	states map[cache.ObjectName]*proxyState
-	// jitter spreads first probes; guarded by mu.
+	// jitter spreads the first probes of the fleet met on the first pass;
+	// guarded by mu.
 	jitter *rand.Rand
+	// metFleet is set once the first pass of this Run has met the fleet:
+	// proxies met later are new, probed at once (decision 121). Guarded by
+	// mu.
+	metFleet bool
 }
 
 var _ controller.HealthSource = (*Engine)(nil)
@@ -252,6 +257,7 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) resetStates() {
 	e.mu.Lock()
 	e.states = map[cache.ObjectName]*proxyState{}
+	e.metFleet = false
 	e.mu.Unlock()
 }
 
@@ -328,6 +334,7 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 		j.state.inFlight = true
 		j.state.due = nextDue(j.due, j.check.interval, now)
 	}
+	e.metFleet = true
 	e.mu.Unlock()
 
 	for _, key := range forget {
@@ -342,18 +349,26 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 	e.metrics.SetProxiesByVerdict(healthy, unhealthy, unknown)
 }
 
-// newState starts tracking a proxy; the first probe is due at a uniformly
-// random point of the first interval, so that a fleet seen at once (a new
-// leader) is not probed all in the same tick. seed is true for a proxy
-// this engine did not track before: then its verdict starts from the
-// Healthy condition a previous leader wrote, so that probes that agree
-// with it report nothing (no status writes, no events, after a handover).
+// newState starts tracking a proxy. On the first pass of a Run (a new
+// leader meeting the whole fleet at once) the first probe is due at a
+// uniformly random point of the first interval, so that the fleet is not
+// probed all in the same tick; a proxy met on a later pass (created, or
+// given a new instance or address, while the engine runs) is due at once:
+// nobody has a verdict for it, and its creator waits for one (decision
+// 121). Many of those at once are paced by the pool, most overdue first.
+// seed is true for a proxy this engine did not track before: then its
+// verdict starts from the Healthy condition a previous leader wrote, so
+// that probes that agree with it report nothing (no status writes, no
+// events, after a handover).
 func (e *Engine) newState(p *crawlv1alpha1.Proxy, address string, interval time.Duration, now time.Time, seed bool) *proxyState {
 	st := &proxyState{
 		uid:      string(p.UID),
 		address:  address,
 		interval: interval,
-		due:      now.Add(time.Duration(e.jitter.Int64N(int64(interval)))),
+		due:      now,
+	}
+	if !e.metFleet {
+		st.due = now.Add(time.Duration(e.jitter.Int64N(int64(interval))))
 	}
 	if seed {
 		st.counters, st.reported, st.reportedAt = seedFromStatus(p, address)

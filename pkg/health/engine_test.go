@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -500,6 +501,43 @@ func TestJitterSpread(t *testing.T) {
 	}
 }
 
+// TestNewProxyProbedAtOnce: a proxy created while the engine runs is probed
+// at the first tick that meets it, not somewhere in its first interval
+// (decision 121); the fleet met on the first pass keeps its spread, and the
+// new proxy then keeps its own cadence.
+func TestNewProxyProbedAtOnce(t *testing.T) {
+	const n = 100
+	var proxies []*crawlv1alpha1.Proxy
+	for i := range n {
+		proxies = append(proxies, testProxy(fmt.Sprintf("p%03d", i)))
+	}
+	f := newFixture(t, proxies...)
+	first := len(f.tick())
+	if first > n/int(testInterval/testTick) {
+		t.Fatalf("the first pass dispatched %d of %d probes at once, want them spread over the interval", first, n)
+	}
+	f.step(testTick, always(success(time.Millisecond)))
+
+	f.put(testProxy("new"))
+	probed := f.step(testTick, always(success(time.Millisecond)))
+	if !slices.Contains(probed, "new") {
+		t.Fatalf("the tick after the new proxy appeared probed %v, want it among them", probed)
+	}
+	if v, ok := f.verdict("new"); !ok || !v.Healthy {
+		t.Errorf("verdict of the new proxy after its first probe: %+v, %v; want healthy (success threshold 1)", v, ok)
+	}
+	var again []time.Duration
+	start := f.clock.Now()
+	for range 2 * testInterval / testTick {
+		if slices.Contains(f.step(testTick, always(success(time.Millisecond))), "new") {
+			again = append(again, f.clock.Now().Sub(start))
+		}
+	}
+	if want := []time.Duration{testInterval, 2 * testInterval}; !slices.Equal(again, want) {
+		t.Errorf("the new proxy was probed again after %v, want %v (one interval apart)", again, want)
+	}
+}
+
 // TestSeedFromHealthyCondition: after a leader handover, a proxy's verdict
 // starts from the condition the previous leader wrote; probes that agree
 // report nothing, and the seeded snapshot reproduces the status exactly.
@@ -608,7 +646,9 @@ func TestStateReset(t *testing.T) {
 			}
 
 			tc.change(f)
-			f.tick()
+			// A replaced or moved proxy is new to the engine: its first
+			// probe goes at once (decision 121).
+			fresh := f.tick()
 			if _, ok := f.verdict("p"); ok {
 				t.Error("the old verdict survived the change")
 			}
@@ -626,10 +666,11 @@ func TestStateReset(t *testing.T) {
 				t.Error("a result about the old instance made a verdict")
 			}
 
-			probes := 0
-			for range 2 {
-				probes += len(f.step(testInterval, always(success(5*time.Millisecond))))
+			probes := len(fresh)
+			for _, j := range fresh {
+				f.engine.record(f.ctx, j, success(5*time.Millisecond), now, now)
 			}
+			probes += len(f.step(testInterval, always(success(5*time.Millisecond))))
 			_, ok := f.verdict("p")
 			if tc.wantTracked != (probes > 0) || tc.wantTracked != ok {
 				t.Errorf("after the change: %d probes, verdict %v; want tracked=%v", probes, ok, tc.wantTracked)
