@@ -50,6 +50,11 @@ const (
 	DefaultLatencyReportsPerSecond = 5
 	// latencyReportBurst lets a few latency changes through at once.
 	latencyReportBurst = 20
+	// DefaultLatencyReportsPerProxyHour scales the latency budget with the
+	// fleet (decision 122): the fleet's latency-only reports average at
+	// most this many per probed proxy per hour, below the cap of
+	// LatencyReportsPerSecond.
+	DefaultLatencyReportsPerProxyHour = 1
 )
 
 // queueFactor sizes the queue of due probes: queueFactor × Workers.
@@ -75,6 +80,11 @@ type Config struct {
 	// LatencyReportsPerSecond bounds the reports of a latency change alone
 	// across the fleet. Default DefaultLatencyReportsPerSecond.
 	LatencyReportsPerSecond float64
+	// LatencyReportsPerProxyHour scales that budget with the fleet: at most
+	// this many latency-only reports per probed proxy per hour, fleet-wide,
+	// whichever of the two is lower. Default
+	// DefaultLatencyReportsPerProxyHour.
+	LatencyReportsPerProxyHour float64
 	// Clock schedules probes and stamps them. Default the real clock.
 	Clock clock.WithTicker
 	// Metrics receives measurements. Default NoMetrics.
@@ -96,12 +106,15 @@ type Engine struct {
 	tick              time.Duration
 	minReportInterval time.Duration
 	// latencyBudget is the fleet-wide bucket of latency-only reports,
-	// read with the engine's clock; guarded by mu.
-	latencyBudget *rate.Limiter
-	clock         clock.WithTicker
-	metrics       Metrics
-	logger        klog.Logger
-	rootCAs       *x509.CertPool
+	// read with the engine's clock; guarded by mu. Its rate is
+	// min(latencyRateCap, probed proxies × latencyPerProxyHour / 3600),
+	// set on every pass.
+	latencyBudget                       *rate.Limiter
+	latencyRateCap, latencyPerProxyHour float64
+	clock                               clock.WithTicker
+	metrics                             Metrics
+	logger                              klog.Logger
+	rootCAs                             *x509.CertPool
 
 	// probe is Probe; unit tests script it.
 	probe   func(context.Context, Target) Result
@@ -151,29 +164,31 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Enqueue == nil {
 		return nil, errors.New("health: Config.Enqueue is required")
 	}
-	if cfg.Workers < 0 || cfg.Tick < 0 || cfg.MinReportInterval < 0 || cfg.LatencyReportsPerSecond < 0 {
-		return nil, fmt.Errorf("health: Workers (%d), Tick (%v), MinReportInterval (%v) and LatencyReportsPerSecond (%v) must not be negative",
-			cfg.Workers, cfg.Tick, cfg.MinReportInterval, cfg.LatencyReportsPerSecond)
+	if cfg.Workers < 0 || cfg.Tick < 0 || cfg.MinReportInterval < 0 || cfg.LatencyReportsPerSecond < 0 || cfg.LatencyReportsPerProxyHour < 0 {
+		return nil, fmt.Errorf("health: Workers (%d), Tick (%v), MinReportInterval (%v), LatencyReportsPerSecond (%v) and LatencyReportsPerProxyHour (%v) must not be negative",
+			cfg.Workers, cfg.Tick, cfg.MinReportInterval, cfg.LatencyReportsPerSecond, cfg.LatencyReportsPerProxyHour)
 	}
 	latencyRate := cfg.LatencyReportsPerSecond
 	if latencyRate == 0 {
 		latencyRate = DefaultLatencyReportsPerSecond
 	}
 	e := &Engine{
-		proxies:           cfg.Proxies,
-		secrets:           cfg.Secrets,
-		enqueue:           cfg.Enqueue,
-		workers:           orDefault(cfg.Workers, DefaultWorkers),
-		tick:              orDefault(cfg.Tick, DefaultTick),
-		minReportInterval: orDefault(cfg.MinReportInterval, DefaultMinReportInterval),
-		latencyBudget:     rate.NewLimiter(rate.Limit(latencyRate), latencyReportBurst),
-		clock:             cfg.Clock,
-		metrics:           cfg.Metrics,
-		logger:            cfg.Logger,
-		rootCAs:           cfg.RootCAs,
-		probe:             Probe,
-		states:            map[cache.ObjectName]*proxyState{},
-		jitter:            rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		proxies:             cfg.Proxies,
+		secrets:             cfg.Secrets,
+		enqueue:             cfg.Enqueue,
+		workers:             orDefault(cfg.Workers, DefaultWorkers),
+		tick:                orDefault(cfg.Tick, DefaultTick),
+		minReportInterval:   orDefault(cfg.MinReportInterval, DefaultMinReportInterval),
+		latencyBudget:       rate.NewLimiter(rate.Limit(latencyRate), latencyReportBurst),
+		latencyRateCap:      latencyRate,
+		latencyPerProxyHour: orDefault(cfg.LatencyReportsPerProxyHour, DefaultLatencyReportsPerProxyHour),
+		clock:               cfg.Clock,
+		metrics:             cfg.Metrics,
+		logger:              cfg.Logger,
+		rootCAs:             cfg.RootCAs,
+		probe:               Probe,
+		states:              map[cache.ObjectName]*proxyState{},
+		jitter:              rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 	if e.clock == nil {
 		e.clock = clock.RealClock{}
@@ -335,6 +350,7 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 		j.state.due = nextDue(j.due, j.check.interval, now)
 	}
 	e.metFleet = true
+	e.latencyBudget.SetLimitAt(now, latencyRate(e.latencyRateCap, e.latencyPerProxyHour, healthy+unhealthy+unknown))
 	e.mu.Unlock()
 
 	for _, key := range forget {
@@ -399,6 +415,12 @@ func seedFromStatus(p *crawlv1alpha1.Proxy, address string) (counters, *controll
 		Latency:   time.Duration(p.Status.LatencyMillis) * time.Millisecond,
 		CheckedAt: checkedAt,
 	}, checkedAt
+}
+
+// latencyRate is the fleet's budget of latency-only reports per second:
+// perProxyHour for each probed proxy, never above rateCap (decision 122).
+func latencyRate(rateCap, perProxyHour float64, probed int) rate.Limit {
+	return rate.Limit(min(rateCap, float64(probed)*perProxyHour/3600))
 }
 
 // nextDue keeps the proxy's cadence (due + interval), skipping the slots a
@@ -493,6 +515,7 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 	if why == "" {
 		return
 	}
+	e.metrics.ObserveReport(why)
 	klog.FromContext(ctx).V(2).Info("Reporting health verdict", "proxy", klog.KRef(j.key.Namespace, j.key.Name),
 		"why", why, "healthy", v.Healthy, "latency", v.Latency, "message", v.Message)
 	e.enqueue(j.key)

@@ -210,6 +210,7 @@ type recordingMetrics struct {
 	byVerdict [3]int // healthy, unhealthy, unknown
 	delays    []time.Duration
 	skipped   int
+	reports   map[string]int // by why
 }
 
 func newRecordingMetrics() *recordingMetrics {
@@ -218,6 +219,7 @@ func newRecordingMetrics() *recordingMetrics {
 		lastProbe: map[cache.ObjectName]time.Time{},
 		failures:  map[cache.ObjectName]int{},
 		forgotten: map[cache.ObjectName]int{},
+		reports:   map[string]int{},
 	}
 }
 
@@ -258,6 +260,12 @@ func (m *recordingMetrics) ProbeDispatchSkipped() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.skipped++
+}
+
+func (m *recordingMetrics) ObserveReport(why string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reports[why]++
 }
 
 // TestThresholds drives one proxy through probe results and checks, after
@@ -391,14 +399,17 @@ func TestLatencyReportRateLimit(t *testing.T) {
 		wantLatency time.Duration
 	}{
 		{140 * time.Millisecond, 1, 100 * time.Millisecond}, // T+10s, +40%: immaterial
-		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+20s, material: not yet persisted
+		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+20s, material: not yet persisted (1 of 5)
 		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+30s
-		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+40s: persisted, rate-limited
+		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+40s
 		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+50s
-		{300 * time.Millisecond, 2, 300 * time.Millisecond}, // T+60s: reported
+		{300 * time.Millisecond, 2, 300 * time.Millisecond}, // T+60s: persisted, a minute after T: reported
 		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+70s: material again, not persisted
 		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+80s
-		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+90s: persisted, rate-limited
+		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+90s
+		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+100s
+		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+110s: persisted, 50s after the last report: rate-limited
+		{20 * time.Millisecond, 3, 20 * time.Millisecond},   // T+120s: reported
 	}
 	for i, s := range steps {
 		f.step(testInterval, always(success(s.latency)))
@@ -421,6 +432,9 @@ func TestLatencyReportBudget(t *testing.T) {
 		proxies = append(proxies, testProxy(fmt.Sprintf("p%02d", i)))
 	}
 	f := newFixture(t, proxies...)
+	// This test is about the cap: the share per proxy is set so high that
+	// the cap binds (TestLatencyBudgetScalesWithFleet tests the share).
+	f.engine.latencyPerProxyHour = 1e6
 	total := func() int {
 		sum := 0
 		for i := range n {
@@ -458,6 +472,66 @@ func TestLatencyReportBudget(t *testing.T) {
 	f.step(testInterval, always(success(300*time.Millisecond)))
 	if got := total() - n; got != n {
 		t.Errorf("%d latency reports after two more intervals, want one per proxy (%d)", got, n)
+	}
+}
+
+// TestLatencyBudgetScalesWithFleet: however noisy the latencies, the
+// fleet's latency-only reports average at most
+// DefaultLatencyReportsPerProxyHour per proxy per hour, after the burst
+// (decision 122); flips are never held back by it.
+func TestLatencyBudgetScalesWithFleet(t *testing.T) {
+	const n, hours = 50, 2
+	var proxies []*crawlv1alpha1.Proxy
+	for i := range n {
+		proxies = append(proxies, testProxy(fmt.Sprintf("p%02d", i)))
+	}
+	f := newFixture(t, proxies...)
+	total := func() int {
+		sum := 0
+		for i := range n {
+			sum += f.enqueues(fmt.Sprintf("p%02d", i))
+		}
+		return sum
+	}
+	f.tick()
+	f.step(testInterval, always(success(100*time.Millisecond)))
+	if got := total(); got != n {
+		t.Fatalf("%d first verdicts, want %d", got, n)
+	}
+	// Every proxy's latency moves between 100ms and 400ms every
+	// latencyPersistence probes: each move persists and is material, so
+	// every proxy would be reported once per MinReportInterval.
+	probes := 0
+	latency := func(string) Result {
+		if (probes/latencyPersistence)%2 == 1 {
+			return success(400 * time.Millisecond)
+		}
+		return success(100 * time.Millisecond)
+	}
+	for range hours * time.Hour / testInterval {
+		probes++
+		f.step(testInterval, latency)
+	}
+	budget := latencyReportBurst + n*DefaultLatencyReportsPerProxyHour*hours
+	if got := total() - n; got > budget || got < budget-latencyReportBurst {
+		t.Errorf("%d latency reports in %dh from %d noisy proxies, want between %d and %d (the burst plus %d per proxy per hour)",
+			got, hours, n, budget-latencyReportBurst, budget, DefaultLatencyReportsPerProxyHour)
+	}
+	// A flip is reported at once, budget or not.
+	before := total()
+	for range 3 { // failureThreshold 3
+		f.step(testInterval, always(failure("connecting to the proxy: connection refused")))
+	}
+	if got := total() - before; got != n {
+		t.Errorf("%d flips reported with the latency budget spent, want %d", got, n)
+	}
+	// Every report was counted by why, for the operator's
+	// proxy_operator_health_reports_total.
+	f.metrics.mu.Lock()
+	defer f.metrics.mu.Unlock()
+	want := map[string]int{reportFirstVerdict: n, reportLatency: before - n, reportFlip: n}
+	if diff := cmp.Diff(want, f.metrics.reports); diff != "" {
+		t.Errorf("reports counted by why (-want +got):\n%s", diff)
 	}
 }
 

@@ -263,6 +263,8 @@ func (m *benchMetrics) ProbeDispatchSkipped() {
 	}
 }
 
+func (m *benchMetrics) ObserveReport(string) {}
+
 func (m *benchMetrics) freeze() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
