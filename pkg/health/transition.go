@@ -78,9 +78,9 @@ func latencyBucket(d time.Duration) int8 {
 // a latency bucket before a change to it is worth a status write: one slow
 // probe on a busy machine is not news for a person reading kubectl get px.
 // Five, not three (decision 123): on a loaded machine a loopback probe's
-// latency spreads over four or five buckets, and three in a row in the
-// bucket next to the reported one came about once in 60 probes; five in a
-// row is about a hundred times rarer, and a real change still shows within
+// latency spreads over four or five buckets, a quarter of the probes in the
+// bucket next to the modal one: three in a row there come about once in 70
+// probes, five about once in 1,300, and a real change still shows within
 // five intervals (2.5 minutes at the default 30s).
 const latencyPersistence = 5
 
