@@ -59,9 +59,11 @@ trap 'rm -f "$tmp"' EXIT
     echo "time the bench's own client takes to create them, API writes per proxy counted at the API"
     echo "server beside the two the design needs, and the operator's CPU and memory in steady state"
     echo "(half the proxies leased) beside the idle operator, kube-apiserver and etcd; plus the"
-    echo "1,000 fleet at client-go's default QPS/burst (5/10) beside ours (100/200). About 30 minutes."
+    echo "1,000 fleet at client-go's default QPS/burst (5/10) beside ours (100/200); the steady window at 10,000"
+    echo "is the long one (status writes per proxy per hour), and the cost-growth table gives each size's RSS and CPU"
+    echo "per proxy. About 30 minutes; a 50,000 row is \`-sizes 1000,10000,50000 -timeout 30m\` (about 45 minutes more)."
     echo
-    go run ./pkg/testsuites/bench/operator
+    go run ./pkg/testsuites/bench/operator -steady-at 10000
     echo
     echo "## Gateway (issue 14)"
     echo

@@ -50,6 +50,11 @@ const (
 	DefaultLatencyReportsPerSecond = 5
 	// latencyReportBurst lets a few latency changes through at once.
 	latencyReportBurst = 20
+	// DefaultLatencyReportsPerProxyHour scales the latency budget with the
+	// fleet (decision 122): the fleet's latency-only reports average at
+	// most this many per probed proxy per hour, below the cap of
+	// LatencyReportsPerSecond.
+	DefaultLatencyReportsPerProxyHour = 1
 )
 
 // queueFactor sizes the queue of due probes: queueFactor × Workers.
@@ -75,6 +80,11 @@ type Config struct {
 	// LatencyReportsPerSecond bounds the reports of a latency change alone
 	// across the fleet. Default DefaultLatencyReportsPerSecond.
 	LatencyReportsPerSecond float64
+	// LatencyReportsPerProxyHour scales that budget with the fleet: at most
+	// this many latency-only reports per probed proxy per hour, fleet-wide,
+	// whichever of the two is lower. Default
+	// DefaultLatencyReportsPerProxyHour.
+	LatencyReportsPerProxyHour float64
 	// Clock schedules probes and stamps them. Default the real clock.
 	Clock clock.WithTicker
 	// Metrics receives measurements. Default NoMetrics.
@@ -96,12 +106,15 @@ type Engine struct {
 	tick              time.Duration
 	minReportInterval time.Duration
 	// latencyBudget is the fleet-wide bucket of latency-only reports,
-	// read with the engine's clock; guarded by mu.
-	latencyBudget *rate.Limiter
-	clock         clock.WithTicker
-	metrics       Metrics
-	logger        klog.Logger
-	rootCAs       *x509.CertPool
+	// read with the engine's clock; guarded by mu. Its rate is
+	// min(latencyRateCap, probed proxies × latencyPerProxyHour / 3600),
+	// set on every pass.
+	latencyBudget                       *rate.Limiter
+	latencyRateCap, latencyPerProxyHour float64
+	clock                               clock.WithTicker
+	metrics                             Metrics
+	logger                              klog.Logger
+	rootCAs                             *x509.CertPool
 
 	// probe is Probe; unit tests script it.
 	probe   func(context.Context, Target) Result
@@ -109,8 +122,13 @@ type Engine struct {
 
 	mu     sync.RWMutex
 	states map[cache.ObjectName]*proxyState
-	// jitter spreads first probes; guarded by mu.
+	// jitter spreads the first probes of the fleet met on the first pass;
+	// guarded by mu.
 	jitter *rand.Rand
+	// metFleet is set once the first pass of this Run has met the fleet:
+	// proxies met later are new, probed at once (decision 121). Guarded by
+	// mu.
+	metFleet bool
 }
 
 var _ controller.HealthSource = (*Engine)(nil)
@@ -149,29 +167,31 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Enqueue == nil {
 		return nil, errors.New("health: Config.Enqueue is required")
 	}
-	if cfg.Workers < 0 || cfg.Tick < 0 || cfg.MinReportInterval < 0 || cfg.LatencyReportsPerSecond < 0 {
-		return nil, fmt.Errorf("health: Workers (%d), Tick (%v), MinReportInterval (%v) and LatencyReportsPerSecond (%v) must not be negative",
-			cfg.Workers, cfg.Tick, cfg.MinReportInterval, cfg.LatencyReportsPerSecond)
+	if cfg.Workers < 0 || cfg.Tick < 0 || cfg.MinReportInterval < 0 || cfg.LatencyReportsPerSecond < 0 || cfg.LatencyReportsPerProxyHour < 0 {
+		return nil, fmt.Errorf("health: Workers (%d), Tick (%v), MinReportInterval (%v), LatencyReportsPerSecond (%v) and LatencyReportsPerProxyHour (%v) must not be negative",
+			cfg.Workers, cfg.Tick, cfg.MinReportInterval, cfg.LatencyReportsPerSecond, cfg.LatencyReportsPerProxyHour)
 	}
 	latencyRate := cfg.LatencyReportsPerSecond
 	if latencyRate == 0 {
 		latencyRate = DefaultLatencyReportsPerSecond
 	}
 	e := &Engine{
-		proxies:           cfg.Proxies,
-		secrets:           cfg.Secrets,
-		enqueue:           cfg.Enqueue,
-		workers:           orDefault(cfg.Workers, DefaultWorkers),
-		tick:              orDefault(cfg.Tick, DefaultTick),
-		minReportInterval: orDefault(cfg.MinReportInterval, DefaultMinReportInterval),
-		latencyBudget:     rate.NewLimiter(rate.Limit(latencyRate), latencyReportBurst),
-		clock:             cfg.Clock,
-		metrics:           cfg.Metrics,
-		logger:            cfg.Logger,
-		rootCAs:           cfg.RootCAs,
-		probe:             Probe,
-		states:            map[cache.ObjectName]*proxyState{},
-		jitter:            rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		proxies:             cfg.Proxies,
+		secrets:             cfg.Secrets,
+		enqueue:             cfg.Enqueue,
+		workers:             orDefault(cfg.Workers, DefaultWorkers),
+		tick:                orDefault(cfg.Tick, DefaultTick),
+		minReportInterval:   orDefault(cfg.MinReportInterval, DefaultMinReportInterval),
+		latencyBudget:       rate.NewLimiter(rate.Limit(latencyRate), latencyReportBurst),
+		latencyRateCap:      latencyRate,
+		latencyPerProxyHour: orDefault(cfg.LatencyReportsPerProxyHour, DefaultLatencyReportsPerProxyHour),
+		clock:               cfg.Clock,
+		metrics:             cfg.Metrics,
+		logger:              cfg.Logger,
+		rootCAs:             cfg.RootCAs,
+		probe:               Probe,
+		states:              map[cache.ObjectName]*proxyState{},
+		jitter:              rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 	if e.clock == nil {
 		e.clock = clock.RealClock{}
@@ -255,6 +275,7 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) resetStates() {
 	e.mu.Lock()
 	e.states = map[cache.ObjectName]*proxyState{}
+	e.metFleet = false
 	e.mu.Unlock()
 }
 
@@ -336,6 +357,8 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 		j.state.inFlight = true
 		j.state.due = nextDue(j.due, j.check.interval, now)
 	}
+	e.metFleet = true
+	e.latencyBudget.SetLimitAt(now, latencyRate(e.latencyRateCap, e.latencyPerProxyHour, healthy+unhealthy+unknown))
 	e.mu.Unlock()
 
 	for _, key := range forget {
@@ -350,18 +373,26 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 	e.metrics.SetProxiesByVerdict(healthy, unhealthy, unknown)
 }
 
-// newState starts tracking a proxy; the first probe is due at a uniformly
-// random point of the first interval, so that a fleet seen at once (a new
-// leader) is not probed all in the same tick. seed is true for a proxy
-// this engine did not track before: then its verdict starts from the
-// Healthy condition a previous leader wrote, so that probes that agree
-// with it report nothing (no status writes, no events, after a handover).
+// newState starts tracking a proxy. On the first pass of a Run (a new
+// leader meeting the whole fleet at once) the first probe is due at a
+// uniformly random point of the first interval, so that the fleet is not
+// probed all in the same tick; a proxy met on a later pass (created, or
+// given a new instance or address, while the engine runs) is due at once:
+// nobody has a verdict for it, and its creator waits for one (decision
+// 121). Many of those at once are paced by the pool, most overdue first.
+// seed is true for a proxy this engine did not track before: then its
+// verdict starts from the Healthy condition a previous leader wrote, so
+// that probes that agree with it report nothing (no status writes, no
+// events, after a handover).
 func (e *Engine) newState(p *crawlv1alpha1.Proxy, address string, interval time.Duration, now time.Time, seed bool) *proxyState {
 	st := &proxyState{
 		uid:      string(p.UID),
 		address:  address,
 		interval: interval,
-		due:      now.Add(time.Duration(e.jitter.Int64N(int64(interval)))),
+		due:      now,
+	}
+	if !e.metFleet {
+		st.due = now.Add(time.Duration(e.jitter.Int64N(int64(interval))))
 	}
 	if seed {
 		st.counters, st.reported, st.reportedAt = seedFromStatus(p, address)
@@ -392,6 +423,12 @@ func seedFromStatus(p *crawlv1alpha1.Proxy, address string) (counters, *controll
 		Latency:   time.Duration(p.Status.LatencyMillis) * time.Millisecond,
 		CheckedAt: checkedAt,
 	}, checkedAt
+}
+
+// latencyRate is the fleet's budget of latency-only reports per second:
+// perProxyHour for each probed proxy, never above rateCap (decision 122).
+func latencyRate(rateCap, perProxyHour float64, probed int) rate.Limit {
+	return rate.Limit(min(rateCap, float64(probed)*perProxyHour/3600))
 }
 
 // nextDue keeps the proxy's cadence (due + interval), skipping the slots a
@@ -499,6 +536,7 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 	if why == "" {
 		return
 	}
+	e.metrics.ObserveReport(why)
 	klog.FromContext(ctx).V(2).Info("Reporting health verdict", "proxy", klog.KRef(j.key.Namespace, j.key.Name),
 		"why", why, "healthy", v.Healthy, "latency", v.Latency, "message", v.Message)
 	e.enqueue(j.key)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -225,6 +226,7 @@ type recordingMetrics struct {
 	byVerdict [3]int // healthy, unhealthy, unknown
 	delays    []time.Duration
 	skipped   int
+	reports   map[string]int // by why
 }
 
 func newRecordingMetrics() *recordingMetrics {
@@ -233,6 +235,7 @@ func newRecordingMetrics() *recordingMetrics {
 		lastProbe: map[cache.ObjectName]time.Time{},
 		failures:  map[cache.ObjectName]int{},
 		forgotten: map[cache.ObjectName]int{},
+		reports:   map[string]int{},
 	}
 }
 
@@ -273,6 +276,12 @@ func (m *recordingMetrics) ProbeDispatchSkipped() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.skipped++
+}
+
+func (m *recordingMetrics) ObserveReport(why string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reports[why]++
 }
 
 // TestThresholds drives one proxy through probe results and checks, after
@@ -406,14 +415,17 @@ func TestLatencyReportRateLimit(t *testing.T) {
 		wantLatency time.Duration
 	}{
 		{140 * time.Millisecond, 1, 100 * time.Millisecond}, // T+10s, +40%: immaterial
-		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+20s, material: not yet persisted
+		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+20s, material: not yet persisted (1 of 5)
 		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+30s
-		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+40s: persisted, rate-limited
+		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+40s
 		{300 * time.Millisecond, 1, 100 * time.Millisecond}, // T+50s
-		{300 * time.Millisecond, 2, 300 * time.Millisecond}, // T+60s: reported
+		{300 * time.Millisecond, 2, 300 * time.Millisecond}, // T+60s: persisted, a minute after T: reported
 		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+70s: material again, not persisted
 		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+80s
-		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+90s: persisted, rate-limited
+		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+90s
+		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+100s
+		{20 * time.Millisecond, 2, 300 * time.Millisecond},  // T+110s: persisted, 50s after the last report: rate-limited
+		{20 * time.Millisecond, 3, 20 * time.Millisecond},   // T+120s: reported
 	}
 	for i, s := range steps {
 		f.step(testInterval, always(success(s.latency)))
@@ -436,6 +448,9 @@ func TestLatencyReportBudget(t *testing.T) {
 		proxies = append(proxies, testProxy(fmt.Sprintf("p%02d", i)))
 	}
 	f := newFixture(t, proxies...)
+	// This test is about the cap: the share per proxy is set so high that
+	// the cap binds (TestLatencyBudgetScalesWithFleet tests the share).
+	f.engine.latencyPerProxyHour = 1e6
 	total := func() int {
 		sum := 0
 		for i := range n {
@@ -476,6 +491,66 @@ func TestLatencyReportBudget(t *testing.T) {
 	}
 }
 
+// TestLatencyBudgetScalesWithFleet: however noisy the latencies, the
+// fleet's latency-only reports average at most
+// DefaultLatencyReportsPerProxyHour per proxy per hour, after the burst
+// (decision 122); flips are never held back by it.
+func TestLatencyBudgetScalesWithFleet(t *testing.T) {
+	const n, hours = 50, 2
+	var proxies []*crawlv1alpha1.Proxy
+	for i := range n {
+		proxies = append(proxies, testProxy(fmt.Sprintf("p%02d", i)))
+	}
+	f := newFixture(t, proxies...)
+	total := func() int {
+		sum := 0
+		for i := range n {
+			sum += f.enqueues(fmt.Sprintf("p%02d", i))
+		}
+		return sum
+	}
+	f.tick()
+	f.step(testInterval, always(success(100*time.Millisecond)))
+	if got := total(); got != n {
+		t.Fatalf("%d first verdicts, want %d", got, n)
+	}
+	// Every proxy's latency moves between 100ms and 400ms every
+	// latencyPersistence probes: each move persists and is material, so
+	// every proxy would be reported once per MinReportInterval.
+	probes := 0
+	latency := func(string) Result {
+		if (probes/latencyPersistence)%2 == 1 {
+			return success(400 * time.Millisecond)
+		}
+		return success(100 * time.Millisecond)
+	}
+	for range hours * time.Hour / testInterval {
+		probes++
+		f.step(testInterval, latency)
+	}
+	budget := latencyReportBurst + n*DefaultLatencyReportsPerProxyHour*hours
+	if got := total() - n; got > budget || got < budget-latencyReportBurst {
+		t.Errorf("%d latency reports in %dh from %d noisy proxies, want between %d and %d (the burst plus %d per proxy per hour)",
+			got, hours, n, budget-latencyReportBurst, budget, DefaultLatencyReportsPerProxyHour)
+	}
+	// A flip is reported at once, budget or not.
+	before := total()
+	for range 3 { // failureThreshold 3
+		f.step(testInterval, always(failure("connecting to the proxy: connection refused")))
+	}
+	if got := total() - before; got != n {
+		t.Errorf("%d flips reported with the latency budget spent, want %d", got, n)
+	}
+	// Every report was counted by why, for the operator's
+	// proxy_operator_health_reports_total.
+	f.metrics.mu.Lock()
+	defer f.metrics.mu.Unlock()
+	want := map[string]int{reportFirstVerdict: n, reportLatency: before - n, reportFlip: n}
+	if diff := cmp.Diff(want, f.metrics.reports); diff != "" {
+		t.Errorf("reports counted by why (-want +got):\n%s", diff)
+	}
+}
+
 // TestJitterSpread: the first probes of a fleet seen at once spread evenly
 // over the first interval instead of bunching in one tick.
 func TestJitterSpread(t *testing.T) {
@@ -513,6 +588,43 @@ func TestJitterSpread(t *testing.T) {
 	}
 	if again != n {
 		t.Errorf("second interval probed %d proxies, want %d", again, n)
+	}
+}
+
+// TestNewProxyProbedAtOnce: a proxy created while the engine runs is probed
+// at the first tick that meets it, not somewhere in its first interval
+// (decision 121); the fleet met on the first pass keeps its spread, and the
+// new proxy then keeps its own cadence.
+func TestNewProxyProbedAtOnce(t *testing.T) {
+	const n = 100
+	var proxies []*crawlv1alpha1.Proxy
+	for i := range n {
+		proxies = append(proxies, testProxy(fmt.Sprintf("p%03d", i)))
+	}
+	f := newFixture(t, proxies...)
+	first := len(f.tick())
+	if first > n/int(testInterval/testTick) {
+		t.Fatalf("the first pass dispatched %d of %d probes at once, want them spread over the interval", first, n)
+	}
+	f.step(testTick, always(success(time.Millisecond)))
+
+	f.put(testProxy("new"))
+	probed := f.step(testTick, always(success(time.Millisecond)))
+	if !slices.Contains(probed, "new") {
+		t.Fatalf("the tick after the new proxy appeared probed %v, want it among them", probed)
+	}
+	if v, ok := f.verdict("new"); !ok || !v.Healthy {
+		t.Errorf("verdict of the new proxy after its first probe: %+v, %v; want healthy (success threshold 1)", v, ok)
+	}
+	var again []time.Duration
+	start := f.clock.Now()
+	for range 2 * testInterval / testTick {
+		if slices.Contains(f.step(testTick, always(success(time.Millisecond))), "new") {
+			again = append(again, f.clock.Now().Sub(start))
+		}
+	}
+	if want := []time.Duration{testInterval, 2 * testInterval}; !slices.Equal(again, want) {
+		t.Errorf("the new proxy was probed again after %v, want %v (one interval apart)", again, want)
 	}
 }
 
@@ -624,7 +736,9 @@ func TestStateReset(t *testing.T) {
 			}
 
 			tc.change(f)
-			f.tick()
+			// A replaced or moved proxy is new to the engine: its first
+			// probe goes at once (decision 121).
+			fresh := f.tick()
 			if _, ok := f.verdict("p"); ok {
 				t.Error("the old verdict survived the change")
 			}
@@ -642,10 +756,11 @@ func TestStateReset(t *testing.T) {
 				t.Error("a result about the old instance made a verdict")
 			}
 
-			probes := 0
-			for range 2 {
-				probes += len(f.step(testInterval, always(success(5*time.Millisecond))))
+			probes := len(fresh)
+			for _, j := range fresh {
+				f.engine.record(f.ctx, j, success(5*time.Millisecond), now, now)
 			}
+			probes += len(f.step(testInterval, always(success(5*time.Millisecond))))
 			_, ok := f.verdict("p")
 			if tc.wantTracked != (probes > 0) || tc.wantTracked != ok {
 				t.Errorf("after the change: %d probes, verdict %v; want tracked=%v", probes, ok, tc.wantTracked)

@@ -29,6 +29,10 @@ const (
 	ResultOpen = "open"
 )
 
+// Reports lists why a verdict is reported, the label values of
+// Metrics.ObserveReport.
+var Reports = []string{reportFirstVerdict, reportFlip, reportLatency}
+
 // Results lists every probe result, for pre-declaring metric series.
 var Results = []string{
 	ResultSuccess, ResultTimeout, ResultConnectError, ResultProxyRefused,
@@ -57,6 +61,9 @@ type Metrics interface {
 	// ProbeDispatchSkipped counts a due probe that found the pool saturated
 	// (every worker busy and the queue full); it is retried at the next tick.
 	ProbeDispatchSkipped()
+	// ObserveReport counts a verdict reported to the controller (each one
+	// a status write), by why: one of Reports.
+	ObserveReport(why string)
 }
 
 // NoMetrics discards every measurement.
@@ -68,3 +75,4 @@ func (NoMetrics) ForgetProxy(cache.ObjectName)                                  
 func (NoMetrics) SetProxiesByVerdict(int, int, int)                               {}
 func (NoMetrics) ObserveScheduleDelay(time.Duration)                              {}
 func (NoMetrics) ProbeDispatchSkipped()                                           {}
+func (NoMetrics) ObserveReport(string)                                            {}

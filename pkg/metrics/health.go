@@ -15,6 +15,7 @@ type healthMetrics struct {
 	byVerdict           *prometheus.GaugeVec
 	scheduleDelay       prometheus.Histogram
 	dispatchSkipped     prometheus.Counter
+	reports             *prometheus.CounterVec
 }
 
 func newHealthMetrics() healthMetrics {
@@ -52,18 +53,27 @@ func newHealthMetrics() healthMetrics {
 			Name:      "probe_dispatch_skipped_total",
 			Help:      "Due probes not dispatched because every probe worker was busy; each is retried at the next tick.",
 		}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "health_reports_total",
+			Help:      "Verdicts the health engine reported to the controller, each a status write, by reason: first_verdict, flip, or latency_change (a latency-only update, budgeted).",
+		}, []string{"reason"}),
 	}
 }
 
-// predeclare creates the result series so that rates work from the first scrape.
-func (h healthMetrics) predeclare(results []string) {
+// predeclare creates the result and report series so that rates work from
+// the first scrape.
+func (h healthMetrics) predeclare(results, reports []string) {
 	for _, r := range results {
 		h.probeDuration.WithLabelValues(r)
+	}
+	for _, r := range reports {
+		h.reports.WithLabelValues(r)
 	}
 }
 
 func (h healthMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{h.probeDuration, h.lastProbe, h.consecutiveFailures, h.byVerdict, h.scheduleDelay, h.dispatchSkipped}
+	return []prometheus.Collector{h.probeDuration, h.lastProbe, h.consecutiveFailures, h.byVerdict, h.scheduleDelay, h.dispatchSkipped, h.reports}
 }
 
 // ObserveProbe records a finished probe.
@@ -97,3 +107,6 @@ func (m *Metrics) ObserveScheduleDelay(delay time.Duration) {
 
 // ProbeDispatchSkipped counts a due probe the saturated pool could not take.
 func (m *Metrics) ProbeDispatchSkipped() { m.health.dispatchSkipped.Inc() }
+
+// ObserveReport counts a verdict reported to the controller, by why.
+func (m *Metrics) ObserveReport(why string) { m.health.reports.WithLabelValues(why).Inc() }

@@ -120,7 +120,7 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	m.health.predeclare(health.Results)
+	m.health.predeclare(health.Results, health.Reports)
 	m.registry.MustRegister(m.health.collectors()...)
 	m.lease.predeclare(lease.AcquireOutcomes, lease.LeaseEnds)
 	m.registry.MustRegister(m.lease.collectors()...)

@@ -108,8 +108,9 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 
 	// No periodic resync: the controller polls instances on its own
 	// schedule, and its handlers drop resyncs anyway.
-	kubeInformers := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace))
-	crawlInformers := crawlinformers.NewSharedInformerFactoryWithOptions(crawl, 0, crawlinformers.WithNamespace(o.Namespace))
+	// trimForCache keeps the caches to what the operator reads (decision 120).
+	kubeInformers := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace), informers.WithTransform(trimForCache))
+	crawlInformers := crawlinformers.NewSharedInformerFactoryWithOptions(crawl, 0, crawlinformers.WithNamespace(o.Namespace), crawlinformers.WithTransform(trimForCache))
 	proxyInformer := crawlInformers.Crawl().V1alpha1().Proxies()
 	secretInformer := kubeInformers.Core().V1().Secrets()
 	secrets := secretInformer.Lister()
@@ -530,6 +531,9 @@ func (op *operator) serveMetrics(ctx context.Context, ln net.Listener, stop <-ch
 	mux.Handle("GET /metrics", op.metrics.Handler())
 	mux.HandleFunc("GET /healthz", op.serveHealthz)
 	mux.HandleFunc("GET /readyz", op.serveReadyz)
+	if op.opts.Profiling {
+		registerProfiling(mux)
+	}
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

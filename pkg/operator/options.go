@@ -118,6 +118,9 @@ type Options struct {
 	GatewayAddr        string
 	GatewayWait        time.Duration
 	GatewaySessionIdle time.Duration
+
+	// Profiling serves /debug/pprof/ on MetricsAddr (profiling.go).
+	Profiling bool
 }
 
 // LatencyShareOfQPS is the part of --kube-api-qps that latency-only status
@@ -224,6 +227,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PodName, "pod-name", o.PodName, "The operator's own Pod (default $POD_NAME); the leader labels it "+LeaderLabel+"=true for the lease Service.")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "The namespace of the operator's own Pod (default $POD_NAMESPACE).")
 	o.addGatewayFlags(fs)
+	o.addProfilingFlags(fs)
 }
 
 // addGatewayFlags binds the gateway's flags (docs/gateway.md).

@@ -263,6 +263,8 @@ func (m *benchMetrics) ProbeDispatchSkipped() {
 	}
 }
 
+func (m *benchMetrics) ObserveReport(string) {}
+
 func (m *benchMetrics) freeze() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -281,14 +283,21 @@ func (m *benchMetrics) lateness() (p50, p99, maximum time.Duration) {
 	return at(0.50), at(0.99), d[len(d)-1]
 }
 
+// cpuPerProbeTarget is issue 16's bound on the engine's CPU per probe, as
+// a multiple of the bare loop's.
+const cpuPerProbeTarget = 1.1
+
 func printTable(rows []row) {
-	fmt.Println("| proxies | interval | workers | run | expected probes/s | engine probes/s | achieved | failed | lateness p50 | p99 | max | skipped dispatches | engine CPU (cores) | CPU per probe | engine RSS (MiB) | bare loop probes/s | bare loop CPU (cores) | fleet CPU (cores) |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| proxies | interval | workers | run | expected probes/s | engine probes/s | achieved | failed | lateness p50 | p99 | max | skipped dispatches | engine CPU (cores) | CPU per probe | engine RSS (MiB) | bare loop probes/s | bare loop CPU (cores) | bare loop CPU per probe | engine ÷ bare, CPU per probe | target | fleet CPU (cores) |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
-		fmt.Printf("| %d | %v | %d | %v | %.1f | %.1f | %.1f%% | %d | %v | %v | %v | %d | %.3f | %v | %.0f | %.0f | %.2f | %.2f |\n",
+		// The bare loop's CPU per probe: its cores over its probes/s.
+		barePerProbe := time.Duration(r.bareCPU / r.bareRate * float64(time.Second))
+		fmt.Printf("| %d | %v | %d | %v | %.1f | %.1f | %.1f%% | %d | %v | %v | %v | %d | %.3f | %v | %.0f | %.0f | %.2f | %v | %.2f× | ≤ %.1f× | %.2f |\n",
 			r.proxies, r.interval, r.workers, r.run, r.expected, r.achieved, 100*r.achieved/r.expected, r.failed,
 			r.lateP50.Round(time.Millisecond), r.lateP99.Round(time.Millisecond), r.late.Round(time.Millisecond),
-			r.skipped, r.cpu, r.cpuPerProbe.Round(time.Microsecond), r.rssMiB, r.bareRate, r.bareCPU, r.fleetCPU)
+			r.skipped, r.cpu, r.cpuPerProbe.Round(time.Microsecond), r.rssMiB, r.bareRate, r.bareCPU,
+			barePerProbe.Round(time.Microsecond), float64(r.cpuPerProbe)/float64(barePerProbe), cpuPerProbeTarget, r.fleetCPU)
 	}
 }
 

@@ -33,6 +33,9 @@ type healthCounts struct {
 	scheduled, late float64
 	// skipped dispatches: every probe worker was busy.
 	skipped float64
+	// reports: verdicts reported to the controller, by why
+	// (proxy_operator_health_reports_total).
+	reports counts
 	// events by reason (Event.count summed), and the Unhealthy events'
 	// messages with their numbers masked.
 	events, unhealthyMessages counts
@@ -71,7 +74,7 @@ func scrapeHealth(ctx context.Context, metricsURL string, kube kubernetes.Interf
 // parseProbeMetrics reads the health engine's counters from the operator's
 // /metrics text.
 func parseProbeMetrics(r io.Reader) (healthCounts, error) {
-	h := healthCounts{probes: counts{}}
+	h := healthCounts{probes: counts{}, reports: counts{}}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(r)
 	if err != nil {
@@ -101,6 +104,13 @@ func parseProbeMetrics(r io.Reader) (healthCounts, error) {
 	for _, m := range families["proxy_operator_probe_dispatch_skipped_total"].GetMetric() {
 		h.skipped += m.GetCounter().GetValue()
 	}
+	for _, m := range families["proxy_operator_health_reports_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "reason" {
+				h.reports[l.GetValue()] += m.GetCounter().GetValue()
+			}
+		}
+	}
 	return h, nil
 }
 
@@ -111,6 +121,7 @@ func (h healthCounts) sub(before healthCounts) healthCounts {
 		scheduled:         h.scheduled - before.scheduled,
 		late:              h.late - before.late,
 		skipped:           h.skipped - before.skipped,
+		reports:           h.reports.sub(before.reports),
 		events:            h.events.sub(before.events),
 		unhealthyMessages: h.unhealthyMessages.sub(before.unhealthyMessages),
 	}

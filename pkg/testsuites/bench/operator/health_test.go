@@ -27,6 +27,9 @@ func TestParseProbeMetrics(t *testing.T) {
 		m.ObserveScheduleDelay(d)
 	}
 	m.ProbeDispatchSkipped()
+	m.ObserveReport("latency_change")
+	m.ObserveReport("latency_change")
+	m.ObserveReport("flip")
 
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -39,8 +42,10 @@ func TestParseProbeMetrics(t *testing.T) {
 		scheduled: 5,
 		late:      2, // 1.3 s and 3 s; 1.28 s is on the bucket bound, so on time
 		skipped:   1,
+		reports:   counts{"latency_change": 2, "flip": 1},
 	}
 	got.probes = got.probes.sub(counts{}) // the pre-declared zero series
+	got.reports = got.reports.sub(counts{})
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(healthCounts{})); diff != "" {
 		t.Errorf("parseProbeMetrics (-want +got):\n%s", diff)
 	}

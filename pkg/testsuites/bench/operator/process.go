@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -112,6 +113,33 @@ func (p *operatorProcess) waitLeader(ctx context.Context, timeout time.Duration)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// saveHeapProfile writes the operator's heap profile (it runs with
+// --profiling) to path. gc=1 collects first, so the profile's in-use
+// figures are the live heap, not garbage awaiting a cycle.
+func (p *operatorProcess) saveHeapProfile(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.metricsURL+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /debug/pprof/heap: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // tail returns the last n lines of the process's log.
