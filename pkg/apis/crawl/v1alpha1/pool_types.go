@@ -18,6 +18,9 @@ import (
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`,description="Ready members that are not draining: what the lease API can hand out"
 // +kubebuilder:printcolumn:name="Up-to-date",type=integer,JSONPath=`.status.updatedReplicas`,description="Members built from the current template revision"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Held",type=integer,priority=1,JSONPath=`.status.demand.held`,description="Lease slots held on the members"
+// +kubebuilder:printcolumn:name="Waiting",type=integer,priority=1,JSONPath=`.status.demand.waiting`,description="Acquires waiting for a slot a member would fill"
+// +kubebuilder:printcolumn:name="Wanted",type=integer,priority=1,JSONPath=`.status.demand.desiredReplicas`,description="Members the autoscaler asks for (spec.autoscaling)"
 
 // ProxyPool is a fleet of Managed proxies made from one template: it keeps
 // spec.replicas members, replaces out-of-date, too old and unhealthy members
@@ -83,6 +86,11 @@ type ProxyPoolSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Remediation PoolRemediation `json:"remediation,omitempty"`
+
+	// Autoscaling sizes the pool from its lease demand; the operator then
+	// owns spec.replicas (see PoolAutoscaling).
+	// +optional
+	Autoscaling *PoolAutoscaling `json:"autoscaling,omitempty"`
 }
 
 // ProxyTemplate is the metadata and spec of every member.
@@ -189,10 +197,14 @@ type ProxyPoolStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// Demand is the lease demand on the pool (autoscale_types.go).
+	// +optional
+	Demand *PoolDemand `json:"demand,omitempty"`
+
 	// Conditions: Available (at least replicas - maxUnavailable members are
 	// available), Progressing (members are being created, drained or
 	// replaced) and RemediationAllowed (False while more than maxUnhealthy
-	// members are Unhealthy).
+	// members are Unhealthy), and Autoscaling with spec.autoscaling.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

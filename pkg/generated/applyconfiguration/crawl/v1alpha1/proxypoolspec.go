@@ -48,6 +48,9 @@ type ProxyPoolSpecApplyConfiguration struct {
 	DrainTimeout *v1.Duration `json:"drainTimeout,omitempty"`
 	// Remediation replaces members that stay Unhealthy.
 	Remediation *PoolRemediationApplyConfiguration `json:"remediation,omitempty"`
+	// Autoscaling sizes the pool from its lease demand; the operator then
+	// owns spec.replicas (see PoolAutoscaling).
+	Autoscaling *PoolAutoscalingApplyConfiguration `json:"autoscaling,omitempty"`
 }
 
 // ProxyPoolSpecApplyConfiguration constructs a declarative configuration of the ProxyPoolSpec type for use with
@@ -101,5 +104,13 @@ func (b *ProxyPoolSpecApplyConfiguration) WithDrainTimeout(value v1.Duration) *P
 // If called multiple times, the Remediation field is set to the value of the last call.
 func (b *ProxyPoolSpecApplyConfiguration) WithRemediation(value *PoolRemediationApplyConfiguration) *ProxyPoolSpecApplyConfiguration {
 	b.Remediation = value
+	return b
+}
+
+// WithAutoscaling sets the Autoscaling field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Autoscaling field is set to the value of the last call.
+func (b *ProxyPoolSpecApplyConfiguration) WithAutoscaling(value *PoolAutoscalingApplyConfiguration) *ProxyPoolSpecApplyConfiguration {
+	b.Autoscaling = value
 	return b
 }

@@ -46,10 +46,12 @@ type ProxyPoolStatusApplyConfiguration struct {
 	Revision *string `json:"revision,omitempty"`
 	// ObservedGeneration is the spec generation this status describes.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
+	// Demand is the lease demand on the pool (autoscale_types.go).
+	Demand *PoolDemandApplyConfiguration `json:"demand,omitempty"`
 	// Conditions: Available (at least replicas - maxUnavailable members are
 	// available), Progressing (members are being created, drained or
 	// replaced) and RemediationAllowed (False while more than maxUnhealthy
-	// members are Unhealthy).
+	// members are Unhealthy), and Autoscaling with spec.autoscaling.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
 
@@ -112,6 +114,14 @@ func (b *ProxyPoolStatusApplyConfiguration) WithRevision(value string) *ProxyPoo
 // If called multiple times, the ObservedGeneration field is set to the value of the last call.
 func (b *ProxyPoolStatusApplyConfiguration) WithObservedGeneration(value int64) *ProxyPoolStatusApplyConfiguration {
 	b.ObservedGeneration = &value
+	return b
+}
+
+// WithDemand sets the Demand field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Demand field is set to the value of the last call.
+func (b *ProxyPoolStatusApplyConfiguration) WithDemand(value *PoolDemandApplyConfiguration) *ProxyPoolStatusApplyConfiguration {
+	b.Demand = value
 	return b
 }
 
