@@ -14,7 +14,8 @@ import (
 
 // newPoolController builds the ProxyPool controller (pkg/pool): it runs on
 // the leader beside the Proxy controller, with its own queue, and asks the
-// lease store how many leases hold each draining member.
+// lease store how many leases hold each draining member and, for
+// spec.autoscaling, which acquires wait or were refused.
 func newPoolController(crawl versioned.Interface, kube kubernetes.Interface, factory crawlinformers.SharedInformerFactory,
 	proxies crawlinformersv1alpha1.ProxyInformer, secrets coreinformers.SecretInformer, leases *lease.Server, m *metrics.Metrics) (*pool.Controller, error) {
 	return pool.NewController(pool.Config{
@@ -24,6 +25,7 @@ func newPoolController(crawl versioned.Interface, kube kubernetes.Interface, fac
 		ProxyInformer:    proxies,
 		SecretInformer:   secrets,
 		Leases:           leases.Store(),
+		Demand:           leases.Store(), // spec.autoscaling: waiting and refused acquires
 		Metrics:          m,
 		WorkqueueMetrics: m.WorkqueueProvider(),
 	})

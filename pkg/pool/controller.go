@@ -101,6 +101,11 @@ type Config struct {
 	// DrainPoll overrides DrainPoll.
 	DrainPoll        time.Duration
 	WorkqueueMetrics workqueue.MetricsProvider
+	// Demand tells waiting and refused acquires (spec.autoscaling); nil:
+	// demand is unknown and autoscaled pools keep their size.
+	Demand DemandSource
+	// DemandPoll overrides DemandPoll.
+	DemandPoll time.Duration
 }
 
 // Controller reconciles ProxyPools.
@@ -119,6 +124,10 @@ type Controller struct {
 	drainPoll time.Duration
 	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	pending   *expectations
+	// Autoscaling (autoscale_sync.go).
+	demand      DemandSource
+	demandPoll  time.Duration
+	autoscalers autoscaler
 }
 
 // secretIndex indexes pools by the "namespace/name" of the Secrets their
@@ -128,18 +137,20 @@ const secretIndex = "secret"
 // NewController registers the handlers. It starts nothing.
 func NewController(cfg Config) (*Controller, error) {
 	c := &Controller{
-		crawl:     cfg.CrawlClient,
-		kube:      cfg.KubeClient,
-		pools:     cfg.PoolInformer.Lister(),
-		proxies:   cfg.ProxyInformer.Lister(),
-		secrets:   cfg.SecretInformer.Lister(),
-		poolIndex: cfg.PoolInformer.Informer().GetIndexer(),
-		leases:    cfg.Leases,
-		recorder:  cfg.Recorder,
-		clock:     cfg.Clock,
-		metrics:   cfg.Metrics,
-		drainPoll: cfg.DrainPoll,
-		pending:   newExpectations(),
+		crawl:      cfg.CrawlClient,
+		kube:       cfg.KubeClient,
+		pools:      cfg.PoolInformer.Lister(),
+		proxies:    cfg.ProxyInformer.Lister(),
+		secrets:    cfg.SecretInformer.Lister(),
+		poolIndex:  cfg.PoolInformer.Informer().GetIndexer(),
+		leases:     cfg.Leases,
+		recorder:   cfg.Recorder,
+		clock:      cfg.Clock,
+		metrics:    cfg.Metrics,
+		drainPoll:  cfg.DrainPoll,
+		pending:    newExpectations(),
+		demand:     cfg.Demand,
+		demandPoll: cfg.DemandPoll,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedMaxOfRateLimiter(
 				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, time.Minute),
@@ -156,6 +167,12 @@ func NewController(cfg Config) (*Controller, error) {
 	}
 	if c.drainPoll <= 0 {
 		c.drainPoll = DrainPoll
+	}
+	if c.demandPoll <= 0 {
+		c.demandPoll = DemandPoll
+	}
+	if c.demand != nil {
+		c.demand.NotifyDemand(c.onDemand)
 	}
 	if err := cfg.PoolInformer.Informer().AddIndexers(cache.Indexers{secretIndex: poolSecrets}); err != nil {
 		return nil, fmt.Errorf("adding the pool Secret index: %w", err)
@@ -278,6 +295,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	cached, err := c.pools.ProxyPools(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		c.metrics.ForgetPool(key.Namespace, key.Name)
+		c.autoscalers.forget(key)
 		return 0, c.deleteOrphans(ctx, key)
 	}
 	if err != nil {
@@ -304,6 +322,14 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 
 	members, byName, err := c.members(pool)
 	if err != nil {
+		return 0, err
+	}
+	// spec.autoscaling may write spec.replicas first (autoscale_sync.go).
+	scaleRequeue, err := c.autoscale(ctx, pool, revision, members, now)
+	if err != nil {
+		return 0, err
+	}
+	if pol, err = policyOf(pool, revision); err != nil {
 		return 0, err
 	}
 	plan := Decide(pol, members, now)
@@ -338,6 +364,11 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	}
 	if c.pending.any(key) && (requeue == 0 || requeue > c.drainPoll) {
 		requeue = c.drainPoll // an expectation may expire without an event
+	}
+	for _, d := range []time.Duration{scaleRequeue, c.demandPollFor(pool)} {
+		if d > 0 && (requeue == 0 || requeue > d) {
+			requeue = d
+		}
 	}
 	return requeue, nil
 }
