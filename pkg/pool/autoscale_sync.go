@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -46,6 +47,40 @@ type DemandMetrics interface {
 type autoscaler struct {
 	mu        sync.Mutex
 	histories map[cache.ObjectName]AutoscaleHistory
+	// written is the resourceVersion of our last scale write per pool,
+	// until the informer shows it.
+	written map[cache.ObjectName]uint64
+}
+
+// behind reports whether the cached pool (at resourceVersion rv) is older
+// than our last scale write to it: a sync on it would act on the old size
+// (and, for a scale-up, take the members just created for surplus).
+func (a *autoscaler) behind(key cache.ObjectName, rv string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w, ok := a.written[key]
+	if !ok {
+		return false
+	}
+	cached, err := strconv.ParseUint(rv, 10, 64)
+	if err == nil && cached < w {
+		return true
+	}
+	delete(a.written, key)
+	return false
+}
+
+func (a *autoscaler) wrote(key cache.ObjectName, rv string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return
+	}
+	if a.written == nil {
+		a.written = map[cache.ObjectName]uint64{}
+	}
+	a.written[key] = n
 }
 
 func (a *autoscaler) history(key cache.ObjectName) AutoscaleHistory {
@@ -67,6 +102,7 @@ func (a *autoscaler) forget(key cache.ObjectName) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.histories, key)
+	delete(a.written, key)
 }
 
 // onDemand enqueues the autoscaled pools a new waiter or refusal would be
@@ -173,12 +209,14 @@ func (c *Controller) autoscale(ctx context.Context, pool *crawlv1alpha1.ProxyPoo
 
 	current := int(ptr.Deref(pool.Spec.Replicas, 1))
 	dec, h := Autoscale(autoscalePolicyOf(pool), current, d, c.autoscalers.history(key), now)
-	c.autoscalers.keep(key, h)
 	status.DesiredReplicas = ptr.To(int32(dec.Wanted))
 	setCondition(pool, crawlv1alpha1.PoolConditionAutoscaling, metav1.ConditionTrue, dec.Reason, dec.Message)
 	if dec.Desired == current {
+		c.autoscalers.keep(key, h)
 		return dec.RequeueAfter, nil
 	}
+	// The history keeps a scale-up only once it is written: a conflict must
+	// not count against the next period's bound.
 
 	scale := &autoscalingv1.Scale{
 		ObjectMeta: metav1.ObjectMeta{Name: pool.Name, Namespace: pool.Namespace, ResourceVersion: pool.ResourceVersion},
@@ -192,6 +230,8 @@ func (c *Controller) autoscale(ctx context.Context, pool *crawlv1alpha1.ProxyPoo
 	if err != nil {
 		return 0, fmt.Errorf("writing spec.replicas %d through the scale subresource: %w", dec.Desired, err)
 	}
+	c.autoscalers.keep(key, h)
+	c.autoscalers.wrote(key, written.ResourceVersion)
 	pool.Spec.Replicas = ptr.To(written.Spec.Replicas)
 	pool.ResourceVersion = written.ResourceVersion
 	status.LastScaleTime = &metav1.Time{Time: now}
@@ -212,4 +252,10 @@ func (c *Controller) demandPollFor(*crawlv1alpha1.ProxyPool) time.Duration {
 		return 0
 	}
 	return c.demandPoll
+}
+
+// cacheBehindScaleWrite is sync's guard: true while the informer has not
+// shown the pool's own last scale write (autoscale_sync.go).
+func (c *Controller) cacheBehindScaleWrite(pool *crawlv1alpha1.ProxyPool) bool {
+	return c.autoscalers.behind(cache.MetaObjectToName(pool), pool.ResourceVersion)
 }

@@ -301,6 +301,9 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	if err != nil {
 		return 0, err
 	}
+	if c.cacheBehindScaleWrite(cached) {
+		return c.drainPoll, nil // its informer event brings the key back sooner
+	}
 	pool := cached.DeepCopy()
 	now := c.clock.Now()
 
