@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +21,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -290,6 +295,66 @@ func TestSteadyDemandSettles(t *testing.T) {
 	if len(ms) != 10 || ready(ms) != 10 {
 		t.Errorf("%d members, %d Ready at the end of the window, want 10", len(ms), ready(ms))
 	}
+
+	// kubectl tells the story: get -o wide shows the demand beside the size,
+	// describe the condition and the events.
+	eventually.Check(t, 30*time.Second, interval, "kubectl get pxp -o wide: Desired 10, Held 8, Waiting 0, Wanted 10", func(ctx context.Context) error {
+		cols, err := pt.kubectlWide(ctx, "steady")
+		if err != nil {
+			return err
+		}
+		want := map[string]string{"DESIRED": "10", "READY": "10", "HELD": "8", "WAITING": "0", "WANTED": "10"}
+		for k, v := range want {
+			if cols[k] != v {
+				return fmt.Errorf("column %s is %q, want %q (all: %v)", k, cols[k], v, cols)
+			}
+		}
+		return nil
+	})
+	describe, err := pt.kubectl(t.Context(), "describe", "pxp", "steady")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Autoscaling", "Stable", "8 slots held", "Autoscaled", "to 10 ("} {
+		if !strings.Contains(describe, want) {
+			t.Errorf("kubectl describe pxp steady lacks %q:\n%s", want, describe)
+		}
+	}
+}
+
+// kubectl runs the real kubectl on the test's namespace.
+func (pt *poolTest) kubectl(ctx context.Context, args ...string) (string, error) {
+	env := shared.Get(pt.t).Env
+	kubeconfig := filepath.Join(pt.t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		return "", err
+	}
+	out, err := exec.CommandContext(ctx, env.KubectlPath(), append([]string{"--kubeconfig", kubeconfig, "-n", pt.ns}, args...)...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// kubectlWide is kubectl get pxp NAME -o wide as column name → value.
+func (pt *poolTest) kubectlWide(ctx context.Context, name string) (map[string]string, error) {
+	out, err := pt.kubectl(ctx, "get", "pxp", name, "-o", "wide")
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		return nil, fmt.Errorf("kubectl get -o wide printed %q", out)
+	}
+	head, row := strings.Fields(lines[0]), strings.Fields(lines[1])
+	if len(head) != len(row) {
+		return nil, fmt.Errorf("kubectl get -o wide: %d columns, %d values: %q", len(head), len(row), out)
+	}
+	cols := map[string]string{}
+	for i, h := range head {
+		cols[h] = row[i]
+	}
+	return cols, nil
 }
 
 func conditionReason(p *crawlv1alpha1.ProxyPool) string {
@@ -297,4 +362,54 @@ func conditionReason(p *crawlv1alpha1.ProxyPool) string {
 		return c.Reason + ": " + c.Message
 	}
 	return "no Autoscaling condition"
+}
+
+// TestGatewayConnectionScalesFromZero: with --gateway-wait, curl's request
+// through the gateway to a pool at zero members (the pool- term) waits, the
+// pool scales up, and curl gets the target's 204 through the new member;
+// once the connection is done the pool goes back to zero.
+func TestGatewayConnectionScalesFromZero(t *testing.T) {
+	const curlPath = "/usr/bin/curl"
+	if _, err := os.Stat(curlPath); err != nil {
+		t.Fatalf("%s: %v (install the test peers: make deps)", curlPath, err)
+	}
+	gw := fmt.Sprintf("127.0.0.1:%d", operatortest.FreePorts(t, 1)[0])
+	pt := newPoolTest(t, "--gateway-addr="+gw, "--gateway-wait=60s")
+	target := proxytest.StartHTTPTarget(t)
+	pt.create(newPool("gw", 0, target.URL, autoscaled(crawlv1alpha1.PoolAutoscaling{
+		MinReplicas: ptr.To[int32](0), MaxReplicas: 2, TargetUtilization: ptr.To[int32](100),
+		ScaleDownDelay: &metav1.Duration{Duration: 10 * time.Second},
+	})))
+	eventually.Check(t, time.Minute, interval, "the autoscaler measuring an idle pool at zero", func(ctx context.Context) error {
+		p, err := pt.pool(ctx, "gw")
+		if err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.PoolConditionAutoscaling); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("condition %+v", c)
+		}
+		return nil
+	})
+
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, curlPath, "-sS", "--max-time", "80", "-o", "/dev/null", "-w", "%{http_code}",
+		"-x", "http://ns-"+pt.ns+"+pool-gw:none@"+gw, target.URL+"/generate_204").CombinedOutput()
+	if err != nil || string(out) != "204" {
+		t.Fatalf("curl through the gateway to the empty pool: %q, %v", out, err)
+	}
+	p, err := pt.pool(t.Context(), "gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ptr.Deref(p.Spec.Replicas, -1); got != 1 {
+		t.Errorf("spec.replicas %d after one gateway connection at targetUtilization 100, want 1", got)
+	}
+	eventually.Check(t, 2*time.Minute, interval, "back to zero members", func(ctx context.Context) error {
+		ms, err := pt.members(ctx, "gw")
+		if err != nil || len(ms) != 0 {
+			return fmt.Errorf("%d members (%v)", len(ms), err)
+		}
+		return pt.noLeak(ctx, "gw")
+	})
 }
