@@ -19,6 +19,7 @@ const (
 	ReasonAtMaximum        = "AtMaximum"
 	ReasonStable           = "Stable"
 	ReasonDemandUnknown    = "DemandUnknown"
+	ReasonFailedScale      = "FailedScale"
 )
 
 // AutoscalePolicy is spec.autoscaling resolved to numbers.

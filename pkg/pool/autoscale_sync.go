@@ -228,7 +228,11 @@ func (c *Controller) autoscale(ctx context.Context, pool *crawlv1alpha1.ProxyPoo
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("writing spec.replicas %d through the scale subresource: %w", dec.Desired, err)
+		err = fmt.Errorf("writing spec.replicas %d through the scale subresource: %w", dec.Desired, err)
+		if setCondition(pool, crawlv1alpha1.PoolConditionAutoscaling, metav1.ConditionFalse, ReasonFailedScale, err.Error()) {
+			c.recorder.Eventf(pool, corev1.EventTypeWarning, ReasonFailedScale, "%v", err)
+		}
+		return 0, err
 	}
 	c.autoscalers.keep(key, h)
 	c.autoscalers.wrote(key, written.ResourceVersion)

@@ -327,18 +327,16 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	if err != nil {
 		return 0, err
 	}
-	// spec.autoscaling may write spec.replicas first (autoscale_sync.go).
-	scaleRequeue, err := c.autoscale(ctx, pool, revision, members, now)
-	if err != nil {
-		return 0, err
-	}
+	// spec.autoscaling may write spec.replicas first (autoscale_sync.go); a
+	// failed write is in the condition and retried, the sync goes on.
+	scaleRequeue, scaleErr := c.autoscale(ctx, pool, revision, members, now)
 	if pol, err = policyOf(pool, revision); err != nil {
 		return 0, err
 	}
 	plan := Decide(pol, members, now)
 	logger.V(4).Info("Plan", "create", plan.Create, "drain", len(plan.Drain), "delete", len(plan.Delete), "counts", plan.Counts)
 
-	var errs []error
+	errs := []error{scaleErr}
 	for _, d := range plan.Delete {
 		errs = append(errs, c.deleteMember(ctx, pool, byName[d.Name], d))
 	}

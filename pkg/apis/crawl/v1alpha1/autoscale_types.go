@@ -111,5 +111,6 @@ type PoolDemand struct {
 
 // PoolConditionAutoscaling says what the autoscaler decided and why
 // (reasons ScaledUp, ScaledDown, ScaleUpLimited, ScaleDownDelayed, AtMaximum,
-// Stable, DemandUnknown). Set only with spec.autoscaling.
+// Stable; False with DemandUnknown or FailedScale). Set only with
+// spec.autoscaling.
 const PoolConditionAutoscaling = "Autoscaling"
