@@ -123,10 +123,15 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 		}
 		var unavailable *UnavailableError
 		if !errors.As(err, &unavailable) || !now.Before(deadline) {
+			refused := false
 			if unavailable != nil {
 				s.metrics.ObserveAcquire(outcomeOf(unavailable.Reason))
+				refused = s.noteRefusalLocked(req.Namespace, req.Selector, req.Holder, unavailable, now) // demand.go
 			}
 			s.mu.Unlock()
+			if refused {
+				s.notifyDemand(req.Namespace, req.Selector)
+			}
 			return Lease{}, err
 		}
 		// Sleep until something may have changed: a release or a new Ready
@@ -138,7 +143,11 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 		}
 		changed := s.changed
 		s.waiting++
+		waiter := s.addWaiterLocked(req.Namespace, req.Selector, req.Holder) // demand.go: the pool autoscaler counts it
 		s.mu.Unlock()
+		if !waited {
+			s.notifyDemand(req.Namespace, req.Selector)
+		}
 
 		timer := s.clock.NewTimer(wake.Sub(now))
 		select {
@@ -149,6 +158,7 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 		timer.Stop()
 		s.mu.Lock()
 		s.waiting--
+		s.removeWaiterLocked(waiter)
 		s.mu.Unlock()
 		if ctx.Err() != nil {
 			s.metrics.ObserveAcquire(AcquireCanceled)

@@ -330,6 +330,9 @@ type Store struct {
 	changed chan struct{}
 	waiting int
 
+	// What pools' autoscalers count: waiters and recent refusals (demand.go).
+	demand demandState
+
 	// The term: whether it leads, the epoch that names the term and the
 	// serial that numbers its grants, the recovery after a leader change
 	// (no grants before recoverUntil, see Lead), and the horizon no lease

@@ -54,6 +54,7 @@ type Metrics struct {
 	leaseState        leaseStateMetrics
 	gw                gatewayMetrics // gateway.go
 	pool              poolMetrics
+	poolDemand        poolDemandMetrics
 	leader            prometheus.Gauge
 	buildInfo         *prometheus.GaugeVec
 	proxies           *proxyCollector
@@ -106,6 +107,7 @@ func New() *Metrics {
 		leaseState: newLeaseStateMetrics(),
 		gw:         newGatewayMetrics(),
 		pool:       newPoolMetrics(),
+		poolDemand: newPoolDemandMetrics(),
 		proxies:    &proxyCollector{desc: proxiesDesc},
 		workqueue:  newWorkqueueProvider(),
 	}
@@ -127,6 +129,7 @@ func New() *Metrics {
 	m.registry.MustRegister(m.leaseState.collectors()...)
 	m.registry.MustRegister(m.gw.collectors()...)
 	m.registry.MustRegister(m.pool.collectors()...)
+	m.registry.MustRegister(m.poolDemand.collectors()...)
 	m.workqueue.mustRegister(m.registry)
 	return m
 }

@@ -43,6 +43,7 @@ func (m *Metrics) SetPoolReplicas(ns, pool string, byState map[string]int) {
 func (m *Metrics) ForgetPool(ns, pool string) {
 	m.pool.replicas.DeletePartialMatch(prometheus.Labels{"namespace": ns, "pool": pool})
 	m.pool.removals.DeletePartialMatch(prometheus.Labels{"namespace": ns, "pool": pool})
+	m.poolDemand.forget(ns, pool)
 }
 
 // ObservePoolRemoval counts a member chosen for removal.

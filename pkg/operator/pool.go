@@ -14,8 +14,9 @@ import (
 
 // newPoolController builds the ProxyPool controller (pkg/pool): it runs on
 // the leader beside the Proxy controller, with its own queue, and asks the
-// lease store how many leases hold each draining member and what each
-// member's instance has been through (spec.recycle).
+// lease store how many leases hold each draining member, what each
+// member's instance has been through (spec.recycle) and, for
+// spec.autoscaling, which acquires wait or were refused.
 func newPoolController(crawl versioned.Interface, kube kubernetes.Interface, factory crawlinformers.SharedInformerFactory,
 	proxies crawlinformersv1alpha1.ProxyInformer, secrets coreinformers.SecretInformer, leases *lease.Server, m *metrics.Metrics) (*pool.Controller, error) {
 	return pool.NewController(pool.Config{
@@ -26,6 +27,7 @@ func newPoolController(crawl versioned.Interface, kube kubernetes.Interface, fac
 		SecretInformer:   secrets,
 		Leases:           leases.Store(),
 		Burn:             leases.Store(),
+		Demand:           leases.Store(), // spec.autoscaling: waiting and refused acquires
 		Metrics:          m,
 		WorkqueueMetrics: m.WorkqueueProvider(),
 	})

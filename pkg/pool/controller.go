@@ -107,6 +107,11 @@ type Config struct {
 	Burn BurnCounter
 	// RecyclePoll overrides RecyclePoll.
 	RecyclePoll time.Duration
+	// Demand tells waiting and refused acquires (spec.autoscaling); nil:
+	// demand is unknown and autoscaled pools keep their size.
+	Demand DemandSource
+	// DemandPoll overrides DemandPoll.
+	DemandPoll time.Duration
 }
 
 // Controller reconciles ProxyPools.
@@ -126,6 +131,10 @@ type Controller struct {
 	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	pending   *expectations
 	recycle   recycleState
+	// Autoscaling (autoscale_sync.go).
+	demand      DemandSource
+	demandPoll  time.Duration
+	autoscalers autoscaler
 }
 
 // secretIndex indexes pools by the "namespace/name" of the Secrets their
@@ -135,18 +144,20 @@ const secretIndex = "secret"
 // NewController registers the handlers. It starts nothing.
 func NewController(cfg Config) (*Controller, error) {
 	c := &Controller{
-		crawl:     cfg.CrawlClient,
-		kube:      cfg.KubeClient,
-		pools:     cfg.PoolInformer.Lister(),
-		proxies:   cfg.ProxyInformer.Lister(),
-		secrets:   cfg.SecretInformer.Lister(),
-		poolIndex: cfg.PoolInformer.Informer().GetIndexer(),
-		leases:    cfg.Leases,
-		recorder:  cfg.Recorder,
-		clock:     cfg.Clock,
-		metrics:   cfg.Metrics,
-		drainPoll: cfg.DrainPoll,
-		pending:   newExpectations(),
+		crawl:      cfg.CrawlClient,
+		kube:       cfg.KubeClient,
+		pools:      cfg.PoolInformer.Lister(),
+		proxies:    cfg.ProxyInformer.Lister(),
+		secrets:    cfg.SecretInformer.Lister(),
+		poolIndex:  cfg.PoolInformer.Informer().GetIndexer(),
+		leases:     cfg.Leases,
+		recorder:   cfg.Recorder,
+		clock:      cfg.Clock,
+		metrics:    cfg.Metrics,
+		drainPoll:  cfg.DrainPoll,
+		pending:    newExpectations(),
+		demand:     cfg.Demand,
+		demandPoll: cfg.DemandPoll,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedMaxOfRateLimiter(
 				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, time.Minute),
@@ -165,6 +176,12 @@ func NewController(cfg Config) (*Controller, error) {
 		c.drainPoll = DrainPoll
 	}
 	c.recycle = newRecycleState(cfg.Burn, cfg.RecyclePoll)
+	if c.demandPoll <= 0 {
+		c.demandPoll = DemandPoll
+	}
+	if c.demand != nil {
+		c.demand.NotifyDemand(c.onDemand)
+	}
 	if err := cfg.PoolInformer.Informer().AddIndexers(cache.Indexers{secretIndex: poolSecrets}); err != nil {
 		return nil, fmt.Errorf("adding the pool Secret index: %w", err)
 	}
@@ -287,10 +304,14 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	if apierrors.IsNotFound(err) {
 		c.metrics.ForgetPool(key.Namespace, key.Name)
 		c.recycle.forget(key)
+		c.autoscalers.forget(key)
 		return 0, c.deleteOrphans(ctx, key)
 	}
 	if err != nil {
 		return 0, err
+	}
+	if c.cacheBehindScaleWrite(cached) {
+		return c.drainPoll, nil // its informer event brings the key back sooner
 	}
 	pool := cached.DeepCopy()
 	now := c.clock.Now()
@@ -315,11 +336,17 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	if err != nil {
 		return 0, err
 	}
+	// spec.autoscaling may write spec.replicas first (autoscale_sync.go); a
+	// failed write is in the condition and retried, the sync goes on.
+	scaleRequeue, scaleErr := c.autoscale(ctx, pool, revision, members, now)
+	if pol, err = policyOf(pool, revision); err != nil {
+		return 0, err
+	}
 	c.recycle.addBurn(pool.Namespace, pol.Recycle, members)
 	plan := Decide(pol, members, now)
 	logger.V(4).Info("Plan", "create", plan.Create, "drain", len(plan.Drain), "delete", len(plan.Delete), "counts", plan.Counts)
 
-	var errs []error
+	errs := []error{scaleErr}
 	for _, d := range plan.Delete {
 		errs = append(errs, c.deleteMember(ctx, pool, byName[d.Name], d))
 	}
@@ -352,6 +379,11 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	}
 	if pol.Recycle.Enabled() && (requeue == 0 || requeue > c.recycle.poll) {
 		requeue = c.recycle.poll
+	}
+	for _, d := range []time.Duration{scaleRequeue, c.demandPollFor(pool)} {
+		if d > 0 && (requeue == 0 || requeue > d) {
+			requeue = d
+		}
 	}
 	return requeue, nil
 }

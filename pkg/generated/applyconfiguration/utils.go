@@ -48,12 +48,18 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.KubernetesProviderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalSecretRef"):
 		return &crawlv1alpha1.LocalSecretRefApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolAutoscaling"):
+		return &crawlv1alpha1.PoolAutoscalingApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolDemand"):
+		return &crawlv1alpha1.PoolDemandApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PoolRecycle"):
 		return &crawlv1alpha1.PoolRecycleApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PoolRecycleStatus"):
 		return &crawlv1alpha1.PoolRecycleStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PoolRemediation"):
 		return &crawlv1alpha1.PoolRemediationApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolScaleUp"):
+		return &crawlv1alpha1.PoolScaleUpApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PoolStrategy"):
 		return &crawlv1alpha1.PoolStrategyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Proxy"):

@@ -42,9 +42,12 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider":  schema_pkg_apis_crawl_v1alpha1_KubernetesProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider":       schema_pkg_apis_crawl_v1alpha1_LocalProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalSecretRef":      schema_pkg_apis_crawl_v1alpha1_LocalSecretRef(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolAutoscaling":     schema_pkg_apis_crawl_v1alpha1_PoolAutoscaling(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolDemand":          schema_pkg_apis_crawl_v1alpha1_PoolDemand(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycle":         schema_pkg_apis_crawl_v1alpha1_PoolRecycle(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycleStatus":   schema_pkg_apis_crawl_v1alpha1_PoolRecycleStatus(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRemediation":     schema_pkg_apis_crawl_v1alpha1_PoolRemediation(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolScaleUp":         schema_pkg_apis_crawl_v1alpha1_PoolScaleUp(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolStrategy":        schema_pkg_apis_crawl_v1alpha1_PoolStrategy(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Proxy":               schema_pkg_apis_crawl_v1alpha1_Proxy(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth":           schema_pkg_apis_crawl_v1alpha1_ProxyAuth(ref),
@@ -744,6 +747,117 @@ func schema_pkg_apis_crawl_v1alpha1_LocalSecretRef(ref common.ReferenceCallback)
 	}
 }
 
+func schema_pkg_apis_crawl_v1alpha1_PoolAutoscaling(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PoolAutoscaling sizes a pool from its lease demand, measured by the operator's own lease store: the slots held on its members, the acquires waiting (long-polls, gateway connections under --gateway-wait) whose namespace and selector match its members, and the recent acquires refused because nothing matching was free. With it set the operator owns spec.replicas and writes it through the scale subresource, as an HPA would; do not point an HPA or KEDA at the same pool.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"minReplicas": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MinReplicas is the fewest members the pool keeps, with no demand at all. 0 scales to zero: the first acquire that waits (or a gateway connection under --gateway-wait) scales it up again and is answered as soon as a member is Ready.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxReplicas": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxReplicas is the most members demand may ask for.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"targetUtilization": {
+						SchemaProps: spec.SchemaProps{
+							Description: "TargetUtilization is the percentage of the pool's lease slots (members × spec.template.spec.maxLeases) that demand should fill: the pool is sized to ceil(demand / (maxLeases × target / 100)) members, demand being slots held + acquires waiting + recent refusals.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"scaleDownDelay": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ScaleDownDelay is how long demand must stay low before the pool shrinks: it shrinks to the highest size demand asked for within this window (an HPA's scale-down stabilization). Scale-up is not delayed.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"scaleUp": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ScaleUp bounds how fast the pool grows.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolScaleUp"),
+						},
+					},
+				},
+				Required: []string{"maxReplicas"},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolScaleUp", metav1.Duration{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_PoolDemand(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PoolDemand is the lease demand on a pool as the operator last measured it (shown for every pool while the lease store leads).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"held": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Held is how many lease slots of the pool's members are held.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"capacity": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Capacity is how many lease slots the pool's available members offer.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"waiting": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Waiting is how many acquires wait for a slot that a member of this pool would fill (long-polls and gateway connections).",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"refused": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Refused is how many distinct holders were refused (nothing free) within the last minute by an acquire a member of this pool would have served.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"desiredReplicas": {
+						SchemaProps: spec.SchemaProps{
+							Description: "DesiredReplicas is what the autoscaler last asked for (set only with spec.autoscaling).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"lastScaleTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LastScaleTime is when the autoscaler last changed spec.replicas.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_crawl_v1alpha1_PoolRecycle(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -832,6 +946,41 @@ func schema_pkg_apis_crawl_v1alpha1_PoolRemediation(ref common.ReferenceCallback
 		},
 		Dependencies: []string{
 			metav1.Duration{}.OpenAPIModelName(), "k8s.io/apimachinery/pkg/util/intstr.IntOrString"},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_PoolScaleUp(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PoolScaleUp bounds growth per period, as an HPA's default scale-up policy does: within any period the pool grows by at most the larger of maxStep members and percent of its size at the period's start.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"maxStep": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxStep is how many members may be added per period (at least).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"percent": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Percent of the pool's size that may be added per period, when that is more than maxStep.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"period": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Period is the window the bounds apply to.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -1191,12 +1340,18 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolSpec(ref common.ReferenceCallback) 
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycle"),
 						},
 					},
+					"autoscaling": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Autoscaling sizes the pool from its lease demand; the operator then owns spec.replicas (see PoolAutoscaling).",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolAutoscaling"),
+						},
+					},
 				},
 				Required: []string{"template"},
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycle", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRemediation", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolStrategy", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTemplate", metav1.Duration{}.OpenAPIModelName()},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolAutoscaling", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycle", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRemediation", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolStrategy", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTemplate", metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -1267,6 +1422,12 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolStatus(ref common.ReferenceCallback
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycleStatus"),
 						},
 					},
+					"demand": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Demand is the lease demand on the pool (autoscale_types.go).",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolDemand"),
+						},
+					},
 					"conditions": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -1277,7 +1438,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolStatus(ref common.ReferenceCallback
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Conditions: Available (at least replicas - maxUnavailable members are available), Progressing (members are being created, drained or replaced), RemediationAllowed (False while more than maxUnhealthy members are Unhealthy) and, with spec.recycle, Recycling (True while burned or used-up members are leaving).",
+							Description: "Conditions: Available (at least replicas - maxUnavailable members are available), Progressing (members are being created, drained or replaced), RemediationAllowed (False while more than maxUnhealthy members are Unhealthy), with spec.recycle Recycling (True while burned or used-up members are leaving), and with spec.autoscaling Autoscaling.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -1292,7 +1453,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolStatus(ref common.ReferenceCallback
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycleStatus", metav1.Condition{}.OpenAPIModelName()},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolDemand", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycleStatus", metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
@@ -17,7 +18,9 @@ const poolName = "fleet"
 // poolFlow: a ProxyPool of one gets a member Proxy it owns, its status
 // counts the member Ready, and scaling it to zero through the scale
 // subresource drains the member and deletes it; scaled back to one, it gets
-// a new member at once, and scaled to two another.
+// a new member at once, and scaled to two another; with spec.autoscaling
+// (minReplicas 3) the operator itself writes spec.replicas 3 through the
+// scale subresource.
 func (r *operatorRun) poolFlow() flow {
 	members := func(ctx context.Context) ([]crawlv1alpha1.Proxy, error) {
 		list, err := r.s.crawl.CrawlV1alpha1().Proxies(r.proxies).List(ctx, metav1.ListOptions{LabelSelector: crawlv1alpha1.PoolLabel + "=" + poolName})
@@ -92,5 +95,30 @@ func (r *operatorRun) poolFlow() flow {
 		scaleStep("scaled to zero: the member drained and deleted", 0, 30*time.Second),
 		scaleStep("scaled back to one: a new member at once", 1, 10*time.Second),
 		scaleStep("scaled to two: another member at once", 2, 10*time.Second),
+		// With spec.autoscaling the operator owns spec.replicas: minReplicas 3
+		// with no demand asks for 3, written through the scale subresource.
+		{
+			name: "autoscaling: the operator scales to minReplicas",
+			act: func(ctx context.Context) error {
+				patch := []byte(`{"spec":{"autoscaling":{"minReplicas":3,"maxReplicas":3}}}`)
+				_, err := r.s.crawl.CrawlV1alpha1().ProxyPools(r.proxies).Patch(ctx, poolName, types.MergePatchType, patch, metav1.PatchOptions{})
+				return err
+			},
+			done: func(ctx context.Context) error {
+				p, err := r.s.crawl.CrawlV1alpha1().ProxyPools(r.proxies).Get(ctx, poolName, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				ms, err := members(ctx)
+				if err != nil {
+					return err
+				}
+				if ptr.Deref(p.Spec.Replicas, 0) != 3 || len(ms) != 3 {
+					return fmt.Errorf("spec.replicas %d, %d members, want 3 (%v)", ptr.Deref(p.Spec.Replicas, 0), len(ms), p.Status.Conditions)
+				}
+				return nil
+			},
+			bound: 30 * time.Second,
+		},
 	}}
 }

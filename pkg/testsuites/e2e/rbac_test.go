@@ -67,6 +67,8 @@ var needs = map[string]need{
 		why: "the ProxyPool informer watches; without it a new pool is seen only on a relist"},
 	"update proxypools/status.crawl.proxyfleet.io": {flow: "pool",
 		why: "the pool's status is written with UpdateStatus"},
+	"update proxypools/scale.crawl.proxyfleet.io": {flow: "pool",
+		why: "with spec.autoscaling the operator writes spec.replicas through the scale subresource"},
 	"get secrets": {flow: "leader",
 		why: "every replica reads the lease API's signing key Secret at start (and a Create retried after its cloud-init Secret was made reads that Secret back)"},
 	"list secrets": {flow: "leader",

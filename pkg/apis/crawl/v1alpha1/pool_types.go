@@ -19,6 +19,9 @@ import (
 // +kubebuilder:printcolumn:name="Up-to-date",type=integer,JSONPath=`.status.updatedReplicas`,description="Members built from the current template revision"
 // +kubebuilder:printcolumn:name="Burned",type=integer,JSONPath=`.status.recycled.burned`,priority=1,description="Members recycled because sites banned them (spec.recycle.maxBannedDomains)"
 // +kubebuilder:printcolumn:name="Used-up",type=integer,JSONPath=`.status.recycled.usedUp`,priority=1,description="Members recycled because they served spec.recycle.maxLeases leases"
+// +kubebuilder:printcolumn:name="Held",type=integer,priority=1,JSONPath=`.status.demand.held`,description="Lease slots held on the members"
+// +kubebuilder:printcolumn:name="Waiting",type=integer,priority=1,JSONPath=`.status.demand.waiting`,description="Acquires waiting for a slot a member would fill"
+// +kubebuilder:printcolumn:name="Wanted",type=integer,priority=1,JSONPath=`.status.demand.desiredReplicas`,description="Members the autoscaler asks for (spec.autoscaling)"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // ProxyPool is a fleet of Managed proxies made from one template: it keeps
@@ -90,6 +93,11 @@ type ProxyPoolSpec struct {
 	// bans, or used up (see PoolRecycle). Unset: never.
 	// +optional
 	Recycle *PoolRecycle `json:"recycle,omitempty"`
+
+	// Autoscaling sizes the pool from its lease demand; the operator then
+	// owns spec.replicas (see PoolAutoscaling).
+	// +optional
+	Autoscaling *PoolAutoscaling `json:"autoscaling,omitempty"`
 }
 
 // ProxyTemplate is the metadata and spec of every member.
@@ -200,11 +208,16 @@ type ProxyPoolStatus struct {
 	// +optional
 	Recycled PoolRecycleStatus `json:"recycled,omitempty"`
 
+	// Demand is the lease demand on the pool (autoscale_types.go).
+	// +optional
+	Demand *PoolDemand `json:"demand,omitempty"`
+
 	// Conditions: Available (at least replicas - maxUnavailable members are
 	// available), Progressing (members are being created, drained or
 	// replaced), RemediationAllowed (False while more than maxUnhealthy
-	// members are Unhealthy) and, with spec.recycle, Recycling (True while
-	// burned or used-up members are leaving).
+	// members are Unhealthy), with spec.recycle Recycling (True while
+	// burned or used-up members are leaving), and with spec.autoscaling
+	// Autoscaling.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -51,6 +51,9 @@ type ProxyPoolSpecApplyConfiguration struct {
 	// Recycle replaces members on the lease store's evidence: burned by
 	// bans, or used up (see PoolRecycle). Unset: never.
 	Recycle *PoolRecycleApplyConfiguration `json:"recycle,omitempty"`
+	// Autoscaling sizes the pool from its lease demand; the operator then
+	// owns spec.replicas (see PoolAutoscaling).
+	Autoscaling *PoolAutoscalingApplyConfiguration `json:"autoscaling,omitempty"`
 }
 
 // ProxyPoolSpecApplyConfiguration constructs a declarative configuration of the ProxyPoolSpec type for use with
@@ -112,5 +115,13 @@ func (b *ProxyPoolSpecApplyConfiguration) WithRemediation(value *PoolRemediation
 // If called multiple times, the Recycle field is set to the value of the last call.
 func (b *ProxyPoolSpecApplyConfiguration) WithRecycle(value *PoolRecycleApplyConfiguration) *ProxyPoolSpecApplyConfiguration {
 	b.Recycle = value
+	return b
+}
+
+// WithAutoscaling sets the Autoscaling field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Autoscaling field is set to the value of the last call.
+func (b *ProxyPoolSpecApplyConfiguration) WithAutoscaling(value *PoolAutoscalingApplyConfiguration) *ProxyPoolSpecApplyConfiguration {
+	b.Autoscaling = value
 	return b
 }

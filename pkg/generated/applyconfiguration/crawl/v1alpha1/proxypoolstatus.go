@@ -48,11 +48,14 @@ type ProxyPoolStatusApplyConfiguration struct {
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// Recycled counts the members spec.recycle has replaced, by reason.
 	Recycled *PoolRecycleStatusApplyConfiguration `json:"recycled,omitempty"`
+	// Demand is the lease demand on the pool (autoscale_types.go).
+	Demand *PoolDemandApplyConfiguration `json:"demand,omitempty"`
 	// Conditions: Available (at least replicas - maxUnavailable members are
 	// available), Progressing (members are being created, drained or
 	// replaced), RemediationAllowed (False while more than maxUnhealthy
-	// members are Unhealthy) and, with spec.recycle, Recycling (True while
-	// burned or used-up members are leaving).
+	// members are Unhealthy), with spec.recycle Recycling (True while
+	// burned or used-up members are leaving), and with spec.autoscaling
+	// Autoscaling.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
 
@@ -123,6 +126,14 @@ func (b *ProxyPoolStatusApplyConfiguration) WithObservedGeneration(value int64) 
 // If called multiple times, the Recycled field is set to the value of the last call.
 func (b *ProxyPoolStatusApplyConfiguration) WithRecycled(value *PoolRecycleStatusApplyConfiguration) *ProxyPoolStatusApplyConfiguration {
 	b.Recycled = value
+	return b
+}
+
+// WithDemand sets the Demand field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Demand field is set to the value of the last call.
+func (b *ProxyPoolStatusApplyConfiguration) WithDemand(value *PoolDemandApplyConfiguration) *ProxyPoolStatusApplyConfiguration {
+	b.Demand = value
 	return b
 }
 
