@@ -3,8 +3,6 @@ package poolintegration_test
 import (
 	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -150,7 +148,10 @@ func TestBurnedMemberIsRecycled(t *testing.T) {
 	})
 	pt.wantEvent(t, "ProxyPool", "burn", "Recycled", victim, "burned: 3 distinct domains banned it within 10m0s (maxBannedDomains 3)")
 	pt.wantEvent(t, "Proxy", victim, "Recycled", "burned: 3 distinct domains")
-	wide := pt.kubectl(t, "get", "pxp", "burn", "-o", "wide")
+	wide, err := pt.kubectl(t.Context(), "get", "pxp", "burn", "-o", "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
 	lines := strings.Split(strings.TrimSpace(wide), "\n")
 	header, row := strings.Fields(lines[0]), strings.Fields(lines[len(lines)-1])
 	col := map[string]string{}
@@ -315,19 +316,4 @@ func (pt *poolTest) wantEvent(t *testing.T, kind, name, reason string, subs ...s
 		}
 		return fmt.Errorf("none with %q; seen %q", subs, seen)
 	})
-}
-
-// kubectl runs the real kubectl against the test's API server in its namespace.
-func (pt *poolTest) kubectl(t *testing.T, args ...string) string {
-	t.Helper()
-	env := shared.Get(t).Env
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.CommandContext(t.Context(), env.KubectlPath(), append([]string{"--kubeconfig", kubeconfig, "-n", pt.ns}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
 }
