@@ -47,6 +47,7 @@ func BenchmarkLeaseAPI(b *testing.B) {
 	const proxies, clients = 1000, 64
 	b.Run("store", func(b *testing.B) {
 		store := newBenchStore(b, proxies)
+		b.ReportAllocs()
 		runPairs(b, clients, func(ctx context.Context, holder string, _ *rand.Rand) error {
 			l, err := store.Acquire(ctx, lease.AcquireRequest{Holder: holder})
 			if err != nil {
@@ -128,7 +129,9 @@ func BenchmarkLeaseAPI(b *testing.B) {
 }
 
 // BenchmarkStoreOps is the in-process store alone, one goroutine: the cost
-// of one acquire+release pair without contention.
+// of one acquire+release pair (one op) without contention. make bench runs
+// it with -cpu 1 (issue 16: at least 1,000,000 pairs/s on one core), beside
+// BenchmarkLeaseAPI/store, 64 goroutines on the same store.
 func BenchmarkStoreOps(b *testing.B) {
 	store := newBenchStore(b, 1000)
 	ctx := context.Background()
@@ -142,7 +145,7 @@ func BenchmarkStoreOps(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(2*float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
 }
 
 func newBenchStore(b *testing.B, proxies int) *lease.Store {

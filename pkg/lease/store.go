@@ -189,10 +189,15 @@ type lease struct {
 	// readySince is the proxy's ReadySince at the grant.
 	readySince time.Time
 	index      int // in leaseHeap
+	// id is the ID last handed out for the lease ("" until viewLocked signs
+	// one): the fields it encodes change only at a renewal, which clears it.
+	id string
 }
 
 type proxyState struct {
 	info ProxyInfo
+	// urlHash is urlHash(info.URL), kept so that no grant hashes the URL.
+	urlHash uint64
 	// slots[i] is the live lease in slot i, or nil; len(slots) grows up to capacity.
 	slots        []*lease
 	held         int
@@ -319,6 +324,10 @@ type Store struct {
 	sessions   map[sessionKey]*session
 	sessionLRU *list.List
 
+	// spare holds lease structs that ended without a tombstone, for the
+	// next grants to reuse (see newLeaseLocked).
+	spare []*lease
+
 	// Waiting acquires: changed is closed (and replaced) when capacity may
 	// have appeared; waiting counts the waiters, so that nobody pays for a
 	// channel when nobody waits.
@@ -377,7 +386,7 @@ func (s *Store) Upsert(info ProxyInfo) {
 
 	p := s.proxies[info.Key]
 	if p == nil {
-		p = &proxyState{info: info}
+		p = &proxyState{info: info, urlHash: urlHash(info.URL)}
 		s.proxies[info.Key] = p
 		if info.Ready {
 			s.enterOrderLocked(p)
@@ -397,7 +406,7 @@ func (s *Store) Upsert(info ProxyInfo) {
 	default:
 		s.revokeLocked(p, min(max(1, int(info.MaxLeases)), maxSlots), now)
 	}
-	p.info = info
+	p.info, p.urlHash = info, urlHash(info.URL)
 	switch {
 	case info.Ready && !p.ready():
 		s.enterOrderLocked(p)
@@ -532,10 +541,35 @@ func (s *Store) installLocked(l *lease) {
 	s.metrics.SetActiveLeases(s.live)
 }
 
+// maxSpareLeases bounds the lease structs kept for reuse.
+const maxSpareLeases = 1024
+
+// newLeaseLocked returns a zeroed lease struct, reusing one that ended:
+// a grant then allocates nothing of its own (decision 110).
+func (s *Store) newLeaseLocked() *lease {
+	if n := len(s.spare); n > 0 {
+		l := s.spare[n-1]
+		s.spare[n-1] = nil
+		s.spare = s.spare[:n-1]
+		return l
+	}
+	return &lease{}
+}
+
+// recycleLocked keeps l, which nothing references any more (off its proxy,
+// the heap and the map), for reuse.
+func (s *Store) recycleLocked(l *lease) {
+	if len(s.spare) < maxSpareLeases {
+		*l = lease{index: -1}
+		s.spare = append(s.spare, l)
+	}
+}
+
 // tombstoneLocked records a lease this store never held live, so that its
 // ID is answered consistently until it expires.
 func (s *Store) tombstoneLocked(tok token, state leaseState) {
-	l := &lease{key: tok.key, state: state, proxyKey: tok.proxy, proxyUID: tok.proxyUID, slot: tok.slot, expiresAt: tok.expiresAt}
+	l := s.newLeaseLocked()
+	*l = lease{key: tok.key, state: state, proxyKey: tok.proxy, proxyUID: tok.proxyUID, slot: tok.slot, expiresAt: tok.expiresAt}
 	s.leases[l.key] = l
 	heap.Push(&s.expiries, l)
 }
@@ -546,6 +580,7 @@ func (s *Store) endLocked(l *lease, end string, now time.Time, tombstone leaseSt
 	if tombstone == stateLive {
 		heap.Remove(&s.expiries, l.index)
 		delete(s.leases, l.key)
+		s.recycleLocked(l)
 		return
 	}
 	l.state = tombstone
@@ -630,6 +665,7 @@ func (s *Store) advanceLocked(now time.Time) {
 		if l.state == stateLive {
 			s.freeLocked(l, EndExpired, l.expiresAt)
 		}
+		s.recycleLocked(l)
 	}
 	for len(s.cooldowns) > 0 && !now.Before(s.cooldowns[0].nextEvent()) {
 		c := s.cooldowns[0]
@@ -702,27 +738,56 @@ func (s *Store) leaveOrderLocked(p *proxyState) {
 	p.all, p.inNamespace = nil, nil
 }
 
+// reorderLocked moves p to its place in both orders, without allocating.
 func (s *Store) reorderLocked(p *proxyState) {
-	s.leaveOrderLocked(p)
-	s.enterOrderLocked(p)
+	moveInOrder(s.order, p.all)
+	moveInOrder(s.byNamespace[p.info.Key.Namespace], p.inNamespace)
 }
 
+// moveInOrder moves e (in l) to where insertInOrder would put its proxy in
+// l without it. Walking from the back is one step for a proxy just released.
+func moveInOrder(l *list.List, e *list.Element) {
+	p := e.Value.(*proxyState)
+	for m := l.Back(); m != nil; m = m.Prev() {
+		if m == e {
+			continue
+		}
+		if !selectedBefore(p, m.Value.(*proxyState)) {
+			l.MoveAfter(e, m)
+			return
+		}
+	}
+	l.MoveToFront(e)
+}
+
+// viewLocked is a live lease as callers see it. Its ID is signed once per
+// grant or renewal and kept: the fields it encodes change only then.
 func (s *Store) viewLocked(l *lease) Lease {
+	view, tok := viewOfLocked(l)
+	if l.id == "" {
+		l.id = s.signer.encode(tok)
+	}
+	view.ID = l.id
+	return view
+}
+
+// viewOfLocked is a live lease as callers see it, but for its ID, and the
+// token its ID encodes.
+func viewOfLocked(l *lease) (Lease, token) {
 	return Lease{
-		ID: s.signer.encode(token{
+			Holder:    l.holder,
+			Owner:     l.owner,
+			Proxy:     LeasedProxy{Key: l.proxyKey, URL: l.proxy.info.URL, LatencyMillis: l.proxy.info.LatencyMillis},
+			Session:   l.session,
+			Domain:    l.domain,
+			GrantedAt: l.grantedAt,
+			ExpiresAt: l.expiresAt,
+			TTL:       l.ttl,
+			Slot:      l.slot,
+		}, token{
 			key: l.key, slot: l.slot, grantedAt: l.grantedAt, expiresAt: l.expiresAt, ttl: l.ttl, urlHash: l.urlHash, readySince: l.readySince,
 			proxy: l.proxyKey, proxyUID: l.proxyUID, holder: l.holder, domain: l.domain, owner: l.owner,
-		}),
-		Holder:    l.holder,
-		Owner:     l.owner,
-		Proxy:     LeasedProxy{Key: l.proxyKey, URL: l.proxy.info.URL, LatencyMillis: l.proxy.info.LatencyMillis},
-		Session:   l.session,
-		Domain:    l.domain,
-		GrantedAt: l.grantedAt,
-		ExpiresAt: l.expiresAt,
-		TTL:       l.ttl,
-		Slot:      l.slot,
-	}
+		}
 }
 
 // NormalizeDomain lower-cases a domain and drops a trailing dot, so that
