@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"time"
@@ -530,6 +531,13 @@ func (op *operator) serveMetrics(ctx context.Context, ln net.Listener, stop <-ch
 	mux.Handle("GET /metrics", op.metrics.Handler())
 	mux.HandleFunc("GET /healthz", op.serveHealthz)
 	mux.HandleFunc("GET /readyz", op.serveReadyz)
+	if op.opts.EnablePprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

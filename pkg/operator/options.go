@@ -118,6 +118,11 @@ type Options struct {
 	GatewayAddr        string
 	GatewayWait        time.Duration
 	GatewaySessionIdle time.Duration
+
+	// EnablePprof serves net/http/pprof's /debug/pprof/ on the metrics
+	// address (issue 16: profiling the lease API on the running binary).
+	// Off by default: profiles show the process's internals.
+	EnablePprof bool
 }
 
 // LatencyShareOfQPS is the part of --kube-api-qps that latency-only status
@@ -231,6 +236,7 @@ func (o *Options) addGatewayFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.GatewayAddr, "gateway-addr", o.GatewayAddr, "Address of the gateway, a forward proxy on the lease store (docs/gateway.md): served on every replica, answered by the leader. Empty: off.")
 	fs.DurationVar(&o.GatewayWait, "gateway-wait", o.GatewayWait, "How long a gateway connection waits for a free proxy before it is answered 503 (at most the lease API's longest wait, 60s).")
 	fs.DurationVar(&o.GatewaySessionIdle, "gateway-session-idle", o.GatewaySessionIdle, "How long a gateway session keeps its lease without a connection.")
+	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof, "Serve Go's profiler (net/http/pprof) at /debug/pprof/ on --metrics-addr. For diagnosis only: profiles show the process's internals.")
 }
 
 // validateGateway checks the gateway's flags.
