@@ -70,10 +70,11 @@ func main() {
 		timeout    = flag.Duration("timeout", 10*time.Minute, "limit of the phase that waits for all proxies Ready")
 		serve      = flag.String("serve-trivial", "", "internal: serve the trivial handler, answering acquires with the body in this file, and print its address")
 		fleetSize  = flag.Int(fleet.SizeFlag, 0, "internal: serve a fleet of this many proxies and print their addresses")
+		fleetDelay = flag.Duration(fleet.DelayFlag, 0, "internal: how long each fleet proxy waits before answering")
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
-	fleet.ServeIfChild(*fleetSize, 0)
+	fleet.ServeIfChild(*fleetSize, *fleetDelay)
 	if *serve != "" {
 		if err := serveTrivial(*serve); err != nil {
 			fail(err)
