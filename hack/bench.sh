@@ -79,8 +79,9 @@ then `go tool pprof -peek 'Server..(acquire|release)$'`), 2026-12-01, 64 clients
   routing and header checks), GC 7%. The operator still spends ~100 µs of CPU per pair against the trivial
   handler's ~65 µs: that difference is about the handlers' share plus GC, spread thin (the store's Acquire and
   the answer's encoding ~5% each, the selection walking past the 64 held proxies at the front of the order,
-  net/http's per-request deadlines that the API's timeouts set). The store allocates once per pair (the ID
-  string, ~118 B): decisions 110 (store), 111 (HTTP) and 112 (metrics) in docs/architecture.md.
+  which decision 113 then removed, net/http's per-request deadlines that the API's timeouts set). The store
+  allocates once per pair (the ID string, ~118 B): decisions 110 (store), 111 (HTTP), 112 (metrics) and 113
+  (selection) in docs/architecture.md.
 - Not costs here: authentication (NoAuth; TokenReview answers are cached, issue 20), logging (V(4) grant
   logs are now checked before their arguments are built), metrics label lookups (children cached). Lock
   contention: 64 goroutines on two cores beat one goroutine on one core (above); 64 goroutines on one core

@@ -239,8 +239,7 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time) (*proxyState, e
 		}
 	}
 	var coolingUntil time.Time
-	for e := order.Front(); e != nil; e = e.Next() {
-		p := e.Value.(*proxyState)
+	for p := order.front; p != nil; p = order.next(p) {
 		if !acceptable(p) {
 			continue
 		}

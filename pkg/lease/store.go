@@ -205,13 +205,17 @@ type proxyState struct {
 	// cooldowns by domain; cooling counts those in force.
 	cooldowns map[string]*cooldown
 	cooling   int
-	// Positions in the selection orders; nil unless Ready.
-	all, inNamespace *list.Element
+	// isReady: the feed reported it Ready. Its places in the selection
+	// orders, in them exactly while it is Ready with a free slot (see
+	// relistLocked).
+	isReady           bool
+	allLinks, nsLinks orderLinks
 }
 
 func (p *proxyState) capacity() int { return min(max(1, int(p.info.MaxLeases)), maxSlots) }
 func (p *proxyState) free() bool    { return p.held < p.capacity() }
-func (p *proxyState) ready() bool   { return p.all != nil }
+func (p *proxyState) ready() bool   { return p.isReady }
+func (p *proxyState) listed() bool  { return p.allLinks.in }
 
 func (p *proxyState) freeSlot() int32 {
 	for i, l := range p.slots {
@@ -264,18 +268,6 @@ func selectedBefore(a, b *proxyState) bool {
 	return a.info.Key.Name < b.info.Key.Name
 }
 
-// insertInOrder places p into a list kept in selection order. It walks from
-// the back because the usual insert is a proxy just released, which belongs
-// at (or next to) the back.
-func insertInOrder(l *list.List, p *proxyState) *list.Element {
-	for e := l.Back(); e != nil; e = e.Prev() {
-		if !selectedBefore(p, e.Value.(*proxyState)) {
-			return l.InsertAfter(p, e)
-		}
-	}
-	return l.PushFront(p)
-}
-
 type sessionKey struct {
 	namespace string
 	session   string
@@ -305,8 +297,8 @@ type Store struct {
 	// The fleet: every proxy the feed reported, and the Ready ones in
 	// selection order (order), and per namespace (byNamespace).
 	proxies     map[cache.ObjectName]*proxyState
-	order       *list.List
-	byNamespace map[string]*list.List
+	order       *selectionOrder
+	byNamespace map[string]*selectionOrder
 
 	// The leases: live ones and tombstones by key, all by expiry, how many
 	// are live, and how many each owner holds (for MaxLeasesPerOwner).
@@ -360,8 +352,8 @@ func NewStore(cfg Config) (*Store, error) {
 		signer:      newSigner(cfg.Key),
 		metrics:     cfg.Metrics,
 		proxies:     map[cache.ObjectName]*proxyState{},
-		order:       list.New(),
-		byNamespace: map[string]*list.List{},
+		order:       &selectionOrder{},
+		byNamespace: map[string]*selectionOrder{},
 		leases:      map[leaseKey]*lease{},
 		sessions:    map[sessionKey]*session{},
 		sessionLRU:  list.New(),
@@ -386,10 +378,10 @@ func (s *Store) Upsert(info ProxyInfo) {
 
 	p := s.proxies[info.Key]
 	if p == nil {
-		p = &proxyState{info: info, urlHash: urlHash(info.URL)}
+		p = &proxyState{info: info, urlHash: urlHash(info.URL), isReady: info.Ready}
 		s.proxies[info.Key] = p
 		if info.Ready {
-			s.enterOrderLocked(p)
+			s.relistLocked(p, false)
 			s.broadcastLocked()
 		}
 		return
@@ -406,15 +398,8 @@ func (s *Store) Upsert(info ProxyInfo) {
 	default:
 		s.revokeLocked(p, min(max(1, int(info.MaxLeases)), maxSlots), now)
 	}
-	p.info, p.urlHash = info, urlHash(info.URL)
-	switch {
-	case info.Ready && !p.ready():
-		s.enterOrderLocked(p)
-	case !info.Ready && p.ready():
-		s.leaveOrderLocked(p)
-	case info.Ready && old.LatencyMillis != info.LatencyMillis:
-		s.reorderLocked(p)
-	}
+	p.info, p.urlHash, p.isReady = info, urlHash(info.URL), info.Ready
+	s.relistLocked(p, old.LatencyMillis != info.LatencyMillis)
 	if info.Ready {
 		// New capacity, labels or a new place in the order may satisfy a waiter.
 		s.broadcastLocked()
@@ -432,9 +417,8 @@ func (s *Store) Remove(key cache.ObjectName) {
 		return
 	}
 	s.revokeLocked(p, 0, now)
-	if p.ready() {
-		s.leaveOrderLocked(p)
-	}
+	p.isReady = false
+	s.relistLocked(p, false)
 	s.forgetCooldownsLocked(p)
 	delete(s.proxies, key)
 }
@@ -483,6 +467,7 @@ func (s *Store) Abdicate() time.Time {
 	for _, p := range s.proxies {
 		clear(p.slots)
 		p.slots, p.held = p.slots[:0], 0
+		s.relistLocked(p, false)
 	}
 	s.leases = map[leaseKey]*lease{}
 	s.expiries = nil
@@ -532,6 +517,7 @@ func (s *Store) checkHorizonLocked(expiresAt time.Time) error {
 // installLocked makes l live on its proxy's slot.
 func (s *Store) installLocked(l *lease) {
 	l.proxy.occupy(l)
+	s.relistLocked(l.proxy, false)
 	s.leases[l.key] = l
 	heap.Push(&s.expiries, l)
 	s.live++
@@ -600,12 +586,11 @@ func (s *Store) freeLocked(l *lease, end string, at time.Time) {
 	}
 	s.metrics.SetActiveLeases(s.live)
 	s.metrics.ObserveLeaseEnd(end, at.Sub(l.grantedAt))
-	if end != EndRevoked && end != EndSuperseded {
+	released := end != EndRevoked && end != EndSuperseded
+	if released {
 		p.lastReleased = at
-		if p.ready() {
-			s.reorderLocked(p)
-		}
 	}
+	s.relistLocked(p, released)
 	s.broadcastLocked()
 }
 
@@ -718,46 +703,38 @@ func (s *Store) broadcastLocked() {
 	}
 }
 
+// relistLocked keeps p in the selection orders exactly while it is Ready
+// with a free slot; moved: its place may have changed (a release, a new
+// latency) and is found again.
+func (s *Store) relistLocked(p *proxyState, moved bool) {
+	want := p.isReady && p.free()
+	switch {
+	case want && !p.listed():
+		s.enterOrderLocked(p)
+	case !want && p.listed():
+		s.leaveOrderLocked(p)
+	case want && moved:
+		s.leaveOrderLocked(p)
+		s.enterOrderLocked(p)
+	}
+}
+
 func (s *Store) enterOrderLocked(p *proxyState) {
-	p.all = insertInOrder(s.order, p)
+	s.order.insert(p)
 	ns := s.byNamespace[p.info.Key.Namespace]
 	if ns == nil {
-		ns = list.New()
+		ns = &selectionOrder{byNamespace: true}
 		s.byNamespace[p.info.Key.Namespace] = ns
 	}
-	p.inNamespace = insertInOrder(ns, p)
+	ns.insert(p)
 }
 
+// leaveOrderLocked takes p out of the orders. A namespace's order, even
+// empty, stays: its proxies come back at their next release, and a new
+// order for each would be an allocation a grant.
 func (s *Store) leaveOrderLocked(p *proxyState) {
-	s.order.Remove(p.all)
-	ns := s.byNamespace[p.info.Key.Namespace]
-	ns.Remove(p.inNamespace)
-	if ns.Len() == 0 {
-		delete(s.byNamespace, p.info.Key.Namespace)
-	}
-	p.all, p.inNamespace = nil, nil
-}
-
-// reorderLocked moves p to its place in both orders, without allocating.
-func (s *Store) reorderLocked(p *proxyState) {
-	moveInOrder(s.order, p.all)
-	moveInOrder(s.byNamespace[p.info.Key.Namespace], p.inNamespace)
-}
-
-// moveInOrder moves e (in l) to where insertInOrder would put its proxy in
-// l without it. Walking from the back is one step for a proxy just released.
-func moveInOrder(l *list.List, e *list.Element) {
-	p := e.Value.(*proxyState)
-	for m := l.Back(); m != nil; m = m.Prev() {
-		if m == e {
-			continue
-		}
-		if !selectedBefore(p, m.Value.(*proxyState)) {
-			l.MoveAfter(e, m)
-			return
-		}
-	}
-	l.MoveToFront(e)
+	s.order.remove(p)
+	s.byNamespace[p.info.Key.Namespace].remove(p)
 }
 
 // viewLocked is a live lease as callers see it. Its ID is signed once per
