@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,6 +48,7 @@ func BenchmarkLeaseAPI(b *testing.B) {
 	const proxies, clients = 1000, 64
 	b.Run("store", func(b *testing.B) {
 		store := newBenchStore(b, proxies)
+		b.ReportAllocs()
 		runPairs(b, clients, func(ctx context.Context, holder string, _ *rand.Rand) error {
 			l, err := store.Acquire(ctx, lease.AcquireRequest{Holder: holder})
 			if err != nil {
@@ -128,11 +130,14 @@ func BenchmarkLeaseAPI(b *testing.B) {
 }
 
 // BenchmarkStoreOps is the in-process store alone, one goroutine: the cost
-// of one acquire+release pair without contention.
+// of one acquire+release pair (one op) without contention. make bench runs
+// it with -cpu 1 (issue 16: at least 1,000,000 pairs/s on one core), beside
+// BenchmarkLeaseAPI/store, 64 goroutines on the same store.
 func BenchmarkStoreOps(b *testing.B) {
 	store := newBenchStore(b, 1000)
 	ctx := context.Background()
 	b.ReportAllocs()
+	cpuBefore := processCPU(b)
 	for b.Loop() {
 		l, err := store.Acquire(ctx, lease.AcquireRequest{Holder: "w"})
 		if err != nil {
@@ -142,7 +147,20 @@ func BenchmarkStoreOps(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(2*float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+	// On a shared machine wall time counts the other tenants too; the
+	// process's own CPU time (user+system, GC included) does not.
+	b.ReportMetric(float64(b.N)/(processCPU(b)-cpuBefore).Seconds(), "pairs/cpu-s")
+}
+
+// processCPU is the CPU time the test process has used so far.
+func processCPU(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func newBenchStore(b *testing.B, proxies int) *lease.Store {

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"bytes"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -27,5 +29,41 @@ func TestDecoderFieldsAreTheWireTypes(t *testing.T) {
 		if diff := cmp.Diff(tags, tc.known); diff != "" {
 			t.Errorf("%s: wire tags (-) and decoder fields (+):\n%s", name, diff)
 		}
+	}
+}
+
+// plainObjectSeeds are bodies for the fast path and for everything it must
+// hand to the tokenizer.
+var plainObjectSeeds = []string{
+	`{"holder":"w"}`, ` { "holder" : "w" , "ttl":"30s" } `, "{\t\"holder\":\"w\"}\r\n", `{}`, ` {} `, ``, `   `,
+	`{"holder":"w","holder":"x"}`, `{"HOLDER":"w"}`, `{"x":"y"}`, `{"holder":"w",}`, `{,"holder":"w"}`,
+	`{"holder":"w"} trailing`, `{"holder":"w"}{}`, `{"holder":"w"`, `{"holder":"w`, `{"holder":}`, `{"holder"}`,
+	`{"holder":"\u0041"}`, `{"holder":"a\"b"}`, "{\"holder\":\"a\x01b\"}", "{\"holder\":\"\xff\"}", `{"holder":"ünï"}`,
+	`{"holder":null}`, `{"holder":1}`, `null`, `[]`, `"x"`, `{"holder":"w","wait":"1s","session":"s","domain":"d","namespace":"n","selector":"a=b"}`,
+	"\ufeff{\"holder\":\"w\"}", `{"holder" "w"}`, `{"holder":"w" "ttl":"1s"}`,
+}
+
+// The fast path of decodeObject answers exactly as the tokenizer does.
+func TestDecodeObjectIsDecodeObjectStream(t *testing.T) {
+	for _, body := range plainObjectSeeds {
+		for _, allowEmpty := range []bool{false, true} {
+			checkSameDecoding(t, []byte(body), allowEmpty)
+		}
+	}
+}
+
+func FuzzDecodeObjectFastPath(f *testing.F) {
+	for _, seed := range plainObjectSeeds {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { checkSameDecoding(t, body, false) })
+}
+
+func checkSameDecoding(t *testing.T, body []byte, allowEmpty bool) {
+	t.Helper()
+	got, gotErr := decodeObject(bytes.NewReader(body), acquireFields, allowEmpty)
+	want, wantErr := decodeObjectStream(bytes.NewReader(body), acquireFields, allowEmpty)
+	if diff := cmp.Diff(want, got); diff != "" || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+		t.Errorf("decodeObject(%q): members (-tokenizer +fast):\n%s\nerror %v, tokenizer's %v", body, diff, gotErr, wantErr)
 	}
 }

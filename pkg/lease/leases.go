@@ -3,6 +3,7 @@ package lease
 import (
 	"container/heap"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"maps"
@@ -103,12 +104,16 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 		req.Selector = labels.Everything()
 	}
 	req.Domain = NormalizeDomain(req.Domain)
-	deadline := s.clock.Now().Add(req.Wait)
 
+	var deadline time.Time
 	waited := false
 	for {
 		s.mu.Lock()
 		now := s.clock.Now()
+		if !waited {
+			// One clock read per attempt: the wait counts from the first.
+			deadline = now.Add(req.Wait)
+		}
 		s.advanceLocked(now)
 		l, err := s.tryAcquireLocked(&req, ttl, now)
 		if err == nil {
@@ -198,7 +203,8 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 		return nil, err
 	}
 	s.serial++
-	l := &lease{
+	l := s.newLeaseLocked()
+	*l = lease{
 		key:          leaseKey{epoch: s.epoch, serial: s.serial},
 		proxy:        p,
 		proxyKey:     p.info.Key,
@@ -212,7 +218,7 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 		grantedAt:    now,
 		expiresAt:    expiresAt,
 		ttl:          ttl,
-		urlHash:      urlHash(p.info.URL),
+		urlHash:      p.urlHash,
 		readySince:   p.info.ReadySince,
 	}
 	s.installLocked(l)
@@ -244,8 +250,7 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time) (*proxyState, e
 		}
 	}
 	var coolingUntil time.Time
-	for e := order.Front(); e != nil; e = e.Next() {
-		p := e.Value.(*proxyState)
+	for p := order.front; p != nil; p = order.next(p) {
 		if !acceptable(p) {
 			continue
 		}
@@ -302,7 +307,7 @@ func (s *Store) RenewAs(owner, id string, ttl time.Duration) (Lease, error) {
 	if err := s.checkHorizonLocked(expiresAt); err != nil {
 		return Lease{}, err
 	}
-	l.expiresAt, l.ttl = expiresAt, ttl
+	l.expiresAt, l.ttl, l.id = expiresAt, ttl, ""
 	heap.Fix(&s.expiries, l.index)
 	if l.session != "" {
 		if sess := s.sessions[sessionKey{l.sessionScope, l.session}]; sess != nil && sess.proxy == l.proxyKey {
@@ -323,6 +328,9 @@ func (s *Store) Release(id string, outcome Outcome, domain string) error {
 // once: one grant counts at most one outcome, so every later release of it
 // is ErrUnknownLease, like a second release of a live one.
 func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) error {
+	if outcome != OutcomeBanned && s.releaseKnownAs(owner, id, outcome) {
+		return nil
+	}
 	tok, err := s.decodeOwned(owner, id)
 	if err != nil {
 		return err
@@ -355,11 +363,7 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) erro
 	l := s.leases[tok.key]
 	switch {
 	case l != nil && l.state == stateLive:
-		if l.key.epoch == s.epoch {
-			s.endLocked(l, end, now, stateLive)
-		} else {
-			s.endLocked(l, end, now, stateReleased)
-		}
+		s.releaseLiveLocked(l, end, now)
 	case l != nil && (l.state == stateRevoked || l.state == stateSuperseded):
 		// Already over; the ban below still tells us something, but only
 		// this once.
@@ -378,6 +382,56 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) erro
 		}
 	}
 	return nil
+}
+
+// releaseLiveLocked ends a live lease released by its holder.
+func (s *Store) releaseLiveLocked(l *lease, end string, now time.Time) {
+	if l.key.epoch == s.epoch {
+		s.endLocked(l, end, now, stateLive)
+	} else {
+		// Re-learned from a previous leader: its ID must not be re-learned again.
+		s.endLocked(l, end, now, stateReleased)
+	}
+}
+
+// releaseKnownAs is ReleaseAs without a keyed hash for the usual call: an
+// ok or error release of a live lease by the very ID this store last
+// handed out for it. The ID is compared whole, in constant time, with the
+// one the store keeps, so a forged ID never matches; anything else (a
+// stale, forged or unknown ID, a ban, not leading) returns false and takes
+// the full path, which decides exactly as before (decision 110).
+func (s *Store) releaseKnownAs(owner, id string, outcome Outcome) bool {
+	end := EndReleasedOK
+	switch outcome {
+	case OutcomeOK, "":
+	case OutcomeError:
+		end = EndReleasedError
+	default:
+		return false
+	}
+	key, ok := peekLeaseKey(id)
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.leading {
+		return false
+	}
+	now := s.clock.Now()
+	s.advanceLocked(now)
+	l := s.leases[key]
+	if l == nil || l.state != stateLive || l.owner != owner || !sameID(l.id, id) {
+		return false
+	}
+	s.releaseLiveLocked(l, end, now)
+	return true
+}
+
+// sameID compares a presented ID with a kept one in constant time, so that
+// the comparison tells nothing about how much of a guess was right.
+func sameID(kept, presented string) bool {
+	return kept != "" && len(kept) == len(presented) && subtle.ConstantTimeCompare([]byte(kept), []byte(presented)) == 1
 }
 
 // Get returns a live lease acquired without an owner; see GetAs.
@@ -419,6 +473,18 @@ func (s *Store) LeaseNamespace(id string) (string, error) {
 // leaseNamespaceAs is LeaseNamespace for owner's leases only: another
 // owner's ID is ErrUnknownLease before anything else is looked at.
 func (s *Store) leaseNamespaceAs(owner, id string) (string, error) {
+	// The usual ID is the one the store keeps for a live lease: no keyed
+	// hash needed to trust what it says (see releaseKnownAs).
+	if key, ok := peekLeaseKey(id); ok {
+		s.mu.Lock()
+		l := s.leases[key]
+		if l != nil && l.state == stateLive && l.owner == owner && sameID(l.id, id) {
+			ns := l.proxyKey.Namespace
+			s.mu.Unlock()
+			return ns, nil
+		}
+		s.mu.Unlock()
+	}
 	tok, err := s.decodeOwned(owner, id)
 	if err != nil {
 		return "", err
@@ -521,7 +587,7 @@ func (s *Store) findLocked(tok token, now time.Time) (*lease, error) {
 		return nil, ErrUnknownLease
 	}
 	p := s.proxies[tok.proxy]
-	if p == nil || !p.ready() || p.info.UID != tok.proxyUID || urlHash(p.info.URL) != tok.urlHash ||
+	if p == nil || !p.ready() || p.info.UID != tok.proxyUID || p.urlHash != tok.urlHash ||
 		!p.info.ReadySince.Equal(tok.readySince) || int(tok.slot) >= p.capacity() {
 		s.tombstoneLocked(tok, stateRevoked)
 		return nil, ErrRevoked
@@ -535,7 +601,8 @@ func (s *Store) findLocked(tok token, now time.Time) (*lease, error) {
 		}
 		s.endLocked(o, EndSuperseded, now, stateSuperseded)
 	}
-	l := &lease{
+	l := s.newLeaseLocked()
+	*l = lease{
 		key:        tok.key,
 		proxy:      p,
 		proxyKey:   tok.proxy,

@@ -498,21 +498,41 @@ func (s *Store) checkConsistency() error {
 			errs = append(errs, fmt.Errorf("%s: %d slots taken, held %d, capacity %d", key, held, p.held, p.capacity()))
 		}
 		if p.info.Ready != p.ready() {
-			errs = append(errs, fmt.Errorf("%s: Ready %v but in the order %v", key, p.info.Ready, p.ready()))
+			errs = append(errs, fmt.Errorf("%s: Ready %v but ready() %v", key, p.info.Ready, p.ready()))
 		}
-		if p.ready() {
+		// The selection orders hold exactly the Ready proxies with a free slot.
+		if want := p.ready() && p.free(); p.listed() != want || p.nsLinks.in != want {
+			errs = append(errs, fmt.Errorf("%s: Ready %v, free %v, but in the order %v, in its namespace's %v", key, p.ready(), p.free(), p.listed(), p.nsLinks.in))
+		}
+		if p.listed() {
 			ready++
 		}
 		if !p.info.Ready && held > 0 {
 			errs = append(errs, fmt.Errorf("%s is not Ready but holds %d leases", key, held))
 		}
 	}
-	if s.order.Len() != ready {
-		errs = append(errs, fmt.Errorf("%d Ready proxies, %d in the order", ready, s.order.Len()))
+	orders := map[string]*selectionOrder{"": s.order}
+	inNamespaces := 0
+	for ns, o := range s.byNamespace {
+		orders[ns] = o
+		inNamespaces += o.n
 	}
-	for e := s.order.Front(); e != nil && e.Next() != nil; e = e.Next() {
-		if selectedBefore(e.Next().Value.(*proxyState), e.Value.(*proxyState)) {
-			errs = append(errs, errors.New("the selection order is not sorted"))
+	if s.order.n != ready || inNamespaces != ready {
+		errs = append(errs, fmt.Errorf("%d Ready proxies with a free slot, %d in the order, %d in the namespaces' orders", ready, s.order.n, inNamespaces))
+	}
+	for ns, o := range orders {
+		n := 0
+		for p := o.front; p != nil; p = o.next(p) {
+			n++
+			if next := o.next(p); next != nil && selectedBefore(next, p) {
+				errs = append(errs, fmt.Errorf("the selection order %q is not sorted", ns))
+			}
+			if ns != "" && p.info.Key.Namespace != ns {
+				errs = append(errs, fmt.Errorf("%s is in the order of namespace %q", p.info.Key, ns))
+			}
+		}
+		if n != o.n {
+			errs = append(errs, fmt.Errorf("the selection order %q links %d proxies, counts %d", ns, n, o.n))
 		}
 	}
 	return errors.Join(errs...)

@@ -365,9 +365,13 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	klog.FromContext(r.Context()).V(4).Info("Lease granted", "proxy", l.Proxy.Key, "holder", l.Holder, "user", user.Name, "expiresAt", l.ExpiresAt)
-	w.Header().Set("Location", "/v1/leases/"+l.ID)
-	writeJSON(w, http.StatusCreated, leaseWireFrom(l, creds))
+	// Checked first: the arguments alone would allocate on every grant.
+	if logger := klog.FromContext(r.Context()).V(4); logger.Enabled() {
+		logger.Info("Lease granted", "proxy", l.Proxy.Key, "holder", l.Holder, "user", user.Name, "expiresAt", l.ExpiresAt)
+	}
+	w.Header()["Location"] = []string{"/v1/leases/" + l.ID}
+	out := leaseWireFrom(l, creds)
+	writeLeaseJSON(w, http.StatusCreated, &out)
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
@@ -392,7 +396,8 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, leaseWireFrom(l, nil))
+	out := leaseWireFrom(l, nil)
+	writeLeaseJSON(w, http.StatusOK, &out)
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
@@ -441,7 +446,8 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, leaseWireFrom(l, nil))
+	out := leaseWireFrom(l, nil)
+	writeLeaseJSON(w, http.StatusOK, &out)
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
@@ -508,7 +514,7 @@ func (s *Server) acquireWithinHorizon(ctx context.Context, req AcquireRequest) (
 		var beyond *HorizonError
 		if !errors.As(err, &beyond) || s.horizon == nil {
 			if err == nil && s.horizon != nil {
-				s.horizon.keepAhead(klog.NewContext(context.Background(), klog.FromContext(ctx)), l.ExpiresAt)
+				s.horizon.keepAhead(ctx, l.ExpiresAt)
 			}
 			return l, err
 		}
@@ -525,7 +531,7 @@ func (s *Server) renewWithinHorizon(ctx context.Context, owner, id string, ttl t
 		var beyond *HorizonError
 		if !errors.As(err, &beyond) || s.horizon == nil {
 			if err == nil && s.horizon != nil {
-				s.horizon.keepAhead(klog.NewContext(context.Background(), klog.FromContext(ctx)), l.ExpiresAt)
+				s.horizon.keepAhead(ctx, l.ExpiresAt)
 			}
 			return l, err
 		}

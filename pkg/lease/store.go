@@ -192,10 +192,15 @@ type lease struct {
 	// readySince is the proxy's ReadySince at the grant.
 	readySince time.Time
 	index      int // in leaseHeap
+	// id is the ID last handed out for the lease ("" until viewLocked signs
+	// one): the fields it encodes change only at a renewal, which clears it.
+	id string
 }
 
 type proxyState struct {
 	info ProxyInfo
+	// urlHash is urlHash(info.URL), kept so that no grant hashes the URL.
+	urlHash uint64
 	// slots[i] is the live lease in slot i, or nil; len(slots) grows up to capacity.
 	slots        []*lease
 	held         int
@@ -205,13 +210,17 @@ type proxyState struct {
 	cooling   int
 	// burn is the instance's lease and ban record (burn.go).
 	burn burn
-	// Positions in the selection orders; nil unless Ready.
-	all, inNamespace *list.Element
+	// isReady: the feed reported it Ready. Its places in the selection
+	// orders, in them exactly while it is Ready with a free slot (see
+	// relistLocked).
+	isReady           bool
+	allLinks, nsLinks orderLinks
 }
 
 func (p *proxyState) capacity() int { return min(max(1, int(p.info.MaxLeases)), maxSlots) }
 func (p *proxyState) free() bool    { return p.held < p.capacity() }
-func (p *proxyState) ready() bool   { return p.all != nil }
+func (p *proxyState) ready() bool   { return p.isReady }
+func (p *proxyState) listed() bool  { return p.allLinks.in }
 
 func (p *proxyState) freeSlot() int32 {
 	for i, l := range p.slots {
@@ -264,18 +273,6 @@ func selectedBefore(a, b *proxyState) bool {
 	return a.info.Key.Name < b.info.Key.Name
 }
 
-// insertInOrder places p into a list kept in selection order. It walks from
-// the back because the usual insert is a proxy just released, which belongs
-// at (or next to) the back.
-func insertInOrder(l *list.List, p *proxyState) *list.Element {
-	for e := l.Back(); e != nil; e = e.Prev() {
-		if !selectedBefore(p, e.Value.(*proxyState)) {
-			return l.InsertAfter(p, e)
-		}
-	}
-	return l.PushFront(p)
-}
-
 type sessionKey struct {
 	namespace string
 	session   string
@@ -305,8 +302,8 @@ type Store struct {
 	// The fleet: every proxy the feed reported, and the Ready ones in
 	// selection order (order), and per namespace (byNamespace).
 	proxies     map[cache.ObjectName]*proxyState
-	order       *list.List
-	byNamespace map[string]*list.List
+	order       *selectionOrder
+	byNamespace map[string]*selectionOrder
 
 	// The leases: live ones and tombstones by key, all by expiry, how many
 	// are live, and how many each owner holds (for MaxLeasesPerOwner).
@@ -323,6 +320,10 @@ type Store struct {
 	// Sticky sessions, and their order, most recently used first.
 	sessions   map[sessionKey]*session
 	sessionLRU *list.List
+
+	// spare holds lease structs that ended without a tombstone, for the
+	// next grants to reuse (see newLeaseLocked).
+	spare []*lease
 
 	// Waiting acquires: changed is closed (and replaced) when capacity may
 	// have appeared; waiting counts the waiters, so that nobody pays for a
@@ -359,8 +360,8 @@ func NewStore(cfg Config) (*Store, error) {
 		signer:      newSigner(cfg.Key),
 		metrics:     cfg.Metrics,
 		proxies:     map[cache.ObjectName]*proxyState{},
-		order:       list.New(),
-		byNamespace: map[string]*list.List{},
+		order:       &selectionOrder{},
+		byNamespace: map[string]*selectionOrder{},
 		leases:      map[leaseKey]*lease{},
 		sessions:    map[sessionKey]*session{},
 		sessionLRU:  list.New(),
@@ -385,10 +386,10 @@ func (s *Store) Upsert(info ProxyInfo) {
 
 	p := s.proxies[info.Key]
 	if p == nil {
-		p = &proxyState{info: info}
+		p = &proxyState{info: info, urlHash: urlHash(info.URL), isReady: info.Ready}
 		s.proxies[info.Key] = p
 		if info.Ready {
-			s.enterOrderLocked(p)
+			s.relistLocked(p, false)
 			s.broadcastLocked()
 		}
 		return
@@ -412,15 +413,8 @@ func (s *Store) Upsert(info ProxyInfo) {
 	default:
 		s.revokeLocked(p, min(max(1, int(info.MaxLeases)), maxSlots), now)
 	}
-	p.info = info
-	switch {
-	case info.Ready && !p.ready():
-		s.enterOrderLocked(p)
-	case !info.Ready && p.ready():
-		s.leaveOrderLocked(p)
-	case info.Ready && old.LatencyMillis != info.LatencyMillis:
-		s.reorderLocked(p)
-	}
+	p.info, p.urlHash, p.isReady = info, urlHash(info.URL), info.Ready
+	s.relistLocked(p, old.LatencyMillis != info.LatencyMillis)
 	if info.Ready {
 		// New capacity, labels or a new place in the order may satisfy a waiter.
 		s.broadcastLocked()
@@ -438,9 +432,8 @@ func (s *Store) Remove(key cache.ObjectName) {
 		return
 	}
 	s.revokeLocked(p, 0, now)
-	if p.ready() {
-		s.leaveOrderLocked(p)
-	}
+	p.isReady = false
+	s.relistLocked(p, false)
 	s.forgetCooldownsLocked(p)
 	delete(s.proxies, key)
 }
@@ -489,6 +482,7 @@ func (s *Store) Abdicate() time.Time {
 	for _, p := range s.proxies {
 		clear(p.slots)
 		p.slots, p.held = p.slots[:0], 0
+		s.relistLocked(p, false)
 	}
 	s.leases = map[leaseKey]*lease{}
 	s.expiries = nil
@@ -538,6 +532,7 @@ func (s *Store) checkHorizonLocked(expiresAt time.Time) error {
 // installLocked makes l live on its proxy's slot.
 func (s *Store) installLocked(l *lease) {
 	l.proxy.occupy(l)
+	s.relistLocked(l.proxy, false)
 	s.leases[l.key] = l
 	heap.Push(&s.expiries, l)
 	s.live++
@@ -547,10 +542,35 @@ func (s *Store) installLocked(l *lease) {
 	s.metrics.SetActiveLeases(s.live)
 }
 
+// maxSpareLeases bounds the lease structs kept for reuse.
+const maxSpareLeases = 1024
+
+// newLeaseLocked returns a zeroed lease struct, reusing one that ended:
+// a grant then allocates nothing of its own (decision 110).
+func (s *Store) newLeaseLocked() *lease {
+	if n := len(s.spare); n > 0 {
+		l := s.spare[n-1]
+		s.spare[n-1] = nil
+		s.spare = s.spare[:n-1]
+		return l
+	}
+	return &lease{}
+}
+
+// recycleLocked keeps l, which nothing references any more (off its proxy,
+// the heap and the map), for reuse.
+func (s *Store) recycleLocked(l *lease) {
+	if len(s.spare) < maxSpareLeases {
+		*l = lease{index: -1}
+		s.spare = append(s.spare, l)
+	}
+}
+
 // tombstoneLocked records a lease this store never held live, so that its
 // ID is answered consistently until it expires.
 func (s *Store) tombstoneLocked(tok token, state leaseState) {
-	l := &lease{key: tok.key, state: state, proxyKey: tok.proxy, proxyUID: tok.proxyUID, slot: tok.slot, expiresAt: tok.expiresAt}
+	l := s.newLeaseLocked()
+	*l = lease{key: tok.key, state: state, proxyKey: tok.proxy, proxyUID: tok.proxyUID, slot: tok.slot, expiresAt: tok.expiresAt}
 	s.leases[l.key] = l
 	heap.Push(&s.expiries, l)
 }
@@ -561,6 +581,7 @@ func (s *Store) endLocked(l *lease, end string, now time.Time, tombstone leaseSt
 	if tombstone == stateLive {
 		heap.Remove(&s.expiries, l.index)
 		delete(s.leases, l.key)
+		s.recycleLocked(l)
 		return
 	}
 	l.state = tombstone
@@ -580,12 +601,11 @@ func (s *Store) freeLocked(l *lease, end string, at time.Time) {
 	}
 	s.metrics.SetActiveLeases(s.live)
 	s.metrics.ObserveLeaseEnd(end, at.Sub(l.grantedAt))
-	if end != EndRevoked && end != EndSuperseded {
+	released := end != EndRevoked && end != EndSuperseded
+	if released {
 		p.lastReleased = at
-		if p.ready() {
-			s.reorderLocked(p)
-		}
 	}
+	s.relistLocked(p, released)
 	s.broadcastLocked()
 }
 
@@ -645,6 +665,7 @@ func (s *Store) advanceLocked(now time.Time) {
 		if l.state == stateLive {
 			s.freeLocked(l, EndExpired, l.expiresAt)
 		}
+		s.recycleLocked(l)
 	}
 	for len(s.cooldowns) > 0 && !now.Before(s.cooldowns[0].nextEvent()) {
 		c := s.cooldowns[0]
@@ -697,47 +718,68 @@ func (s *Store) broadcastLocked() {
 	}
 }
 
+// relistLocked keeps p in the selection orders exactly while it is Ready
+// with a free slot; moved: its place may have changed (a release, a new
+// latency) and is found again.
+func (s *Store) relistLocked(p *proxyState, moved bool) {
+	want := p.isReady && p.free()
+	switch {
+	case want && !p.listed():
+		s.enterOrderLocked(p)
+	case !want && p.listed():
+		s.leaveOrderLocked(p)
+	case want && moved:
+		s.leaveOrderLocked(p)
+		s.enterOrderLocked(p)
+	}
+}
+
 func (s *Store) enterOrderLocked(p *proxyState) {
-	p.all = insertInOrder(s.order, p)
+	s.order.insert(p)
 	ns := s.byNamespace[p.info.Key.Namespace]
 	if ns == nil {
-		ns = list.New()
+		ns = &selectionOrder{byNamespace: true}
 		s.byNamespace[p.info.Key.Namespace] = ns
 	}
-	p.inNamespace = insertInOrder(ns, p)
+	ns.insert(p)
 }
 
+// leaveOrderLocked takes p out of the orders. A namespace's order, even
+// empty, stays: its proxies come back at their next release, and a new
+// order for each would be an allocation a grant.
 func (s *Store) leaveOrderLocked(p *proxyState) {
-	s.order.Remove(p.all)
-	ns := s.byNamespace[p.info.Key.Namespace]
-	ns.Remove(p.inNamespace)
-	if ns.Len() == 0 {
-		delete(s.byNamespace, p.info.Key.Namespace)
-	}
-	p.all, p.inNamespace = nil, nil
+	s.order.remove(p)
+	s.byNamespace[p.info.Key.Namespace].remove(p)
 }
 
-func (s *Store) reorderLocked(p *proxyState) {
-	s.leaveOrderLocked(p)
-	s.enterOrderLocked(p)
-}
-
+// viewLocked is a live lease as callers see it. Its ID is signed once per
+// grant or renewal and kept: the fields it encodes change only then.
 func (s *Store) viewLocked(l *lease) Lease {
+	view, tok := viewOfLocked(l)
+	if l.id == "" {
+		l.id = s.signer.encode(tok)
+	}
+	view.ID = l.id
+	return view
+}
+
+// viewOfLocked is a live lease as callers see it, but for its ID, and the
+// token its ID encodes.
+func viewOfLocked(l *lease) (Lease, token) {
 	return Lease{
-		ID: s.signer.encode(token{
+			Holder:    l.holder,
+			Owner:     l.owner,
+			Proxy:     LeasedProxy{Key: l.proxyKey, URL: l.proxy.info.URL, LatencyMillis: l.proxy.info.LatencyMillis},
+			Session:   l.session,
+			Domain:    l.domain,
+			GrantedAt: l.grantedAt,
+			ExpiresAt: l.expiresAt,
+			TTL:       l.ttl,
+			Slot:      l.slot,
+		}, token{
 			key: l.key, slot: l.slot, grantedAt: l.grantedAt, expiresAt: l.expiresAt, ttl: l.ttl, urlHash: l.urlHash, readySince: l.readySince,
 			proxy: l.proxyKey, proxyUID: l.proxyUID, holder: l.holder, domain: l.domain, owner: l.owner,
-		}),
-		Holder:    l.holder,
-		Owner:     l.owner,
-		Proxy:     LeasedProxy{Key: l.proxyKey, URL: l.proxy.info.URL, LatencyMillis: l.proxy.info.LatencyMillis},
-		Session:   l.session,
-		Domain:    l.domain,
-		GrantedAt: l.grantedAt,
-		ExpiresAt: l.expiresAt,
-		TTL:       l.ttl,
-		Slot:      l.slot,
-	}
+		}
 }
 
 // NormalizeDomain lower-cases a domain and drops a trailing dot, so that

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"hash/fnv"
 	"slices"
 	"sync"
 	"time"
@@ -96,26 +95,45 @@ type token struct {
 
 // signer mints and checks lease IDs with one HMAC key.
 type signer struct {
-	// macs pools keyed HMAC states: keying one costs as much as the MAC.
-	macs *sync.Pool
+	// scratch pools what one encode or decode needs: a keyed HMAC state
+	// (keying one costs as much as the MAC) and the buffers it reads and
+	// writes. The buffers live on the heap with their state, so that the
+	// hash.Hash interface, which moves every buffer it is given to the
+	// heap, allocates nothing per ID (docs/architecture.md, decision 110).
+	scratch *sync.Pool
+}
+
+type signerScratch struct {
+	mac hash.Hash
+	// payload holds an ID's bytes before base64 (encode) or after (decode);
+	// sum the MAC; text the base64 of an ID being minted.
+	payload, sum, text []byte
 }
 
 func newSigner(key []byte) signer {
 	key = slices.Clone(key)
-	return signer{macs: &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
+	return signer{scratch: &sync.Pool{New: func() any {
+		return &signerScratch{
+			mac:     hmac.New(sha256.New, key),
+			payload: make([]byte, 0, maxIDLen),
+			sum:     make([]byte, 0, sha256.Size),
+			text:    make([]byte, 0, maxIDLen),
+		}
+	}}}
 }
 
-func (s signer) mac(payload []byte) []byte {
-	h := s.macs.Get().(hash.Hash)
-	h.Reset()
-	h.Write(payload)
-	sum := h.Sum(nil)[:macLen]
-	s.macs.Put(h)
-	return sum
+// mac is the first macLen bytes of HMAC-SHA256(key, payload), in sc.sum.
+func (sc *signerScratch) macOf(payload []byte) []byte {
+	sc.mac.Reset()
+	sc.mac.Write(payload)
+	sc.sum = sc.mac.Sum(sc.sum[:0])
+	return sc.sum[:macLen]
 }
 
 func (s signer) encode(t token) string {
-	b := make([]byte, 0, 96+len(t.proxy.Namespace)+len(t.proxy.Name)+len(t.proxyUID)+len(t.holder)+len(t.domain)+len(t.owner))
+	sc := s.scratch.Get().(*signerScratch)
+	defer s.scratch.Put(sc)
+	b := sc.payload[:0]
 	b = append(b, tokenVersion)
 	b = binary.AppendUvarint(b, t.key.epoch)
 	b = binary.AppendUvarint(b, t.key.serial)
@@ -125,19 +143,34 @@ func (s signer) encode(t token) string {
 	b = binary.AppendVarint(b, int64(t.ttl))
 	b = binary.AppendUvarint(b, t.urlHash)
 	b = binary.AppendVarint(b, unixNano(t.readySince))
-	for _, str := range []string{t.proxy.Namespace, t.proxy.Name, string(t.proxyUID), t.holder, t.domain, t.owner} {
-		b = binary.AppendUvarint(b, uint64(len(str)))
-		b = append(b, str...)
-	}
-	b = append(b, s.mac(b)...)
-	return base64.RawURLEncoding.EncodeToString(b)
+	b = appendString(b, t.proxy.Namespace)
+	b = appendString(b, t.proxy.Name)
+	b = appendString(b, string(t.proxyUID))
+	b = appendString(b, t.holder)
+	b = appendString(b, t.domain)
+	b = appendString(b, t.owner)
+	b = append(b, sc.macOf(b)...)
+	sc.payload = b[:0]
+	n := base64.RawURLEncoding.EncodedLen(len(b))
+	sc.text = slices.Grow(sc.text[:0], n)[:n]
+	base64.RawURLEncoding.Encode(sc.text, b)
+	return string(sc.text)
+}
+
+func appendString(b []byte, str string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(str)))
+	return append(b, str...)
 }
 
 func (s signer) decode(id string) (token, error) {
 	if len(id) == 0 || len(id) > maxIDLen {
 		return token{}, errBadToken
 	}
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(id)
+	sc := s.scratch.Get().(*signerScratch)
+	defer s.scratch.Put(sc)
+	raw := sc.payload[:base64.RawURLEncoding.DecodedLen(len(id))]
+	n, err := base64.RawURLEncoding.Strict().Decode(raw, []byte(id))
+	raw = raw[:n]
 	if err != nil || len(raw) < 1+macLen {
 		return token{}, errBadToken
 	}
@@ -147,7 +180,7 @@ func (s signer) decode(id string) (token, error) {
 		return token{}, errBadToken
 	}
 	payload, mac := raw[:len(raw)-macLen], raw[len(raw)-macLen:]
-	if !hmac.Equal(mac, s.mac(payload)) {
+	if !hmac.Equal(mac, sc.macOf(payload)) {
 		return token{}, errBadToken
 	}
 	r := tokenReader{b: payload}
@@ -163,26 +196,56 @@ func (s signer) decode(id string) (token, error) {
 	t.ttl = time.Duration(r.varint())
 	t.urlHash = r.uvarint()
 	t.readySince = fromUnixNano(r.varint())
-	t.proxy.Namespace = r.string()
-	t.proxy.Name = r.string()
-	t.proxyUID = types.UID(r.string())
-	t.holder = r.string()
-	t.domain = r.string()
-	t.owner = r.string()
+	if r.err {
+		return token{}, errBadToken
+	}
+	texts := textReader{s: string(r.b)}
+	t.proxy.Namespace = texts.string()
+	t.proxy.Name = texts.string()
+	t.proxyUID = types.UID(texts.string())
+	t.holder = texts.string()
+	t.domain = texts.string()
+	t.owner = texts.string()
 	// A valid MAC means we wrote it, so these only fail for a key shared
 	// with a different program; still, never trust lengths blindly.
-	if r.err || len(r.b) != 0 || slot > maxSlots {
+	if texts.err || len(texts.s) != 0 || slot > maxSlots {
 		return token{}, errBadToken
 	}
 	t.slot = int32(slot)
 	return t, nil
 }
 
-// urlHash is the fingerprint of a proxy URL kept in lease IDs.
+// peekLeaseKey reads the lease key at the start of an ID without checking
+// its MAC: enough to find the lease whose kept ID the whole ID must then
+// equal (releaseKnownAs). The version byte and two uvarints fit in the
+// first 24 bytes, the first 32 characters.
+func peekLeaseKey(id string) (leaseKey, bool) {
+	var buf [24]byte
+	n := min(len(id), 32) / 4 * 4
+	if n == 0 {
+		return leaseKey{}, false
+	}
+	m, err := base64.RawURLEncoding.Decode(buf[:], []byte(id[:n]))
+	if err != nil {
+		return leaseKey{}, false
+	}
+	r := tokenReader{b: buf[:m]}
+	if r.byte() != tokenVersion {
+		return leaseKey{}, false
+	}
+	k := leaseKey{epoch: r.uvarint(), serial: r.uvarint()}
+	return k, !r.err
+}
+
+// urlHash is the fingerprint of a proxy URL kept in lease IDs: FNV-1a, 64 bits.
 func urlHash(url string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(url))
-	return h.Sum64()
+	const offset64, prime64 = 14695981039346656037, 1099511628211
+	h := uint64(offset64)
+	for i := 0; i < len(url); i++ {
+		h ^= uint64(url[i])
+		h *= prime64
+	}
+	return h
 }
 
 // unixNano keeps the zero time distinct from the Unix epoch.
@@ -236,13 +299,33 @@ func (r *tokenReader) varint() int64 {
 	return v
 }
 
-func (r *tokenReader) string() string {
-	n := r.uvarint()
-	if r.err || n > uint64(len(r.b)) {
+// textReader reads the length-prefixed strings at the end of a payload
+// from one copy of it, so that the token's text fields share one
+// allocation.
+type textReader struct {
+	s   string
+	err bool
+}
+
+func (r *textReader) string() string {
+	var n uint64
+	for shift, i := 0, 0; ; shift, i = shift+7, i+1 {
+		if i == len(r.s) || i == binary.MaxVarintLen64 {
+			r.err = true
+			return ""
+		}
+		c := r.s[i]
+		n |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			r.s = r.s[i+1:]
+			break
+		}
+	}
+	if r.err || n > uint64(len(r.s)) {
 		r.err = true
 		return ""
 	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
+	out := r.s[:n]
+	r.s = r.s[n:]
+	return out
 }

@@ -269,14 +269,16 @@ func (h *horizonKeeper) ensure(ctx context.Context, need time.Time) error {
 }
 
 // keepAhead extends the horizon in the background when an expiry comes
-// within half a step of it, so that grants rarely wait for a write.
-func (h *horizonKeeper) keepAhead(ctx context.Context, expiresAt time.Time) {
+// within half a step of it, so that grants rarely wait for a write. The
+// write logs to reqCtx's logger but outlives the request.
+func (h *horizonKeeper) keepAhead(reqCtx context.Context, expiresAt time.Time) {
 	h.mu.Lock()
 	low := h.persisted.Sub(expiresAt) < h.step/2
 	h.mu.Unlock()
 	if !low || !h.extending.CompareAndSwap(false, true) {
 		return
 	}
+	ctx := klog.NewContext(context.Background(), klog.FromContext(reqCtx))
 	go func() {
 		defer h.extending.Store(false)
 		if err := h.ensure(ctx, expiresAt.Add(h.step/2)); err != nil && !errors.Is(err, ErrNotLeader) {

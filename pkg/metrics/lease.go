@@ -13,10 +13,17 @@ type leaseMetrics struct {
 	held       *prometheus.HistogramVec
 	cooldowns  prometheus.Gauge
 	recovering prometheus.Gauge
+	// The children of every predeclared label value, looked up in a plain
+	// map (never written after predeclare) instead of WithLabelValues'
+	// hashing and lock on every grant and release (decision 112).
+	acquiresBy map[string]prometheus.Counter
+	heldBy     map[string]prometheus.Observer
 }
 
 func newLeaseMetrics() leaseMetrics {
 	return leaseMetrics{
+		acquiresBy: map[string]prometheus.Counter{},
+		heldBy:     map[string]prometheus.Observer{},
 		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "lease_acquires_total",
@@ -48,10 +55,10 @@ func newLeaseMetrics() leaseMetrics {
 
 func (l leaseMetrics) predeclare(outcomes, ends []string) {
 	for _, o := range outcomes {
-		l.acquires.WithLabelValues(o)
+		l.acquiresBy[o] = l.acquires.WithLabelValues(o)
 	}
 	for _, e := range ends {
-		l.held.WithLabelValues(e)
+		l.heldBy[e] = l.held.WithLabelValues(e)
 	}
 }
 
@@ -60,13 +67,23 @@ func (l leaseMetrics) collectors() []prometheus.Collector {
 }
 
 // ObserveAcquire counts a finished acquire by outcome.
-func (m *Metrics) ObserveAcquire(outcome string) { m.lease.acquires.WithLabelValues(outcome).Inc() }
+func (m *Metrics) ObserveAcquire(outcome string) {
+	if c, ok := m.lease.acquiresBy[outcome]; ok {
+		c.Inc()
+		return
+	}
+	m.lease.acquires.WithLabelValues(outcome).Inc()
+}
 
 // SetActiveLeases records the live leases.
 func (m *Metrics) SetActiveLeases(n int) { m.lease.active.Set(float64(n)) }
 
 // ObserveLeaseEnd records how long a lease was held and how it ended.
 func (m *Metrics) ObserveLeaseEnd(end string, held time.Duration) {
+	if o, ok := m.lease.heldBy[end]; ok {
+		o.Observe(held.Seconds())
+		return
+	}
 	m.lease.held.WithLabelValues(end).Observe(held.Seconds())
 }
 

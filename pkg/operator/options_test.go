@@ -147,6 +147,10 @@ func TestAddFlags(t *testing.T) {
 			args: []string{"--providers="},
 			want: func(o *Options) { o.Providers = nil },
 		},
+		"profiler on": {
+			args: []string{"--profiling"},
+			want: func(o *Options) { o.Profiling = true },
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

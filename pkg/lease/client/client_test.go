@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
 const testToken = "t0k3n"
@@ -216,10 +218,23 @@ func TestHoldRenewsAndReleases(t *testing.T) {
 			api := startAPI(t)
 			c := newClient(t, api.url)
 			var held client.Lease
-			err := c.Hold(t.Context(), client.AcquireRequest{Holder: "w", TTL: 90 * time.Millisecond}, func(ctx context.Context, l client.Lease) error {
+			// A renewal every third of the TTL: 600 ms late before the lease
+			// expires, which a loaded machine running -race still meets.
+			err := c.Hold(t.Context(), client.AcquireRequest{Holder: "w", TTL: 900 * time.Millisecond}, func(ctx context.Context, l client.Lease) error {
 				held = l
 				// Outlive the TTL several times over: renewals keep the lease.
-				poll(t, func() bool { return api.renews.Load() >= 3 })
+				// Not poll: its t.Fatal would end this goroutine, not the test,
+				// and Hold would wait for fn forever.
+				waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				if err := eventually.Poll(waitCtx, 5*time.Millisecond, func(context.Context) error {
+					if n := api.renews.Load(); n < 3 {
+						return fmt.Errorf("%d renewals", n)
+					}
+					return nil
+				}); err != nil {
+					t.Errorf("renewals while holding: %v", err)
+				}
 				if _, err := api.store.GetAs(lease.User{Name: "crawler"}.Identity(), l.ID); err != nil {
 					t.Errorf("lease after renewals: %v", err)
 				}
@@ -273,19 +288,5 @@ func TestHoldWithNothingFree(t *testing.T) {
 	var apiErr *client.Error
 	if !errors.As(err, &apiErr) || apiErr.Code != "NoneFree" || apiErr.RetryAfter != time.Second || called {
 		t.Errorf("Hold: err = %v, called %v; want 503 NoneFree and no call", err, called)
-	}
-}
-
-// poll waits for cond with a deadline, without sleeping for a fixed time.
-func poll(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	ticker := time.NewTicker(5 * time.Millisecond)
-	defer ticker.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		<-ticker.C
 	}
 }

@@ -1,0 +1,664 @@
+// Command leaseapi measures the lease API on the operator binary (issue 16):
+// cmd/proxy-operator, built without -race, against a real kube-apiserver and
+// etcd (pkg/testing/testenv) with --lease-auth=none, leading a namespace of
+// N External proxies (a loopback fleet in a child process, probed by the
+// operator's health engine until all are Ready). C clients, one
+// pkg/lease/client each goroutine shares, do acquire+release pairs against
+// it, beside the same client against a trivial net/http handler in a
+// process of its own (this binary with -serve-trivial) that answers the
+// operator's own grant body, byte for byte, and 204 to the release: the
+// same requests, the same responses, nothing behind them.
+//
+//	go run ./pkg/testsuites/bench/leaseapi                       # 1,000 proxies, 64 clients, 5 rounds of 5 s
+//	go run ./pkg/testsuites/bench/leaseapi -cpuprofile op.pprof  # also a CPU profile of the operator under load
+//
+// Rounds alternate which side goes first; the report gives every round and
+// the medians. It prints markdown on stdout and progress on stderr. It is a
+// measurement, not a test: it asserts nothing, but fails naming the phase
+// that did not finish.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	leaseclient "github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest/fleet"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
+)
+
+// Issue 16's targets.
+const (
+	targetPairsRatio = 0.95
+	targetP99Ratio   = 1.2
+)
+
+func main() {
+	var (
+		proxies    = flag.Int("proxies", 1000, "External proxies the operator leases out (MaxLeases 1 each)")
+		clients    = flag.Int("clients", 64, "concurrent clients")
+		rounds     = flag.Int("rounds", 5, "alternating rounds (each: the trivial handler and the operator, one after the other)")
+		round      = flag.Duration("round", 5*time.Second, "length of one measurement")
+		cpuProfile = flag.String("cpuprofile", "", "if set, write a CPU profile of the operator (its /debug/pprof/profile) taken during one more lease round")
+		timeout    = flag.Duration("timeout", 10*time.Minute, "limit of the phase that waits for all proxies Ready")
+		serve      = flag.String("serve-trivial", "", "internal: serve the trivial handler, answering acquires with the body in this file, and print its address")
+		fleetSize  = flag.Int(fleet.SizeFlag, 0, "internal: serve a fleet of this many proxies and print their addresses")
+		fleetDelay = flag.Duration(fleet.DelayFlag, 0, "internal: how long each fleet proxy waits before answering")
+	)
+	klog.InitFlags(nil)
+	flag.Parse()
+	fleet.ServeIfChild(*fleetSize, *fleetDelay)
+	if *serve != "" {
+		if err := serveTrivial(*serve); err != nil {
+			fail(err)
+		}
+		return
+	}
+	if *proxies < *clients || *clients < 1 || *rounds < 1 || *round <= 0 {
+		fail(errors.New("-clients must be positive and at most -proxies, -rounds and -round positive"))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	report, err := run(ctx, config{proxies: *proxies, clients: *clients, rounds: *rounds, round: *round, cpuProfile: *cpuProfile, timeout: *timeout})
+	if err != nil {
+		fail(err)
+	}
+	fmt.Print(report)
+}
+
+type config struct {
+	proxies, clients, rounds int
+	round, timeout           time.Duration
+	cpuProfile               string
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "leaseapi bench:", err)
+	os.Exit(1)
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "leaseapi bench: "+format+"\n", args...)
+}
+
+func run(ctx context.Context, cfg config) (string, error) {
+	if err := fleet.RaiseFileLimit(); err != nil {
+		return "", err
+	}
+	fl, addrs, err := fleet.Start(cfg.proxies, 0)
+	if err != nil {
+		return "", err
+	}
+	defer fl.Stop()
+	dir, err := os.MkdirTemp("", "leaseapi-bench-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	progress("building cmd/proxy-operator")
+	binary, err := buildOperator(ctx, dir)
+	if err != nil {
+		return "", err
+	}
+	progress("starting kube-apiserver and etcd")
+	env, err := testenv.Start(ctx, testenv.Options{})
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			progress("stopping testenv: %v", err)
+		}
+	}()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		return "", err
+	}
+	benchCfg := rest.CopyConfig(env.Config)
+	benchCfg.QPS, benchCfg.Burst = 1000, 2000
+	crawl, err := versioned.NewForConfig(benchCfg)
+	if err != nil {
+		return "", err
+	}
+	kube := kubernetes.NewForConfigOrDie(env.Config)
+	const ns = "lease-bench"
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("creating the namespace: %w", err)
+	}
+
+	progress("starting the operator")
+	op, err := startProcess(filepath.Join(dir, "operator.log"), binary, func(ports []int) []string {
+		return []string{
+			fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("--lease-addr=127.0.0.1:%d", ports[1]),
+			"--kubeconfig=" + kubeconfig, "--namespace=" + ns, "--leader-elect-namespace=" + ns,
+			"--lease-auth=none", "--profiling",
+		}
+	})
+	if err != nil {
+		return "", err
+	}
+	defer op.kill()
+	if err := waitReady(ctx, op, "http://"+op.addr(1)+"/readyz", time.Minute); err != nil {
+		return "", fmt.Errorf("phase \"operator leads\": %w", err)
+	}
+
+	progress("creating %d External proxies", cfg.proxies)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, addr := range addrs[:cfg.proxies] {
+		g.Go(func() error {
+			_, err := crawl.CrawlV1alpha1().Proxies(ns).Create(gctx, newProxy(ns, i, addr), metav1.CreateOptions{})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return "", fmt.Errorf("phase \"create proxies\": %w", err)
+	}
+	leaseURL := "http://" + op.addr(1)
+	c, err := newClient(leaseURL, cfg.clients)
+	if err != nil {
+		return "", err
+	}
+	if err := waitLeasable(ctx, c, ns, cfg.proxies, cfg.timeout); err != nil {
+		return "", fmt.Errorf("phase \"all proxies Ready in the lease store\": %w", errors.Join(err, op.exitErr()))
+	}
+
+	// The trivial handler answers what the operator answers.
+	grant, err := grantBody(ctx, leaseURL, ns)
+	if err != nil {
+		return "", fmt.Errorf("phase \"one grant\": %w", err)
+	}
+	bodyPath := filepath.Join(dir, "grant.json")
+	if err := os.WriteFile(bodyPath, grant, 0o600); err != nil {
+		return "", err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	trivial, err := startProcess(filepath.Join(dir, "trivial.log"), self, func(ports []int) []string {
+		return []string{"-serve-trivial=" + bodyPath, fmt.Sprintf("-addr=127.0.0.1:%d", ports[0])}
+	})
+	if err != nil {
+		return "", err
+	}
+	defer trivial.kill()
+	if err := waitReady(ctx, trivial, "http://"+trivial.addr(0)+"/healthz", 30*time.Second); err != nil {
+		return "", fmt.Errorf("phase \"trivial handler\": %w", err)
+	}
+	tc, err := newClient("http://"+trivial.addr(0), cfg.clients)
+	if err != nil {
+		return "", err
+	}
+
+	sides := []side{
+		{name: "trivial net/http handler", client: tc, proc: trivial},
+		{name: "lease API on the operator", client: c, proc: op},
+	}
+	progress("warming up")
+	for _, s := range sides {
+		if _, err := measure(ctx, s, ns, cfg.clients, time.Second); err != nil {
+			return "", fmt.Errorf("phase \"warm-up, %s\": %w", s.name, err)
+		}
+	}
+	load := loadAverage()
+	var results [][2]result
+	for r := range cfg.rounds {
+		var pair [2]result
+		order := []int{0, 1}
+		if r%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, i := range order {
+			res, err := measure(ctx, sides[i], ns, cfg.clients, cfg.round)
+			if err != nil {
+				return "", fmt.Errorf("phase \"round %d, %s\": %w", r+1, sides[i].name, errors.Join(err, op.exitErr()))
+			}
+			pair[i] = res
+		}
+		progress("round %d: trivial %.0f pairs/s, operator %.0f pairs/s", r+1, pair[0].pairsPerSec, pair[1].pairsPerSec)
+		results = append(results, pair)
+	}
+	if cfg.cpuProfile != "" {
+		progress("profiling the operator over one more lease round")
+		if err := profile(ctx, op, sides[1], ns, cfg, cfg.cpuProfile); err != nil {
+			return "", fmt.Errorf("phase \"profile\": %w", err)
+		}
+	}
+	return format(cfg, load, loadAverage(), results), nil
+}
+
+// side is one server the clients measure.
+type side struct {
+	name   string
+	client *leaseclient.Client
+	proc   *process
+}
+
+// result is one measurement of one side.
+type result struct {
+	pairs         int
+	pairsPerSec   float64
+	p50, p99      time.Duration
+	cpuPerPair    time.Duration // the server process's CPU
+	serverCores   float64
+	errorsAnswers int64
+}
+
+// measure runs acquire+release pairs from clients goroutines for d.
+func measure(ctx context.Context, s side, ns string, clients int, d time.Duration) (result, error) {
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		failures  atomic.Int64
+		firstErr  error
+	)
+	cpuBefore, err := cpuSeconds(s.proc.pid())
+	if err != nil {
+		return result{}, err
+	}
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Go(func() {
+			holder := "bench-" + strconv.Itoa(w)
+			mine := make([]time.Duration, 0, 4096)
+			for time.Now().Before(deadline) {
+				t0 := time.Now()
+				l, err := s.client.Acquire(ctx, leaseclient.AcquireRequest{Holder: holder, Namespace: ns})
+				if err == nil {
+					err = s.client.Release(ctx, l.ID, leaseclient.OutcomeOK, "")
+				}
+				if err != nil {
+					failures.Add(1)
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			latencies = append(latencies, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpuAfter, err := cpuSeconds(s.proc.pid())
+	if err != nil {
+		return result{}, err
+	}
+	if firstErr != nil {
+		return result{}, fmt.Errorf("%d pairs failed, the first: %w", failures.Load(), firstErr)
+	}
+	if len(latencies) == 0 {
+		return result{}, errors.New("no pair completed")
+	}
+	slices.Sort(latencies)
+	cpu := cpuAfter - cpuBefore
+	return result{
+		pairs:       len(latencies),
+		pairsPerSec: float64(len(latencies)) / elapsed.Seconds(),
+		p50:         latencies[len(latencies)/2],
+		p99:         latencies[len(latencies)*99/100],
+		cpuPerPair:  time.Duration(cpu / float64(len(latencies)) * float64(time.Second)),
+		serverCores: cpu / elapsed.Seconds(),
+	}, nil
+}
+
+// profile takes the operator's CPU profile during one more lease round.
+func profile(ctx context.Context, op *process, s side, ns string, cfg config, path string) error {
+	seconds := max(1, int(cfg.round.Seconds()))
+	got := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", op.addr(0), seconds))
+		if err != nil {
+			got <- err
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			got <- fmt.Errorf("/debug/pprof/profile: %s", resp.Status)
+			return
+		}
+		f, err := os.Create(path)
+		if err == nil {
+			_, err = io.Copy(f, resp.Body)
+			err = errors.Join(err, f.Close())
+		}
+		got <- err
+	}()
+	if _, err := measure(ctx, s, ns, cfg.clients, time.Duration(seconds)*time.Second+500*time.Millisecond); err != nil {
+		return err
+	}
+	return <-got
+}
+
+func format(cfg config, loadBefore, loadAfter string, results [][2]result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lease API benchmark: %s, %d CPUs; %d External proxies (MaxLeases 1), %d clients (pkg/lease/client), %d alternating rounds of %v; load average %s before, %s after\n\n",
+		runtime.Version(), runtime.NumCPU(), cfg.proxies, cfg.clients, cfg.rounds, cfg.round, loadBefore, loadAfter)
+	b.WriteString("| round | trivial handler pairs/s | operator pairs/s | ratio | trivial p50 | operator p50 | trivial p99 | operator p99 | p99 ratio | trivial CPU/pair | operator CPU/pair |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	var ratios, p99Ratios []float64
+	for i, r := range results {
+		t, o := r[0], r[1]
+		ratio := o.pairsPerSec / t.pairsPerSec
+		p99Ratio := float64(o.p99) / float64(t.p99)
+		ratios, p99Ratios = append(ratios, ratio), append(p99Ratios, p99Ratio)
+		fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.2f× | %v | %v | %v | %v | %.2f× | %v | %v |\n", i+1,
+			t.pairsPerSec, o.pairsPerSec, ratio, round(t.p50), round(o.p50), round(t.p99), round(o.p99), p99Ratio,
+			t.cpuPerPair.Round(time.Microsecond), o.cpuPerPair.Round(time.Microsecond))
+	}
+	pairs, p99 := median(ratios), median(p99Ratios)
+	fmt.Fprintf(&b, "\nMedian of %d rounds: operator/trivial pairs/s **%.2f×** (target ≥ %.2f×: %s), p99 **%.2f×** (target ≤ %.1f×: %s).\n",
+		len(results), pairs, targetPairsRatio, verdict(pairs >= targetPairsRatio), p99, targetP99Ratio, verdict(p99 <= targetP99Ratio))
+	return b.String()
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**not met**"
+}
+
+func round(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
+
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// newClient is the lease client both sides get: connections kept for every
+// concurrent client.
+func newClient(url string, clients int) (*leaseclient.Client, error) {
+	return leaseclient.New(url, leaseclient.WithHTTPClient(&http.Client{
+		Transport: &http.Transport{MaxIdleConns: 2 * clients, MaxIdleConnsPerHost: 2 * clients},
+		Timeout:   30 * time.Second,
+	}))
+}
+
+// newProxy is the i-th External proxy, at the fleet listener addr (which
+// answers the probe itself), leased by one client at a time.
+func newProxy(ns string, i int, addr string) *crawlv1alpha1.Proxy {
+	host, port, _ := net.SplitHostPort(addr)
+	portNum, _ := strconv.Atoi(port)
+	return &crawlv1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("px-%05d", i)},
+		Spec: crawlv1alpha1.ProxySpec{
+			Mode:      crawlv1alpha1.ModeExternal,
+			Endpoint:  &crawlv1alpha1.Endpoint{Host: host, Port: int32(portNum)},
+			MaxLeases: 1,
+			HealthCheck: crawlv1alpha1.HealthCheck{
+				URL:            "http://127.0.0.1:9/generate_204",
+				ExpectedStatus: http.StatusNoContent,
+				Interval:       &metav1.Duration{Duration: 30 * time.Second},
+				Timeout:        &metav1.Duration{Duration: 5 * time.Second},
+			},
+		},
+	}
+}
+
+// waitLeasable waits until the lease API lists n Ready proxies in ns.
+func waitLeasable(ctx context.Context, c *leaseclient.Client, ns string, n int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := 0
+	for {
+		proxies, err := c.Proxies(ctx, ns, "")
+		if err == nil {
+			if last = len(proxies); last >= n {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d proxies leasable after %v (last error: %v)", last, n, timeout, err)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// grantBody is the body of one real grant (released again at once).
+func grantBody(ctx context.Context, leaseURL, ns string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, leaseURL+"/v1/leases", strings.NewReader(`{"holder":"bench-0","namespace":"`+ns+`"}`))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		return nil, fmt.Errorf("acquire: %v %s: %s", err, resp.Status, body)
+	}
+	del, err := http.NewRequestWithContext(ctx, http.MethodDelete, leaseURL+resp.Header.Get("Location"), nil)
+	if err != nil {
+		return nil, err
+	}
+	delResp, err := http.DefaultClient.Do(del)
+	if err != nil {
+		return nil, err
+	}
+	delResp.Body.Close()
+	if delResp.StatusCode != http.StatusNoContent {
+		return nil, fmt.Errorf("release: %s", delResp.Status)
+	}
+	return body, nil
+}
+
+var trivialAddr = flag.String("addr", "127.0.0.1:0", "internal: the trivial handler's address (with -serve-trivial)")
+
+// serveTrivial answers POST /v1/leases with the grant in bodyPath (and its
+// Location) and DELETE /v1/leases/{id} with 204, as the lease API does,
+// with nothing behind them.
+func serveTrivial(bodyPath string) error {
+	body, err := os.ReadFile(bodyPath)
+	if err != nil {
+		return err
+	}
+	location := "/v1/leases/" + idOf(body)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/leases", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Location", location)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(body)
+	})
+	mux.HandleFunc("DELETE /v1/leases/{id}", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	ln, err := net.Listen("tcp", *trivialAddr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return srv.Serve(ln)
+}
+
+// idOf is the "id" member of a grant body.
+func idOf(body []byte) string {
+	_, rest, _ := strings.Cut(string(body), `"id":"`)
+	id, _, _ := strings.Cut(rest, `"`)
+	return id
+}
+
+// process is a child (the operator or the trivial handler) on free
+// loopback ports, its output in a file; Pdeathsig ends it with the bench.
+type process struct {
+	cmd     *exec.Cmd
+	ports   []int
+	logPath string
+	exited  chan struct{}
+	waitErr error
+}
+
+func startProcess(logPath, binary string, args func(ports []int) []string) (*process, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	p := &process{ports: ports, logPath: logPath, exited: make(chan struct{})}
+	p.cmd = exec.Command(binary, args(ports)...)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	p.cmd.Env = append(os.Environ(), "KUBECONFIG=", "POD_NAME=", "POD_NAMESPACE=")
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", binary, err)
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		logFile.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+func (p *process) addr(i int) string { return "127.0.0.1:" + strconv.Itoa(p.ports[i]) }
+func (p *process) pid() int          { return p.cmd.Process.Pid }
+
+func (p *process) exitErr() error {
+	select {
+	case <-p.exited:
+		return fmt.Errorf("%s exited: %v\n--- last lines of %s ---\n%s", p.cmd.Path, p.waitErr, p.logPath, p.tail(30))
+	default:
+		return nil
+	}
+}
+
+func (p *process) kill() {
+	select {
+	case <-p.exited:
+	default:
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+func (p *process) tail(n int) string {
+	f, err := os.Open(p.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// waitReady polls url until it answers 200 or the process exits.
+func waitReady(ctx context.Context, p *process, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for {
+		if err := p.exitErr(); err != nil {
+			return err
+		}
+		if resp, err := hc.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not answering 200 after %v\n--- last lines of %s ---\n%s", url, timeout, p.logPath, p.tail(30))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func buildOperator(ctx context.Context, dir string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "github.com/proxyfleet/proxy-operator/cmd/proxy-operator")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building cmd/proxy-operator: %w", err)
+	}
+	return filepath.Join(dir, "proxy-operator"), nil
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// cpuSeconds is a process's utime+stime so far.
+func cpuSeconds(pid int) (float64, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100, nil
+}
