@@ -51,7 +51,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	leaseclient "github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest/fleet"
-	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testsuites/bench/benchkit"
 )
 
 // Issue 16's targets.
@@ -123,12 +123,12 @@ func run(ctx context.Context, cfg config) (string, error) {
 	}
 	defer os.RemoveAll(dir)
 	progress("building cmd/proxy-operator")
-	binary, err := buildOperator(ctx, dir)
-	if err != nil {
+	if err := benchkit.Build(ctx, dir, "proxy-operator"); err != nil {
 		return "", err
 	}
+	binary := filepath.Join(dir, "proxy-operator")
 	progress("starting kube-apiserver and etcd")
-	env, err := testenv.Start(ctx, testenv.Options{})
+	env, kubeconfig, err := benchkit.StartAPIServer(ctx, dir)
 	if err != nil {
 		return "", err
 	}
@@ -137,10 +137,6 @@ func run(ctx context.Context, cfg config) (string, error) {
 			progress("stopping testenv: %v", err)
 		}
 	}()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		return "", err
-	}
 	benchCfg := rest.CopyConfig(env.Config)
 	benchCfg.QPS, benchCfg.Burst = 1000, 2000
 	crawl, err := versioned.NewForConfig(benchCfg)
@@ -542,7 +538,7 @@ type process struct {
 }
 
 func startProcess(logPath, binary string, args func(ports []int) []string) (*process, error) {
-	ports, err := freePorts(2)
+	ports, err := benchkit.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -624,28 +620,6 @@ func waitReady(ctx context.Context, p *process, url string, timeout time.Duratio
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-func buildOperator(ctx context.Context, dir string) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "github.com/proxyfleet/proxy-operator/cmd/proxy-operator")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building cmd/proxy-operator: %w", err)
-	}
-	return filepath.Join(dir, "proxy-operator"), nil
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // cpuSeconds is a process's utime+stime so far.

@@ -64,7 +64,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	leaseclient "github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest/fleet"
-	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testsuites/bench/benchkit"
 )
 
 // The operator's defaults (pkg/operator DefaultOptions) and client-go's.
@@ -166,12 +166,12 @@ func run(ctx context.Context, cfg config) (string, error) {
 	}
 	defer os.RemoveAll(dir)
 	progress("building cmd/proxy-operator")
-	binary, err := buildOperator(ctx, dir)
-	if err != nil {
+	if err := benchkit.Build(ctx, dir, "proxy-operator"); err != nil {
 		return "", err
 	}
+	binary := filepath.Join(dir, "proxy-operator")
 	progress("starting kube-apiserver and etcd")
-	env, err := testenv.Start(ctx, testenv.Options{})
+	env, kubeconfig, err := benchkit.StartAPIServer(ctx, dir)
 	if err != nil {
 		return "", err
 	}
@@ -180,10 +180,6 @@ func run(ctx context.Context, cfg config) (string, error) {
 			progress("stopping testenv: %v", err)
 		}
 	}()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		return "", err
-	}
 	benchCfg := rest.CopyConfig(env.Config)
 	benchCfg.QPS, benchCfg.Burst = createQPS, createBurst
 	crawl, err := versioned.NewForConfig(benchCfg)

@@ -5,15 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testsuites/bench/benchkit"
 )
 
 // operatorProcess is one cmd/proxy-operator child, with its lease API and
@@ -31,7 +31,7 @@ type operatorProcess struct {
 // on free loopback ports. The environment drops KUBECONFIG and POD_* so
 // that the flags alone count; Pdeathsig ends it with the bench.
 func startOperator(binary, logPath string, args []string) (*operatorProcess, error) {
-	ports, err := freePorts(2)
+	ports, err := benchkit.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -150,30 +150,6 @@ func (p *operatorProcess) tail(n int) string {
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// buildOperator builds cmd/proxy-operator without -race into dir.
-func buildOperator(ctx context.Context, dir string) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "github.com/proxyfleet/proxy-operator/cmd/proxy-operator")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building cmd/proxy-operator: %w", err)
-	}
-	return filepath.Join(dir, "proxy-operator"), nil
-}
-
-// freePorts returns n loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // usage is a process's CPU time so far and its memory now, from /proc.

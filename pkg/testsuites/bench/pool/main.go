@@ -36,7 +36,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
-	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
+	"github.com/proxyfleet/proxy-operator/pkg/testsuites/bench/benchkit"
 )
 
 const size = 6
@@ -70,21 +70,15 @@ func run(ctx context.Context) (string, error) {
 	}
 	defer os.RemoveAll(dir)
 	progress("building cmd/proxy-operator and cmd/forward-proxy")
-	build := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "github.com/proxyfleet/proxy-operator/cmd/proxy-operator", "github.com/proxyfleet/proxy-operator/cmd/forward-proxy")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return "", fmt.Errorf("build: %w", err)
+	if err := benchkit.Build(ctx, dir, "proxy-operator", "forward-proxy"); err != nil {
+		return "", err
 	}
 	progress("starting kube-apiserver and etcd")
-	env, err := testenv.Start(ctx, testenv.Options{})
+	env, kubeconfig, err := benchkit.StartAPIServer(ctx, dir)
 	if err != nil {
 		return "", err
 	}
 	defer env.Stop()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		return "", err
-	}
 	kube, crawl := kubernetes.NewForConfigOrDie(env.Config), versioned.NewForConfigOrDie(env.Config)
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	defer target.Close()
