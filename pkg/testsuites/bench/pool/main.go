@@ -15,14 +15,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"syscall"
@@ -88,7 +85,7 @@ func run(ctx context.Context) (string, error) {
 		return "", err
 	}
 	stateDir := filepath.Join(dir, "instances")
-	op, err := startOperator(filepath.Join(dir, "proxy-operator"), filepath.Join(dir, "operator.log"),
+	op, _, err := benchkit.StartOperator(filepath.Join(dir, "proxy-operator"), filepath.Join(dir, "operator.log"),
 		"--kubeconfig="+kubeconfig, "--namespace="+ns, "--leader-elect-namespace="+ns, "--providers=local",
 		"--local-state-dir="+stateDir, "--lease-auth=none")
 	if err != nil {
@@ -97,7 +94,7 @@ func run(ctx context.Context) (string, error) {
 	defer func() {
 		_ = op.Kill()
 		_, _ = op.Wait()
-		killInstances(stateDir)
+		benchkit.KillLocalInstances(stateDir)
 	}()
 
 	health := crawlv1alpha1.HealthCheck{URL: target.URL + "/generate_204", Interval: &metav1.Duration{Duration: time.Second},
@@ -283,47 +280,6 @@ func waitFor(ctx context.Context, timeout time.Duration, check func() (bool, err
 		case <-ctx.Done():
 			return fmt.Errorf("not within %v (last error %v)", timeout, last)
 		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-func startOperator(binary, logPath string, args ...string) (*os.Process, error) {
-	ports := make([]int, 2)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	log, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(binary, append([]string{fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("--lease-addr=127.0.0.1:%d", ports[1])}, args...)...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = append(os.Environ(), "KUBECONFIG=", "POD_NAME=", "POD_NAMESPACE=")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	return cmd.Process, nil
-}
-
-// killInstances ends the local instances left in stateDir (detached processes).
-func killInstances(stateDir string) {
-	paths, _ := filepath.Glob(filepath.Join(stateDir, "*.json"))
-	for _, path := range paths {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		var inst struct {
-			PID int `json:"pid"`
-		}
-		if json.Unmarshal(data, &inst) == nil && inst.PID > 0 {
-			_ = syscall.Kill(inst.PID, syscall.SIGKILL)
 		}
 	}
 }
