@@ -108,9 +108,17 @@ func TestLogsAndEventsCarryNoSecrets(t *testing.T) {
 					}
 				}
 
+				if tc.everySync {
+					// Work may come after the first idle (a new pool member's
+					// first verdict: a proxy without an address yet is no
+					// "unknown" verdict), so the count above may be stale:
+					// waitIdle polls until the operator idles with one
+					// "Syncing" line per counted sync, and fails otherwise.
+					syncs = r.waitIdle(t)
+				}
 				syncLines := r.op.logLines(regexp.MustCompile(`"Syncing" proxy="`))
-				if tc.everySync && float64(len(syncLines)) != syncs {
-					t.Errorf("%d \"Syncing\" lines for %v syncs, want one per sync", len(syncLines), syncs)
+				if tc.everySync && len(syncLines) == 0 {
+					t.Errorf("no \"Syncing\" lines for %v syncs, want one per sync", syncs)
 				}
 				if !tc.everySync && len(syncLines) != 0 {
 					t.Errorf("%d \"Syncing\" lines at the default verbosity, want none: %q", len(syncLines), syncLines[0])
