@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -19,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -36,6 +34,7 @@ import (
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
+	"github.com/proxyfleet/proxy-operator/pkg/queueworker"
 )
 
 // FieldManager names the operator in managedFields and audit logs.
@@ -54,13 +53,14 @@ const (
 	QuotaRetry = time.Minute
 )
 
-// The sync's requeue instructions besides a positive duration.
+// The sync's requeue instructions besides a positive duration, as
+// queueworker reads them.
 const (
 	// done: no time-based requeue; an event brings the key back.
-	done time.Duration = 0
+	done = queueworker.NoRequeue
 	// requeueNow: process the key again at once (the next pass acts on what
 	// this one learned, such as an instance that vanished).
-	requeueNow time.Duration = -1
+	requeueNow = queueworker.RequeueNow
 )
 
 // secretIndex indexes Proxies by the "namespace/name" of the Secrets their
@@ -270,43 +270,20 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}
 
 	logger.Info("Starting workers", "count", workers)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
-	}
-	<-ctx.Done()
-	logger.Info("Shutting down workers")
-	c.queue.ShutDown()
-	wg.Wait()
+	queueworker.Run(ctx, c.queue, workers, c.observedSync)
 	return nil
 }
 
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNextWorkItem(ctx) {
-	}
-}
-
-// processNextWorkItem syncs one key; false once the queue is shut down.
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-
+// observedSync is the workers' sync: c.sync with its metric and, on a
+// failure, its log line; queueworker applies the verdict.
+func (c *Controller) observedSync(ctx context.Context, key cache.ObjectName) (time.Duration, error) {
 	start := c.clock.Now()
 	requeue, err := c.sync(ctx, key)
 	c.metrics.ObserveSync(syncResult(requeue, err), c.clock.Since(start))
 	if err != nil {
 		logSyncFailure(klog.FromContext(ctx), key, err)
-		c.queue.AddRateLimited(key)
-		return true
 	}
-	c.queue.Forget(key)
-	if requeue != done {
-		c.queue.AddAfter(key, max(requeue, 0))
-	}
-	return true
+	return requeue, err
 }
 
 // logSyncFailure logs a failed sync as an error, at every verbosity. A

@@ -15,7 +15,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -29,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -45,6 +43,7 @@ import (
 	crawlscheme "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/scheme"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/queueworker"
 )
 
 // FieldManager names the pool controller in managedFields.
@@ -260,38 +259,19 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		return errors.New("pool controller: informer caches did not sync")
 	}
 	logger.Info("Starting pool workers", "count", workers)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for c.processNextWorkItem(ctx) {
-				}
-			}, time.Second)
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	queueworker.Run(ctx, c.queue, workers, c.loggedSync)
 	return nil
 }
 
-func (c *Controller) processNextWorkItem(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
+// loggedSync is the workers' sync: c.sync with its log line on a failure.
+// A pool's requeue is a positive duration or none, so a negative one is
+// none here too (for queueworker it would mean at once).
+func (c *Controller) loggedSync(ctx context.Context, key cache.ObjectName) (time.Duration, error) {
 	requeue, err := c.sync(ctx, key)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Pool sync failed; retrying with backoff", "pool", key, "err", err)
-		c.queue.AddRateLimited(key)
-		return true
 	}
-	c.queue.Forget(key)
-	if requeue > 0 {
-		c.queue.AddAfter(key, requeue)
-	}
-	return true
+	return max(requeue, 0), err
 }
 
 // sync reconciles one pool: it reads the members, asks Decide, acts on the
