@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,13 +10,12 @@ import (
 
 // healthMetrics are the health engine's (pkg/health.Metrics).
 type healthMetrics struct {
-	probeDuration       *prometheus.HistogramVec
-	lastProbe           *prometheus.GaugeVec
-	consecutiveFailures *prometheus.GaugeVec
-	byVerdict           *prometheus.GaugeVec
-	scheduleDelay       prometheus.Histogram
-	dispatchSkipped     prometheus.Counter
-	reports             *prometheus.CounterVec
+	probeDuration   *prometheus.HistogramVec
+	probed          *probedProxies
+	byVerdict       *prometheus.GaugeVec
+	scheduleDelay   prometheus.Histogram
+	dispatchSkipped prometheus.Counter
+	reports         *prometheus.CounterVec
 }
 
 func newHealthMetrics() healthMetrics {
@@ -27,16 +27,7 @@ func newHealthMetrics() healthMetrics {
 			// 1ms to ~16s: loopback at the bottom, a probe running into its timeout at the top.
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}, []string{"result"}),
-		lastProbe: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace,
-			Name:      "probe_last_timestamp_seconds",
-			Help:      "Unix time the latest probe of a proxy started, whatever its result: the true probe recency (status.lastHealthCheckTime moves only on a reported verdict).",
-		}, []string{"namespace", "name"}),
-		consecutiveFailures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: namespace,
-			Name:      "probe_consecutive_failures",
-			Help:      "Failed probes in a row of a proxy; the verdict turns Unhealthy at spec.healthCheck.failureThreshold.",
-		}, []string{"namespace", "name"}),
+		probed: newProbedProxies(),
 		byVerdict: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "proxies_by_verdict",
@@ -73,24 +64,23 @@ func (h healthMetrics) predeclare(results, reports []string) {
 }
 
 func (h healthMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{h.probeDuration, h.lastProbe, h.consecutiveFailures, h.byVerdict, h.scheduleDelay, h.dispatchSkipped, h.reports}
+	return []prometheus.Collector{h.probeDuration, h.probed, h.byVerdict, h.scheduleDelay, h.dispatchSkipped, h.reports}
 }
 
 // ObserveProbe records a finished probe.
 func (m *Metrics) ObserveProbe(key cache.ObjectName, result string, duration time.Duration, started time.Time) {
 	m.health.probeDuration.WithLabelValues(result).Observe(duration.Seconds())
-	m.health.lastProbe.WithLabelValues(key.Namespace, key.Name).Set(float64(started.UnixNano()) / 1e9)
+	m.health.probed.setLastProbe(key, started)
 }
 
 // SetConsecutiveFailures records a proxy's current run of failed probes.
 func (m *Metrics) SetConsecutiveFailures(key cache.ObjectName, failures int) {
-	m.health.consecutiveFailures.WithLabelValues(key.Namespace, key.Name).Set(float64(failures))
+	m.health.probed.setFailures(key, failures)
 }
 
 // ForgetProxy drops the per-proxy series of a proxy no longer probed.
 func (m *Metrics) ForgetProxy(key cache.ObjectName) {
-	m.health.lastProbe.DeleteLabelValues(key.Namespace, key.Name)
-	m.health.consecutiveFailures.DeleteLabelValues(key.Namespace, key.Name)
+	m.health.probed.forget(key)
 }
 
 // SetProxiesByVerdict records how many probed proxies have each verdict.
@@ -110,3 +100,88 @@ func (m *Metrics) ProbeDispatchSkipped() { m.health.dispatchSkipped.Inc() }
 
 // ObserveReport counts a verdict reported to the controller, by why.
 func (m *Metrics) ObserveReport(why string) { m.health.reports.WithLabelValues(why).Inc() }
+
+// probedProxies are the two per-proxy series, probe_last_timestamp_seconds
+// and probe_consecutive_failures, kept as one small map entry per proxy and
+// turned into samples only when scraped. Two GaugeVec children cost about
+// 1 KB a proxy (10.5 MB of live heap at 10,000 proxies, the largest item
+// after the Proxy cache); an entry here is a key and 16 bytes
+// (docs/architecture.md, decision 151).
+type probedProxies struct {
+	lastProbe, failures *prometheus.Desc
+
+	mu      sync.Mutex
+	proxies map[cache.ObjectName]probedProxy
+}
+
+// probedProxy is what one proxy exports; a series exists once it was set.
+type probedProxy struct {
+	lastProbeSeconds float64
+	failures         int32
+	hasLastProbe     bool
+	hasFailures      bool
+}
+
+func newProbedProxies() *probedProxies {
+	labels := []string{"namespace", "name"}
+	return &probedProxies{
+		lastProbe: prometheus.NewDesc(prometheus.BuildFQName(namespace, "", "probe_last_timestamp_seconds"),
+			"Unix time the latest probe of a proxy started, whatever its result: the true probe recency (status.lastHealthCheckTime moves only on a reported verdict).",
+			labels, nil),
+		failures: prometheus.NewDesc(prometheus.BuildFQName(namespace, "", "probe_consecutive_failures"),
+			"Failed probes in a row of a proxy; the verdict turns Unhealthy at spec.healthCheck.failureThreshold.",
+			labels, nil),
+		proxies: map[cache.ObjectName]probedProxy{},
+	}
+}
+
+func (p *probedProxies) setLastProbe(key cache.ObjectName, started time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.proxies[key]
+	e.lastProbeSeconds, e.hasLastProbe = float64(started.UnixNano())/1e9, true
+	p.proxies[key] = e
+}
+
+func (p *probedProxies) setFailures(key cache.ObjectName, failures int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.proxies[key]
+	e.failures, e.hasFailures = int32(min(failures, 1<<31-1)), true
+	p.proxies[key] = e
+}
+
+func (p *probedProxies) forget(key cache.ObjectName) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.proxies, key)
+}
+
+// Describe implements prometheus.Collector.
+func (p *probedProxies) Describe(ch chan<- *prometheus.Desc) {
+	ch <- p.lastProbe
+	ch <- p.failures
+}
+
+// Collect implements prometheus.Collector. It copies the map under the lock
+// and builds the samples after, so that probes are not held up by a scrape.
+func (p *probedProxies) Collect(ch chan<- prometheus.Metric) {
+	type sample struct {
+		key cache.ObjectName
+		probedProxy
+	}
+	p.mu.Lock()
+	samples := make([]sample, 0, len(p.proxies))
+	for k, e := range p.proxies {
+		samples = append(samples, sample{k, e})
+	}
+	p.mu.Unlock()
+	for _, s := range samples {
+		if s.hasLastProbe {
+			ch <- prometheus.MustNewConstMetric(p.lastProbe, prometheus.GaugeValue, s.lastProbeSeconds, s.key.Namespace, s.key.Name)
+		}
+		if s.hasFailures {
+			ch <- prometheus.MustNewConstMetric(p.failures, prometheus.GaugeValue, float64(s.failures), s.key.Namespace, s.key.Name)
+		}
+	}
+}

@@ -454,3 +454,66 @@ func histogramTotals(t *testing.T, h prometheus.Collector) (count, sum float64) 
 	}
 	return count, sum
 }
+
+func TestPerProxyProbeSeries(t *testing.T) {
+	a, b := cache.NewObjectName("crawl", "a"), cache.NewObjectName("crawl", "b")
+	started := time.Unix(1700000000, 500_000_000)
+	const header = `
+# HELP proxy_operator_probe_consecutive_failures Failed probes in a row of a proxy; the verdict turns Unhealthy at spec.healthCheck.failureThreshold.
+# TYPE proxy_operator_probe_consecutive_failures gauge
+`
+	const lastHeader = `# HELP proxy_operator_probe_last_timestamp_seconds Unix time the latest probe of a proxy started, whatever its result: the true probe recency (status.lastHealthCheckTime moves only on a reported verdict).
+# TYPE proxy_operator_probe_last_timestamp_seconds gauge
+`
+	tests := map[string]struct {
+		do   func(m *Metrics)
+		want string
+	}{
+		"nothing probed exports nothing": {do: func(*Metrics) {}, want: ""},
+		"each proxy its own series": {
+			do: func(m *Metrics) {
+				m.ObserveProbe(a, "success", time.Millisecond, started)
+				m.SetConsecutiveFailures(a, 0)
+				m.ObserveProbe(b, "timeout", time.Second, started.Add(time.Second))
+				m.SetConsecutiveFailures(b, 2)
+			},
+			want: header + `proxy_operator_probe_consecutive_failures{name="a",namespace="crawl"} 0
+proxy_operator_probe_consecutive_failures{name="b",namespace="crawl"} 2
+` + lastHeader + `proxy_operator_probe_last_timestamp_seconds{name="a",namespace="crawl"} 1.7000000005e+09
+proxy_operator_probe_last_timestamp_seconds{name="b",namespace="crawl"} 1.7000000015e+09
+`,
+		},
+		"a later probe replaces the values": {
+			do: func(m *Metrics) {
+				m.ObserveProbe(a, "timeout", time.Second, started)
+				m.SetConsecutiveFailures(a, 1)
+				m.ObserveProbe(a, "success", time.Millisecond, started.Add(time.Minute))
+				m.SetConsecutiveFailures(a, 0)
+			},
+			want: header + `proxy_operator_probe_consecutive_failures{name="a",namespace="crawl"} 0
+` + lastHeader + `proxy_operator_probe_last_timestamp_seconds{name="a",namespace="crawl"} 1.7000000605e+09
+`,
+		},
+		"a forgotten proxy's series are gone": {
+			do: func(m *Metrics) {
+				m.ObserveProbe(a, "success", time.Millisecond, started)
+				m.SetConsecutiveFailures(a, 0)
+				m.ObserveProbe(b, "success", time.Millisecond, started)
+				m.SetConsecutiveFailures(b, 0)
+				m.ForgetProxy(a)
+			},
+			want: header + `proxy_operator_probe_consecutive_failures{name="b",namespace="crawl"} 0
+` + lastHeader + `proxy_operator_probe_last_timestamp_seconds{name="b",namespace="crawl"} 1.7000000005e+09
+`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			m := New()
+			tc.do(m)
+			if err := testutil.CollectAndCompare(m.health.probed, strings.NewReader(tc.want)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

@@ -201,7 +201,7 @@ func vmMetadata(t *testing.T, p *crawlv1alpha1.Proxy, user, password string) map
 	fake := gcetest.New(t, gcetest.WithZones(gcetest.DefaultProject, zone))
 	secretName := proxyaccess.CredentialsSecret(p)
 	prov, err := gce.New(context.Background(), gce.Options{
-		Project: gcetest.DefaultProject, ClientOptions: fake.ClientOptions(),
+		Project: gcetest.DefaultProject, Endpoint: fake.URL, HTTPClient: fake.HTTPClient(),
 		Secrets: func(_ context.Context, namespace, name string) (*corev1.Secret, error) {
 			if namespace != p.Namespace || name != secretName {
 				return nil, fmt.Errorf("unexpected Secret %s/%s", namespace, name)

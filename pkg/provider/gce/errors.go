@@ -8,14 +8,12 @@ import (
 	"strconv"
 	"strings"
 
-	compute "google.golang.org/api/compute/v1"
-	"google.golang.org/api/googleapi"
-
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/gce/compute"
 )
 
 // classify marks err with its provider error class, from what Google said:
-// the HTTP status and the reasons of a googleapi.Error, or the status and
+// the HTTP status and the reasons of a compute.Error, or the status and
 // codes of a failed operation (operationError).
 //
 //   - quota: a reason saying quota exceeded, a rate limit, or a zone or
@@ -85,12 +83,8 @@ func normalizeReason(r string) string {
 
 // googleStatus extracts the HTTP status and reasons of a Google error.
 func googleStatus(err error) (code int, reasons []string, ok bool) {
-	var gerr *googleapi.Error
-	if errors.As(err, &gerr) {
-		for _, item := range gerr.Errors {
-			reasons = append(reasons, item.Reason)
-		}
-		return gerr.Code, reasons, true
+	if gerr, ok := compute.AsError(err); ok {
+		return gerr.Code, gerr.Reasons, true
 	}
 	var operr *operationError
 	if errors.As(err, &operr) {
@@ -131,8 +125,7 @@ func isResourceNotReady(err error) bool {
 }
 
 func googleCode(err error) int {
-	var gerr *googleapi.Error
-	if errors.As(err, &gerr) {
+	if gerr, ok := compute.AsError(err); ok {
 		return gerr.Code
 	}
 	return 0

@@ -10,18 +10,12 @@ import (
 	"strings"
 	"testing"
 
-	compute "google.golang.org/api/compute/v1"
-	"google.golang.org/api/googleapi"
-
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/gce/compute"
 )
 
 func googleErr(code int, reasons ...string) error {
-	e := &googleapi.Error{Code: code, Message: "message from Google"}
-	for _, r := range reasons {
-		e.Errors = append(e.Errors, googleapi.ErrorItem{Reason: r, Message: "message from Google"})
-	}
-	return e
+	return &compute.Error{Code: code, Message: "message from Google", Reasons: reasons}
 }
 
 func opErr(httpStatus int, codes ...string) error {

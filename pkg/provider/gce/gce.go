@@ -23,20 +23,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	compute "google.golang.org/api/compute/v1"
-	"google.golang.org/api/option"
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/gce/compute"
 )
 
 // CredentialsSecretKey is the key of the service-account key in the Secret
@@ -61,10 +62,13 @@ type Options struct {
 	// CredentialsJSON is a service-account key (JSON); empty means
 	// Application Default Credentials. Secret: never logged.
 	CredentialsJSON []byte
-	// ClientOptions are appended to the provider's own client options; tests
-	// pass option.WithEndpoint, option.WithoutAuthentication and
-	// option.WithHTTPClient to talk to a fake.
-	ClientOptions []option.ClientOption
+	// Endpoint is the Compute Engine API's base URL. Default
+	// compute.DefaultEndpoint.
+	Endpoint string
+	// HTTPClient, when set, sends every request as it is, with no
+	// credentials added: tests point it and Endpoint at a fake. Nil means an
+	// OAuth client from CredentialsJSON or Application Default Credentials.
+	HTTPClient *http.Client
 	// ListPageSize is the maxResults of one aggregatedList page. Default
 	// DefaultListPageSize.
 	ListPageSize int64
@@ -79,7 +83,7 @@ type Options struct {
 // Provider runs proxy instances as Compute Engine VMs. It is safe for
 // concurrent use.
 type Provider struct {
-	svc      *compute.Service
+	api      *compute.Client
 	project  string
 	zone     string
 	pageSize int64
@@ -111,25 +115,15 @@ var _ provider.Provider = (*Provider)(nil)
 // call; credentials are looked up (ADC) or checked (a key) here, so missing
 // Application Default Credentials or a malformed key fail at start-up.
 func New(ctx context.Context, opts Options) (*Provider, error) {
-	clientOpts := []option.ClientOption{
-		option.WithUserAgent("proxy-operator"),
-		// The client library logs request bodies at debug level when its
-		// environment says so, and an insert's body holds the cloud-init.
-		option.WithLogger(slog.New(slog.DiscardHandler)),
-	}
-	if len(opts.CredentialsJSON) > 0 {
-		if err := checkServiceAccountKey(opts.CredentialsJSON); err != nil {
+	hc := opts.HTTPClient
+	if hc == nil {
+		var err error
+		if hc, err = oauthClient(ctx, opts.CredentialsJSON); err != nil {
 			return nil, fmt.Errorf("gce provider: %w", err)
 		}
-		clientOpts = append(clientOpts, option.WithAuthCredentialsJSON(option.ServiceAccount, opts.CredentialsJSON))
-	}
-	clientOpts = append(clientOpts, opts.ClientOptions...)
-	svc, err := compute.NewService(ctx, clientOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("gce provider: Compute Engine client: %w", err)
 	}
 	p := &Provider{
-		svc:      svc,
+		api:      compute.New(opts.Endpoint, hc),
 		project:  opts.Project,
 		zone:     opts.Zone,
 		pageSize: opts.ListPageSize,
@@ -146,6 +140,27 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		p.clock = clock.RealClock{}
 	}
 	return p, nil
+}
+
+// oauthClient is an HTTP client that adds a Compute Engine token to every
+// request: from the service-account key, or from Application Default
+// Credentials when key is empty. The token source refreshes under ctx, the
+// operator's lifetime.
+func oauthClient(ctx context.Context, key []byte) (*http.Client, error) {
+	var creds *google.Credentials
+	var err error
+	if len(key) > 0 {
+		if err := checkServiceAccountKey(key); err != nil {
+			return nil, err
+		}
+		// The key's own errors may quote it: say only that it was refused.
+		if creds, err = google.CredentialsFromJSONWithType(ctx, key, google.ServiceAccount, compute.Scope); err != nil {
+			return nil, errors.New("the service-account key was refused by the OAuth library")
+		}
+	} else if creds, err = google.FindDefaultCredentials(ctx, compute.Scope); err != nil {
+		return nil, fmt.Errorf("Application Default Credentials: %w", err)
+	}
+	return oauth2.NewClient(ctx, creds.TokenSource), nil
 }
 
 // checkServiceAccountKey fails early, and without quoting it, on a key that
@@ -192,7 +207,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 		password = creds.Password
 	}
 	vm := buildInstance(req, zone, creds)
-	op, err := p.svc.Instances.Insert(project, zone, vm).Context(ctx).Do()
+	op, err := p.api.InsertInstance(ctx, project, zone, vm)
 	if isAlreadyExists(err) {
 		return p.adopt(ctx, req, project, zone)
 	}
@@ -211,7 +226,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 // adopt returns the existing VM of a create request's name.
 func (p *Provider) adopt(ctx context.Context, req provider.CreateRequest, project, zone string) (provider.Instance, error) {
 	id := instanceID(project, zone, req.Name)
-	vm, err := p.svc.Instances.Get(project, zone, req.Name).Context(ctx).Do()
+	vm, err := p.api.GetInstance(ctx, project, zone, req.Name)
 	if err != nil {
 		// A 404 here means it went away in between: retry the create.
 		return provider.Instance{}, fmt.Errorf("reading existing VM %s: %w", id, provider.Transient(err))
@@ -235,7 +250,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 		// No VM can have this ID; saying so lets the controller move on.
 		return provider.Instance{}, fmt.Errorf("instance %q is not project/zone/name: %w", id, provider.ErrNotFound)
 	}
-	vm, err := p.svc.Instances.Get(project, zone, name).Context(ctx).Do()
+	vm, err := p.api.GetInstance(ctx, project, zone, name)
 	if isNotFound(err) {
 		p.forget(p.deletes, id)
 		return p.missing(ctx, id, project, zone)
@@ -258,7 +273,7 @@ func (p *Provider) missing(ctx context.Context, id, project, zone string) (provi
 	if !ok {
 		return provider.Instance{}, notFound
 	}
-	op, err := p.svc.ZoneOperations.Get(project, zone, opName).Context(ctx).Do()
+	op, err := p.api.GetZoneOperation(ctx, project, zone, opName)
 	switch {
 	case isNotFound(err):
 		p.forget(p.inserts, id)
@@ -283,14 +298,14 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 		return nil
 	}
 	if opName, ok := p.tracked(p.deletes, id); ok {
-		op, err := p.svc.ZoneOperations.Get(project, zone, opName).Context(ctx).Do()
+		op, err := p.api.GetZoneOperation(ctx, project, zone, opName)
 		if err == nil && op.Status != "DONE" {
 			return nil
 		}
 		// Finished (or unknown): ask again, the name may have a new VM.
 		p.forget(p.deletes, id)
 	}
-	op, err := p.svc.Instances.Delete(project, zone, name).Context(ctx).Do()
+	op, err := p.api.DeleteInstance(ctx, project, zone, name)
 	if isNotFound(err) {
 		p.forget(p.inserts, id)
 		return nil
@@ -313,8 +328,7 @@ func (p *Provider) ListByTag(ctx context.Context, key, value string) ([]provider
 	filter := fmt.Sprintf("labels.%s = %q", labelKey(key), labelValue(value))
 	var out []provider.Instance
 	for _, project := range p.listProjects() {
-		call := p.svc.Instances.AggregatedList(project).Filter(filter).MaxResults(p.pageSize)
-		err := call.Pages(ctx, func(page *compute.InstanceAggregatedList) error {
+		err := p.api.ListInstances(ctx, project, filter, p.pageSize, func(page *compute.InstanceAggregatedList) error {
 			for scope, list := range page.Items {
 				zone := strings.TrimPrefix(scope, "zones/")
 				for _, vm := range list.Instances {

@@ -65,7 +65,7 @@ func startController(t *testing.T, fake *gcetest.Server) *harness {
 	_, ctx := ktesting.NewTestContext(t)
 	kube := kubernetes.NewForConfigOrDie(env.Config)
 	prov, err := gce.New(ctx, gce.Options{
-		Project: gcetest.DefaultProject, Zone: defaultZone, ClientOptions: fake.ClientOptions(),
+		Project: gcetest.DefaultProject, Zone: defaultZone, Endpoint: fake.URL, HTTPClient: fake.HTTPClient(),
 		Secrets: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 			return kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 		},

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	compute "google.golang.org/api/compute/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +21,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/gce/compute"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/gcetest"
 )
 
@@ -45,7 +45,7 @@ func testSecrets(_ context.Context, namespace, name string) (*corev1.Secret, err
 // default project and zone A as its defaults.
 func newTestProvider(t *testing.T, fake *gcetest.Server, change ...func(*Options)) *Provider {
 	t.Helper()
-	opts := Options{Project: gcetest.DefaultProject, Zone: zoneA, ClientOptions: fake.ClientOptions(), Secrets: testSecrets}
+	opts := Options{Project: gcetest.DefaultProject, Zone: zoneA, Endpoint: fake.URL, HTTPClient: fake.HTTPClient(), Secrets: testSecrets}
 	for _, c := range change {
 		c(&opts)
 	}
@@ -82,10 +82,11 @@ func TestCreateReturnsOnceAcceptedThenRuns(t *testing.T) {
 	if n := fake.CallCount(gcetest.MethodOperationGet); n != 0 {
 		t.Errorf("Create polled the operation %d times: it must not wait", n)
 	}
-	vm, ok := fake.Instance(gcetest.DefaultProject, zoneA, "px-0f8fe8c24c1e4d2a")
+	gvm, ok := fake.Instance(gcetest.DefaultProject, zoneA, "px-0f8fe8c24c1e4d2a")
 	if !ok {
 		t.Fatal("no VM in the fake")
 	}
+	vm := fromGoogle(t, gvm)
 	if v, _ := metadataValue(vm, MetadataUserData); v != "#cloud-config\n" {
 		t.Errorf("user-data = %q", v)
 	}
@@ -320,12 +321,12 @@ func TestListByTag(t *testing.T) {
 		wantAll = append(wantAll, inst.ID)
 	}
 	// A VM without our labels, and one that only looks like ours.
-	fake.Put(gcetest.DefaultProject, zoneB, apiVM(func(vm *compute.Instance) { vm.Name, vm.Labels, vm.Metadata = "someone-elses", nil, nil }))
-	fake.Put(gcetest.DefaultProject, zoneB, apiVM(func(vm *compute.Instance) {
+	fake.Put(gcetest.DefaultProject, zoneB, toGoogle(t, apiVM(func(vm *compute.Instance) { vm.Name, vm.Labels, vm.Metadata = "someone-elses", nil, nil })))
+	fake.Put(gcetest.DefaultProject, zoneB, toGoogle(t, apiVM(func(vm *compute.Instance) {
 		vm.Name = "lookalike"
 		vm.Labels = map[string]string{labelKey(crawlv1alpha1.TagManagedBy): "someone-else"}
 		vm.Metadata = nil
-	}))
+	})))
 
 	all, err := p.ListByTag(ctx, crawlv1alpha1.TagManagedBy, crawlv1alpha1.ManagedByValue)
 	if err != nil {

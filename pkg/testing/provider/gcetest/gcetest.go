@@ -235,7 +235,12 @@ func New(t testing.TB, opts ...Option) *Server {
 	return s
 }
 
-// ClientOptions point a compute.Service at the fake, without credentials.
+// HTTPClient is the client that reaches the fake (gce.Options.HTTPClient,
+// with URL as the Endpoint).
+func (s *Server) HTTPClient() *http.Client { return s.srv.Client() }
+
+// ClientOptions point google.golang.org/api's compute.Service at the fake,
+// without credentials: the fake's own tests check it against Google's client.
 func (s *Server) ClientOptions() []option.ClientOption {
 	return []option.ClientOption{
 		option.WithEndpoint(s.URL),
