@@ -195,3 +195,39 @@ func TestNoAuthAllowsAndWarns(t *testing.T) {
 		t.Errorf("no loud warning logged; log:\n%s", log)
 	}
 }
+
+// New tokens are reviewed within a budget of each client address (carried
+// by WithClientAddr) as well as the overall one, so that one caller
+// spraying tokens does not spend everybody's reviews.
+func TestTokenReviewBudgetIsPerSource(t *testing.T) {
+	r := &reviewer{tokens: map[string]authenticationv1.UserInfo{}}
+	auth := NewKubernetesAuth(r.client(), KubernetesAuthOptions{
+		Clock:                   clocktesting.NewFakeClock(t0),
+		TokenReviewQPS:          1000,
+		TokenReviewBurst:        1000,
+		TokenReviewPerSourceQPS: 0.001,
+		// Two new tokens a source, then its share is spent.
+		TokenReviewPerSourceBurst: 2,
+	})
+	from := func(addr string) context.Context { return WithClientAddr(context.Background(), addr) }
+	for i, call := range []struct {
+		ctx  context.Context
+		want error
+	}{
+		{from("10.0.0.1"), ErrUnauthenticated},
+		{from("10.0.0.1"), ErrUnauthenticated},
+		{from("10.0.0.1"), ErrReviewBudget},
+		{from("10.0.0.2"), ErrUnauthenticated},
+		{from("10.0.0.2"), ErrUnauthenticated},
+		{from("10.0.0.2"), ErrReviewBudget},
+		{from("10.0.0.1"), ErrReviewBudget},
+	} {
+		// Every token is new and unknown: reviewed (then refused) or not reviewed at all.
+		if _, err := auth.Authenticate(call.ctx, "token-"+strings.Repeat("x", i)); !errors.Is(err, call.want) {
+			t.Errorf("call %d from %q: err = %v, want %v", i, clientAddr(call.ctx), err, call.want)
+		}
+	}
+	if r.tokenCalls != 4 {
+		t.Errorf("%d TokenReviews, want 4 (two a source)", r.tokenCalls)
+	}
+}

@@ -49,6 +49,11 @@ const (
 var (
 	acquireFields = []string{"holder", "namespace", "selector", "ttl", "domain", "session", "wait"}
 	renewFields   = []string{"ttl"}
+	// The parameters of each query that takes any.
+	releaseParams = []string{"outcome", "domain"}
+	listParams    = []string{"holder", "namespace"}
+	proxiesParams = []string{"namespace", "selector"}
+	sessionParams = []string{"namespace", "outcome", "domain"}
 )
 
 // bodyReadError: the body could not be read (the client was too slow, or
@@ -69,20 +74,20 @@ func decodeAcquire(body io.Reader) (AcquireRequest, error) {
 	if err != nil {
 		return AcquireRequest{}, err
 	}
-	req := AcquireRequest{Holder: m["holder"], Namespace: m["namespace"], Domain: NormalizeDomain(m["domain"]), Session: m["session"]}
+	req := AcquireRequest{Holder: m.get("holder"), Namespace: m.get("namespace"), Domain: NormalizeDomain(m.get("domain")), Session: m.get("session")}
 	if err = validateText("holder", req.Holder, maxHolderLen, true); err != nil {
 		return AcquireRequest{}, err
 	}
 	if err = validateNamespace("namespace", req.Namespace); err != nil {
 		return AcquireRequest{}, err
 	}
-	if req.Selector, err = parseSelector("selector", m["selector"]); err != nil {
+	if req.Selector, err = parseSelector("selector", m.get("selector")); err != nil {
 		return AcquireRequest{}, err
 	}
-	if req.TTL, err = parseTTL(m); err != nil {
+	if req.TTL, err = parseTTL(&m); err != nil {
 		return AcquireRequest{}, err
 	}
-	if req.Wait, err = parseDuration("wait", m); err != nil {
+	if req.Wait, err = parseDuration("wait", &m); err != nil {
 		return AcquireRequest{}, err
 	}
 	if err = validateDomain("domain", req.Domain); err != nil {
@@ -99,7 +104,7 @@ func decodeRenew(body io.Reader) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	return parseTTL(m)
+	return parseTTL(&m)
 }
 
 // releaseQuery is DELETE /v1/leases/{id}?outcome=&domain=.
@@ -109,17 +114,17 @@ type releaseQuery struct {
 }
 
 func decodeRelease(rawQuery string) (releaseQuery, error) {
-	q, err := parseQuery(rawQuery, "outcome", "domain")
+	q, err := parseQuery(rawQuery, releaseParams...)
 	if err != nil {
 		return releaseQuery{}, err
 	}
-	return releaseFrom(q)
+	return releaseFrom(&q)
 }
 
 // releaseFrom reads outcome and domain of a parsed release query (the lease's
 // or the session call's).
-func releaseFrom(q map[string]string) (releaseQuery, error) {
-	r := releaseQuery{outcome: Outcome(q["outcome"]), domain: NormalizeDomain(q["domain"])}
+func releaseFrom(q *members) (releaseQuery, error) {
+	r := releaseQuery{outcome: Outcome(q.get("outcome")), domain: NormalizeDomain(q.get("domain"))}
 	switch r.outcome {
 	case "":
 		r.outcome = OutcomeOK
@@ -134,11 +139,11 @@ func releaseFrom(q map[string]string) (releaseQuery, error) {
 }
 
 func decodeList(rawQuery string) (LeaseFilter, error) {
-	q, err := parseQuery(rawQuery, "holder", "namespace")
+	q, err := parseQuery(rawQuery, listParams...)
 	if err != nil {
 		return LeaseFilter{}, err
 	}
-	f := LeaseFilter{Holder: q["holder"], Namespace: q["namespace"]}
+	f := LeaseFilter{Holder: q.get("holder"), Namespace: q.get("namespace")}
 	if err := validateText("holder", f.Holder, maxHolderLen, false); err != nil {
 		return LeaseFilter{}, err
 	}
@@ -155,15 +160,15 @@ type proxiesQuery struct {
 }
 
 func decodeProxies(rawQuery string) (proxiesQuery, error) {
-	q, err := parseQuery(rawQuery, "namespace", "selector")
+	q, err := parseQuery(rawQuery, proxiesParams...)
 	if err != nil {
 		return proxiesQuery{}, err
 	}
-	pq := proxiesQuery{namespace: q["namespace"]}
+	pq := proxiesQuery{namespace: q.get("namespace")}
 	if err := validateNamespace("namespace", pq.namespace); err != nil {
 		return proxiesQuery{}, err
 	}
-	if pq.selector, err = parseSelector("selector", q["selector"]); err != nil {
+	if pq.selector, err = parseSelector("selector", q.get("selector")); err != nil {
 		return proxiesQuery{}, err
 	}
 	return pq, nil
@@ -179,7 +184,7 @@ func decodeProxies(rawQuery string) (proxiesQuery, error) {
 // failed) is decoded again by decodeObjectStream from the same bytes and
 // the same read error, so that every answer but the fast one is exactly as
 // before (decision 111).
-func decodeObject(body io.Reader, known []string, allowEmpty bool) (map[string]string, error) {
+func decodeObject(body io.Reader, known []string, allowEmpty bool) (members, error) {
 	bp := bodyBuffers.Get().(*[]byte)
 	b, readErr := readAll(body, (*bp)[:0])
 	defer func() {
@@ -223,43 +228,39 @@ func readAll(r io.Reader, b []byte) ([]byte, error) {
 // from known whose values are strings without escapes or control
 // characters, in valid UTF-8: what json.Unmarshal would make of it. ok is
 // false for anything else, which decodeObjectStream then judges.
-func parsePlainObject(b []byte, known []string) (members map[string]string, ok bool) {
+func parsePlainObject(b []byte, known []string) (m members, ok bool) {
 	i := skipJSONSpace(b, 0)
 	if i == len(b) || b[i] != '{' {
-		return nil, false
+		return members{}, false
 	}
-	members = make(map[string]string, len(known))
 	i = skipJSONSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		return members, skipJSONSpace(b, i+1) == len(b)
+		return m, skipJSONSpace(b, i+1) == len(b)
 	}
 	for {
-		name, next, ok := plainJSONString(b, i)
-		if !ok || !slices.Contains(known, string(name)) {
-			return nil, false
-		}
-		if _, dup := members[string(name)]; dup {
-			return nil, false
+		rawName, next, ok := plainJSONString(b, i)
+		k := slices.IndexFunc(known, func(k string) bool { return k == string(rawName) })
+		if !ok || k < 0 {
+			return members{}, false
 		}
 		i = skipJSONSpace(b, next)
 		if i == len(b) || b[i] != ':' {
-			return nil, false
+			return members{}, false
 		}
 		value, next, ok := plainJSONString(b, skipJSONSpace(b, i+1))
-		if !ok || !utf8.Valid(value) {
-			return nil, false
+		if !ok || !utf8.Valid(value) || !m.add(known[k], string(value)) {
+			return members{}, false
 		}
-		members[string(name)] = string(value)
 		i = skipJSONSpace(b, next)
 		switch {
 		case i == len(b):
-			return nil, false
+			return members{}, false
 		case b[i] == ',':
 			i = skipJSONSpace(b, i+1)
 		case b[i] == '}':
-			return members, skipJSONSpace(b, i+1) == len(b)
+			return m, skipJSONSpace(b, i+1) == len(b)
 		default:
-			return nil, false
+			return members{}, false
 		}
 	}
 }
@@ -289,62 +290,62 @@ func skipJSONSpace(b []byte, i int) int {
 }
 
 // decodeObjectStream is decodeObject through encoding/json's tokenizer.
-func decodeObjectStream(body io.Reader, known []string, allowEmpty bool) (map[string]string, error) {
+func decodeObjectStream(body io.Reader, known []string, allowEmpty bool) (members, error) {
 	dec := json.NewDecoder(body)
 	tok, err := dec.Token()
 	switch {
 	case errors.Is(err, io.EOF):
 		if allowEmpty {
-			return map[string]string{}, nil
+			return members{}, nil
 		}
-		return nil, &FieldError{Message: "the request body is empty: want a JSON object"}
+		return members{}, &FieldError{Message: "the request body is empty: want a JSON object"}
 	case err != nil:
-		return nil, jsonError(err)
+		return members{}, jsonError(err)
 	case tok == nil:
-		return nil, &FieldError{Message: "the request body must be a JSON object, not null"}
+		return members{}, &FieldError{Message: "the request body must be a JSON object, not null"}
 	case tok != json.Delim('{'):
-		return nil, &FieldError{Message: "the request body must be a JSON object"}
+		return members{}, &FieldError{Message: "the request body must be a JSON object"}
 	}
-	members := map[string]string{}
+	var m members
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, jsonError(err)
+			return members{}, jsonError(err)
 		}
 		name, _ := tok.(string) // inside an object, json.Decoder yields names as strings
 		if !slices.Contains(known, name) {
 			for _, k := range known {
 				if strings.EqualFold(k, name) {
-					return nil, &FieldError{Field: truncate(name), Message: fmt.Sprintf("is not a known field: names are case-sensitive, did you mean %q?", k)}
+					return members{}, &FieldError{Field: truncate(name), Message: fmt.Sprintf("is not a known field: names are case-sensitive, did you mean %q?", k)}
 				}
 			}
-			return nil, &FieldError{Field: truncate(name), Message: fmt.Sprintf("is not a known field (known: %s)", strings.Join(known, ", "))}
+			return members{}, &FieldError{Field: truncate(name), Message: fmt.Sprintf("is not a known field (known: %s)", strings.Join(known, ", "))}
 		}
-		if _, dup := members[name]; dup {
-			return nil, &FieldError{Field: name, Message: "is given more than once"}
+		if _, dup := m.lookup(name); dup {
+			return members{}, &FieldError{Field: name, Message: "is given more than once"}
 		}
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return nil, jsonError(err)
+			return members{}, jsonError(err)
 		}
 		var v string
 		if err := json.Unmarshal(raw, &v); err != nil || string(raw) == "null" {
-			return nil, &FieldError{Field: name, Message: fmt.Sprintf("must be a %s, not %s", jsonTypeName(name), jsonKind(raw))}
+			return members{}, &FieldError{Field: name, Message: fmt.Sprintf("must be a %s, not %s", jsonTypeName(name), jsonKind(raw))}
 		}
-		members[name] = v
+		m.add(name, v)
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, jsonError(err)
+		return members{}, jsonError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		var tooLarge *http.MaxBytesError
 		var readErr *bodyReadError
 		if err = jsonError(err); errors.As(err, &tooLarge) || errors.As(err, &readErr) {
-			return nil, err
+			return members{}, err
 		}
-		return nil, &FieldError{Message: "unexpected data after the JSON object"}
+		return members{}, &FieldError{Message: "unexpected data after the JSON object"}
 	}
-	return members, nil
+	return m, nil
 }
 
 // jsonKind names the JSON type of a raw value, for messages.
@@ -398,14 +399,10 @@ func jsonTypeName(field string) string {
 
 // parseQuery parses a raw query strictly (see the top of this file) into
 // the parameters given, which must be among allowed.
-func parseQuery(raw string, allowed ...string) (map[string]string, error) {
-	q := map[string]string{}
+func parseQuery(raw string, allowed ...string) (members, error) {
+	var q members
 	if raw == "" {
 		return q, nil
-	}
-	known := "none"
-	if len(allowed) > 0 {
-		known = strings.Join(allowed, ", ")
 	}
 	for pair := range strings.SplitSeq(raw, "&") {
 		rawName, rawValue, hasValue := strings.Cut(pair, "=")
@@ -416,35 +413,77 @@ func parseQuery(raw string, allowed ...string) (map[string]string, error) {
 		name = truncate(strings.ToValidUTF8(name, "\ufffd"))
 		switch {
 		case pair == "":
-			return nil, &FieldError{Message: `the query has an empty parameter ("&&", or "&" at an end)`}
+			return members{}, &FieldError{Message: `the query has an empty parameter ("&&", or "&" at an end)`}
 		case strings.Contains(pair, ";"):
 			if i := strings.IndexAny(rawName, ";"); i >= 0 {
 				name = truncate(rawName[:i])
 			}
-			return nil, &FieldError{Field: name, Message: `contains ";", which does not separate parameters: use "&" (and %3B for a literal ";")`}
+			return members{}, &FieldError{Field: name, Message: `contains ";", which does not separate parameters: use "&" (and %3B for a literal ";")`}
 		case nameErr != nil:
-			return nil, &FieldError{Field: name, Message: "is not a valid percent-encoded parameter name"}
+			return members{}, &FieldError{Field: name, Message: "is not a valid percent-encoded parameter name"}
 		case !hasValue:
-			return nil, &FieldError{Field: name, Message: "has no value: write " + name + "=value"}
+			return members{}, &FieldError{Field: name, Message: "has no value: write " + name + "=value"}
 		}
 		value, err := url.QueryUnescape(rawValue)
 		switch {
 		case err != nil:
-			return nil, &FieldError{Field: name, Message: "has a value that is not validly percent-encoded"}
+			return members{}, &FieldError{Field: name, Message: "has a value that is not validly percent-encoded"}
 		case !slices.Contains(allowed, name):
-			return nil, &FieldError{Field: name, Message: fmt.Sprintf("is not a known parameter (known: %s)", known)}
+			known := "none"
+			if len(allowed) > 0 {
+				known = strings.Join(allowed, ", ")
+			}
+			return members{}, &FieldError{Field: name, Message: fmt.Sprintf("is not a known parameter (known: %s)", known)}
 		}
-		if _, dup := q[name]; dup {
-			return nil, &FieldError{Field: name, Message: "is given more than once"}
+		if !q.add(name, value) {
+			return members{}, &FieldError{Field: name, Message: "is given more than once"}
 		}
-		q[name] = value
 	}
 	return q, nil
 }
 
+// members are the named values of one request, a JSON body's members or a
+// query's parameters: each name given at most once, and only names the
+// call knows, so a handful. They are an array on the caller's stack, not a
+// map that every call would allocate (docs/architecture.md, decision 153).
+type members struct {
+	n      int
+	names  [maxMembers]string
+	values [maxMembers]string
+}
+
+// maxMembers is at least the number of names any call knows
+// (TestKnownNamesFitMembers).
+const maxMembers = 8
+
+func (m *members) get(name string) string {
+	v, _ := m.lookup(name)
+	return v
+}
+
+func (m *members) lookup(name string) (string, bool) {
+	for i := range m.n {
+		if m.names[i] == name {
+			return m.values[i], true
+		}
+	}
+	return "", false
+}
+
+// add adds name, false if it is there already. Callers add only names
+// they know, so there is always room.
+func (m *members) add(name, value string) bool {
+	if _, dup := m.lookup(name); dup {
+		return false
+	}
+	m.names[m.n], m.values[m.n] = name, value
+	m.n++
+	return true
+}
+
 // parseDuration parses member field of m, 0 when absent.
-func parseDuration(field string, m map[string]string) (time.Duration, error) {
-	s, ok := m[field]
+func parseDuration(field string, m *members) (time.Duration, error) {
+	s, ok := m.lookup(field)
 	if !ok {
 		return 0, nil
 	}
@@ -460,10 +499,10 @@ func parseDuration(field string, m map[string]string) (time.Duration, error) {
 
 // parseTTL is the ttl member: when given it must be positive (the store
 // checks the bounds), so that "0s" is not silently the default.
-func parseTTL(m map[string]string) (time.Duration, error) {
+func parseTTL(m *members) (time.Duration, error) {
 	d, err := parseDuration("ttl", m)
 	if err == nil && d == 0 {
-		if _, given := m["ttl"]; given {
+		if _, given := m.lookup("ttl"); given {
 			return 0, &FieldError{Field: "ttl", Message: "must be positive (omit ttl for the default)"}
 		}
 	}
@@ -482,13 +521,30 @@ func parseSelector(field, s string) (labels.Selector, error) {
 }
 
 func validateNamespace(field, ns string) error {
-	if ns == "" {
+	if ns == "" || isDNS1123Label(ns) {
 		return nil
 	}
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
 		return &FieldError{Field: field, Message: fmt.Sprintf("%q is not a namespace name: %s", truncate(ns), strings.Join(errs, "; "))}
 	}
 	return nil
+}
+
+// isDNS1123Label is validation.IsDNS1123Label without its regular
+// expression, which cost more than the rest of decoding an acquire; that
+// one still writes the messages (decision 153, FuzzIsDNS1123Label).
+func isDNS1123Label(s string) bool {
+	if len(s) == 0 || len(s) > validation.DNS1123LabelMaxLength {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '-' || i == 0 || i == len(s)-1) {
+			return false
+		}
+	}
+	return true
 }
 
 // validateText accepts printable UTF-8 up to maxLen bytes.

@@ -56,18 +56,18 @@ func decodeSessionRelease(session, rawQuery string) (sessionQuery, error) {
 	if err := validateText("session", session, maxSessionLen, true); err != nil {
 		return sessionQuery{}, err
 	}
-	q, err := parseQuery(rawQuery, "namespace", "outcome", "domain")
+	q, err := parseQuery(rawQuery, sessionParams...)
 	if err != nil {
 		return sessionQuery{}, err
 	}
-	if err := validateNamespace("namespace", q["namespace"]); err != nil {
+	if err := validateNamespace("namespace", q.get("namespace")); err != nil {
 		return sessionQuery{}, err
 	}
-	r, err := releaseFrom(q)
+	r, err := releaseFrom(&q)
 	if err != nil {
 		return sessionQuery{}, err
 	}
-	return sessionQuery{namespace: q["namespace"], release: r}, nil
+	return sessionQuery{namespace: q.get("namespace"), release: r}, nil
 }
 
 // releaseSession serves DELETE /v1/sessions/{session}: every live lease of
