@@ -64,3 +64,42 @@ func TestKeptIDShortcutDecidesAsTheMAC(t *testing.T) {
 		})
 	}
 }
+
+// The characters sameID compares in constant time cover every character
+// the MAC's bits reach, whatever the length of the fields before it.
+func TestMACCharsCoverTheMAC(t *testing.T) {
+	for fields := 1; fields < 300; fields++ {
+		total := base64.RawURLEncoding.EncodedLen(fields + macLen)
+		firstMACChar := fields * 8 / 6 // the character holding the MAC's first bit
+		if touched := total - firstMACChar; touched > macChars {
+			t.Errorf("%d bytes of fields: the MAC touches the last %d characters, macChars is %d", fields, touched, macChars)
+		}
+	}
+}
+
+func TestSameID(t *testing.T) {
+	s := newSigner(testKey)
+	kept := s.encode(token{key: leaseKey{epoch: 7, serial: 9}, holder: "w", owner: "o"})
+	flip := func(i int) string {
+		b := []byte(kept)
+		b[i] = map[bool]byte{true: 'B', false: 'A'}[b[i] == 'A']
+		return string(b)
+	}
+	for name, tc := range map[string]struct {
+		kept, presented string
+		want            bool
+	}{
+		"the same":                    {kept, kept, true},
+		"a field's character changed": {kept, flip(3), false},
+		"the MAC's first character":   {kept, flip(len(kept) - macChars), false},
+		"the MAC's last character":    {kept, flip(len(kept) - 1), false},
+		"shorter":                     {kept, kept[:len(kept)-1], false},
+		"longer":                      {kept, kept + "A", false},
+		"nothing kept":                {"", "", false},
+		"shorter than the MAC":        {"abc", "abc", true},
+	} {
+		if got := sameID(tc.kept, tc.presented); got != tc.want {
+			t.Errorf("%s: sameID = %v, want %v", name, got, tc.want)
+		}
+	}
+}

@@ -428,10 +428,18 @@ func (s *Store) releaseKnownAs(owner, id string, outcome Outcome) bool {
 	return true
 }
 
-// sameID compares a presented ID with a kept one in constant time, so that
-// the comparison tells nothing about how much of a guess was right.
+// sameID compares a presented ID with a kept one. The characters that
+// encode the MAC are compared in constant time, so that the comparison
+// tells nothing about how much of a guessed MAC was right; the ones before
+// encode the fields, which are public (decision 70), and a plain compare
+// of those costs a fifth as much (decision 154).
 func sameID(kept, presented string) bool {
-	return kept != "" && len(kept) == len(presented) && subtle.ConstantTimeCompare([]byte(kept), []byte(presented)) == 1
+	if kept == "" || len(kept) != len(presented) {
+		return false
+	}
+	fields := max(0, len(kept)-macChars)
+	return kept[:fields] == presented[:fields] &&
+		subtle.ConstantTimeCompare([]byte(kept[fields:]), []byte(presented[fields:])) == 1
 }
 
 // Get returns a live lease acquired without an owner; see GetAs.

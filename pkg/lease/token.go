@@ -42,6 +42,10 @@ import (
 const (
 	tokenVersion = 2
 	macLen       = 16
+	// macChars is how many characters at the end of an ID its MAC's bits
+	// can reach: 128 bits are 21⅓ base64 characters, so 22, one of which may
+	// also hold the last field's bits (TestMACCharsCoverTheMAC).
+	macChars = (macLen*8 + 5) / 6
 	// maxIDLen bounds what decodeToken reads: the longest fields the API
 	// accepts encode to well under 2 KiB.
 	maxIDLen = 2048
