@@ -39,11 +39,22 @@ trap 'rm -f "$tmp"' EXIT
     go test -run '^$' -bench 'BenchmarkStoreOps$|BenchmarkLeaseAPI/store$' -benchtime 3s -cpu 1,2 ./pkg/lease | grep -E '^(Benchmark|goos|goarch|cpu)'
     echo '```'
     echo
+    echo "### The handlers alone"
+    echo
+    echo "\`go test -run '^\$' -bench 'BenchmarkHandlerPair\$|BenchmarkStoreOps\$' -benchtime 3s -cpu 1 ./pkg/lease\`: one"
+    echo "acquire+release through Server.Handler with requests built by hand (no sockets, no net/http parsing), beside"
+    echo "the store's own pair: what the lease API's handlers add to a pair. 7 of its allocs/op are the benchmark's"
+    echo "own requests (decision 153)."
+    echo
+    echo '```text'
+    go test -run '^$' -bench 'BenchmarkHandlerPair$|BenchmarkStoreOps$' -benchtime 3s -cpu 1 ./pkg/lease | grep -E '^Benchmark'
+    echo '```'
+    echo
     echo "### Over HTTP, in-process"
     echo
     echo "\`go test -run '^\$' -bench 'BenchmarkLeaseAPI/(http-lease|http-trivial|redis)\$' -benchtime 3s ./pkg/lease\`:"
     echo "the lease API's handler on loopback in the benchmark's process, 1,000 proxies, 64 concurrent clients, beside"
-    echo "(a) a trivial net/http handler hit by the same client (the HTTP limit) and (b) Debian's"
+    echo "(a) a trivial net/http handler in the lease API's server settings hit by the same client (the HTTP limit) and (b) Debian's"
     echo "redis-server doing SET NX PX + DEL."
     echo
     echo '```text'
@@ -55,9 +66,10 @@ trap 'rm -f "$tmp"' EXIT
     echo "\`go run ./pkg/testsuites/bench/leaseapi\`: cmd/proxy-operator (no -race) with --lease-auth=none on a real"
     echo "kube-apiserver and etcd, leading 1,000 External proxies (MaxLeases 1) that its health engine took to Ready;"
     echo "64 clients (pkg/lease/client) doing acquire+release pairs, beside the same client against a trivial net/http"
-    echo "handler in a process of its own that answers the operator's own grant body and Location, and 204 to the"
-    echo "release. Alternating rounds; CPU/pair is the server process's. Targets (issue 16): pairs/s at least 0.95x"
-    echo "the trivial handler's, p99 at most 1.2x."
+    echo "handler in a process of its own, in the lease API's own net/http server settings (lease.NewHTTPServer: the"
+    echo "same timeouts, so the same per-request deadlines; decision 155), that answers the operator's own grant body"
+    echo "and Location, and 204 to the release. 11 alternating rounds, medians; CPU/pair is the server process's."
+    echo "Targets (issue 16): pairs/s at least 0.95x the trivial handler's, p99 at most 1.2x."
     echo
     go run ./pkg/testsuites/bench/leaseapi
     echo

@@ -94,7 +94,8 @@ func BenchmarkLeaseAPI(b *testing.B) {
 			w.WriteHeader(http.StatusNoContent)
 		})
 		ln := listen(b)
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		// The lease API's own server settings, as http-lease has.
+		hs := lease.NewHTTPServer(mux, lease.DefaultMaxWait)
 		go func() { _ = hs.Serve(ln) }()
 		b.Cleanup(func() { _ = hs.Close() })
 		benchHTTP(b, "http://"+ln.Addr().String(), clients)

@@ -298,6 +298,21 @@ func (s *Server) serveHot(w http.ResponseWriter, r *http.Request, call hotCall) 
 	}
 }
 
+// NewHTTPServer is the net/http server the lease API runs h in: its
+// timeouts and header limit, for a store whose longest wait is maxWait.
+// The lease API benchmark serves its trivial handler with it too, so that
+// the reference pays the same per-request deadlines (decision 155).
+func NewHTTPServer(h http.Handler, maxWait time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      maxWait + writeSlack,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    serverMaxHeaderBytes,
+	}
+}
+
 // Serve serves the API on ln until ctx ends, then shuts down gracefully:
 // waiting acquires are woken and answered 503 so that clients retry
 // elsewhere. It also runs the store's janitor.
@@ -307,15 +322,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// polls return at once instead of holding the shutdown up.
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
-	srv := &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       s.readTimeout,
-		WriteTimeout:      s.store.cfg.MaxWait + writeSlack,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    serverMaxHeaderBytes,
-		BaseContext:       func(net.Listener) context.Context { return baseCtx },
-	}
+	srv := NewHTTPServer(s.Handler(), s.store.cfg.MaxWait)
+	srv.ReadTimeout = s.readTimeout
+	srv.BaseContext = func(net.Listener) context.Context { return baseCtx }
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		t := s.clock.NewTicker(janitorInterval)

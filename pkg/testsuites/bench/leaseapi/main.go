@@ -5,11 +5,12 @@
 // operator's health engine until all are Ready). C clients, one
 // pkg/lease/client each goroutine shares, do acquire+release pairs against
 // it, beside the same client against a trivial net/http handler in a
-// process of its own (this binary with -serve-trivial) that answers the
+// process of its own (this binary with -serve-trivial, in the lease API's
+// own net/http server settings unless -bare-trivial) that answers the
 // operator's own grant body, byte for byte, and 204 to the release: the
 // same requests, the same responses, nothing behind them.
 //
-//	go run ./pkg/testsuites/bench/leaseapi                       # 1,000 proxies, 64 clients, 5 rounds of 5 s
+//	go run ./pkg/testsuites/bench/leaseapi                       # 1,000 proxies, 64 clients, 11 rounds of 5 s
 //	go run ./pkg/testsuites/bench/leaseapi -cpuprofile op.pprof  # also a CPU profile of the operator under load
 //
 // Rounds alternate which side goes first; the report gives every round and
@@ -49,6 +50,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	leaseclient "github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest/fleet"
 	"github.com/proxyfleet/proxy-operator/pkg/testsuites/bench/benchkit"
@@ -64,7 +66,7 @@ func main() {
 	var (
 		proxies    = flag.Int("proxies", 1000, "External proxies the operator leases out (MaxLeases 1 each)")
 		clients    = flag.Int("clients", 64, "concurrent clients")
-		rounds     = flag.Int("rounds", 5, "alternating rounds (each: the trivial handler and the operator, one after the other)")
+		rounds     = flag.Int("rounds", 11, "alternating rounds (each: the trivial handler and the operator, one after the other)")
 		round      = flag.Duration("round", 5*time.Second, "length of one measurement")
 		cpuProfile = flag.String("cpuprofile", "", "if set, write a CPU profile of the operator (its /debug/pprof/profile) taken during one more lease round")
 		timeout    = flag.Duration("timeout", 10*time.Minute, "limit of the phase that waits for all proxies Ready")
@@ -200,7 +202,7 @@ func run(ctx context.Context, cfg config) (string, error) {
 		return "", err
 	}
 	trivial, err := startProcess(filepath.Join(dir, "trivial.log"), self, func(ports []int) []string {
-		return []string{"-serve-trivial=" + bodyPath, fmt.Sprintf("-addr=127.0.0.1:%d", ports[0])}
+		return []string{"-serve-trivial=" + bodyPath, fmt.Sprintf("-addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("-bare-trivial=%v", *bareTrivial)}
 	})
 	if err != nil {
 		return "", err
@@ -363,8 +365,12 @@ func profile(ctx context.Context, op *process, s side, ns string, cfg config, pa
 
 func format(cfg config, loadBefore, loadAfter string, results [][2]result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "lease API benchmark: %s, %d CPUs; %d External proxies (MaxLeases 1), %d clients (pkg/lease/client), %d alternating rounds of %v; load average %s before, %s after\n\n",
-		runtime.Version(), runtime.NumCPU(), cfg.proxies, cfg.clients, cfg.rounds, cfg.round, loadBefore, loadAfter)
+	trivialServer := "the lease API's server settings (lease.NewHTTPServer)"
+	if *bareTrivial {
+		trivialServer = "net/http's defaults and a header timeout (-bare-trivial)"
+	}
+	fmt.Fprintf(&b, "lease API benchmark: %s, %d CPUs; %d External proxies (MaxLeases 1), %d clients (pkg/lease/client), %d alternating rounds of %v; trivial handler on %s; load average %s before, %s after\n\n",
+		runtime.Version(), runtime.NumCPU(), cfg.proxies, cfg.clients, cfg.rounds, cfg.round, trivialServer, loadBefore, loadAfter)
 	b.WriteString("| round | trivial handler pairs/s | operator pairs/s | ratio | trivial p50 | operator p50 | trivial p99 | operator p99 | p99 ratio | trivial CPU/pair | operator CPU/pair |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	var ratios, p99Ratios []float64
@@ -488,7 +494,10 @@ func grantBody(ctx context.Context, leaseURL, ns string) ([]byte, error) {
 	return body, nil
 }
 
-var trivialAddr = flag.String("addr", "127.0.0.1:0", "internal: the trivial handler's address (with -serve-trivial)")
+var (
+	trivialAddr = flag.String("addr", "127.0.0.1:0", "internal: the trivial handler's address (with -serve-trivial)")
+	bareTrivial = flag.Bool("bare-trivial", false, "serve the trivial handler with net/http's defaults and a header timeout, not the lease API's server settings (its timeouts and header limit)")
+)
 
 // serveTrivial answers POST /v1/leases with the grant in bodyPath (and its
 // Location) and DELETE /v1/leases/{id} with 204, as the lease API does,
@@ -516,8 +525,11 @@ func serveTrivial(bodyPath string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	return srv.Serve(ln)
+	// The lease API's own server settings: the same per-request deadlines.
+	if *bareTrivial {
+		return (&http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}).Serve(ln)
+	}
+	return lease.NewHTTPServer(mux, lease.DefaultMaxWait).Serve(ln)
 }
 
 // idOf is the "id" member of a grant body.
