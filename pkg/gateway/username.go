@@ -10,14 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/names"
 )
 
 // PoolLabel is the label a ProxyPool puts on its members; the pool- term
 // selects on it.
 const PoolLabel = crawlv1alpha1.PoolLabel
-
-// maxLabelLen bounds DNS-1123 labels (namespaces) and label values (pools).
-const maxLabelLen = 63
 
 // maxSessionLen bounds a session id, as the lease API bounds one.
 const maxSessionLen = 253
@@ -83,14 +81,14 @@ func ParseUsername(username string) (Target, error) {
 		case keyNamespace:
 			// The regular expressions of pkg/util/validation run only to
 			// word the error: every tunnel parses a username.
-			if !isDNS1123Label(value) {
+			if !names.IsDNS1123Label(value) {
 				if errs := validation.IsDNS1123Label(value); len(errs) > 0 {
 					return Target{}, &TermError{Term: term, Reason: "is not a namespace name: " + strings.Join(errs, "; ")}
 				}
 			}
 			t.Namespace = value
 		case keyPool:
-			if !isLabelValue(value) {
+			if !names.IsLabelValue(value) {
 				if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
 					return Target{}, &TermError{Term: term, Reason: "is not a pool name: " + strings.Join(errs, "; ")}
 				}
@@ -116,39 +114,6 @@ func keyIndex(key string) int {
 		return 2
 	}
 	return -1
-}
-
-// isDNS1123Label is validation.IsDNS1123Label without a regular
-// expression: 1 to 63 of [a-z0-9-], alphanumeric at both ends.
-func isDNS1123Label(s string) bool {
-	if len(s) == 0 || len(s) > maxLabelLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-		if !alnum && (c != '-' || i == 0 || i == len(s)-1) {
-			return false
-		}
-	}
-	return true
-}
-
-// isLabelValue is validation.IsValidLabelValue without a regular
-// expression: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends
-// (or empty).
-func isLabelValue(s string) bool {
-	if len(s) > maxLabelLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		if !alnum && ((c != '-' && c != '_' && c != '.') || i == 0 || i == len(s)-1) {
-			return false
-		}
-	}
-	return true
 }
 
 func checkSession(id string) string {

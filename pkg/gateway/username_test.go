@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 func TestParseUsername(t *testing.T) {
@@ -62,18 +61,5 @@ func TestTargetSelector(t *testing.T) {
 	}
 	if !(Target{}).Selector().Empty() {
 		t.Error("no pool term should select everything")
-	}
-}
-
-// The hand-written checks agree with apimachinery's regular expressions
-// (FuzzParseUsername checks the same on every input it makes).
-func TestLabelChecksAgreeWithValidation(t *testing.T) {
-	for _, s := range []string{"", "a", "0", "a-b", "a--b", "-a", "a-", "A", "aB", "a.b", "a_b", "_a", "a_", ".a", "a.",
-		"é", "a b", strings.Repeat("a", 63), strings.Repeat("a", 64), strings.Repeat("A", 63), strings.Repeat("A", 64)} {
-		got := [2]bool{isDNS1123Label(s), isLabelValue(s)}
-		want := [2]bool{len(validation.IsDNS1123Label(s)) == 0, len(validation.IsValidLabelValue(s)) == 0}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("%q: [DNS-1123 label, label value] (-validation +ours):\n%s", s, diff)
-		}
 	}
 }

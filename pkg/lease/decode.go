@@ -19,6 +19,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/proxyfleet/proxy-operator/pkg/names"
 )
 
 // The request decoders turn bodies and queries into store requests. They are
@@ -521,30 +523,13 @@ func parseSelector(field, s string) (labels.Selector, error) {
 }
 
 func validateNamespace(field, ns string) error {
-	if ns == "" || isDNS1123Label(ns) {
+	if ns == "" || names.IsDNS1123Label(ns) {
 		return nil
 	}
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
 		return &FieldError{Field: field, Message: fmt.Sprintf("%q is not a namespace name: %s", truncate(ns), strings.Join(errs, "; "))}
 	}
 	return nil
-}
-
-// isDNS1123Label is validation.IsDNS1123Label without its regular
-// expression, which cost more than the rest of decoding an acquire; that
-// one still writes the messages (decision 153, FuzzIsDNS1123Label).
-func isDNS1123Label(s string) bool {
-	if len(s) == 0 || len(s) > validation.DNS1123LabelMaxLength {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-		if !alnum && (c != '-' || i == 0 || i == len(s)-1) {
-			return false
-		}
-	}
-	return true
 }
 
 // validateText accepts printable UTF-8 up to maxLen bytes.

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
@@ -105,16 +104,4 @@ func TestMembers(t *testing.T) {
 	if v, ok := m.lookup("domain"); v != "" || ok {
 		t.Errorf(`lookup("domain") = %q, %v; want "", false`, v, ok)
 	}
-}
-
-// isDNS1123Label answers as apimachinery's validation does.
-func FuzzIsDNS1123Label(f *testing.F) {
-	for _, seed := range []string{"", "a", "crawl", "a-b", "-a", "a-", "A", "a.b", "a_b", "0", strings.Repeat("a", 63), strings.Repeat("a", 64), "ü"} {
-		f.Add(seed)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := isDNS1123Label(s), len(validation.IsDNS1123Label(s)) == 0; got != want {
-			t.Fatalf("isDNS1123Label(%q) = %v, validation says %v", s, got, want)
-		}
-	})
 }
