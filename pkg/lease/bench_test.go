@@ -60,16 +60,7 @@ func BenchmarkLeaseAPI(b *testing.B) {
 		})
 	})
 	b.Run("http-lease", func(b *testing.B) {
-		store := newBenchStore(b, proxies)
-		srv, err := lease.NewServer(lease.ServerConfig{
-			Store: store, Authenticator: allowAll{}, Authorizer: allowAll{}, Horizon: &lease.MemoryHorizon{},
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := srv.StartLeading(context.Background()); err != nil {
-			b.Fatal(err)
-		}
+		srv := newBenchServer(b, proxies)
 		ln := listen(b)
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().V(1)))
 		served := make(chan error, 1)
@@ -164,17 +155,7 @@ func BenchmarkStoreOps(b *testing.B) {
 func BenchmarkHandlerPair(b *testing.B) {
 	klog.SetLogger(logr.Discard())
 	defer klog.ClearLogger()
-	store := newBenchStore(b, 1000)
-	srv, err := lease.NewServer(lease.ServerConfig{
-		Store: store, Authenticator: allowAll{}, Authorizer: allowAll{}, Horizon: &lease.MemoryHorizon{},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := srv.StartLeading(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	h := srv.Handler()
+	h := newBenchServer(b, 1000).Handler()
 	acquireURL, err := url.Parse("/v1/leases")
 	if err != nil {
 		b.Fatal(err)
@@ -253,6 +234,21 @@ func newBenchStore(b *testing.B, proxies int) *lease.Store {
 	}
 	store.Lead(time.Time{}, time.Time{})
 	return store
+}
+
+// newBenchServer is a leading lease API with no auth on a bench store.
+func newBenchServer(b *testing.B, proxies int) *lease.Server {
+	b.Helper()
+	srv, err := lease.NewServer(lease.ServerConfig{
+		Store: newBenchStore(b, proxies), Authenticator: allowAll{}, Authorizer: allowAll{}, Horizon: &lease.MemoryHorizon{},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.StartLeading(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return srv
 }
 
 // benchHTTP runs acquire+release pairs through pkg/lease/client.
