@@ -12,7 +12,8 @@ trap 'rm -f "$tmp"' EXIT
     echo
     echo "Written by \`make bench\` (hack/bench.sh) on $(date -u +%Y-%m-%d). Every figure stands"
     echo "beside a reference measured in the same run on the same machine; these machines are"
-    echo "shared, so compare ratios, not absolute numbers across runs."
+    echo "shared, so compare ratios, not absolute numbers across runs. Runs made with other flags (50,000 proxies)"
+    echo "and the before/after figures of changes are kept in docs/benchmarks-runs.md, which this never rewrites."
     echo
     echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3-4), load average $(cut -d' ' -f1-3 /proc/loadavg) at the start."
     echo
@@ -110,9 +111,11 @@ then `go tool pprof -peek 'Server..(acquire|release)$'`), 2026-12-01, 64 clients
   alone sits at the target. The IDs stay signed with HMAC-SHA256 (the decision says what was rejected).
 - Not costs here: authentication (NoAuth; TokenReview answers are cached, issue 20), logging (V(4) grant
   logs are now checked before their arguments are built), metrics label lookups (children cached). Lock
-  contention: no convoy (the 64-goroutine p99 stays at a few µs), but on two cores 64 goroutines do fewer
-  pairs/s than one goroutine on one core (0.8× on an idle-ish machine): the lock's cache line moving between
-  the cores, and the benchmark's own two clock reads and latency record per pair.
+  contention: on the EPYC of 2026-12-01 the 64-goroutine p99 stayed at a few µs; on the Xeon VM of 2026-12-02
+  it is ~5 ms at -cpu 2, for the code before this session's changes as for the code after (measured side by
+  side), so it is how this VM schedules 64 runnable goroutines on 2 vCPUs, not the store. On two cores 64
+  goroutines do fewer pairs/s than one goroutine on one core (0.8× on an idle-ish machine): the lock's cache
+  line moving between the cores, and the benchmark's own two clock reads and latency record per pair.
 STORY
     echo
     echo "## Lease API under a garbage-token flood (issue 20)"
