@@ -129,6 +129,10 @@ type Engine struct {
 	// proxies met later are new, probed at once (decision 121). Guarded by
 	// mu.
 	metFleet bool
+	// pass numbers the scheduling passes, so that a pass can tell the
+	// states it met (proxyState.pass) from those whose Proxy is gone
+	// without building a set of the fleet on every tick. Guarded by mu.
+	pass uint64
 }
 
 var _ controller.HealthSource = (*Engine)(nil)
@@ -146,6 +150,10 @@ type proxyState struct {
 	// verdict; reportedAt is when it was reported.
 	reported   *controller.HealthVerdict
 	reportedAt time.Time
+	// pass is the last scheduling pass that met this proxy in the cache,
+	// obj the cached object it met.
+	pass uint64
+	obj  *crawlv1alpha1.Proxy
 }
 
 // job is one probe handed to a worker.
@@ -295,27 +303,26 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 		healthy, unhealthy, unknown int
 	)
 	e.mu.Lock()
-	seen := make(map[cache.ObjectName]struct{}, len(proxies))
+	e.pass++
+	met := 0 // states marked with this pass
 	for _, p := range proxies {
-		address, ok := proxyAddress(p)
-		if !ok || p.DeletionTimestamp != nil {
-			continue // its state, if any, is pruned below
-		}
 		key := cache.MetaObjectToName(p)
-		seen[key] = struct{}{}
-		interval := intervalOf(p)
-
 		st, known := e.states[key]
-		if known && (st.uid != string(p.UID) || st.address != address) {
-			// A replaced instance starts with fresh counters, and its
-			// predecessor's verdict must not stand for it.
-			logger.V(4).Info("Proxy has a new address or instance: starting over", "proxy", klog.KObj(p), "address", address)
-			forget = append(forget, key)
-			st = nil
+		if !known || st.obj != p {
+			// New, or changed since the last pass: the informer replaces a
+			// cached object on every update and never edits one, so the
+			// same pointer means nothing below can differ (decision 157).
+			var replaced bool
+			if st, replaced = e.meet(ctx, p, key, st, now); replaced {
+				forget = append(forget, key)
+			}
+			if st == nil {
+				continue // its state, if any, is pruned below
+			}
 		}
-		if st == nil {
-			st = e.newState(p, address, interval, now, !known)
-			e.states[key] = st
+		if st.pass != e.pass {
+			st.pass = e.pass
+			met++
 		}
 		switch st.counters.verdict {
 		case verdictHealthy:
@@ -326,13 +333,8 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 			unknown++
 		}
 
-		if interval != st.interval {
-			// An edited interval applies from now, not after the old one.
-			st.due = minTime(st.due, now.Add(interval))
-			st.interval = interval
-		}
 		if !st.inFlight && !now.Before(st.due) {
-			c := checkFor(p, address, e.rootCAs)
+			c := checkFor(p, st.address, e.rootCAs)
 			// Only on the way to healthy: an instance is proved closed
 			// before its first Ready (a replaced one starts over), and a
 			// healthy fleet pays for one probe each, not two.
@@ -340,10 +342,14 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 			due = append(due, job{key: key, state: st, check: c, due: st.due, proveClosed: prove})
 		}
 	}
-	for key := range e.states {
-		if _, ok := seen[key]; !ok {
-			delete(e.states, key)
-			forget = append(forget, key)
+	// Every state met is marked, so in a steady fleet there is none to
+	// look for: a pass costs no walk of the states (decision 157).
+	if met != len(e.states) {
+		for key, st := range e.states {
+			if st.pass != e.pass {
+				delete(e.states, key)
+				forget = append(forget, key)
+			}
 		}
 	}
 	// The most overdue first: when the pool cannot take them all, those
@@ -371,6 +377,38 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 		logger.V(4).Info("Probe queue full; due probes wait for the next tick", "skipped", skipped)
 	}
 	e.metrics.SetProxiesByVerdict(healthy, unhealthy, unknown)
+}
+
+// meet brings the state of p, whose cached object changed since the last
+// pass or is new to it, in line with it: st is its state so far (nil if
+// none). It returns nil for a proxy the engine does not probe (no address
+// yet, or deleting), whose state the pass then prunes. A replaced instance
+// or a new address starts over (replaced: its metrics are forgotten); an
+// edited interval applies from now.
+func (e *Engine) meet(ctx context.Context, p *crawlv1alpha1.Proxy, key cache.ObjectName, st *proxyState, now time.Time) (_ *proxyState, replaced bool) {
+	address, ok := proxyAddress(p)
+	if !ok || p.DeletionTimestamp != nil {
+		return nil, false
+	}
+	interval := intervalOf(p)
+	known := st != nil
+	if known && (st.uid != string(p.UID) || st.address != address) {
+		// A replaced instance starts with fresh counters, and its
+		// predecessor's verdict must not stand for it.
+		klog.FromContext(ctx).V(4).Info("Proxy has a new address or instance: starting over", "proxy", klog.KObj(p), "address", address)
+		st, replaced = nil, true
+	}
+	if st == nil {
+		st = e.newState(p, address, interval, now, !known)
+		e.states[key] = st
+	}
+	if interval != st.interval {
+		// An edited interval applies from now, not after the old one.
+		st.due = minTime(st.due, now.Add(interval))
+		st.interval = interval
+	}
+	st.obj = p
+	return st, replaced
 }
 
 // newState starts tracking a proxy. On the first pass of a Run (a new

@@ -773,6 +773,100 @@ func TestStateReset(t *testing.T) {
 	}
 }
 
+// TestEditedIntervalAppliesFromNow: an edit of a proxy the engine tracks
+// reaches its state at the next pass (the cache holds a new object), and a
+// shorter interval applies from then, not after the old one runs out.
+func TestEditedIntervalAppliesFromNow(t *testing.T) {
+	f := newFixture(t, testProxy("p"))
+	f.tick()
+	if probed := f.step(testInterval, always(success(5*time.Millisecond))); len(probed) != 1 {
+		t.Fatalf("%d probes in the first interval, want 1", len(probed))
+	}
+	const short = 2 * time.Second
+	f.put(testProxy("p", func(p *crawlv1alpha1.Proxy) { p.Spec.HealthCheck.Interval = &metav1.Duration{Duration: short} }))
+	var at []time.Duration // after the edit
+	for step := time.Second; step <= testInterval; step += time.Second {
+		if len(f.step(time.Second, always(success(5*time.Millisecond)))) > 0 {
+			at = append(at, step)
+		}
+	}
+	// The pass one tick after the edit meets it: the next probe is due
+	// one short interval after that pass.
+	if len(at) == 0 || at[0] > time.Second+short {
+		t.Fatalf("probes after the edit at %v, want the first within %v", at, time.Second+short)
+	}
+	if len(at) < int(testInterval/short)-1 {
+		t.Errorf("probes after the edit at %v: fewer than one every %v", at, short)
+	}
+}
+
+// TestPassPrunesWhatLeftTheCache: a pass keeps the state of every proxy
+// still in the cache and forgets exactly those that left it, whatever else
+// changed in the same pass (a pass counts the states it meets instead of
+// building a set of the fleet, decision 157).
+func TestPassPrunesWhatLeftTheCache(t *testing.T) {
+	tests := map[string]struct {
+		change     func(f *fixture)
+		wantStates []string
+		wantForgot []string
+	}{
+		"nothing changed": {change: func(*fixture) {}, wantStates: []string{"p", "q", "r"}},
+		"one deleted":     {change: func(f *fixture) { f.remove("q") }, wantStates: []string{"p", "r"}, wantForgot: []string{"q"}},
+		"one deleted, one created": {
+			change:     func(f *fixture) { f.remove("q"); f.put(testProxy("s")) },
+			wantStates: []string{"p", "r", "s"}, wantForgot: []string{"q"},
+		},
+		"two deleted, two created": {
+			change: func(f *fixture) {
+				f.remove("p")
+				f.remove("r")
+				f.put(testProxy("s"))
+				f.put(testProxy("t"))
+			},
+			wantStates: []string{"q", "s", "t"}, wantForgot: []string{"p", "r"},
+		},
+		"one replaced, one deleted": {
+			change:     func(f *fixture) { f.put(testProxy("p", withUID("p-uid-2"))); f.remove("r") },
+			wantStates: []string{"p", "q"}, wantForgot: []string{"p", "r"},
+		},
+		"all deleted": {
+			change:     func(f *fixture) { f.remove("p"); f.remove("q"); f.remove("r") },
+			wantForgot: []string{"p", "q", "r"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, testProxy("p"), testProxy("q"), testProxy("r"))
+			f.tick()
+			f.tick() // a second pass over the same fleet keeps every state
+			tc.change(f)
+			f.tick()
+			f.engine.mu.RLock()
+			var states []string
+			for key := range f.engine.states {
+				states = append(states, key.Name)
+			}
+			f.engine.mu.RUnlock()
+			f.metrics.mu.Lock()
+			var forgot []string
+			for key, n := range f.metrics.forgotten {
+				for range n {
+					forgot = append(forgot, key.Name)
+				}
+			}
+			f.metrics.mu.Unlock()
+			slices.Sort(states)
+			slices.Sort(forgot)
+			if diff := cmp.Diff(tc.wantStates, states); diff != "" {
+				t.Errorf("states after the pass (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantForgot, forgot); diff != "" {
+				t.Errorf("proxies forgotten (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // TestSaturatedPool: a due probe that finds the pool saturated stays due,
 // is counted, and goes at a later tick, the most overdue first; its
 // lateness is measured from its due time.

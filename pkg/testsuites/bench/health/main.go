@@ -2,9 +2,13 @@
 // proxies: how many probes per second it achieves against its schedule
 // (N proxies / interval), how late probes start after their due time, and
 // what that costs in CPU and memory, beside a bare loop that runs the same
-// probe function at the same concurrency as fast as it can (the limit).
+// probe function at the same concurrency as fast as it can (the limit, and
+// issue 16's reference), and beside the same loop paced to the engine's
+// rate (the same load without the engine). They alternate, three rounds
+// per size by default, so that all sample the same stretch of a shared
+// machine; each round starts a fresh engine.
 //
-//	go run ./pkg/testsuites/bench/health                    # 1,000 proxies for 20s, 10,000 for 30s
+//	go run ./pkg/testsuites/bench/health                    # 1,000 proxies: 3 × (20s engine, 10s bare, 10s paced); 10,000: 3 × (30s, 10s, 10s)
 //	go run ./pkg/testsuites/bench/health -sizes 2000 -durations 10s -delay 100ms
 //
 // The fleet runs in a child process (this binary with -fleet, see
@@ -17,12 +21,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,14 +51,16 @@ import (
 func main() {
 	var (
 		sizes     = flag.String("sizes", "1000,10000", "fleet sizes, comma-separated")
-		durations = flag.String("durations", "20s,30s", "how long the engine runs for each size, comma-separated")
+		durations = flag.String("durations", "20s,30s", "how long the engine runs in each round, for each size, comma-separated")
 		interval  = flag.Duration("interval", 10*time.Second, "spec.healthCheck.interval of every proxy")
 		timeout   = flag.Duration("timeout", 5*time.Second, "spec.healthCheck.timeout of every proxy")
 		workers   = flag.Int("workers", 0, "engine workers (0: health.DefaultWorkers)")
 		tick      = flag.Duration("tick", 0, "scheduler tick (0: health.DefaultTick)")
-		bare      = flag.Duration("bare", 5*time.Second, "how long the bare probe loop runs for each size")
+		bare      = flag.Duration("bare", 10*time.Second, "how long the bare loop runs in each round, and then the paced loop")
+		rounds    = flag.Int("rounds", 3, "alternating rounds per size (each: the engine for its duration, then the bare loop)")
 		delay     = flag.Duration(fleet.DelayFlag, 0, "how long each fleet proxy waits before answering")
 		fleetSize = flag.Int(fleet.SizeFlag, 0, "internal: serve a fleet of this many proxies and print their addresses")
+		profile   = flag.String("cpuprofile", "", "if set, write a CPU profile of the engine's run at the last size to this file")
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -65,6 +73,9 @@ func main() {
 	if err != nil || len(ds) != len(ns) {
 		fail(fmt.Errorf("-durations needs one duration per size: %v", err))
 	}
+	if *rounds < 1 {
+		fail(errors.New("-rounds must be at least 1"))
+	}
 	if *workers == 0 {
 		*workers = health.DefaultWorkers
 	}
@@ -75,11 +86,16 @@ func main() {
 		fail(err)
 	}
 
-	fmt.Printf("health engine benchmark: %s, GOMAXPROCS %d, %d CPUs; interval %v, timeout %v, tick %v, %d workers, fleet delay %v\n\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), *interval, *timeout, *tick, *workers, *delay)
+	fmt.Printf("health engine benchmark: %s, GOMAXPROCS %d, %d CPUs; interval %v, timeout %v, tick %v, %d workers, fleet delay %v; %d alternating rounds per size (the engine, then the bare loop and the paced loop for %v each), figures summed over them\n\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), *interval, *timeout, *tick, *workers, *delay, *rounds, *bare)
+	cfg := settings{rounds: *rounds, bare: *bare, interval: *interval, timeout: *timeout, tick: *tick, delay: *delay, workers: *workers}
 	var rows []row
 	for i, n := range ns {
-		r, err := measure(n, ds[i], *bare, *interval, *timeout, *tick, *workers, *delay)
+		prof := ""
+		if i == len(ns)-1 {
+			prof = *profile
+		}
+		r, err := measure(n, ds[i], cfg, prof)
 		if err != nil {
 			fail(err)
 		}
@@ -93,13 +109,21 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-// row is one fleet size's measurements.
+// settings are what every size is measured with.
+type settings struct {
+	rounds                               int
+	bare, interval, timeout, tick, delay time.Duration
+	workers                              int
+}
+
+// row is one fleet size's measurements, summed over its rounds.
 type row struct {
 	proxies                int
 	interval               time.Duration
 	workers                int
-	run                    time.Duration
-	expected, achieved     float64 // probes/s
+	rounds                 int
+	run                    time.Duration // of the engine, each round
+	expected, achieved     float64       // probes/s
 	failed                 int
 	lateP50, lateP99, late time.Duration
 	skipped                int
@@ -107,12 +131,43 @@ type row struct {
 	cpuPerProbe            time.Duration
 	rssMiB                 float64
 	bareRate, bareCPU      float64
-	fleetCPU               float64 // cores, during the engine run
+	barePerProbe           time.Duration
+	pacedPerProbe          time.Duration // the bare loop at the engine's rate
+	fleetCPU               float64       // cores, during the engine's runs
+	roundRatios            []float64     // engine ÷ bare CPU per probe, each round
 }
 
-func measure(n int, run, bare, interval, timeout, tick time.Duration, workers int, delay time.Duration) (row, error) {
-	r := row{proxies: n, interval: interval, workers: workers, run: run, expected: float64(n) / interval.Seconds()}
-	fl, addrs, err := fleet.Start(n, delay)
+// engineRun is one run of the engine; bareRun one of the bare loop.
+type engineRun struct {
+	elapsed, window time.Duration
+	cpu, fleetCPU   float64 // seconds
+	all, probes     int     // probes finished: all, and those started in the window
+	failed, skipped int
+	delays          []time.Duration
+	peakRSS         int64
+}
+
+type bareRun struct {
+	elapsed time.Duration
+	probes  int64
+	cpu     float64 // seconds
+}
+
+func (e engineRun) cpuPerProbe() time.Duration {
+	return time.Duration(e.cpu / float64(e.all) * float64(time.Second))
+}
+
+func (b bareRun) cpuPerProbe() time.Duration {
+	return time.Duration(b.cpu / float64(b.probes) * float64(time.Second))
+}
+
+// measure alternates runs of the engine and of the bare loops, so that all
+// sample the same stretch of a shared machine: a single pair of runs moved
+// the ratio from 0.92x to 1.54x here (decision 157).
+func measure(n int, run time.Duration, cfg settings, profile string) (row, error) {
+	r := row{proxies: n, interval: cfg.interval, workers: cfg.workers, rounds: cfg.rounds, run: run,
+		expected: float64(n) / cfg.interval.Seconds()}
+	fl, addrs, err := fleet.Start(n, cfg.delay)
 	if err != nil {
 		return r, err
 	}
@@ -121,18 +176,62 @@ func measure(n int, run, bare, interval, timeout, tick time.Duration, workers in
 	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	targets := make([]health.Target, len(addrs))
 	for i, addr := range addrs {
-		p := benchProxy(i, addr, interval, timeout)
+		p := benchProxy(i, addr, cfg.interval, cfg.timeout)
 		if err := store.Add(p); err != nil {
 			return r, err
 		}
 		targets[i] = health.Target{Proxy: &url.URL{Scheme: "http", Host: addr}, URL: p.Spec.HealthCheck.URL,
-			ExpectedStatus: 204, Timeout: timeout}
+			ExpectedStatus: 204, Timeout: cfg.timeout}
 	}
 
-	// The engine, for `run`.
+	var (
+		elapsed, window time.Duration
+		cpu, fleetCPU   float64
+		all, probes     int
+		delays          []time.Duration
+		bare, paced     bareRun
+	)
+	for round := range cfg.rounds {
+		prof := ""
+		if round == cfg.rounds-1 {
+			prof = profile
+		}
+		e, err := runEngine(store, fl, run, cfg, prof)
+		if err != nil {
+			return r, err
+		}
+		b := runBare(targets, cfg)
+		// The paced loop: the same load as the engine's, without the engine.
+		pc := runPaced(targets, r.expected, cfg)
+		fmt.Fprintf(os.Stderr, "bench: %d proxies, round %d: CPU per probe: engine %v, bare loop %v, paced loop %v\n",
+			n, round+1, e.cpuPerProbe().Round(time.Microsecond), b.cpuPerProbe().Round(time.Microsecond), pc.cpuPerProbe().Round(time.Microsecond))
+		r.roundRatios = append(r.roundRatios, float64(e.cpuPerProbe())/float64(b.cpuPerProbe()))
+		elapsed, window = elapsed+e.elapsed, window+e.window
+		cpu, fleetCPU = cpu+e.cpu, fleetCPU+e.fleetCPU
+		all, probes = all+e.all, probes+e.probes
+		r.failed, r.skipped = r.failed+e.failed, r.skipped+e.skipped
+		delays = append(delays, e.delays...)
+		r.rssMiB = max(r.rssMiB, float64(e.peakRSS)/(1<<20))
+		bare.elapsed, bare.probes, bare.cpu = bare.elapsed+b.elapsed, bare.probes+b.probes, bare.cpu+b.cpu
+		paced.probes, paced.cpu = paced.probes+pc.probes, paced.cpu+pc.cpu
+	}
+	r.cpu = cpu / elapsed.Seconds()
+	r.fleetCPU = fleetCPU / elapsed.Seconds()
+	r.achieved = float64(probes) / window.Seconds()
+	r.cpuPerProbe = engineRun{cpu: cpu, all: all}.cpuPerProbe()
+	r.lateP50, r.lateP99, r.late = quantiles(delays)
+	r.bareRate = float64(bare.probes) / bare.elapsed.Seconds()
+	r.bareCPU = bare.cpu / bare.elapsed.Seconds()
+	r.barePerProbe = bare.cpuPerProbe()
+	r.pacedPerProbe = paced.cpuPerProbe()
+	return r, nil
+}
+
+// runEngine runs a fresh engine over the fleet in store for run.
+func runEngine(store cache.Indexer, fl *fleet.Process, run time.Duration, cfg settings, profile string) (engineRun, error) {
 	// Probes are counted over a steady window: after one interval every
 	// proxy has had its (jittered) first probe and keeps its cadence.
-	warmup := interval
+	warmup := cfg.interval
 	if warmup >= run {
 		warmup = 0
 	}
@@ -140,61 +239,131 @@ func measure(n int, run, bare, interval, timeout, tick time.Duration, workers in
 	engine, err := health.New(health.Config{
 		Proxies: crawllisters.NewProxyLister(store),
 		Enqueue: func(cache.ObjectName) {},
-		Workers: workers,
-		Tick:    tick,
+		Workers: cfg.workers,
+		Tick:    cfg.tick,
 		Metrics: m,
 		Logger:  klog.Background().V(1), // quiet
 	})
 	if err != nil {
-		return r, err
+		return engineRun{}, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	rss := sampleRSS(ctx)
 	cpu0, fleet0 := cpuSeconds(), fl.CPUSeconds()
 	start := time.Now()
 	done := make(chan error, 1)
 	m.windowStart = start.Add(warmup)
 	go func() { done <- engine.Run(ctx) }()
+	stopProfile, err := startCPUProfile(profile)
+	if err != nil {
+		return engineRun{}, err
+	}
 	time.Sleep(run)
 	m.freeze()
-	elapsed := time.Since(start)
+	if err := stopProfile(); err != nil {
+		return engineRun{}, err
+	}
+	e := engineRun{elapsed: time.Since(start)}
 	cpu1, fleet1 := cpuSeconds(), fl.CPUSeconds()
-	window := elapsed - warmup
+	e.window = e.elapsed - warmup
 	cancel()
 	if err := <-done; err != nil {
-		return r, err
+		return e, err
 	}
-	r.rssMiB = float64(<-rss) / (1 << 20)
-	r.cpu = (cpu1 - cpu0) / elapsed.Seconds()
-	r.fleetCPU = (fleet1 - fleet0) / elapsed.Seconds()
-	r.achieved = float64(m.probes) / window.Seconds()
-	r.cpuPerProbe = time.Duration((cpu1 - cpu0) / float64(m.all) * float64(time.Second))
-	r.failed, r.skipped = m.failed, m.skipped
-	r.lateP50, r.lateP99, r.late = m.lateness()
+	e.peakRSS = <-rss
+	e.cpu, e.fleetCPU = cpu1-cpu0, fleet1-fleet0
+	m.mu.Lock()
+	e.all, e.probes, e.failed, e.skipped, e.delays = m.all, m.probes, m.failed, m.skipped, m.delays
+	m.mu.Unlock()
+	return e, nil
+}
 
-	// The bare loop: the same probe, the same concurrency, no schedule.
+// runPaced is the bare loop held to the engine's schedule: every tick it
+// hands rate × tick probes, round robin over the targets, to the same
+// number of workers through a queue, as the engine's dispatch does; there
+// is no state, no verdict, no cache. It is the same load as the engine's.
+func runPaced(targets []health.Target, rate float64, cfg settings) bareRun {
 	var count atomic.Int64
-	bareCtx, bareCancel := context.WithTimeout(context.Background(), bare)
-	defer bareCancel()
-	var next atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.bare)
+	defer cancel()
+	jobs := make(chan health.Target, 4*cfg.workers)
 	var wg sync.WaitGroup
-	cpu0 = cpuSeconds()
-	start = time.Now()
-	for range workers {
+	cpu0 := cpuSeconds()
+	start := time.Now()
+	for range cfg.workers {
 		wg.Go(func() {
-			for bareCtx.Err() == nil {
+			for t := range jobs {
+				if res := health.Probe(ctx, t); res.OK {
+					count.Add(1)
+				}
+			}
+		})
+	}
+	perTick := int(rate * cfg.tick.Seconds())
+	ticker := time.NewTicker(cfg.tick)
+	next := 0
+	for done := false; !done; {
+		for range perTick {
+			select {
+			case jobs <- targets[next%len(targets)]:
+				next++
+			default: // a full queue: the engine would skip too
+			}
+		}
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-ticker.C:
+		}
+	}
+	ticker.Stop()
+	close(jobs)
+	wg.Wait()
+	return bareRun{elapsed: time.Since(start), probes: count.Load(), cpu: cpuSeconds() - cpu0}
+}
+
+// runBare is the bare loop: the same probe, the same concurrency, no
+// schedule, as fast as it goes, for cfg.bare.
+func runBare(targets []health.Target, cfg settings) bareRun {
+	var count, next atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.bare)
+	defer cancel()
+	var wg sync.WaitGroup
+	cpu0 := cpuSeconds()
+	start := time.Now()
+	for range cfg.workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
 				t := targets[int(next.Add(1))%len(targets)]
-				if res := health.Probe(bareCtx, t); res.OK {
+				if res := health.Probe(ctx, t); res.OK {
 					count.Add(1)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	elapsed = time.Since(start)
-	r.bareRate = float64(count.Load()) / elapsed.Seconds()
-	r.bareCPU = (cpuSeconds() - cpu0) / elapsed.Seconds()
-	return r, nil
+	return bareRun{elapsed: time.Since(start), probes: count.Load(), cpu: cpuSeconds() - cpu0}
+}
+
+// startCPUProfile profiles this process into path until the returned
+// function is called; with no path it does nothing.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 func benchProxy(i int, addr string, interval, timeout time.Duration) *crawlv1alpha1.Proxy {
@@ -271,13 +440,12 @@ func (m *benchMetrics) freeze() {
 	m.frozen = true
 }
 
-func (m *benchMetrics) lateness() (p50, p99, maximum time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.delays) == 0 {
+// quantiles are the median, 99th percentile and maximum of ds.
+func quantiles(ds []time.Duration) (p50, p99, maximum time.Duration) {
+	if len(ds) == 0 {
 		return 0, 0, 0
 	}
-	d := slices.Clone(m.delays)
+	d := slices.Clone(ds)
 	slices.Sort(d)
 	at := func(q float64) time.Duration { return d[min(len(d)-1, int(q*float64(len(d))))] }
 	return at(0.50), at(0.99), d[len(d)-1]
@@ -288,16 +456,19 @@ func (m *benchMetrics) lateness() (p50, p99, maximum time.Duration) {
 const cpuPerProbeTarget = 1.1
 
 func printTable(rows []row) {
-	fmt.Println("| proxies | interval | workers | run | expected probes/s | engine probes/s | achieved | failed | lateness p50 | p99 | max | skipped dispatches | engine CPU (cores) | CPU per probe | engine RSS (MiB) | bare loop probes/s | bare loop CPU (cores) | bare loop CPU per probe | engine ÷ bare, CPU per probe | target | fleet CPU (cores) |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| proxies | interval | workers | run | expected probes/s | engine probes/s | achieved | failed | lateness p50 | p99 | max | skipped dispatches | engine CPU (cores) | CPU per probe | engine RSS (MiB) | bare loop probes/s | bare loop CPU (cores) | bare loop CPU per probe | engine ÷ bare, CPU per probe | each round | target | paced loop CPU per probe | engine ÷ paced | fleet CPU (cores) |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
-		// The bare loop's CPU per probe: its cores over its probes/s.
-		barePerProbe := time.Duration(r.bareCPU / r.bareRate * float64(time.Second))
-		fmt.Printf("| %d | %v | %d | %v | %.1f | %.1f | %.1f%% | %d | %v | %v | %v | %d | %.3f | %v | %.0f | %.0f | %.2f | %v | %.2f× | ≤ %.1f× | %.2f |\n",
-			r.proxies, r.interval, r.workers, r.run, r.expected, r.achieved, 100*r.achieved/r.expected, r.failed,
+		each := make([]string, len(r.roundRatios))
+		for i, x := range r.roundRatios {
+			each[i] = fmt.Sprintf("%.2f", x)
+		}
+		fmt.Printf("| %d | %v | %d | %d × %v | %.1f | %.1f | %.1f%% | %d | %v | %v | %v | %d | %.3f | %v | %.0f | %.0f | %.2f | %v | %.2f× | %s | ≤ %.1f× | %v | %.2f× | %.2f |\n",
+			r.proxies, r.interval, r.workers, r.rounds, r.run, r.expected, r.achieved, 100*r.achieved/r.expected, r.failed,
 			r.lateP50.Round(time.Millisecond), r.lateP99.Round(time.Millisecond), r.late.Round(time.Millisecond),
 			r.skipped, r.cpu, r.cpuPerProbe.Round(time.Microsecond), r.rssMiB, r.bareRate, r.bareCPU,
-			barePerProbe.Round(time.Microsecond), float64(r.cpuPerProbe)/float64(barePerProbe), cpuPerProbeTarget, r.fleetCPU)
+			r.barePerProbe.Round(time.Microsecond), float64(r.cpuPerProbe)/float64(r.barePerProbe), strings.Join(each, ", "),
+			cpuPerProbeTarget, r.pacedPerProbe.Round(time.Microsecond), float64(r.cpuPerProbe)/float64(r.pacedPerProbe), r.fleetCPU)
 	}
 }
 
