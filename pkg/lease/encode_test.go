@@ -44,6 +44,7 @@ func TestAppendLeaseJSONIsEncodingJSON(t *testing.T) {
 			Session: "ünïcödé 日本 \xff\xfe bad utf-8", Domain: "\b\f\r",
 			Proxy: wire.ProxyRef{LatencyMillis: -5},
 		}},
+		{"every byte, alone and in a row", wire.Lease{Holder: everyByte(), Session: "x\x00y\x80z\xffw"}},
 		{"other zones", wire.Lease{
 			GrantedAt: time.Date(2026, 6, 1, 12, 0, 0, 1, time.FixedZone("x", 5*3600+1800)),
 			ExpiresAt: time.Date(1, 1, 1, 0, 0, 0, 0, time.FixedZone("y", -3600)),
@@ -56,6 +57,15 @@ func TestAppendLeaseJSONIsEncodingJSON(t *testing.T) {
 			}
 		})
 	}
+}
+
+// everyByte is the 256 byte values in order.
+func everyByte() string {
+	b := make([]byte, 256)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return string(b)
 }
 
 // TestAppendLeaseJSONRandomStrings compares the string encoding on random

@@ -106,7 +106,13 @@ func SecretCredentials(proxies crawllisters.ProxyLister, secrets corelisters.Sec
 		if err != nil {
 			return nil, fmt.Errorf("%w: proxy %s: %w", errNoCredentials, key, err)
 		}
-		creds, err := proxyaccess.ReadCredentials(proxyaccess.CredentialsSecret(p), secrets.Secrets(key.Namespace).Get)
+		secret := proxyaccess.CredentialsSecret(p)
+		if secret == "" {
+			// No Secret to read: skip building a getter, which allocates on
+			// every grant (decision 158).
+			return nil, nil
+		}
+		creds, err := proxyaccess.ReadCredentials(secret, secrets.Secrets(key.Namespace).Get)
 		if err != nil {
 			return nil, fmt.Errorf("%w: proxy %s: %w", errNoCredentials, key, err)
 		}
