@@ -202,8 +202,10 @@ func FuzzLeaseID(f *testing.F) {
 		if _, err := ts.store.RenewAs(owner, mutated, 0); err != ErrUnknownLease {
 			t.Fatalf("RenewAs(%q): err = %v, want ErrUnknownLease", mutated, err)
 		}
-		if err := ts.store.ReleaseAs(owner, mutated, OutcomeBanned, ""); err != ErrUnknownLease {
-			t.Fatalf("ReleaseAs(%q): err = %v, want ErrUnknownLease", mutated, err)
+		for _, outcome := range []Outcome{OutcomeBanned, OutcomeOK} { // the whole ID, and its head
+			if err := ts.store.ReleaseAs(owner, mutated, outcome, ""); err != ErrUnknownLease {
+				t.Fatalf("ReleaseAs(%q, %s): err = %v, want ErrUnknownLease", mutated, outcome, err)
+			}
 		}
 		// Over HTTP the path carries it escaped.
 		rec := ts.do(http.MethodGet, "/v1/leases/"+url.PathEscape(mutated), "")

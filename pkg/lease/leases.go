@@ -107,9 +107,12 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 
 	var deadline time.Time
 	waited := false
+	// Made before locking, like the clock read: the store's lock is held
+	// only for the store's own work (decision 159).
+	box := &signedID{}
 	for {
-		s.mu.Lock()
 		now := s.clock.Now()
+		s.mu.Lock()
 		if !waited {
 			// One clock read per attempt: the wait counts from the first.
 			deadline = now.Add(req.Wait)
@@ -122,9 +125,10 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 			} else {
 				s.metrics.ObserveAcquire(AcquireGranted)
 			}
-			view := s.viewLocked(l)
+			l.signed = box
+			view, tok := viewOfLocked(l)
 			s.mu.Unlock()
-			return view, nil
+			return s.publish(box, view, tok), nil
 		}
 		var unavailable *UnavailableError
 		if !errors.As(err, &unavailable) || !now.Before(deadline) {
@@ -288,16 +292,26 @@ func (s *Store) RenewAs(owner, id string, ttl time.Duration) (Lease, error) {
 			return Lease{}, err
 		}
 	}
+	box, view, renewed, err := s.renewLocked(tok, ttl)
+	if err != nil {
+		return Lease{}, err
+	}
+	return s.publish(box, view, renewed), nil
+}
+
+// renewLocked is RenewAs under the store's lock, which it takes: the
+// renewed lease, the token of its new ID and where to publish that.
+func (s *Store) renewLocked(tok token, ttl time.Duration) (*signedID, Lease, token, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	s.advanceLocked(now)
 	if !s.leading {
-		return Lease{}, ErrNotLeader
+		return nil, Lease{}, token{}, ErrNotLeader
 	}
 	l, err := s.findLocked(tok, now)
 	if err != nil {
-		return Lease{}, err
+		return nil, Lease{}, token{}, err
 	}
 	if ttl == 0 {
 		// A lease re-learned from a leader with other bounds keeps to ours.
@@ -305,16 +319,18 @@ func (s *Store) RenewAs(owner, id string, ttl time.Duration) (Lease, error) {
 	}
 	expiresAt := now.Add(ttl)
 	if err := s.checkHorizonLocked(expiresAt); err != nil {
-		return Lease{}, err
+		return nil, Lease{}, token{}, err
 	}
-	l.expiresAt, l.ttl, l.id = expiresAt, ttl, ""
+	box := &signedID{}
+	l.expiresAt, l.ttl, l.signed = expiresAt, ttl, box
 	heap.Fix(&s.expiries, l.index)
 	if l.session != "" {
 		if sess := s.sessions[sessionKey{l.sessionScope, l.session}]; sess != nil && sess.proxy == l.proxyKey {
 			s.useSessionLocked(sess.key, sess.proxy, now)
 		}
 	}
-	return s.viewLocked(l), nil
+	view, renewed := viewOfLocked(l)
+	return box, view, renewed, nil
 }
 
 // Release ends a lease acquired without an owner; see ReleaseAs.
@@ -331,6 +347,13 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) erro
 	if outcome != OutcomeBanned && s.releaseKnownAs(owner, id, outcome) {
 		return nil
 	}
+	return s.releaseSlow(owner, id, outcome, domain)
+}
+
+// releaseSlow is ReleaseAs for everything releaseKnownAs does not take: a
+// ban, a revoked or superseded lease, a lease of the previous leader, an
+// ID other than the one the store last published, a bad outcome.
+func (s *Store) releaseSlow(owner, id string, outcome Outcome, domain string) error {
 	tok, err := s.decodeOwned(owner, id)
 	if err != nil {
 		return err
@@ -394,12 +417,12 @@ func (s *Store) releaseLiveLocked(l *lease, end string, now time.Time) {
 	}
 }
 
-// releaseKnownAs is ReleaseAs without a keyed hash for the usual call: an
-// ok or error release of a live lease by the very ID this store last
-// handed out for it. The ID is compared whole, in constant time, with the
-// one the store keeps, so a forged ID never matches; anything else (a
-// stale, forged or unknown ID, a ban, not leading) returns false and takes
-// the full path, which decides exactly as before (decision 110).
+// releaseKnownAs is ReleaseAs without a MAC for the usual call: an ok or
+// error release of a live lease by the very ID this store last published
+// for it. The ID is compared whole with the published one (sameID), so a
+// forged ID never matches; anything else (a stale, forged or unknown ID,
+// a ban, not leading) returns false and takes the full path, which
+// decides exactly as before (decision 110).
 func (s *Store) releaseKnownAs(owner, id string, outcome Outcome) bool {
 	end := EndReleasedOK
 	switch outcome {
@@ -413,15 +436,15 @@ func (s *Store) releaseKnownAs(owner, id string, outcome Outcome) bool {
 	if !ok {
 		return false
 	}
+	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.leading {
 		return false
 	}
-	now := s.clock.Now()
 	s.advanceLocked(now)
 	l := s.leases[key]
-	if l == nil || l.state != stateLive || l.owner != owner || !sameID(l.id, id) {
+	if l == nil || l.state != stateLive || l.owner != owner || !sameID(l.keptID(), id) {
 		return false
 	}
 	s.releaseLiveLocked(l, end, now)
@@ -454,17 +477,20 @@ func (s *Store) GetAs(owner, id string) (Lease, error) {
 		return Lease{}, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	now := s.clock.Now()
 	s.advanceLocked(now)
 	if !s.leading {
+		s.mu.Unlock()
 		return Lease{}, ErrNotLeader
 	}
 	l, err := s.findLocked(tok, now)
 	if err != nil {
+		s.mu.Unlock()
 		return Lease{}, err
 	}
-	return s.viewLocked(l), nil
+	view, found := viewOfLocked(l)
+	s.mu.Unlock()
+	return s.withID(view, found), nil
 }
 
 // LeaseNamespace returns the namespace of the proxy a lease ID names, for
@@ -481,23 +507,23 @@ func (s *Store) LeaseNamespace(id string) (string, error) {
 // leaseNamespaceAs is LeaseNamespace for owner's leases only: another
 // owner's ID is ErrUnknownLease before anything else is looked at.
 func (s *Store) leaseNamespaceAs(owner, id string) (string, error) {
-	// The usual ID is the one the store keeps for a live lease: no keyed
-	// hash needed to trust what it says (see releaseKnownAs).
+	// The usual ID is the one the store published for a live lease: no MAC
+	// needed to trust what it says (see releaseKnownAs).
 	if key, ok := peekLeaseKey(id); ok {
 		s.mu.Lock()
 		l := s.leases[key]
-		if l != nil && l.state == stateLive && l.owner == owner && sameID(l.id, id) {
+		if l != nil && l.state == stateLive && l.owner == owner && sameID(l.keptID(), id) {
 			ns := l.proxyKey.Namespace
 			s.mu.Unlock()
 			return ns, nil
 		}
 		s.mu.Unlock()
 	}
-	tok, err := s.decodeOwned(owner, id)
-	if err != nil {
-		return "", err
+	var ns string
+	if _, ok := s.signer.head(id, owner, &ns); !ok {
+		return "", ErrUnknownLease
 	}
-	return tok.proxy.Namespace, nil
+	return ns, nil
 }
 
 // decodeOwned decodes a lease ID that owner may use: an ID that is not
@@ -514,9 +540,9 @@ func (s *Store) decodeOwned(owner, id string) (token, error) {
 // List returns the live leases that match f, oldest grant first.
 func (s *Store) List(f LeaseFilter) ([]Lease, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.advanceLocked(s.clock.Now())
 	if !s.leading {
+		s.mu.Unlock()
 		return nil, ErrNotLeader
 	}
 	var live []*lease
@@ -534,9 +560,14 @@ func (s *Store) List(f LeaseFilter) ([]Lease, error) {
 		}
 		return 1
 	})
-	out := make([]Lease, 0, len(live))
-	for _, l := range live {
-		out = append(out, s.viewLocked(l))
+	out := make([]Lease, len(live))
+	toks := make([]token, len(live))
+	for i, l := range live {
+		out[i], toks[i] = viewOfLocked(l)
+	}
+	s.mu.Unlock()
+	for i := range out {
+		out[i] = s.withID(out[i], toks[i])
 	}
 	return out, nil
 }

@@ -699,7 +699,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (User, boo
 }
 
 // authorizeLease authorizes a call on one lease in the namespace of its
-// proxy; an ID that is not one of ours is 404.
+// proxy; an ID that is not one of ours (or is another owner's) is 404.
 func (s *Server) authorizeLease(w http.ResponseWriter, r *http.Request, user User, verb, id string) bool {
 	ns, err := s.store.leaseNamespaceAs(user.Identity(), id)
 	if err != nil {

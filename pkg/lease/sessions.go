@@ -20,13 +20,20 @@ import (
 // (the acquire's namespace, "" for any), oldest grant first.
 func (s *Store) SessionLeases(owner, scope, session string) []Lease {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.advanceLocked(s.clock.Now())
-	var out []Lease
+	var (
+		out  []Lease
+		toks []token
+	)
 	for _, l := range s.leases {
 		if l.state == stateLive && l.owner == owner && l.session == session && l.sessionScope == scope {
-			out = append(out, s.viewLocked(l))
+			view, tok := viewOfLocked(l)
+			out, toks = append(out, view), append(toks, tok)
 		}
+	}
+	s.mu.Unlock()
+	for i := range out {
+		out[i] = s.withID(out[i], toks[i])
 	}
 	sortLeases(out)
 	return out

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -192,9 +193,39 @@ type lease struct {
 	// readySince is the proxy's ReadySince at the grant.
 	readySince time.Time
 	index      int // in leaseHeap
-	// id is the ID last handed out for the lease ("" until viewLocked signs
-	// one): the fields it encodes change only at a renewal, which clears it.
-	id string
+	// signed is where the ID of the lease's current fields is published
+	// once signed: set at a grant or renewal, and read by the releases and
+	// authorizations that compare a presented ID with it instead of
+	// checking its MAC (decision 159). Nil for a lease re-learned or
+	// tombstoned until it is renewed.
+	signed *signedID
+}
+
+// signedID is a lease's ID, which a grant or renewal signs after
+// unlocking the store (the MAC and the encoding were half of what a grant
+// held the lock for, decision 159). Its signer writes id once and then
+// sets ready; readers, who hold the store's lock but not the signer,
+// look at id only after seeing ready. A box per grant, never reused: a
+// signer late to publish cannot write into a later grant's.
+type signedID struct {
+	ready atomic.Bool
+	id    string
+}
+
+// publish signs tok into b and returns view with that ID.
+func (s *Store) publish(b *signedID, view Lease, tok token) Lease {
+	b.id = s.signer.encode(tok)
+	b.ready.Store(true)
+	view.ID = b.id
+	return view
+}
+
+// keptID is the published ID of l, "" if none is.
+func (l *lease) keptID() string {
+	if b := l.signed; b != nil && b.ready.Load() {
+		return b.id
+	}
+	return ""
 }
 
 type proxyState struct {
@@ -545,8 +576,9 @@ func (s *Store) installLocked(l *lease) {
 // maxSpareLeases bounds the lease structs kept for reuse.
 const maxSpareLeases = 1024
 
-// newLeaseLocked returns a zeroed lease struct, reusing one that ended:
-// a grant then allocates nothing of its own (decision 110).
+// newLeaseLocked returns a lease struct to assign whole (a reused one
+// still holds the fields of the lease that ended), so that a grant
+// allocates nothing of its own (decision 110).
 func (s *Store) newLeaseLocked() *lease {
 	if n := len(s.spare); n > 0 {
 		l := s.spare[n-1]
@@ -558,10 +590,11 @@ func (s *Store) newLeaseLocked() *lease {
 }
 
 // recycleLocked keeps l, which nothing references any more (off its proxy,
-// the heap and the map), for reuse.
+// the heap and the map), for reuse. It is not cleared: every user assigns
+// it whole, and clearing it was one more write of a struct of pointers per
+// pair, which the garbage collector's write barrier makes dear.
 func (s *Store) recycleLocked(l *lease) {
 	if len(s.spare) < maxSpareLeases {
-		*l = lease{index: -1}
 		s.spare = append(s.spare, l)
 	}
 }
@@ -752,19 +785,8 @@ func (s *Store) leaveOrderLocked(p *proxyState) {
 	s.byNamespace[p.info.Key.Namespace].remove(p)
 }
 
-// viewLocked is a live lease as callers see it. Its ID is signed once per
-// grant or renewal and kept: the fields it encodes change only then.
-func (s *Store) viewLocked(l *lease) Lease {
-	view, tok := viewOfLocked(l)
-	if l.id == "" {
-		l.id = s.signer.encode(tok)
-	}
-	view.ID = l.id
-	return view
-}
-
 // viewOfLocked is a live lease as callers see it, but for its ID, and the
-// token its ID encodes.
+// token its ID encodes: sign it (publish, withID) once the store is unlocked.
 func viewOfLocked(l *lease) (Lease, token) {
 	return Lease{
 			Holder:    l.holder,
@@ -780,6 +802,13 @@ func viewOfLocked(l *lease) (Lease, token) {
 			key: l.key, slot: l.slot, grantedAt: l.grantedAt, expiresAt: l.expiresAt, ttl: l.ttl, urlHash: l.urlHash, readySince: l.readySince,
 			proxy: l.proxyKey, proxyUID: l.proxyUID, holder: l.holder, domain: l.domain, owner: l.owner,
 		}
+}
+
+// withID is view with the ID of tok, unpublished (a List, a Get). Sign
+// after unlocking the store.
+func (s *Store) withID(view Lease, tok token) Lease {
+	view.ID = s.signer.encode(tok)
+	return view
 }
 
 // NormalizeDomain lower-cases a domain and drops a trailing dot, so that

@@ -3,11 +3,11 @@ package lease
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"slices"
 	"sync"
 	"time"
@@ -18,21 +18,25 @@ import (
 
 // A lease ID is self-describing and unforgeable: the base64url encoding of
 // everything a new leader needs to re-learn the lease from a renewal (which
-// proxy, which of its slots, who holds it, until when), followed by an HMAC
-// with a key every replica shares. The store still keeps its own state; the
-// ID matters only when a replica meets a lease it did not grant (failover).
+// proxy, which of its slots, who holds it, until when), followed by a MAC
+// with a key every replica shares. The store keeps its own state and no
+// IDs: it checks the MAC of every ID presented to it, and signs a new one
+// outside its lock (docs/architecture.md, decision 159).
 //
-// Layout (version 2):
+// Layout (version 3):
 //
 //	version byte | uvarint epoch | uvarint serial | uvarint slot |
 //	varint grantedAt ns | varint expiresAt ns | varint ttl ns | uvarint url hash | varint readySince ns |
 //	string namespace | string name | string proxy UID | string holder | string domain | string owner |
 //	mac [16]byte
 //
-// where a string is a uvarint length and the bytes, and mac is the first 16
-// bytes of HMAC-SHA256(key, everything before it). Version 2 added the
-// owner (the authenticated identity that acquired the lease); version 1 IDs
-// are refused.
+// where a string is a uvarint length and the bytes, and mac is the
+// AES-CMAC of everything before it under a key derived from the shared one
+// (cmacKeyLabel). Version 2 IDs have the same fields and the first 16
+// bytes of HMAC-SHA256(key, everything before it) as their MAC; they are
+// still accepted, so that an upgrade keeps the old leader's leases, but
+// never minted. Version 2 added the owner (the authenticated identity that
+// acquired the lease); version 1 IDs are refused.
 //
 // An ID is signed, not encrypted (docs/architecture.md, decision 70): its
 // fields are readable by anyone who sees it. It has exactly one spelling:
@@ -40,18 +44,27 @@ import (
 // changed character (unused padding bits, an inserted newline) is never
 // the same lease.
 const (
-	tokenVersion = 2
-	macLen       = 16
+	tokenVersion = 3
+	// tokenVersionHMAC IDs are checked, never minted.
+	tokenVersionHMAC = 2
+	macLen           = 16
 	// macChars is how many characters at the end of an ID its MAC's bits
 	// can reach: 128 bits are 21⅓ base64 characters, so 22, one of which may
 	// also hold the last field's bits (TestMACCharsCoverTheMAC).
 	macChars = (macLen*8 + 5) / 6
-	// maxIDLen bounds what decodeToken reads: the longest fields the API
+	// maxIDLen bounds what decode reads: the longest fields the API
 	// accepts encode to well under 2 KiB.
 	maxIDLen = 2048
-	// MinKeyLen is the shortest HMAC key NewStore accepts.
+	// MinKeyLen is the shortest key NewStore accepts.
 	MinKeyLen = 32
+	// cmacKeyLabel derives the AES key of version 3 MACs from the shared
+	// key: HMAC-SHA256(key, label), its first 16 bytes.
+	cmacKeyLabel = "crawl.proxyfleet.io lease ID MAC, version 3"
 )
+
+// strictBase64 decodes IDs: base64url, unpadded, with the unused bits of
+// the last character zero. Made once: Strict copies the whole Encoding.
+var strictBase64 = base64.RawURLEncoding.Strict()
 
 // errBadToken is every reason a string is not a lease ID of ours. Callers
 // answer "unknown lease": an ID is opaque, and a forged one is simply unknown.
@@ -97,41 +110,39 @@ type token struct {
 	owner string
 }
 
-// signer mints and checks lease IDs with one HMAC key.
+// signer mints and checks lease IDs. It is safe for concurrent use; the
+// store calls it without holding its lock.
 type signer struct {
-	// scratch pools what one encode or decode needs: a keyed HMAC state
-	// (keying one costs as much as the MAC) and the buffers it reads and
-	// writes. The buffers live on the heap with their state, so that the
-	// hash.Hash interface, which moves every buffer it is given to the
-	// heap, allocates nothing per ID (docs/architecture.md, decision 110).
+	// mac signs and checks version 3 IDs.
+	mac *cmac
+	// hmacKey checks version 2 IDs.
+	hmacKey []byte
+	// scratch pools the buffers of one encode or decode (the ID's bytes
+	// before base64, or after; the base64 of an ID being minted; the MAC),
+	// so that minting an ID allocates only its string.
 	scratch *sync.Pool
 }
 
 type signerScratch struct {
-	mac hash.Hash
-	// payload holds an ID's bytes before base64 (encode) or after (decode);
-	// sum the MAC; text the base64 of an ID being minted.
-	payload, sum, text []byte
+	payload, text []byte
+	// mac is where a MAC is computed (see cmac.sum).
+	mac [macLen]byte
 }
 
 func newSigner(key []byte) signer {
-	key = slices.Clone(key)
-	return signer{scratch: &sync.Pool{New: func() any {
-		return &signerScratch{
-			mac:     hmac.New(sha256.New, key),
-			payload: make([]byte, 0, maxIDLen),
-			sum:     make([]byte, 0, sha256.Size),
-			text:    make([]byte, 0, maxIDLen),
-		}
-	}}}
-}
-
-// mac is the first macLen bytes of HMAC-SHA256(key, payload), in sc.sum.
-func (sc *signerScratch) macOf(payload []byte) []byte {
-	sc.mac.Reset()
-	sc.mac.Write(payload)
-	sc.sum = sc.mac.Sum(sc.sum[:0])
-	return sc.sum[:macLen]
+	derive := hmac.New(sha256.New, key)
+	derive.Write([]byte(cmacKeyLabel))
+	mac, err := newCMAC(derive.Sum(nil)[:16])
+	if err != nil {
+		panic(err) // 16 bytes are always an AES key
+	}
+	return signer{
+		mac:     mac,
+		hmacKey: slices.Clone(key),
+		scratch: &sync.Pool{New: func() any {
+			return &signerScratch{payload: make([]byte, 0, maxIDLen), text: make([]byte, 0, maxIDLen)}
+		}},
+	}
 }
 
 func (s signer) encode(t token) string {
@@ -153,7 +164,8 @@ func (s signer) encode(t token) string {
 	b = appendString(b, t.holder)
 	b = appendString(b, t.domain)
 	b = appendString(b, t.owner)
-	b = append(b, sc.macOf(b)...)
+	s.mac.sum(&sc.mac, b)
+	b = append(b, sc.mac[:]...)
 	sc.payload = b[:0]
 	n := base64.RawURLEncoding.EncodedLen(len(b))
 	sc.text = slices.Grow(sc.text[:0], n)[:n]
@@ -166,31 +178,44 @@ func appendString(b []byte, str string) []byte {
 	return append(b, str...)
 }
 
-func (s signer) decode(id string) (token, error) {
+// verify decodes id into sc.payload and checks its MAC, in constant time;
+// it returns the payload without the MAC.
+func (s signer) verify(sc *signerScratch, id string) ([]byte, bool) {
 	if len(id) == 0 || len(id) > maxIDLen {
-		return token{}, errBadToken
+		return nil, false
 	}
-	sc := s.scratch.Get().(*signerScratch)
-	defer s.scratch.Put(sc)
 	raw := sc.payload[:base64.RawURLEncoding.DecodedLen(len(id))]
-	n, err := base64.RawURLEncoding.Strict().Decode(raw, []byte(id))
+	n, err := strictBase64.Decode(raw, []byte(id))
 	raw = raw[:n]
 	if err != nil || len(raw) < 1+macLen {
-		return token{}, errBadToken
+		return nil, false
 	}
 	// Strict still skips CR and LF; one spelling means byte-identical to
 	// what encode wrote.
 	if base64.RawURLEncoding.EncodedLen(len(raw)) != len(id) {
-		return token{}, errBadToken
+		return nil, false
 	}
 	payload, mac := raw[:len(raw)-macLen], raw[len(raw)-macLen:]
-	if !hmac.Equal(mac, sc.macOf(payload)) {
+	switch payload[0] {
+	case tokenVersion:
+		s.mac.sum(&sc.mac, payload)
+		return payload, subtle.ConstantTimeCompare(mac, sc.mac[:]) == 1
+	case tokenVersionHMAC:
+		h := hmac.New(sha256.New, s.hmacKey)
+		h.Write(payload)
+		return payload, hmac.Equal(mac, h.Sum(nil)[:macLen])
+	}
+	return nil, false
+}
+
+func (s signer) decode(id string) (token, error) {
+	sc := s.scratch.Get().(*signerScratch)
+	defer s.scratch.Put(sc)
+	payload, ok := s.verify(sc, id)
+	if !ok {
 		return token{}, errBadToken
 	}
-	r := tokenReader{b: payload}
-	if r.byte() != tokenVersion {
-		return token{}, errBadToken
-	}
+	r := tokenReader{b: payload[1:]}
 	var t token
 	t.key.epoch = r.uvarint()
 	t.key.serial = r.uvarint()
@@ -219,13 +244,52 @@ func (s signer) decode(id string) (token, error) {
 	return t, nil
 }
 
+// head is decode for the usual release: the lease key of an ID of owner,
+// and its namespace when namespace is not nil, without building a token
+// (whose strings allocate). False wherever decode fails, and for another
+// owner's ID.
+func (s signer) head(id, owner string, namespace *string) (leaseKey, bool) {
+	sc := s.scratch.Get().(*signerScratch)
+	defer s.scratch.Put(sc)
+	payload, ok := s.verify(sc, id)
+	if !ok {
+		return leaseKey{}, false
+	}
+	r := tokenReader{b: payload[1:]}
+	key := leaseKey{epoch: r.uvarint(), serial: r.uvarint()}
+	slot := r.uvarint()
+	for range 5 { // grantedAt, expiresAt, ttl, url hash, readySince
+		r.skipVarint()
+	}
+	ns := r.bytes()
+	for range 4 { // name, proxy UID, holder, domain
+		r.bytes()
+	}
+	gotOwner := r.bytes()
+	if r.err || len(r.b) != 0 || slot > maxSlots || string(gotOwner) != owner {
+		return leaseKey{}, false
+	}
+	if namespace != nil {
+		*namespace = string(ns)
+	}
+	return key, true
+}
+
 // peekLeaseKey reads the lease key at the start of an ID without checking
-// its MAC: enough to find the lease whose kept ID the whole ID must then
-// equal (releaseKnownAs). The version byte and two uvarints fit in the
-// first 24 bytes, the first 32 characters.
+// its MAC: enough to find the lease whose published ID the whole ID must
+// then equal (releaseKnownAs). The version byte and two uvarints fit in
+// the first 15 bytes, 20 characters, unless the serial passed 2^35 in the
+// term; then the first 24 bytes.
 func peekLeaseKey(id string) (leaseKey, bool) {
+	if k, ok := peekLeaseKeyIn(id, 20); ok {
+		return k, true
+	}
+	return peekLeaseKeyIn(id, 32)
+}
+
+func peekLeaseKeyIn(id string, chars int) (leaseKey, bool) {
 	var buf [24]byte
-	n := min(len(id), 32) / 4 * 4
+	n := min(len(id), chars) / 4 * 4
 	if n == 0 {
 		return leaseKey{}, false
 	}
@@ -291,6 +355,37 @@ func (r *tokenReader) uvarint() uint64 {
 	}
 	r.b = r.b[n:]
 	return v
+}
+
+// skipVarint skips a varint or uvarint.
+func (r *tokenReader) skipVarint() {
+	for i, c := range r.b {
+		if c < 0x80 {
+			if i >= binary.MaxVarintLen64 {
+				break
+			}
+			r.b = r.b[i+1:]
+			return
+		}
+	}
+	r.err = true
+}
+
+// bytes reads a length-prefixed string, without copying it.
+func (r *tokenReader) bytes() []byte {
+	var n uint64
+	if len(r.b) > 0 && r.b[0] < 0x80 { // the usual length, one byte
+		n, r.b = uint64(r.b[0]), r.b[1:]
+	} else {
+		n = r.uvarint()
+	}
+	if r.err || n > uint64(len(r.b)) {
+		r.err = true
+		return nil
+	}
+	out := r.b[:n]
+	r.b = r.b[n:]
+	return out
 }
 
 func (r *tokenReader) varint() int64 {
