@@ -11,7 +11,6 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
-	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -81,6 +80,9 @@ func ProxyInfoFrom(p *crawlv1alpha1.Proxy) ProxyInfo {
 		MaxLeases:     p.Spec.MaxLeases,
 		ReadySince:    readySince,
 		Draining:      draining(p),
+		// The lease API hands these out with every grant: naming the Secret
+		// here spares each grant a lookup of the Proxy (decision 160).
+		CredentialsSecret: proxyaccess.CredentialsSecret(p),
 	}
 }
 
@@ -91,30 +93,26 @@ type Credentials struct {
 	Password string
 }
 
-// CredentialsFunc returns the credentials of a proxy, nil if it needs none.
-// Its errors must not contain the credentials.
-type CredentialsFunc func(ctx context.Context, proxy cache.ObjectName) (*Credentials, error)
+// CredentialsFunc returns the credentials of a leased proxy, nil if it
+// needs none. Its errors must not contain the credentials.
+type CredentialsFunc func(ctx context.Context, proxy LeasedProxy) (*Credentials, error)
 
 // errNoCredentials is wrapped by SecretCredentials' errors.
 var errNoCredentials = errors.New("proxy credentials unavailable")
 
-// SecretCredentials reads credentials from the Secret named by a Proxy's
-// spec.auth.secretRef (keys username and password), through listers.
-func SecretCredentials(proxies crawllisters.ProxyLister, secrets corelisters.SecretLister) CredentialsFunc {
-	return func(_ context.Context, key cache.ObjectName) (*Credentials, error) {
-		p, err := proxies.Proxies(key.Namespace).Get(key.Name)
-		if err != nil {
-			return nil, fmt.Errorf("%w: proxy %s: %w", errNoCredentials, key, err)
-		}
-		secret := proxyaccess.CredentialsSecret(p)
-		if secret == "" {
+// SecretCredentials reads credentials from the Secret a leased proxy names
+// (ProxyInfo.CredentialsSecret: spec.auth.secretRef, or the one generated
+// for a Managed Proxy; keys username and password), through a lister.
+func SecretCredentials(secrets corelisters.SecretLister) CredentialsFunc {
+	return func(_ context.Context, p LeasedProxy) (*Credentials, error) {
+		if p.CredentialsSecret == "" {
 			// No Secret to read: skip building a getter, which allocates on
 			// every grant (decision 158).
 			return nil, nil
 		}
-		creds, err := proxyaccess.ReadCredentials(secret, secrets.Secrets(key.Namespace).Get)
+		creds, err := proxyaccess.ReadCredentials(p.CredentialsSecret, secrets.Secrets(p.Key.Namespace).Get)
 		if err != nil {
-			return nil, fmt.Errorf("%w: proxy %s: %w", errNoCredentials, key, err)
+			return nil, fmt.Errorf("%w: proxy %s: %w", errNoCredentials, p.Key, err)
 		}
 		if creds == nil {
 			return nil, nil

@@ -17,7 +17,6 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	crawlfake "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/fake"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
-	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
@@ -51,17 +50,26 @@ func TestProxyInfoFrom(t *testing.T) {
 		wantReady      bool
 		wantURL        string
 		wantReadySince time.Time
+		// The Secret a grant reads credentials from; a Managed Proxy
+		// without spec.auth has the controller's.
+		wantSecret string
 	}{
-		"Ready managed": {proxy: newCrawlProxy("p"), wantReady: true, wantURL: "http://127.0.0.5:3128"},
+		"Ready managed": {proxy: newCrawlProxy("p"), wantReady: true, wantURL: "http://127.0.0.5:3128", wantSecret: "proxy-auth-uid-p"},
 		"Ready since the later transition": {
 			proxy:     newCrawlProxy("p", conditions(t0, t0.Add(time.Minute))),
-			wantReady: true, wantURL: "http://127.0.0.5:3128", wantReadySince: t0.Add(time.Minute),
+			wantReady: true, wantURL: "http://127.0.0.5:3128", wantReadySince: t0.Add(time.Minute), wantSecret: "proxy-auth-uid-p",
 		},
 		"not Ready: no Ready time": {
 			proxy: newCrawlProxy("p", conditions(t0, t0.Add(time.Minute)), func(p *crawlv1alpha1.Proxy) {
 				p.Status.Phase = crawlv1alpha1.PhaseUnhealthy
 			}),
-			wantURL: "http://127.0.0.5:3128",
+			wantURL: "http://127.0.0.5:3128", wantSecret: "proxy-auth-uid-p",
+		},
+		"spec.auth names the Secret": {
+			proxy: newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) {
+				p.Spec.Auth = &crawlv1alpha1.ProxyAuth{SecretRef: crawlv1alpha1.LocalSecretRef{Name: "auth"}}
+			}),
+			wantReady: true, wantURL: "http://127.0.0.5:3128", wantSecret: "auth",
 		},
 		"Ready external over https": {
 			proxy: newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) {
@@ -71,15 +79,21 @@ func TestProxyInfoFrom(t *testing.T) {
 		},
 		"IPv6": {
 			proxy:     newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.IP = "::1" }),
-			wantReady: true, wantURL: "http://[::1]:3128",
+			wantReady: true, wantURL: "http://[::1]:3128", wantSecret: "proxy-auth-uid-p",
 		},
-		"Unhealthy":    {proxy: newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.Phase = crawlv1alpha1.PhaseUnhealthy }), wantURL: "http://127.0.0.5:3128"},
-		"Provisioning": {proxy: newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.Phase = crawlv1alpha1.PhaseProvisioning }), wantURL: "http://127.0.0.5:3128"},
-		"no address":   {proxy: newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.IP = "" })},
-		"no port":      {proxy: newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.Port = 0 })},
+		"Unhealthy": {
+			proxy:   newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.Phase = crawlv1alpha1.PhaseUnhealthy }),
+			wantURL: "http://127.0.0.5:3128", wantSecret: "proxy-auth-uid-p",
+		},
+		"Provisioning": {
+			proxy:   newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.Phase = crawlv1alpha1.PhaseProvisioning }),
+			wantURL: "http://127.0.0.5:3128", wantSecret: "proxy-auth-uid-p",
+		},
+		"no address": {proxy: newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.IP = "" }), wantSecret: "proxy-auth-uid-p"},
+		"no port":    {proxy: newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Status.Port = 0 }), wantSecret: "proxy-auth-uid-p"},
 		"being deleted": {
 			proxy:   newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.DeletionTimestamp = &now }),
-			wantURL: "http://127.0.0.5:3128",
+			wantURL: "http://127.0.0.5:3128", wantSecret: "proxy-auth-uid-p",
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -87,6 +101,7 @@ func TestProxyInfoFrom(t *testing.T) {
 			want := ProxyInfo{
 				Key: cache.NewObjectName(testNamespace, "p"), UID: tc.proxy.UID, Ready: tc.wantReady, URL: tc.wantURL,
 				Labels: map[string]string{"tier": "a"}, LatencyMillis: 42, MaxLeases: tc.proxy.Spec.MaxLeases, ReadySince: tc.wantReadySince,
+				CredentialsSecret: tc.wantSecret,
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
@@ -151,18 +166,16 @@ func TestSecretCredentials(t *testing.T) {
 		}
 		return s
 	}
-	proxyIndexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	secretIndexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	for _, obj := range []any{
+	proxies := map[string]*crawlv1alpha1.Proxy{}
+	for _, p := range []*crawlv1alpha1.Proxy{
 		newCrawlProxy("open", func(p *crawlv1alpha1.Proxy) { p.Spec.Mode = crawlv1alpha1.ModeExternal }),
 		newCrawlProxy("generated"),
 		newCrawlProxy("closed", withAuth("auth")),
 		newCrawlProxy("missing", withAuth("nope")),
 		newCrawlProxy("partial", withAuth("partial")),
 	} {
-		if err := proxyIndexer.Add(obj); err != nil {
-			t.Fatal(err)
-		}
+		proxies[p.Name] = p
 	}
 	for _, obj := range []any{
 		secret("auth", map[string]string{"username": "u", "password": "hunter2"}),
@@ -173,7 +186,7 @@ func TestSecretCredentials(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	creds := SecretCredentials(crawllisters.NewProxyLister(proxyIndexer), corelisters.NewSecretLister(secretIndexer))
+	creds := SecretCredentials(corelisters.NewSecretLister(secretIndexer))
 	for name, tc := range map[string]struct {
 		proxy   string
 		want    *Credentials
@@ -185,10 +198,11 @@ func TestSecretCredentials(t *testing.T) {
 		"auth":                 {proxy: "closed", want: &Credentials{Username: "u", Password: "hunter2"}},
 		"missing Secret":       {proxy: "missing", wantErr: true},
 		"incomplete Secret":    {proxy: "partial", wantErr: true},
-		"proxy not in cache":   {proxy: "gone", wantErr: true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := creds(context.Background(), cache.NewObjectName(testNamespace, tc.proxy))
+			// The Secret's name travels from the Proxy through the store (ProxyInfoFrom).
+			info := ProxyInfoFrom(proxies[tc.proxy])
+			got, err := creds(context.Background(), LeasedProxy{Key: info.Key, CredentialsSecret: info.CredentialsSecret})
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
 			}

@@ -66,6 +66,8 @@ type LeasedProxy struct {
 	Key           cache.ObjectName
 	URL           string
 	LatencyMillis int64
+	// CredentialsSecret names the Secret of its credentials (ProxyInfo's), "" if none.
+	CredentialsSecret string
 }
 
 // ProxyStatus is a Ready proxy as discovery shows it.

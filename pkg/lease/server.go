@@ -427,7 +427,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	}
 	var creds *Credentials
 	if s.credentials != nil {
-		if creds, err = s.credentials(r.Context(), l.Proxy.Key); err != nil {
+		if creds, err = s.credentials(r.Context(), l.Proxy); err != nil {
 			// A lease without the credentials it needs is useless: give it back.
 			if relErr := s.store.ReleaseAs(req.Owner, l.ID, OutcomeError, ""); relErr != nil && !errors.Is(relErr, ErrUnknownLease) {
 				klog.FromContext(r.Context()).Error(relErr, "Returning a lease whose credentials are unavailable", "proxy", l.Proxy.Key)

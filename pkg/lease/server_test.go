@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -156,8 +155,8 @@ func errorOf(t *testing.T, rec *httptest.ResponseRecorder) wire.ErrorBody {
 
 func TestAcquireResponse(t *testing.T) {
 	ts := newTestServer(t, func(c *ServerConfig) {
-		c.Credentials = func(_ context.Context, key cache.ObjectName) (*Credentials, error) {
-			return &Credentials{Username: "user-" + key.Name, Password: "s3cret"}, nil
+		c.Credentials = func(_ context.Context, p LeasedProxy) (*Credentials, error) {
+			return &Credentials{Username: "user-" + p.Key.Name, Password: "s3cret"}, nil
 		}
 	})
 	rec := ts.do(http.MethodPost, "/v1/leases", `{"holder":"w1","namespace":"crawl","selector":"","ttl":"30s","domain":"Example.COM","session":"s"}`)
@@ -389,7 +388,7 @@ func TestForbiddenAndAuthorizationErrors(t *testing.T) {
 
 func TestCredentialsUnavailableReturnsTheLease(t *testing.T) {
 	ts := newTestServer(t, func(c *ServerConfig) {
-		c.Credentials = func(context.Context, cache.ObjectName) (*Credentials, error) {
+		c.Credentials = func(context.Context, LeasedProxy) (*Credentials, error) {
 			return nil, errors.New("Secret crawl/auth not found")
 		}
 	})

@@ -141,7 +141,7 @@ func (s *Server) AcquireWithCredentials(ctx context.Context, req AcquireRequest)
 	if s.credentials == nil {
 		return l, nil, nil
 	}
-	creds, err := s.credentials(ctx, l.Proxy.Key)
+	creds, err := s.credentials(ctx, l.Proxy)
 	if err != nil {
 		if relErr := s.store.ReleaseAs(req.Owner, l.ID, OutcomeError, ""); relErr != nil && !errors.Is(relErr, ErrUnknownLease) {
 			klog.FromContext(ctx).Error(relErr, "Returning a lease whose credentials are unavailable", "proxy", l.Proxy.Key)

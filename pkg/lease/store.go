@@ -58,6 +58,10 @@ type ProxyInfo struct {
 	// Draining: its ProxyPool is taking it out. It is granted no new lease;
 	// its live leases keep renewing until they end (see drain.go).
 	Draining bool
+	// CredentialsSecret names the Secret of the proxy's basic-auth
+	// credentials (proxyaccess.CredentialsSecret), "" when it takes none: a
+	// grant reads the Secret by this name, without looking the Proxy up.
+	CredentialsSecret string
 }
 
 // Config configures a Store. Zero durations take the defaults above.
@@ -789,9 +793,12 @@ func (s *Store) leaveOrderLocked(p *proxyState) {
 // token its ID encodes: sign it (publish, withID) once the store is unlocked.
 func viewOfLocked(l *lease) (Lease, token) {
 	return Lease{
-			Holder:    l.holder,
-			Owner:     l.owner,
-			Proxy:     LeasedProxy{Key: l.proxyKey, URL: l.proxy.info.URL, LatencyMillis: l.proxy.info.LatencyMillis},
+			Holder: l.holder,
+			Owner:  l.owner,
+			Proxy: LeasedProxy{
+				Key: l.proxyKey, URL: l.proxy.info.URL, LatencyMillis: l.proxy.info.LatencyMillis,
+				CredentialsSecret: l.proxy.info.CredentialsSecret,
+			},
 			Session:   l.session,
 			Domain:    l.domain,
 			GrantedAt: l.grantedAt,

@@ -667,7 +667,7 @@ func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.In
 		Store:         store,
 		Authenticator: auth,
 		Authorizer:    auth,
-		Credentials:   lease.SecretCredentials(proxies.Lister(), secrets),
+		Credentials:   lease.SecretCredentials(secrets),
 		Horizon:       lease.NewConfigMapHorizon(kube, o.LeaderElectNamespace, LeaseWatermarkConfigMap, hostname),
 	})
 	return srv, feed.HasSynced, err

@@ -65,8 +65,8 @@ func startAPI(t *testing.T) *apiServer {
 	}
 	srv, err := lease.NewServer(lease.ServerConfig{
 		Store: store, Authenticator: tokenAuth{}, Authorizer: tokenAuth{}, Horizon: &lease.MemoryHorizon{},
-		Credentials: func(_ context.Context, key cache.ObjectName) (*lease.Credentials, error) {
-			if key.Name == "p1" {
+		Credentials: func(_ context.Context, p lease.LeasedProxy) (*lease.Credentials, error) {
+			if p.Key.Name == "p1" {
 				return &lease.Credentials{Username: "u1", Password: "pw1"}, nil
 			}
 			return nil, nil

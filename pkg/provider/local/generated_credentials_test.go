@@ -107,7 +107,12 @@ func TestManagedProxyWithoutAuthIsNeverOpen(t *testing.T) {
 	if !cache.WaitForCacheSync(ctx.Done(), proxies.Informer().HasSynced, secrets.Informer().HasSynced) {
 		t.Fatal("informers did not sync")
 	}
-	creds, err := lease.SecretCredentials(proxies.Lister(), secrets.Lister())(ctx, h.Key("open"))
+	open, err := proxies.Lister().Proxies(h.Key("open").Namespace).Get("open")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := lease.ProxyInfoFrom(open)
+	creds, err := lease.SecretCredentials(secrets.Lister())(ctx, lease.LeasedProxy{Key: info.Key, CredentialsSecret: info.CredentialsSecret})
 	if err != nil || creds == nil {
 		t.Fatalf("the lease feed's credentials: %v, %v", creds, err)
 	}

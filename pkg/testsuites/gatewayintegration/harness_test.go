@@ -110,7 +110,7 @@ func startHarness(t *testing.T, ns string, opts harnessOptions) *harness {
 	auth := lease.NewKubernetesAuth(h.kube, lease.KubernetesAuthOptions{CacheTTL: time.Second})
 	srv, err := lease.NewServer(lease.ServerConfig{
 		Store: store, Authenticator: auth, Authorizer: auth,
-		Credentials: lease.SecretCredentials(proxies.Lister(), secrets.Lister()),
+		Credentials: lease.SecretCredentials(secrets.Lister()),
 		Watermark:   &lease.MemoryWatermark{},
 	})
 	if err != nil {
