@@ -1,19 +1,22 @@
 package health
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -53,56 +56,39 @@ type Result struct {
 	Latency time.Duration
 }
 
-// Probe fetches t.URL through t.Proxy once, on a fresh connection: keep-alives
-// are off so that every probe dials the proxy and, for https, exercises
-// CONNECT and the TLS handshake through the tunnel (a cached tunnel would
-// hide a proxy that stopped tunnelling). Success is no error and
+// Probe fetches t.URL through t.Proxy once, on a fresh connection, and
+// closes it: every probe dials the proxy and, for https, exercises CONNECT
+// and the TLS handshake through the tunnel (a cached tunnel would hide a
+// proxy that stopped tunnelling). Success is no error and
 // t.ExpectedStatus; redirects are not followed.
+//
+// It speaks HTTP/1.1 itself, in the calling goroutine, with net/http's
+// request writer and response parser: an http.Transport for a single
+// request ran three more goroutines and their hand-offs, a fifth of a
+// probe's CPU (docs/architecture.md, decision 161).
 func Probe(ctx context.Context, t Target) Result {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
 	defer cancel()
 
-	p := &progress{httpsTarget: strings.HasPrefix(strings.ToLower(t.URL), "https:")}
-	tr := &http.Transport{
-		Proxy:       http.ProxyURL(t.Proxy),
-		DialContext: (&net.Dialer{}).DialContext,
-		TLSClientConfig: &tls.Config{
-			InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // the user asked for it in spec.healthCheck.tls
-			ServerName:         t.ServerName,
-			RootCAs:            t.RootCAs,
-		},
-		DisableKeepAlives:      true,
-		DisableCompression:     true,
-		MaxResponseHeaderBytes: maxDrain,
-		OnProxyConnectResponse: func(_ context.Context, _ *url.URL, _ *http.Request, resp *http.Response) error {
-			p.set(stageTargetTLS)
-			if resp.StatusCode != http.StatusOK {
-				return &proxyAnswerError{status: resp.StatusCode}
-			}
-			return nil
-		},
-	}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{
-		Transport:     tr,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, p.trace()), http.MethodGet, t.URL, nil)
-	if err != nil {
+	target, err := url.Parse(t.URL)
+	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
 		// The parse error quotes the URL, which may hold userinfo.
 		return Result{Class: ResultError, Message: "invalid health check URL", Latency: time.Since(start)}
 	}
-	req.Header.Set("User-Agent", "proxy-operator-health")
-
-	resp, err := client.Do(req)
+	p := &prober{t: t, target: target, httpsTarget: target.Scheme == "https", buf: probeBufferPool.Get().(*probeBuffers)}
+	defer p.close()
+	resp, err := p.fetch(ctx)
 	latency := time.Since(start)
 	if err != nil {
-		class, msg := describeError(err, p.get(), t.Timeout)
+		if ctx.Err() != nil {
+			// The deadline or a cancellation cut the I/O short: say which.
+			err = ctx.Err()
+		}
+		class, msg := describeError(err, p.stage, t.Timeout)
 		return Result{Class: class, Message: redact(msg, t.Proxy), Latency: latency}
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
-	resp.Body.Close()
 
 	res := Result{Status: resp.StatusCode, Latency: latency}
 	switch {
@@ -110,8 +96,8 @@ func Probe(ctx context.Context, t Target) Result {
 		res.OK, res.Class = true, ResultSuccess
 		res.Message = fmt.Sprintf("target answered %d in %s", resp.StatusCode, roundLatency(latency))
 	case resp.StatusCode == http.StatusProxyAuthRequired:
-		// Only a proxy sends 407 (to an http target; to CONNECT it is
-		// caught in OnProxyConnectResponse).
+		// Only a proxy sends 407 (to an http target; to CONNECT it is a
+		// proxyAnswerError).
 		res.Class, res.Message = ResultProxyRefused, "proxy answered "+statusText(resp.StatusCode)
 	case p.httpsTarget:
 		// Inside the TLS tunnel: the answer is the target's own.
@@ -125,6 +111,208 @@ func Probe(ctx context.Context, t Target) Result {
 	}
 	return res
 }
+
+// prober is one probe's connection and how far it got.
+type prober struct {
+	t           Target
+	target      *url.URL
+	httpsTarget bool
+	stage       stage
+	conn        net.Conn
+	stopCancel  func() bool
+	buf         *probeBuffers
+}
+
+// probeBuffers are the buffered reader and writer of one probe, pooled:
+// new ones were 8 KiB of a probe's 14 (net/http's request writer makes a
+// writer of its own when given none).
+type probeBuffers struct {
+	r *bufio.Reader
+	w *bufio.Writer
+}
+
+var probeBufferPool = sync.Pool{New: func() any {
+	return &probeBuffers{r: bufio.NewReader(nil), w: bufio.NewWriter(nil)}
+}}
+
+// write writes req to conn, absolute-form (to the proxy) or not.
+func (p *prober) write(conn net.Conn, req *http.Request, absolute bool) error {
+	p.buf.w.Reset(conn)
+	write := req.Write
+	if absolute {
+		write = req.WriteProxy
+	}
+	if err := write(p.buf.w); err != nil {
+		return err
+	}
+	return p.buf.w.Flush()
+}
+
+// read reads req's response from conn, headers and body together bounded
+// by limit (a misbehaving server cannot make a probe read without end).
+func (p *prober) read(conn net.Conn, req *http.Request, limit int64) (*http.Response, error) {
+	p.buf.r.Reset(io.LimitReader(conn, limit))
+	for {
+		resp, err := http.ReadResponse(p.buf.r, req)
+		if err != nil {
+			return nil, err
+		}
+		// 1xx answers (103 Early Hints, a stray 100) come before the final
+		// one; a CONNECT answer is final whatever it is.
+		if resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols && req.Method != http.MethodConnect {
+			continue
+		}
+		return resp, nil
+	}
+}
+
+// fetch dials the proxy and returns the final response, its body still to
+// read from the connection.
+func (p *prober) fetch(ctx context.Context) (*http.Response, error) {
+	p.stage = stageDialProxy
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", hostPort(p.t.Proxy))
+	if err != nil {
+		return nil, err
+	}
+	p.conn = conn
+	// The probe's timeout bounds every read and write; a cancellation
+	// (the engine stopping) cuts them short.
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	p.stopCancel = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+
+	if p.t.Proxy.Scheme == "https" {
+		p.stage = stageProxyTLS
+		tlsConn := tls.Client(conn, p.tlsConfig(p.t.Proxy.Hostname()))
+		if err := tlsConn.HandshakeContext(ctx); err != nil {
+			return nil, err
+		}
+		conn = tlsConn
+		p.conn = conn
+	}
+	if !p.httpsTarget {
+		// Absolute-form GET to the proxy, which fetches the target.
+		p.stage = stageResponse
+		req := p.request(true)
+		if err := p.write(conn, req, true); err != nil {
+			return nil, err
+		}
+		return p.read(conn, req, 2*maxDrain)
+	}
+
+	p.stage = stageConnect
+	addr := hostPort(p.target)
+	connect := &http.Request{
+		Method: http.MethodConnect, URL: &url.URL{Opaque: addr}, Host: addr,
+		Header: http.Header{"User-Agent": {userAgent}},
+	}
+	setProxyAuth(connect.Header, p.t.Proxy)
+	if err := p.write(conn, connect, false); err != nil {
+		return nil, err
+	}
+	answer, err := p.read(conn, connect, maxDrain)
+	if err != nil {
+		return nil, err
+	}
+	answer.Body.Close()
+	if n := p.buf.r.Buffered(); n > 0 {
+		// Bytes after the answer are the tunnel's: the TLS client reads
+		// them first.
+		ahead, _ := p.buf.r.Peek(n)
+		conn = &bufferedConn{Conn: conn, r: io.MultiReader(bytes.NewReader(slices.Clone(ahead)), conn)}
+	}
+	p.stage = stageTargetTLS
+	if answer.StatusCode != http.StatusOK {
+		return nil, &proxyAnswerError{status: answer.StatusCode}
+	}
+	tlsConn := tls.Client(conn, p.tlsConfig(p.target.Hostname()))
+	if err := tlsConn.HandshakeContext(ctx); err != nil {
+		return nil, err
+	}
+	p.conn = tlsConn
+	p.stage = stageResponse
+	req := p.request(false)
+	if err := p.write(tlsConn, req, false); err != nil {
+		return nil, err
+	}
+	return p.read(tlsConn, req, 2*maxDrain)
+}
+
+const userAgent = "proxy-operator-health"
+
+// request is the GET of the target: for the proxy itself (absolute-form,
+// with the proxy's credentials) or through a tunnel.
+func (p *prober) request(viaProxy bool) *http.Request {
+	req := &http.Request{
+		Method: http.MethodGet, URL: p.target, Host: p.target.Host, Close: true,
+		Header: http.Header{"User-Agent": {userAgent}},
+	}
+	if viaProxy {
+		setProxyAuth(req.Header, p.t.Proxy)
+	}
+	if u := p.target.User; u != nil {
+		// What http.Client does with a URL's userinfo.
+		pass, _ := u.Password()
+		req.SetBasicAuth(u.Username(), pass)
+	}
+	return req
+}
+
+// tlsConfig is TLS to name (the target, or an https proxy): spec.healthCheck.tls
+// applies to both, as it did through http.Transport.
+func (p *prober) tlsConfig(name string) *tls.Config {
+	cfg := &tls.Config{
+		InsecureSkipVerify: p.t.InsecureSkipVerify, //nolint:gosec // the user asked for it in spec.healthCheck.tls
+		ServerName:         p.t.ServerName,
+		RootCAs:            p.t.RootCAs,
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = name
+	}
+	return cfg
+}
+
+func (p *prober) close() {
+	if p.stopCancel != nil {
+		p.stopCancel()
+	}
+	if p.conn != nil {
+		_ = p.conn.Close()
+	}
+	p.buf.r.Reset(nil)
+	p.buf.w.Reset(nil)
+	probeBufferPool.Put(p.buf)
+}
+
+// setProxyAuth adds the proxy's basic-auth credentials from its URL.
+func setProxyAuth(h http.Header, proxy *url.URL) {
+	if proxy.User == nil {
+		return
+	}
+	pass, _ := proxy.User.Password()
+	h.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(proxy.User.Username()+":"+pass)))
+}
+
+// hostPort is u's host with its port, the scheme's default if none.
+func hostPort(u *url.URL) string {
+	if port := u.Port(); port != "" {
+		return u.Host
+	}
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+// bufferedConn is a connection whose first bytes were read ahead.
+type bufferedConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // proxyAnswerError is a proxy refusing CONNECT.
 type proxyAnswerError struct{ status int }
@@ -169,45 +357,6 @@ func (s stage) String() string {
 		return "TLS handshake with the target"
 	default:
 		return "waiting for the response"
-	}
-}
-
-// progress follows a probe through its stages (set from the transport's
-// goroutines).
-type progress struct {
-	httpsTarget bool
-	stage       atomic.Int32
-}
-
-func (p *progress) set(s stage) { p.stage.Store(int32(s)) }
-func (p *progress) get() stage  { return stage(p.stage.Load()) }
-
-func (p *progress) trace() *httptrace.ClientTrace {
-	// What follows the connection to the proxy (and its TLS handshake, for
-	// an https proxy): CONNECT for https targets, the request otherwise.
-	next := stageResponse
-	if p.httpsTarget {
-		next = stageConnect
-	}
-	return &httptrace.ClientTrace{
-		ConnectDone: func(_, _ string, err error) {
-			if err == nil {
-				p.set(next)
-			}
-		},
-		TLSHandshakeStart: func() {
-			// The target's handshake starts only after CONNECT's answer
-			// (stageTargetTLS); any other is with an https proxy.
-			if p.get() != stageTargetTLS {
-				p.set(stageProxyTLS)
-			}
-		},
-		TLSHandshakeDone: func(_ tls.ConnectionState, err error) {
-			if err == nil && p.get() == stageProxyTLS {
-				p.set(next)
-			}
-		},
-		GotConn: func(httptrace.GotConnInfo) { p.set(stageResponse) },
 	}
 }
 

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -76,6 +77,53 @@ func startTLSProxy(t *testing.T) *httptest.Server {
 	return srv
 }
 
+// startScriptedProxy answers every request (the head it reads up to its
+// blank line) with answer, byte for byte, and keeps the connection open.
+func startScriptedProxy(t *testing.T, answer string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go func() {
+				head := bufio.NewReader(c)
+				for {
+					line, err := head.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if line == "\r\n" {
+						break
+					}
+				}
+				_, _ = io.WriteString(c, answer)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
 func proxyURL(scheme, addr string, withAuth bool, pass string) *url.URL {
 	u := &url.URL{Scheme: scheme, Host: addr}
 	if withAuth {
@@ -95,6 +143,9 @@ func TestProbe(t *testing.T) {
 	tlsProxy := startTLSProxy(t)
 	silent := startSilentProxy(t)
 	closed := proxytest.ClosedAddr(t)
+	earlyHints := startScriptedProxy(t, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n")
+	chattyTunnel := startScriptedProxy(t, "HTTP/1.1 200 Connection established\r\n\r\nnot a TLS record")
+	endlessHeaders := startScriptedProxy(t, "HTTP/1.1 204 No Content\r\nX-Padding: "+strings.Repeat("a", 4*maxDrain))
 
 	https204 := httpsTarget.URL + "/generate_204"
 	http204 := httpTarget.URL + "/generate_204"
@@ -199,6 +250,18 @@ func TestProbe(t *testing.T) {
 		"http target down": {
 			target:    Target{Proxy: proxyURL("http", authed.Addr, true, probePass), URL: "http://" + closed + "/generate_204"},
 			wantClass: ResultUnexpectedStatus, wantMessage: "got 502 Bad Gateway through the proxy, want 204",
+		},
+		"1xx answers before the final one": {
+			target: Target{Proxy: proxyURL("http", earlyHints, false, ""), URL: http204},
+			wantOK: true, wantClass: ResultSuccess, wantMessage: "target answered 204 in ",
+		},
+		"bytes after the CONNECT answer go to the TLS handshake": {
+			target:    Target{Proxy: proxyURL("http", chattyTunnel, false, ""), URL: https204, RootCAs: roots},
+			wantClass: ResultTLSError, wantMessage: "TLS handshake with the target: tls: first record does not look like a TLS handshake",
+		},
+		"headers without end: read up to a bound, not until the timeout": {
+			target:    Target{Proxy: proxyURL("http", endlessHeaders, false, ""), URL: http204, Timeout: time.Minute},
+			wantClass: ResultError, wantMessage: "connection closed waiting for the response",
 		},
 		"target URL with userinfo": {
 			target:    Target{Proxy: proxyURL("http", closed, true, probePass), URL: "https://" + probeUser + ":" + probePass + "@" + closed + "/"},
