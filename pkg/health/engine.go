@@ -122,6 +122,10 @@ type Engine struct {
 
 	mu     sync.RWMutex
 	states map[cache.ObjectName]*proxyState
+	// byObject finds the state of a cached object a pass has met before by
+	// the object's pointer, which hashes for a fraction of its name
+	// (decision 162): an entry per state, for the object in st.obj.
+	byObject map[*crawlv1alpha1.Proxy]*proxyState
 	// jitter spreads the first probes of the fleet met on the first pass;
 	// guarded by mu.
 	jitter *rand.Rand
@@ -139,6 +143,7 @@ var _ controller.HealthSource = (*Engine)(nil)
 
 // proxyState is what the engine knows of one proxy instance at one address.
 type proxyState struct {
+	key     cache.ObjectName
 	uid     string
 	address string
 	// interval is the one due was computed with.
@@ -154,6 +159,9 @@ type proxyState struct {
 	// obj the cached object it met.
 	pass uint64
 	obj  *crawlv1alpha1.Proxy
+	// gone: the state was pruned or replaced, so a probe in flight for it
+	// records nothing.
+	gone bool
 }
 
 // job is one probe handed to a worker.
@@ -199,6 +207,7 @@ func New(cfg Config) (*Engine, error) {
 		rootCAs:             cfg.RootCAs,
 		probe:               Probe,
 		states:              map[cache.ObjectName]*proxyState{},
+		byObject:            map[*crawlv1alpha1.Proxy]*proxyState{},
 		jitter:              rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 	if e.clock == nil {
@@ -283,6 +292,7 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) resetStates() {
 	e.mu.Lock()
 	e.states = map[cache.ObjectName]*proxyState{}
+	e.byObject = map[*crawlv1alpha1.Proxy]*proxyState{}
 	e.metFleet = false
 	e.mu.Unlock()
 }
@@ -306,14 +316,14 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 	e.pass++
 	met := 0 // states marked with this pass
 	for _, p := range proxies {
-		key := cache.MetaObjectToName(p)
-		st, known := e.states[key]
-		if !known || st.obj != p {
+		st := e.byObject[p]
+		if st == nil {
 			// New, or changed since the last pass: the informer replaces a
 			// cached object on every update and never edits one, so the
 			// same pointer means nothing below can differ (decision 157).
+			key := cache.MetaObjectToName(p)
 			var replaced bool
-			if st, replaced = e.meet(ctx, p, key, st, now); replaced {
+			if st, replaced = e.meet(ctx, p, key, e.states[key], now); replaced {
 				forget = append(forget, key)
 			}
 			if st == nil {
@@ -339,7 +349,7 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 			// before its first Ready (a replaced one starts over), and a
 			// healthy fleet pays for one probe each, not two.
 			prove := c.mustRefuseAnonymous && st.counters.verdict != verdictHealthy
-			due = append(due, job{key: key, state: st, check: c, due: st.due, proveClosed: prove})
+			due = append(due, job{key: st.key, state: st, check: c, due: st.due, proveClosed: prove})
 		}
 	}
 	// Every state met is marked, so in a steady fleet there is none to
@@ -347,7 +357,7 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 	if met != len(e.states) {
 		for key, st := range e.states {
 			if st.pass != e.pass {
-				delete(e.states, key)
+				e.dropLocked(st)
 				forget = append(forget, key)
 			}
 		}
@@ -396,10 +406,11 @@ func (e *Engine) meet(ctx context.Context, p *crawlv1alpha1.Proxy, key cache.Obj
 		// A replaced instance starts with fresh counters, and its
 		// predecessor's verdict must not stand for it.
 		klog.FromContext(ctx).V(4).Info("Proxy has a new address or instance: starting over", "proxy", klog.KObj(p), "address", address)
+		e.dropLocked(st)
 		st, replaced = nil, true
 	}
 	if st == nil {
-		st = e.newState(p, address, interval, now, !known)
+		st = e.newState(p, key, address, interval, now, !known)
 		e.states[key] = st
 	}
 	if interval != st.interval {
@@ -407,8 +418,20 @@ func (e *Engine) meet(ctx context.Context, p *crawlv1alpha1.Proxy, key cache.Obj
 		st.due = minTime(st.due, now.Add(interval))
 		st.interval = interval
 	}
+	delete(e.byObject, st.obj)
 	st.obj = p
+	e.byObject[p] = st
 	return st, replaced
+}
+
+// dropLocked forgets st, pruned or replaced: a probe in flight for it
+// records nothing.
+func (e *Engine) dropLocked(st *proxyState) {
+	if e.states[st.key] == st {
+		delete(e.states, st.key)
+	}
+	delete(e.byObject, st.obj)
+	st.gone = true
 }
 
 // newState starts tracking a proxy. On the first pass of a Run (a new
@@ -422,8 +445,9 @@ func (e *Engine) meet(ctx context.Context, p *crawlv1alpha1.Proxy, key cache.Obj
 // verdict starts from the Healthy condition a previous leader wrote, so
 // that probes that agree with it report nothing (no status writes, no
 // events, after a handover).
-func (e *Engine) newState(p *crawlv1alpha1.Proxy, address string, interval time.Duration, now time.Time, seed bool) *proxyState {
+func (e *Engine) newState(p *crawlv1alpha1.Proxy, key cache.ObjectName, address string, interval time.Duration, now time.Time, seed bool) *proxyState {
 	st := &proxyState{
+		key:      key,
 		uid:      string(p.UID),
 		address:  address,
 		interval: interval,
@@ -540,8 +564,8 @@ func (e *Engine) credentials(ctx context.Context, namespace, name string) (*prox
 // verdict when it is worth a status write.
 func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.Time) {
 	e.mu.Lock()
-	st := e.states[j.key]
-	if st != j.state {
+	st := j.state
+	if st.gone {
 		// Pruned or replaced while the probe ran: the result is about an
 		// instance or address that is no longer the proxy's.
 		e.mu.Unlock()

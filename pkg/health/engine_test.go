@@ -811,7 +811,9 @@ func TestPassPrunesWhatLeftTheCache(t *testing.T) {
 		wantForgot []string
 	}{
 		"nothing changed": {change: func(*fixture) {}, wantStates: []string{"p", "q", "r"}},
-		"one deleted":     {change: func(f *fixture) { f.remove("q") }, wantStates: []string{"p", "r"}, wantForgot: []string{"q"}},
+		// The informer's update: another object, the same instance.
+		"one updated": {change: func(f *fixture) { f.put(testProxy("q")) }, wantStates: []string{"p", "q", "r"}},
+		"one deleted": {change: func(f *fixture) { f.remove("q") }, wantStates: []string{"p", "r"}, wantForgot: []string{"q"}},
 		"one deleted, one created": {
 			change:     func(f *fixture) { f.remove("q"); f.put(testProxy("s")) },
 			wantStates: []string{"p", "r", "s"}, wantForgot: []string{"q"},
@@ -842,11 +844,23 @@ func TestPassPrunesWhatLeftTheCache(t *testing.T) {
 			tc.change(f)
 			f.tick()
 			f.engine.mu.RLock()
-			var states []string
+			var states, byObject []string
 			for key := range f.engine.states {
 				states = append(states, key.Name)
 			}
+			// The pointer index holds each state once, under the object
+			// its last pass met: none of a deleted or replaced object.
+			for obj, st := range f.engine.byObject {
+				if st.obj != obj || f.engine.states[st.key] != st {
+					t.Errorf("byObject holds a stale entry for %s", st.key)
+				}
+				byObject = append(byObject, st.key.Name)
+			}
 			f.engine.mu.RUnlock()
+			slices.Sort(byObject)
+			if diff := cmp.Diff(tc.wantStates, byObject); diff != "" {
+				t.Errorf("byObject after the pass (-want +got):\n%s", diff)
+			}
 			f.metrics.mu.Lock()
 			var forgot []string
 			for key, n := range f.metrics.forgotten {
