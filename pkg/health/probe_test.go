@@ -29,34 +29,7 @@ const (
 // startSilentProxy accepts connections and never answers: a hung proxy.
 func startSilentProxy(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().String()
+	return startScriptedProxy(t, "")
 }
 
 // startTLSProxy serves forward-proxy behind TLS: an External proxy with
@@ -78,7 +51,8 @@ func startTLSProxy(t *testing.T) *httptest.Server {
 }
 
 // startScriptedProxy answers every request (the head it reads up to its
-// blank line) with answer, byte for byte, and keeps the connection open.
+// blank line) with answer, byte for byte (nothing when it is empty), and
+// keeps the connection open.
 func startScriptedProxy(t *testing.T, answer string) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -109,7 +83,9 @@ func startScriptedProxy(t *testing.T, answer string) string {
 						break
 					}
 				}
-				_, _ = io.WriteString(c, answer)
+				if answer != "" {
+					_, _ = io.WriteString(c, answer)
+				}
 			}()
 		}
 	}()
