@@ -122,6 +122,7 @@ func TestProbe(t *testing.T) {
 	earlyHints := startScriptedProxy(t, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n")
 	chattyTunnel := startScriptedProxy(t, "HTTP/1.1 200 Connection established\r\n\r\nnot a TLS record")
 	endlessHeaders := startScriptedProxy(t, "HTTP/1.1 204 No Content\r\nX-Padding: "+strings.Repeat("a", 4*maxDrain))
+	longHeader := startScriptedProxy(t, "HTTP/1.1 204 No Content\r\nSet-Cookie: "+strings.Repeat("c", 8*probeBufferSize)+"\r\n\r\n")
 
 	https204 := httpsTarget.URL + "/generate_204"
 	http204 := httpTarget.URL + "/generate_204"
@@ -234,6 +235,10 @@ func TestProbe(t *testing.T) {
 		"bytes after the CONNECT answer go to the TLS handshake": {
 			target:    Target{Proxy: proxyURL("http", chattyTunnel, false, ""), URL: https204, RootCAs: roots},
 			wantClass: ResultTLSError, wantMessage: "TLS handshake with the target: tls: first record does not look like a TLS handshake",
+		},
+		"a header line longer than the probe's buffer": {
+			target: Target{Proxy: proxyURL("http", longHeader, false, ""), URL: http204},
+			wantOK: true, wantClass: ResultSuccess, wantMessage: "target answered 204 in ",
 		},
 		"headers without end: read up to a bound, not until the timeout": {
 			target:    Target{Proxy: proxyURL("http", endlessHeaders, false, ""), URL: http204, Timeout: time.Minute},
