@@ -346,6 +346,9 @@ type Store struct {
 	expiries leaseHeap
 	live     int
 	owned    map[string]int
+	// lastRelease is the latest time a holder's release was stamped with
+	// (see releaseKnownAs).
+	lastRelease time.Time
 
 	// Cool-downs: every (proxy, domain) entry by its next event (the
 	// entries themselves hang off their proxies), and how many are in force.

@@ -93,6 +93,21 @@ func TestSelectionOrder(t *testing.T) {
 			},
 			want: "p2",
 		},
+		"a release read from a clock behind the last one's sorts no earlier than it": {
+			// Releases read the clock before they lock the store; one that
+			// waited for the lock is stamped with the latest release's time
+			// (decision 163), and the tie goes to the lower latency.
+			proxies: []ProxyInfo{newProxy("p1", withLatency(50)), newProxy("p2", withLatency(10))},
+			setup: func(e env) {
+				l2, l1 := hold(e, "p2", 0), hold(e, "p1", 0)
+				start := e.clk.Now()
+				e.clk.SetTime(start.Add(2 * time.Second))
+				release(e.t, e.s, l2)
+				e.clk.SetTime(start.Add(time.Second))
+				release(e.t, e.s, l1)
+			},
+			want: "p2",
+		},
 		"an expiry counts as a release": {
 			proxies: []ProxyInfo{newProxy("p1", withLatency(10)), newProxy("p2", withLatency(20))},
 			setup: func(e env) {

@@ -14,6 +14,7 @@
 //
 //	go run ./pkg/testsuites/bench/store
 //	go run ./pkg/testsuites/bench/store -cpuprofile store.pprof   # a profile of every measurement
+//	go run ./pkg/testsuites/bench/store -only 3 -cpuprofile store.pprof   # of the third placement alone
 //
 // It prints markdown on stdout and progress on stderr. It is a measurement,
 // not a test: it asserts nothing.
@@ -74,20 +75,27 @@ func main() {
 		rounds     = flag.Int("rounds", 7, "alternating rounds (each: every placement once)")
 		round      = flag.Duration("round", time.Second, "length of one measurement")
 		cpuProfile = flag.String("cpuprofile", "", "if set, write a CPU profile of every measurement to this file")
+		only       = flag.Int("only", 0, "if set, measure only this placement (1, 2 or 3), for a profile of it alone")
 	)
 	flag.Parse()
-	if err := run(*proxies, *goroutines, *rounds, *round, *cpuProfile); err != nil {
+	if err := run(*proxies, *goroutines, *rounds, *round, *cpuProfile, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "store bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(proxies, goroutines, rounds int, round time.Duration, cpuProfile string) error {
+func run(proxies, goroutines, rounds int, round time.Duration, cpuProfile string, only int) error {
 	cores := runtime.NumCPU()
 	placements := []placement{
 		{"1 goroutine, 1 core", 1, 1},
 		{fmt.Sprintf("%d goroutines, 1 core", goroutines), goroutines, 1},
 		{fmt.Sprintf("%d goroutines, %d cores", goroutines, cores), goroutines, cores},
+	}
+	if only != 0 {
+		if only < 1 || only > len(placements) {
+			return fmt.Errorf("-only %d: want 1 to %d", only, len(placements))
+		}
+		placements = placements[only-1 : only]
 	}
 	store, err := newStore(proxies)
 	if err != nil {
@@ -268,7 +276,11 @@ func report(w *os.File, proxies, rounds int, round time.Duration, placements []p
 			p99 = append(p99, float64(res.p99))
 		}
 		ratio, target := "–", fmt.Sprintf("≥ %d pairs/s: %s", targetOneCore, met(median(rate) >= targetOneCore))
-		if p > 0 {
+		switch {
+		case p == 0 && (pl.goroutines > 1 || pl.procs > 1):
+			// -only: the reference was not measured.
+			target = "– (measured alone)"
+		case p > 0:
 			ratio = fmt.Sprintf("%.2f×", median(ratios[p]))
 			target = fmt.Sprintf("≥ %.1f×: %s", targetContention, met(median(ratios[p]) >= targetContention))
 		}
