@@ -409,8 +409,17 @@ func (s *Store) releaseSlow(owner, id string, outcome Outcome, domain string) er
 	return nil
 }
 
-// releaseLiveLocked ends a live lease released by its holder.
+// releaseLiveLocked ends a live lease released by its holder. The release
+// is stamped no earlier than the one before it (decision 163): the usual
+// release read its clock before the lock, and other releases may have gone
+// in meanwhile with later times; stamped as it is, it would sort before
+// theirs, and its insert would walk back past each of them (proxies the
+// other core just wrote).
 func (s *Store) releaseLiveLocked(l *lease, end string, now time.Time) {
+	if now.Before(s.lastRelease) {
+		now = s.lastRelease
+	}
+	s.lastRelease = now
 	if l.key.epoch == s.epoch {
 		s.endLocked(l, end, now, stateLive)
 	} else {
@@ -449,15 +458,6 @@ func (s *Store) releaseKnownAs(owner, id string, outcome Outcome) bool {
 	if l == nil || l.state != stateLive || l.owner != owner || !sameID(l.keptID(), id) {
 		return false
 	}
-	// now was read before the lock, and other releases may have gone in
-	// meanwhile with later times: stamped as it is, this release would sort
-	// before theirs, and its insert would walk back past each of them
-	// (proxies the other core just wrote). A release is stamped no earlier
-	// than the one before it (decision 163).
-	if now.Before(s.lastRelease) {
-		now = s.lastRelease
-	}
-	s.lastRelease = now
 	s.releaseLiveLocked(l, end, now)
 	return true
 }

@@ -347,7 +347,7 @@ type Store struct {
 	live     int
 	owned    map[string]int
 	// lastRelease is the latest time a holder's release was stamped with
-	// (see releaseKnownAs).
+	// (see releaseLiveLocked).
 	lastRelease time.Time
 
 	// Cool-downs: every (proxy, domain) entry by its next event (the
