@@ -9,7 +9,7 @@ GO_PKGS   := ./...
 TEST_P    ?= 2
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build run test chaos fuzz bench generate verify testenv deps testpeers fmt vet clean image
+.PHONY: all build run test chaos fuzz bench generate verify verify-scripts testenv deps testpeers fmt vet clean image
 
 all: build
 
@@ -48,8 +48,15 @@ generate:
 	hack/update-codegen.sh
 
 ## verify: generated code and CRD up to date, gofmt and go vet clean
-verify: fmt vet
+verify: fmt vet verify-scripts
 	hack/verify-codegen.sh
+
+# A backquote inside echo "..." runs its text as a command: make bench once
+# ran every benchmark twice that way. Write \` for a literal one.
+verify-scripts:
+	@for f in hack/*.sh; do bash -n "$$f" || exit 1; done
+	@if grep -nE '^[[:space:]]*echo "([^"\\]|\\.)*`' hack/*.sh; then \
+		echo 'hack/*.sh: an unescaped backquote in echo "..." (above) runs a command; write \` for a literal one'; exit 1; fi
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \

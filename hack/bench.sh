@@ -10,7 +10,7 @@ trap 'rm -f "$tmp"' EXIT
 {
     echo "# Benchmarks"
     echo
-    echo "Written by `make bench` (hack/bench.sh) on $(date -u +%Y-%m-%d). Every figure stands"
+    echo "Written by \`make bench\` (hack/bench.sh) on $(date -u +%Y-%m-%d). Every figure stands"
     echo "beside a reference measured in the same run on the same machine; these machines are"
     echo "shared, so compare ratios, not absolute numbers across runs. Runs made with other flags (50,000 proxies)"
     echo "and the before/after figures of changes are kept in docs/benchmarks-runs.md, which this never rewrites."
@@ -19,7 +19,7 @@ trap 'rm -f "$tmp"' EXIT
     echo
     echo "## Health engine (issue 5)"
     echo
-    echo "`go run ./pkg/testsuites/bench/health`: the engine probing N loopback proxies (served by a child"
+    echo "\`go run ./pkg/testsuites/bench/health\`: the engine probing N loopback proxies (served by a child"
     echo "process) on a 10 s interval (three times the default load), against the schedule"
     echo "(expected probes/s = N / interval), beside a bare loop running the same probe function"
     echo "at the same concurrency (the limit). The two alternate, three rounds per size, each round a fresh engine;"
@@ -32,7 +32,7 @@ trap 'rm -f "$tmp"' EXIT
     echo
     echo "### The store in-process"
     echo
-    echo "`go run ./pkg/testsuites/bench/store`: acquire+release pairs on a store of 1,000 proxies, the same loop body"
+    echo "\`go run ./pkg/testsuites/bench/store\`: acquire+release pairs on a store of 1,000 proxies, the same loop body"
     echo "in three placements that alternate round by round: one goroutine on one core (GOMAXPROCS=1; target: at least"
     echo "1,000,000 pairs/s), 64 goroutines on one core (a lock convoy would show here first), and 64 goroutines on every"
     echo "core (target: no worse than one goroutine on one core). Every 64th pair is timed for the p99; pairs per"
@@ -45,7 +45,7 @@ trap 'rm -f "$tmp"' EXIT
     echo
     echo "### The handlers alone"
     echo
-    echo "`go test -run '^\$' -bench 'BenchmarkHandlerPair\$|BenchmarkStoreOps\$' -benchtime 3s -cpu 1 ./pkg/lease`: one"
+    echo "\`go test -run '^\$' -bench 'BenchmarkHandlerPair\$|BenchmarkStoreOps\$' -benchtime 3s -cpu 1 ./pkg/lease\`: one"
     echo "acquire+release through Server.Handler with requests built by hand (no sockets, no net/http parsing), beside"
     echo "the store's own pair: what the lease API's handlers add to a pair. 7 of its allocs/op are the benchmark's"
     echo "own requests (decision 153)."
@@ -56,7 +56,7 @@ trap 'rm -f "$tmp"' EXIT
     echo
     echo "### Over HTTP, in-process"
     echo
-    echo "`go test -run '^\$' -bench 'BenchmarkLeaseAPI/(http-lease|http-trivial|redis)\$' -benchtime 3s ./pkg/lease`:"
+    echo "\`go test -run '^\$' -bench 'BenchmarkLeaseAPI/(http-lease|http-trivial|redis)\$' -benchtime 3s ./pkg/lease\`:"
     echo "the lease API's handler on loopback in the benchmark's process, 1,000 proxies, 64 concurrent clients, beside"
     echo "(a) a trivial net/http handler in the lease API's server settings hit by the same client (the HTTP limit) and (b) Debian's"
     echo "redis-server doing SET NX PX + DEL."
@@ -67,7 +67,7 @@ trap 'rm -f "$tmp"' EXIT
     echo
     echo "### Over HTTP, on the operator binary"
     echo
-    echo "`go run ./pkg/testsuites/bench/leaseapi`: cmd/proxy-operator (no -race) with --lease-auth=none on a real"
+    echo "\`go run ./pkg/testsuites/bench/leaseapi\`: cmd/proxy-operator (no -race) with --lease-auth=none on a real"
     echo "kube-apiserver and etcd, leading 1,000 External proxies (MaxLeases 1) that its health engine took to Ready;"
     echo "64 clients (pkg/lease/client) doing acquire+release pairs, beside the same client against a trivial net/http"
     echo "handler in a process of its own, in the lease API's own net/http server settings (lease.NewHTTPServer: the"
@@ -138,7 +138,7 @@ STORY
     echo
     echo "## Lease API under a garbage-token flood (issue 20)"
     echo
-    echo "`LEASE_AUTH_FLOOD_REPORT=FILE go test -run '^TestLeaseAuthFlood\$' ./pkg/operator`: the operator"
+    echo "\`LEASE_AUTH_FLOOD_REPORT=FILE go test -run '^TestLeaseAuthFlood\$' ./pkg/operator\`: the operator"
     echo "binary with --lease-auth=kubernetes against a real kube-apiserver. For 6 s an authorised client"
     echo "(its token cached) acquires and releases, a new Proxy is created and taken to Ready by the"
     echo "controller, and a client with a fresh ServiceAccount token makes its first call; in the flood row"
@@ -153,7 +153,7 @@ STORY
     echo
     echo "## Controller at scale (issue 9)"
     echo
-    echo "`go run ./pkg/testsuites/bench/operator`: the operator binary against a real kube-apiserver and etcd"
+    echo "\`go run ./pkg/testsuites/bench/operator\`: the operator binary against a real kube-apiserver and etcd"
     echo "(pkg/testing/testenv), with 1,000 and 10,000 External proxies pointing at a loopback fleet (a child"
     echo "process) that its health engine takes from Pending to Ready: time to all Ready beside the"
     echo "time the bench's own client takes to create them, API writes per proxy counted at the API"
@@ -161,14 +161,14 @@ STORY
     echo "(half the proxies leased) beside the idle operator, kube-apiserver and etcd; plus the"
     echo "1,000 fleet at client-go's default QPS/burst (5/10) beside ours (100/200); the steady window at 10,000"
     echo "is the long one (status writes per proxy per hour), and the cost-growth table gives each size's RSS and CPU"
-    echo "per proxy. About 30 minutes; a 50,000 row is `-sizes 1000,10000,50000 -timeout 30m` (about 45 minutes more)."
+    echo "per proxy. About 30 minutes; a 50,000 row is \`-sizes 1000,10000,50000 -timeout 30m\` (about 45 minutes more)."
     echo
     go run ./pkg/testsuites/bench/operator -steady-at 10000
     echo
     echo "## Gateway (issue 14)"
     echo
-    echo "`go run ./pkg/testsuites/bench/gateway`: 64 concurrent clients on loopback, straight to cmd/forward-proxy"
-    echo "(basic auth) versus through cmd/proxy-operator's gateway (`--gateway-addr`, rotating mode: a lease acquired"
+    echo "\`go run ./pkg/testsuites/bench/gateway\`: 64 concurrent clients on loopback, straight to cmd/forward-proxy"
+    echo "(basic auth) versus through cmd/proxy-operator's gateway (\`--gateway-addr\`, rotating mode: a lease acquired"
     echo "and released per tunnel) to the same forward-proxy, registered as an External Proxy on a real kube-apiserver."
     echo "Each party is a process of its own, with its CPU time counted (/proc/PID/stat, getrusage), in two placements:"
     echo "every process on every core, and the gateway pinned to a core of its own (taskset) with the clients and the"
@@ -179,7 +179,7 @@ STORY
     echo
     echo "## Secret rotation: ProxyPool beside standalone Proxies (issue 13)"
     echo
-    echo "`go run ./pkg/testsuites/bench/pool`: the operator binary on a real kube-apiserver and etcd, local-provider"
+    echo "\`go run ./pkg/testsuites/bench/pool\`: the operator binary on a real kube-apiserver and etcd, local-provider"
     echo "forward-proxy processes probed through themselves every second. Six ProxyPool members"
     echo "sharing a cloud-init Secret (maxSurge 1, maxUnavailable 1) beside six standalone Proxies"
     echo "sharing another, both Secrets rotated at the same moment: the fewest Ready proxies seen"
@@ -189,7 +189,7 @@ STORY
     echo
     echo "## Autoscaling: scale from zero, and proxy-hours (issue 15)"
     echo
-    echo "`go run ./pkg/testsuites/bench/autoscale`: the operator binary on a real kube-apiserver and etcd with the"
+    echo "\`go run ./pkg/testsuites/bench/autoscale\`: the operator binary on a real kube-apiserver and etcd with the"
     echo "local provider; a ProxyPool with spec.autoscaling (minReplicas 0) at zero members takes one acquire with"
     echo "wait 60s, five rounds (back to zero in between): the time to its 201 beside, in the same run, the local"
     echo "provider alone (Create to a Running instance, called directly) and the probe interval (1 s): a member is"
