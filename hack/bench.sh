@@ -22,11 +22,21 @@ trap 'rm -f "$tmp"' EXIT
     echo "\`go run ./pkg/testsuites/bench/health\`: the engine probing N loopback proxies (served by a child"
     echo "process) on a 10 s interval (three times the default load), against the schedule"
     echo "(expected probes/s = N / interval), beside a bare loop running the same probe function"
-    echo "at the same concurrency (the limit). The two alternate, three rounds per size, each round a fresh engine;"
+    echo "at the same concurrency as fast as it goes (the limit), and the same loop paced to the engine's rate (the same"
+    echo "load without the engine); both loops run under a context ended by a cancel, as the engine's is (decision 164)."
+    echo "They alternate, three rounds per size, each round a fresh engine;"
     echo "the figures are summed over the rounds, and each round's ratio is shown (decision 157). Target (issue 16):"
     echo "the engine's CPU per probe at most 1.1x the bare loop's at 10,000 proxies."
     echo
     go run ./pkg/testsuites/bench/health
+    echo
+    echo "\`go test -run '^\$' -bench 'BenchmarkEngineOwnWork\$' -benchtime 3s ./pkg/health\`: what the engine adds to a"
+    echo "probe, without the probe: a scheduling pass over 10,000 proxies a second after the last, and the recording of"
+    echo "the probes it dispatched (decision 164). ns/probe beside the CPU per probe above is the engine's own share."
+    echo
+    echo '```text'
+    go test -run '^$' -bench 'BenchmarkEngineOwnWork$' -benchtime 3s ./pkg/health | grep -E '^Benchmark'
+    echo '```'
     echo
     echo "## Lease API (issues 6, 16)"
     echo

@@ -137,6 +137,9 @@ type Engine struct {
 	// states it met (proxyState.pass) from those whose Proxy is gone
 	// without building a set of the fleet on every tick. Guarded by mu.
 	pass uint64
+	// due is the pass's list of due jobs, kept between passes so that a
+	// pass allocates none (decision 164). Guarded by mu.
+	due []job
 }
 
 var _ controller.HealthSource = (*Engine)(nil)
@@ -159,16 +162,21 @@ type proxyState struct {
 	// obj the cached object it met.
 	pass uint64
 	obj  *crawlv1alpha1.Proxy
+	// check is how obj is probed, resolved when the pass met obj: a new
+	// object gets a new check, and a job in flight keeps the one it was
+	// handed (decision 164).
+	check *check
 	// gone: the state was pruned or replaced, so a probe in flight for it
 	// records nothing.
 	gone bool
 }
 
-// job is one probe handed to a worker.
+// job is one probe handed to a worker. It is small: it points at the
+// state's check rather than copying it.
 type job struct {
 	key   cache.ObjectName
 	state *proxyState
-	check check
+	check *check
 	due   time.Time
 	// proveClosed: probe without credentials too, because the proxy is
 	// not healthy yet and its check says it must refuse anonymous requests.
@@ -308,12 +316,12 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 	}
 	var (
 		forget                      []cache.ObjectName
-		due                         []job
 		skipped                     int
 		healthy, unhealthy, unknown int
 	)
 	e.mu.Lock()
 	e.pass++
+	due := e.due[:0]
 	met := 0 // states marked with this pass
 	for _, p := range proxies {
 		st := e.byObject[p]
@@ -344,12 +352,11 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 		}
 
 		if !st.inFlight && !now.Before(st.due) {
-			c := checkFor(p, st.address, e.rootCAs)
 			// Only on the way to healthy: an instance is proved closed
 			// before its first Ready (a replaced one starts over), and a
 			// healthy fleet pays for one probe each, not two.
-			prove := c.mustRefuseAnonymous && st.counters.verdict != verdictHealthy
-			due = append(due, job{key: st.key, state: st, check: c, due: st.due, proveClosed: prove})
+			prove := st.check.mustRefuseAnonymous && st.counters.verdict != verdictHealthy
+			due = append(due, job{key: st.key, state: st, check: st.check, due: st.due, proveClosed: prove})
 		}
 	}
 	// Every state met is marked, so in a steady fleet there is none to
@@ -373,6 +380,9 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 		j.state.inFlight = true
 		j.state.due = nextDue(j.due, j.check.interval, now)
 	}
+	// Kept for the next pass, without the states it points at.
+	clear(due)
+	e.due = due[:0]
 	e.metFleet = true
 	e.latencyBudget.SetLimitAt(now, latencyRate(e.latencyRateCap, e.latencyPerProxyHour, healthy+unhealthy+unknown))
 	e.mu.Unlock()
@@ -420,6 +430,8 @@ func (e *Engine) meet(ctx context.Context, p *crawlv1alpha1.Proxy, key cache.Obj
 	}
 	delete(e.byObject, st.obj)
 	st.obj = p
+	c := checkFor(p, address, e.rootCAs)
+	st.check = &c
 	e.byObject[p] = st
 	return st, replaced
 }
@@ -577,9 +589,10 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 	if why == reportLatency && !e.latencyBudget.AllowN(now, 1) {
 		why = "" // over the fleet's budget: a later probe reports it
 	}
-	var v controller.HealthVerdict
+	// Made only when reported: most probes report nothing (decision 164).
+	var v *controller.HealthVerdict
 	if why != "" {
-		v = controller.HealthVerdict{
+		v = &controller.HealthVerdict{
 			Address:   st.address,
 			Healthy:   st.counters.verdict == verdictHealthy,
 			Message:   r.Message,
@@ -588,7 +601,7 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 		if v.Healthy {
 			v.Latency = r.Latency // a failed probe's duration is not a latency
 		}
-		st.reported, st.reportedAt = &v, now
+		st.reported, st.reportedAt = v, now
 	}
 	failures := st.counters.failures
 	e.mu.Unlock()

@@ -800,6 +800,37 @@ func TestEditedIntervalAppliesFromNow(t *testing.T) {
 	}
 }
 
+// TestCheckFollowsTheObject: a pass resolves how to probe a proxy when it
+// meets a new version of its object, and a probe in flight keeps the check
+// it was handed (decision 164): an edit of spec.healthCheck applies from
+// the next probe.
+func TestCheckFollowsTheObject(t *testing.T) {
+	const edited = "http://127.0.0.1:2/edited"
+	f := newFixture(t, testProxy("p"))
+	f.tick()
+	f.clock.Step(testInterval)
+	first := f.tick()
+	if len(first) != 1 {
+		t.Fatalf("%d probes in the first interval, want 1", len(first))
+	}
+	f.put(testProxy("p", func(p *crawlv1alpha1.Proxy) { p.Spec.HealthCheck.URL = edited }))
+	if during := f.tick(); len(during) != 0 {
+		t.Fatalf("%d probes dispatched while one is in flight, want 0", len(during))
+	}
+	now := f.clock.Now()
+	f.engine.record(f.ctx, first[0], success(5*time.Millisecond), now, now)
+	f.clock.Step(testInterval)
+	next := f.tick()
+	if len(next) != 1 {
+		t.Fatalf("%d probes in the interval after the edit, want 1", len(next))
+	}
+	got := []string{first[0].check.target.URL, next[0].check.target.URL}
+	want := []string{testProxy("p").Spec.HealthCheck.URL, edited}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("URLs probed before and after the edit (-want +got):\n%s", diff)
+	}
+}
+
 // TestPassPrunesWhatLeftTheCache: a pass keeps the state of every proxy
 // still in the cache and forgets exactly those that left it, whatever else
 // changed in the same pass (a pass counts the states it meets instead of
