@@ -800,10 +800,9 @@ func TestEditedIntervalAppliesFromNow(t *testing.T) {
 	}
 }
 
-// TestCheckFollowsTheObject: a pass resolves how to probe a proxy when it
-// meets a new version of its object, and a probe in flight keeps the check
-// it was handed (decision 164): an edit of spec.healthCheck applies from
-// the next probe.
+// TestCheckFollowsTheObject: an edit of spec.healthCheck applies from the
+// next probe, and a probe in flight keeps the check it was handed (decision
+// 164).
 func TestCheckFollowsTheObject(t *testing.T) {
 	const edited = "http://127.0.0.1:2/edited"
 	f := newFixture(t, testProxy("p"))
