@@ -141,9 +141,10 @@ then `go tool pprof -peek 'Server..(acquire|release)$'`), 2026-12-01, 64 clients
   the insert stops at the back: two cores 678-777k → 829-905k pairs/s in an old/new A/B, 0.88-1.01× → 0.98-1.02×
   one core, p99 0.6 ms. What is left is the lock's handoff between cores; a store whose data stays on one core
   (sharded or combining) is what the rest would take.
-- **This run** (2026-12-02, midday) found the VM about half as fast as its morning runs (the HTTP references
-  did 6,500-8,900 pairs/s against 11,000-17,800; one core of the store 650k-1,030k pairs/s between rounds), so
-  its absolute figures are the day's low; the ratios, measured side by side, are what compare.
+- **This run** (2026-12-02, afternoon) again found the VM slow (the HTTP references did 6,400-9,800 pairs/s
+  against 11,000-17,800 in the morning; one core of the store 597k-766k pairs/s between rounds, 0.82-1.26M in
+  the morning runs), so its absolute figures are the day's low; the ratios, measured side by side, are what
+  compare.
 STORY
     echo
     echo "## Lease API under a garbage-token flood (issue 20)"
