@@ -293,8 +293,7 @@ func runEngine(store cache.Indexer, fl *fleet.Process, run time.Duration, cfg se
 // is no state, no verdict, no cache. It is the same load as the engine's.
 func runPaced(targets []health.Target, rate float64, cfg settings) bareRun {
 	var count atomic.Int64
-	ctx, cancel := context.WithCancel(context.Background()) // as in runBare
-	defer time.AfterFunc(cfg.bare, cancel).Stop()
+	ctx, cancel := loopContext(cfg.bare)
 	defer cancel()
 	jobs := make(chan health.Target, 4*cfg.workers)
 	var wg sync.WaitGroup
@@ -336,11 +335,7 @@ func runPaced(targets []health.Target, rate float64, cfg settings) bareRun {
 // schedule, as fast as it goes, for cfg.bare.
 func runBare(targets []health.Target, cfg settings) bareRun {
 	var count, next atomic.Int64
-	// Ended by a cancel, not a deadline, like the engine's: under a parent
-	// deadline nearer than the probe's timeout, a probe's context takes no
-	// timer of its own, a saving the engine never gets (decision 164).
-	ctx, cancel := context.WithCancel(context.Background())
-	defer time.AfterFunc(cfg.bare, cancel).Stop()
+	ctx, cancel := loopContext(cfg.bare)
 	defer cancel()
 	var wg sync.WaitGroup
 	cpu0 := cpuSeconds()
@@ -357,6 +352,19 @@ func runBare(targets []health.Target, cfg settings) bareRun {
 	}
 	wg.Wait()
 	return bareRun{elapsed: time.Since(start), probes: count.Load(), cpu: cpuSeconds() - cpu0}
+}
+
+// loopContext is a loop's context, canceled after d. It is ended by a
+// cancel, not a deadline, like the engine's: under a parent deadline
+// nearer than the probe's timeout, a probe's context takes no timer of its
+// own, a saving the engine never gets (decision 164).
+func loopContext(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := time.AfterFunc(d, cancel)
+	return ctx, func() {
+		stop.Stop()
+		cancel()
+	}
 }
 
 // startCPUProfile profiles this process into path until the returned
