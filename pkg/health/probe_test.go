@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -13,8 +14,11 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
@@ -325,6 +329,51 @@ func TestProbeFreshConnections(t *testing.T) {
 	defer mu.Unlock()
 	if dials != n || connects != n {
 		t.Errorf("%d probes made %d connections and %d CONNECTs, want %d each", n, dials, connects, n)
+	}
+}
+
+// TestProbeConnectionOptions reads, from the kernel, the options of a
+// connection the probe's dialer makes: no keep-alive (a probe's connection
+// ends long before the first one would go out, decision 166), and Nagle
+// off, so a probe's small writes are not held back and its latency is the
+// proxy's.
+func TestProbeConnectionOptions(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	conn, err := probeDialer.DialContext(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	raw, err := conn.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	var optErr error
+	if err := raw.Control(func(fd uintptr) {
+		for name, opt := range map[string][2]int{
+			"SO_KEEPALIVE": {syscall.SOL_SOCKET, syscall.SO_KEEPALIVE},
+			"TCP_NODELAY":  {syscall.IPPROTO_TCP, syscall.TCP_NODELAY},
+		} {
+			v, err := syscall.GetsockoptInt(int(fd), opt[0], opt[1])
+			if err != nil {
+				optErr = fmt.Errorf("getsockopt %s: %w", name, err)
+				return
+			}
+			got[name] = v
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if optErr != nil {
+		t.Fatal(optErr)
+	}
+	if diff := cmp.Diff(map[string]int{"SO_KEEPALIVE": 0, "TCP_NODELAY": 1}, got); diff != "" {
+		t.Errorf("socket options of a probe's connection (-want +got):\n%s", diff)
 	}
 }
 
