@@ -172,9 +172,9 @@ func (p *prober) read(conn net.Conn, req *http.Request, limit int64) (*http.Resp
 }
 
 // probeDialer dials a probe's connection without TCP keep-alive: the
-// connection lives at most the probe's timeout, and the first keep-alive
-// would go out after 15 s, so the four setsockopt calls that turn it on
-// (a third of a probe's system calls) bought nothing (decision 166).
+// probe's deadline, not keep-alive, ends a connection to a dead peer, and
+// the four setsockopt calls that turn it on were a third of a probe's
+// system calls (decision 166).
 var probeDialer = net.Dialer{KeepAlive: -1}
 
 // fetch dials the proxy and returns the final response, its body still to
