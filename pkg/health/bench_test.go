@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/cache"
-
-	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 )
 
 // BenchmarkEngineOwnWork is the engine's own work per probe at 10,000
@@ -25,7 +23,7 @@ func BenchmarkEngineOwnWork(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	e, err := New(Config{Proxies: crawllisters.NewProxyLister(store), Enqueue: func(cache.ObjectName) {}})
+	e, err := New(Config{Proxies: store, Enqueue: func(cache.ObjectName) {}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,14 +16,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
-	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -62,8 +60,11 @@ const queueFactor = 4
 
 // Config is what an Engine needs. Zero values take the defaults above.
 type Config struct {
-	// Proxies lists Proxies from the informer cache.
-	Proxies crawllisters.ProxyLister
+	// Proxies is the informer's cache of Proxies (its GetIndexer()). A
+	// pass reads it whole every tick: the store's List, not a lister's,
+	// whose typed copy grew a slice of the fleet from nothing each tick,
+	// half of the pass's garbage (decision 167).
+	Proxies cache.Store
 	// Secrets reads the spec.auth Secret of a proxy (from an informer cache
 	// in the operator). Nil fails every probe of a proxy with spec.auth.
 	Secrets func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
@@ -99,7 +100,7 @@ type Config struct {
 // Engine probes proxies and keeps their verdicts. It implements
 // controller.HealthSource.
 type Engine struct {
-	proxies           crawllisters.ProxyLister
+	proxies           cache.Store
 	secrets           func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
 	enqueue           func(cache.ObjectName)
 	workers           int
@@ -307,11 +308,7 @@ func (e *Engine) resetStates() {
 // cache and dispatches the due probes.
 func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job) bool) {
 	logger := klog.FromContext(ctx)
-	proxies, err := e.proxies.List(labels.Everything())
-	if err != nil {
-		logger.Error(err, "Listing Proxies from the cache")
-		return
-	}
+	objs := e.proxies.List()
 	var (
 		forget                      []cache.ObjectName
 		skipped                     int
@@ -321,7 +318,11 @@ func (e *Engine) schedule(ctx context.Context, now time.Time, dispatch func(job)
 	e.pass++
 	due := e.due[:0]
 	met := 0 // states marked with this pass
-	for _, p := range proxies {
+	for _, obj := range objs {
+		p, ok := obj.(*crawlv1alpha1.Proxy)
+		if !ok {
+			continue // the informer's cache holds only Proxies
+		}
 		st := e.byObject[p]
 		if st == nil {
 			// New, or changed since the last pass: the informer replaces a

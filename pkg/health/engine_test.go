@@ -22,7 +22,6 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
-	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
@@ -127,7 +126,7 @@ func newFixture(t *testing.T, proxies ...*crawlv1alpha1.Proxy) *fixture {
 		f.put(p)
 	}
 	e, err := New(Config{
-		Proxies: crawllisters.NewProxyLister(f.store),
+		Proxies: f.store,
 		Enqueue: func(key cache.ObjectName) {
 			f.mu.Lock()
 			f.enqueued[key]++
@@ -1195,7 +1194,7 @@ func TestRun(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	lister := crawllisters.NewProxyLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
+	lister := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	enqueue := func(cache.ObjectName) {}
 	tests := map[string]struct {
 		cfg     Config

@@ -102,7 +102,7 @@ func start(t *testing.T, rootCAs *x509.CertPool) *harness {
 
 	var ctrl *controller.Controller
 	engine, err := health.New(health.Config{
-		Proxies: proxies.Lister(),
+		Proxies: proxies.Informer().GetIndexer(),
 		Secrets: func(_ context.Context, namespace, name string) (*corev1.Secret, error) {
 			return secrets.Lister().Secrets(namespace).Get(name)
 		},

@@ -120,7 +120,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	// to the controller as soon as it exists, before anything runs.
 	verdicts := &controllerQueue{}
 	engine, err := health.New(health.Config{
-		Proxies: proxyInformer.Lister(),
+		Proxies: proxyInformer.Informer().GetIndexer(),
 		Secrets: func(_ context.Context, namespace, name string) (*corev1.Secret, error) {
 			return secrets.Secrets(namespace).Get(name)
 		},

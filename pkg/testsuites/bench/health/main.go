@@ -44,7 +44,6 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest/fleet"
 )
@@ -245,7 +244,7 @@ func runEngine(store cache.Indexer, fl *fleet.Process, run time.Duration, cfg se
 	}
 	m := &benchMetrics{}
 	engine, err := health.New(health.Config{
-		Proxies: crawllisters.NewProxyLister(store),
+		Proxies: store,
 		Enqueue: func(cache.ObjectName) {},
 		Workers: cfg.workers,
 		Tick:    cfg.tick,
