@@ -333,24 +333,40 @@ func TestProbeFreshConnections(t *testing.T) {
 }
 
 // TestProbeConnectionOptions reads, from the kernel, the options of a
-// connection the probe's dialer makes: no keep-alive (a probe's connection
-// ends long before the first one would go out, decision 166), and Nagle
-// off, so a probe's small writes are not held back and its latency is the
-// proxy's.
+// connection a probe dials to its proxy, by IP address (no resolver,
+// decision 167) and by name: no keep-alive (a probe's deadline ends a
+// connection to a dead peer, decision 166), and Nagle off, so a probe's
+// small writes are not held back and its latency is the proxy's.
 func TestProbeConnectionOptions(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
-	conn, err := probeDialer.DialContext(context.Background(), "tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	for _, host := range []string{"127.0.0.1", "localhost"} {
+		t.Run(host, func(t *testing.T) {
+			conn, err := dialProxy(context.Background(), &url.URL{Scheme: "http", Host: net.JoinHostPort(host, port)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+			got, err := socketOptions(conn.(*net.TCPConn))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(map[string]int{"SO_KEEPALIVE": 0, "TCP_NODELAY": 1}, got); diff != "" {
+				t.Errorf("socket options of a probe's connection (-want +got):\n%s", diff)
+			}
+		})
 	}
-	t.Cleanup(func() { _ = conn.Close() })
-	raw, err := conn.(*net.TCPConn).SyscallConn()
+}
+
+// socketOptions reads conn's keep-alive and Nagle options from the kernel.
+func socketOptions(conn *net.TCPConn) (map[string]int, error) {
+	raw, err := conn.SyscallConn()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	got := map[string]int{}
 	var optErr error
@@ -367,14 +383,9 @@ func TestProbeConnectionOptions(t *testing.T) {
 			got[name] = v
 		}
 	}); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	if optErr != nil {
-		t.Fatal(optErr)
-	}
-	if diff := cmp.Diff(map[string]int{"SO_KEEPALIVE": 0, "TCP_NODELAY": 1}, got); diff != "" {
-		t.Errorf("socket options of a probe's connection (-want +got):\n%s", diff)
-	}
+	return got, optErr
 }
 
 // TestDescribeErrorStripsURLs: whatever wraps the cause, the message holds

@@ -29,6 +29,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -135,6 +136,7 @@ type row struct {
 	pacedPerProbe          time.Duration // the bare loop at the engine's rate
 	fleetCPU               float64       // cores, during the engine's runs
 	roundRatios            []float64     // engine ÷ bare CPU per probe, each round
+	engineAlloc, bareAlloc float64       // bytes allocated per probe
 }
 
 // engineRun is one run of the engine; bareRun one of the bare loop.
@@ -145,12 +147,14 @@ type engineRun struct {
 	failed, skipped int
 	delays          []time.Duration
 	peakRSS         int64
+	allocated       uint64 // bytes, by the whole process
 }
 
 type bareRun struct {
-	elapsed time.Duration
-	probes  int64
-	cpu     float64 // seconds
+	elapsed   time.Duration
+	probes    int64
+	cpu       float64 // seconds
+	allocated uint64  // bytes
 }
 
 func (e engineRun) cpuPerProbe() time.Duration {
@@ -190,6 +194,7 @@ func measure(n int, run time.Duration, cfg settings, profile string) (row, error
 		all, probes     int
 		delays          []time.Duration
 		bare, paced     bareRun
+		engineAllocated uint64
 	)
 	for round := range cfg.rounds {
 		prof := ""
@@ -220,6 +225,8 @@ func measure(n int, run time.Duration, cfg settings, profile string) (row, error
 		delays = append(delays, e.delays...)
 		r.rssMiB = max(r.rssMiB, float64(e.peakRSS)/(1<<20))
 		bare.elapsed, bare.probes, bare.cpu = bare.elapsed+b.elapsed, bare.probes+b.probes, bare.cpu+b.cpu
+		bare.allocated += b.allocated
+		engineAllocated += e.allocated
 		paced.probes, paced.cpu = paced.probes+pc.probes, paced.cpu+pc.cpu
 	}
 	r.cpu = cpu / elapsed.Seconds()
@@ -231,6 +238,8 @@ func measure(n int, run time.Duration, cfg settings, profile string) (row, error
 	r.bareCPU = bare.cpu / bare.elapsed.Seconds()
 	r.barePerProbe = bare.cpuPerProbe()
 	r.pacedPerProbe = paced.cpuPerProbe()
+	r.engineAlloc = float64(engineAllocated) / float64(all)
+	r.bareAlloc = float64(bare.allocated) / float64(bare.probes)
 	return r, nil
 }
 
@@ -257,7 +266,7 @@ func runEngine(store cache.Indexer, fl *fleet.Process, run time.Duration, cfg se
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rss := sampleRSS(ctx)
-	cpu0, fleet0 := cpuSeconds(), fl.CPUSeconds()
+	cpu0, fleet0, alloc0 := cpuSeconds(), fl.CPUSeconds(), allocatedBytes()
 	start := time.Now()
 	done := make(chan error, 1)
 	m.windowStart = start.Add(warmup)
@@ -273,6 +282,7 @@ func runEngine(store cache.Indexer, fl *fleet.Process, run time.Duration, cfg se
 	}
 	e := engineRun{elapsed: time.Since(start)}
 	cpu1, fleet1 := cpuSeconds(), fl.CPUSeconds()
+	e.allocated = allocatedBytes() - alloc0
 	e.window = e.elapsed - warmup
 	cancel()
 	if err := <-done; err != nil {
@@ -296,7 +306,7 @@ func runPaced(targets []health.Target, rate float64, cfg settings) bareRun {
 	defer cancel()
 	jobs := make(chan health.Target, 4*cfg.workers)
 	var wg sync.WaitGroup
-	cpu0 := cpuSeconds()
+	cpu0, alloc0 := cpuSeconds(), allocatedBytes()
 	start := time.Now()
 	for range cfg.workers {
 		wg.Go(func() {
@@ -327,7 +337,7 @@ func runPaced(targets []health.Target, rate float64, cfg settings) bareRun {
 	ticker.Stop()
 	close(jobs)
 	wg.Wait()
-	return bareRun{elapsed: time.Since(start), probes: count.Load(), cpu: cpuSeconds() - cpu0}
+	return bareRun{elapsed: time.Since(start), probes: count.Load(), cpu: cpuSeconds() - cpu0, allocated: allocatedBytes() - alloc0}
 }
 
 // runBare is the bare loop: the same probe, the same concurrency, no
@@ -337,7 +347,7 @@ func runBare(targets []health.Target, cfg settings) bareRun {
 	ctx, cancel := loopContext(cfg.bare)
 	defer cancel()
 	var wg sync.WaitGroup
-	cpu0 := cpuSeconds()
+	cpu0, alloc0 := cpuSeconds(), allocatedBytes()
 	start := time.Now()
 	for range cfg.workers {
 		wg.Go(func() {
@@ -350,7 +360,7 @@ func runBare(targets []health.Target, cfg settings) bareRun {
 		})
 	}
 	wg.Wait()
-	return bareRun{elapsed: time.Since(start), probes: count.Load(), cpu: cpuSeconds() - cpu0}
+	return bareRun{elapsed: time.Since(start), probes: count.Load(), cpu: cpuSeconds() - cpu0, allocated: allocatedBytes() - alloc0}
 }
 
 // loopContext is a loop's context, canceled after d. It is ended by a
@@ -476,20 +486,30 @@ func quantiles(ds []time.Duration) (p50, p99, maximum time.Duration) {
 const cpuPerProbeTarget = 1.1
 
 func printTable(rows []row) {
-	fmt.Println("| proxies | interval | workers | run | expected probes/s | engine probes/s | achieved | failed | lateness p50 | p99 | max | skipped dispatches | engine CPU (cores) | CPU per probe | engine RSS (MiB) | bare loop probes/s | bare loop CPU (cores) | bare loop CPU per probe | engine ÷ bare, CPU per probe | each round | target | paced loop CPU per probe | engine ÷ paced | fleet CPU (cores) |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| proxies | interval | workers | run | expected probes/s | engine probes/s | achieved | failed | lateness p50 | p99 | max | skipped dispatches | engine CPU (cores) | CPU per probe | engine RSS (MiB) | bare loop probes/s | bare loop CPU (cores) | bare loop CPU per probe | engine ÷ bare, CPU per probe | each round | target | paced loop CPU per probe | engine ÷ paced | fleet CPU (cores) | engine allocated per probe | bare loop allocated per probe |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		each := make([]string, len(r.roundRatios))
 		for i, x := range r.roundRatios {
 			each[i] = fmt.Sprintf("%.2f", x)
 		}
-		fmt.Printf("| %d | %v | %d | %d × %v | %.1f | %.1f | %.1f%% | %d | %v | %v | %v | %d | %.3f | %v | %.0f | %.0f | %.2f | %v | %.2f× | %s | ≤ %.1f× | %v | %.2f× | %.2f |\n",
+		fmt.Printf("| %d | %v | %d | %d × %v | %.1f | %.1f | %.1f%% | %d | %v | %v | %v | %d | %.3f | %v | %.0f | %.0f | %.2f | %v | %.2f× | %s | ≤ %.1f× | %v | %.2f× | %.2f | %.0f B | %.0f B |\n",
 			r.proxies, r.interval, r.workers, r.rounds, r.run, r.expected, r.achieved, 100*r.achieved/r.expected, r.failed,
 			r.lateP50.Round(time.Millisecond), r.lateP99.Round(time.Millisecond), r.late.Round(time.Millisecond),
 			r.skipped, r.cpu, r.cpuPerProbe.Round(time.Microsecond), r.rssMiB, r.bareRate, r.bareCPU,
 			r.barePerProbe.Round(time.Microsecond), float64(r.cpuPerProbe)/float64(r.barePerProbe), strings.Join(each, ", "),
-			cpuPerProbeTarget, r.pacedPerProbe.Round(time.Microsecond), float64(r.cpuPerProbe)/float64(r.pacedPerProbe), r.fleetCPU)
+			cpuPerProbeTarget, r.pacedPerProbe.Round(time.Microsecond), float64(r.cpuPerProbe)/float64(r.pacedPerProbe), r.fleetCPU,
+			r.engineAlloc, r.bareAlloc)
 	}
+}
+
+// allocatedBytes is what this process has allocated on the heap so far:
+// a probe's garbage is GC work, in the engine's process as in the loops'
+// (decision 167).
+func allocatedBytes() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // cpuSeconds is this process's user+system CPU time.
