@@ -1194,16 +1194,16 @@ func TestRun(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	lister := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	enqueue := func(cache.ObjectName) {}
 	tests := map[string]struct {
 		cfg     Config
 		wantErr bool
 	}{
-		"minimal":          {cfg: Config{Proxies: lister, Enqueue: enqueue}},
-		"no lister":        {cfg: Config{Enqueue: enqueue}, wantErr: true},
-		"no enqueue":       {cfg: Config{Proxies: lister}, wantErr: true},
-		"negative workers": {cfg: Config{Proxies: lister, Enqueue: enqueue, Workers: -1}, wantErr: true},
+		"minimal":          {cfg: Config{Proxies: store, Enqueue: enqueue}},
+		"no store":         {cfg: Config{Enqueue: enqueue}, wantErr: true},
+		"no enqueue":       {cfg: Config{Proxies: store}, wantErr: true},
+		"negative workers": {cfg: Config{Proxies: store, Enqueue: enqueue, Workers: -1}, wantErr: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
