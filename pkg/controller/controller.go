@@ -342,6 +342,23 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	return requeue, err
 }
 
+// remember keeps updated, the API server's answer to our own write, for
+// the syncs that run before the informer delivers it. The informer may
+// have delivered it already (its watch event can beat the write's
+// response), and that event found no entry to drop: so the mutation
+// cache is told again now what the informer holds, or our copy would stay.
+// client-go's LRUExpireCache forgets an expired entry only when it is read,
+// and a steady proxy's key is not read again: after 10,000 proxies
+// converged, thousands of whole Proxies stayed cached (decision 168).
+// The copy is trimmed as the informers trim theirs (decision 120).
+func (c *Controller) remember(updated *crawlv1alpha1.Proxy) {
+	updated.ManagedFields = nil
+	c.objects.Mutation(updated)
+	if cur, ok, _ := c.indexer.Get(updated); ok {
+		c.observeProxy(cur)
+	}
+}
+
 // observeProxy tells the mutation cache what the informer delivered, so it
 // drops our own writes once the informer has caught up with them.
 func (c *Controller) observeProxy(obj any) {

@@ -322,7 +322,7 @@ func (c *Controller) updateMetadata(ctx context.Context, p *crawlv1alpha1.Proxy,
 	if err != nil {
 		return fmt.Errorf("updating metadata: %w", err)
 	}
-	c.objects.Mutation(updated)
+	c.remember(updated)
 	p.ObjectMeta = updated.ObjectMeta
 	return nil
 }

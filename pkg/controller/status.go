@@ -66,7 +66,7 @@ func (c *Controller) updateStatusIfChanged(ctx context.Context, cached, p *crawl
 	if err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
-	c.objects.Mutation(updated)
+	c.remember(updated)
 	return nil
 }
 
