@@ -142,10 +142,10 @@ then `go tool pprof -peek 'Server..(acquire|release)$'`), 2026-12-01, 64 clients
   the insert stops at the back: two cores 678-777k → 829-905k pairs/s in an old/new A/B, 0.88-1.01× → 0.98-1.02×
   one core, p99 0.6 ms. What is left is the lock's handoff between cores; a store whose data stays on one core
   (sharded or combining) is what the rest would take.
-- **This run** (2026-12-02, afternoon) again found the VM slow (the HTTP references did 6,400-9,800 pairs/s
-  against 11,000-17,800 in the morning; one core of the store 597k-766k pairs/s between rounds, 0.82-1.26M in
-  the morning runs), so its absolute figures are the day's low; the ratios, measured side by side, are what
-  compare.
+- **The VM's speed moves from run to run** (on 2026-12-02 the HTTP references did 11,000-17,800 pairs/s in the
+  morning and 6,400-9,800 in the afternoon; one core of the store 0.82-1.26M pairs/s in the morning, 0.5-0.9M
+  later), so the absolute figures of the tables above are the day's, not the code's; the ratios, measured side
+  by side in one run, are what compare.
 STORY
     echo
     echo "## Lease API under a garbage-token flood (issue 20)"
