@@ -25,7 +25,8 @@ trap 'rm -f "$tmp"' EXIT
     echo "at the same concurrency as fast as it goes (the limit), and the same loop paced to the engine's rate (the same"
     echo "load without the engine); both loops run under a context ended by a cancel, as the engine's is (decision 164)."
     echo "They alternate, three rounds per size, each round a fresh engine;"
-    echo "the figures are summed over the rounds, and each round's ratio is shown (decision 157). Target (issue 16):"
+    echo "the figures are summed over the rounds, and each round's ratio is shown (decision 157). The engine's CPU, garbage"
+    echo "and probes are counted over its steady window, from one interval after its start (decision 169). Target (issue 16):"
     echo "the engine's CPU per probe at most 1.1x the bare loop's at 10,000 proxies. The last two columns are the heap"
     echo "bytes the process allocated per probe, the garbage its GC then collects (decision 167)."
     echo

@@ -141,9 +141,9 @@ type row struct {
 
 // engineRun is one run of the engine; bareRun one of the bare loop.
 type engineRun struct {
-	elapsed, window time.Duration
-	cpu, fleetCPU   float64 // seconds
-	all, probes     int     // probes finished: all, and those started in the window
+	window          time.Duration // the steady window: from one interval after the start to the end
+	cpu, fleetCPU   float64       // seconds, in the window
+	probes          int           // probes started in the window and finished by its end
 	failed, skipped int
 	delays          []time.Duration
 	peakRSS         int64
@@ -158,7 +158,7 @@ type bareRun struct {
 }
 
 func (e engineRun) cpuPerProbe() time.Duration {
-	return time.Duration(e.cpu / float64(e.all) * float64(time.Second))
+	return time.Duration(e.cpu / float64(e.probes) * float64(time.Second))
 }
 
 func (b bareRun) cpuPerProbe() time.Duration {
@@ -189,9 +189,9 @@ func measure(n int, run time.Duration, cfg settings, profile string) (row, error
 	}
 
 	var (
-		elapsed, window time.Duration
+		window          time.Duration
 		cpu, fleetCPU   float64
-		all, probes     int
+		probes          int
 		delays          []time.Duration
 		bare, paced     bareRun
 		engineAllocated uint64
@@ -218,9 +218,9 @@ func measure(n int, run time.Duration, cfg settings, profile string) (row, error
 		fmt.Fprintf(os.Stderr, "bench: %d proxies, round %d: CPU per probe: engine %v, bare loop %v, paced loop %v\n",
 			n, round+1, e.cpuPerProbe().Round(time.Microsecond), b.cpuPerProbe().Round(time.Microsecond), pc.cpuPerProbe().Round(time.Microsecond))
 		r.roundRatios = append(r.roundRatios, float64(e.cpuPerProbe())/float64(b.cpuPerProbe()))
-		elapsed, window = elapsed+e.elapsed, window+e.window
+		window += e.window
 		cpu, fleetCPU = cpu+e.cpu, fleetCPU+e.fleetCPU
-		all, probes = all+e.all, probes+e.probes
+		probes += e.probes
 		r.failed, r.skipped = r.failed+e.failed, r.skipped+e.skipped
 		delays = append(delays, e.delays...)
 		r.rssMiB = max(r.rssMiB, float64(e.peakRSS)/(1<<20))
@@ -229,16 +229,16 @@ func measure(n int, run time.Duration, cfg settings, profile string) (row, error
 		engineAllocated += e.allocated
 		paced.probes, paced.cpu = paced.probes+pc.probes, paced.cpu+pc.cpu
 	}
-	r.cpu = cpu / elapsed.Seconds()
-	r.fleetCPU = fleetCPU / elapsed.Seconds()
+	r.cpu = cpu / window.Seconds()
+	r.fleetCPU = fleetCPU / window.Seconds()
 	r.achieved = float64(probes) / window.Seconds()
-	r.cpuPerProbe = engineRun{cpu: cpu, all: all}.cpuPerProbe()
+	r.cpuPerProbe = engineRun{cpu: cpu, probes: probes}.cpuPerProbe()
 	r.lateP50, r.lateP99, r.late = quantiles(delays)
 	r.bareRate = float64(bare.probes) / bare.elapsed.Seconds()
 	r.bareCPU = bare.cpu / bare.elapsed.Seconds()
 	r.barePerProbe = bare.cpuPerProbe()
 	r.pacedPerProbe = paced.cpuPerProbe()
-	r.engineAlloc = float64(engineAllocated) / float64(all)
+	r.engineAlloc = float64(engineAllocated) / float64(probes)
 	r.bareAlloc = float64(bare.allocated) / float64(bare.probes)
 	return r, nil
 }
@@ -266,24 +266,29 @@ func runEngine(store cache.Indexer, fl *fleet.Process, run time.Duration, cfg se
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rss := sampleRSS(ctx)
-	cpu0, fleet0, alloc0 := cpuSeconds(), fl.CPUSeconds(), allocatedBytes()
 	start := time.Now()
 	done := make(chan error, 1)
 	m.windowStart = start.Add(warmup)
 	go func() { done <- engine.Run(ctx) }()
+	// CPU, garbage and the profile are the steady window's, like the
+	// probes they are divided by: the first pass meeting the whole fleet
+	// and its first verdicts happen once per engine, not per probe, and
+	// the loops have no start to pay for (decision 169).
+	time.Sleep(time.Until(m.windowStart))
+	cpu0, fleet0, alloc0 := cpuSeconds(), fl.CPUSeconds(), allocatedBytes()
+	windowStart := time.Now()
 	stopProfile, err := startCPUProfile(profile)
 	if err != nil {
 		return engineRun{}, err
 	}
-	time.Sleep(run)
+	time.Sleep(time.Until(start.Add(run)))
 	m.freeze()
 	if err := stopProfile(); err != nil {
 		return engineRun{}, err
 	}
-	e := engineRun{elapsed: time.Since(start)}
+	e := engineRun{window: time.Since(windowStart)}
 	cpu1, fleet1 := cpuSeconds(), fl.CPUSeconds()
 	e.allocated = allocatedBytes() - alloc0
-	e.window = e.elapsed - warmup
 	cancel()
 	if err := <-done; err != nil {
 		return e, err
@@ -291,7 +296,7 @@ func runEngine(store cache.Indexer, fl *fleet.Process, run time.Duration, cfg se
 	e.peakRSS = <-rss
 	e.cpu, e.fleetCPU = cpu1-cpu0, fleet1-fleet0
 	m.mu.Lock()
-	e.all, e.probes, e.failed, e.skipped, e.delays = m.all, m.probes, m.failed, m.skipped, m.delays
+	e.probes, e.failed, e.skipped, e.delays = m.probes, m.failed, m.skipped, m.delays
 	m.mu.Unlock()
 	return e, nil
 }
@@ -417,14 +422,13 @@ func benchProxy(i int, addr string, interval, timeout time.Duration) *crawlv1alp
 	}
 }
 
-// benchMetrics counts probes (all, and those started in the window) and
-// keeps every schedule delay until frozen.
+// benchMetrics counts the probes started in the window and keeps every
+// schedule delay until frozen.
 type benchMetrics struct {
 	health.NoMetrics
 	windowStart    time.Time
 	mu             sync.Mutex
 	frozen         bool
-	all            int
 	probes, failed int
 	skipped        int
 	delays         []time.Duration
@@ -436,7 +440,6 @@ func (m *benchMetrics) ObserveProbe(_ cache.ObjectName, result string, _ time.Du
 	if m.frozen {
 		return
 	}
-	m.all++
 	if started.Before(m.windowStart) {
 		return
 	}
