@@ -276,7 +276,6 @@ func runEngine(store cache.Indexer, fl *fleet.Process, run time.Duration, cfg se
 	// the loops have no start to pay for (decision 169).
 	time.Sleep(time.Until(m.windowStart))
 	cpu0, fleet0, alloc0 := cpuSeconds(), fl.CPUSeconds(), allocatedBytes()
-	windowStart := time.Now()
 	stopProfile, err := startCPUProfile(profile)
 	if err != nil {
 		return engineRun{}, err
@@ -286,7 +285,7 @@ func runEngine(store cache.Indexer, fl *fleet.Process, run time.Duration, cfg se
 	if err := stopProfile(); err != nil {
 		return engineRun{}, err
 	}
-	e := engineRun{window: time.Since(windowStart)}
+	e := engineRun{window: time.Since(m.windowStart)}
 	cpu1, fleet1 := cpuSeconds(), fl.CPUSeconds()
 	e.allocated = allocatedBytes() - alloc0
 	cancel()
