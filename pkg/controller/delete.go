@@ -42,6 +42,18 @@ func (c *Controller) reconcileDelete(ctx context.Context, p *crawlv1alpha1.Proxy
 	inst, err := ref.prov.Get(ctx, ref.id)
 	c.metrics.ObserveProviderCall(ref.providerName, "get", err)
 	if errors.Is(err, provider.ErrNotFound) {
+		// Gone, but only a Delete that succeeded also took what the provider
+		// made beside the instance (the kubernetes provider's cloud-init
+		// Secret and NetworkPolicy). After a failed Delete, or when the
+		// instance went by itself, Delete runs (again) first, so the
+		// finalizer never goes while those are left.
+		if !conditionReasonIs(p, crawlv1alpha1.ConditionProvisioned, ReasonDeleting) {
+			err := ref.prov.Delete(ctx, ref.id)
+			c.metrics.ObserveProviderCall(ref.providerName, "delete", err)
+			if err != nil {
+				return c.deleteFailure(ctx, p, "delete", err)
+			}
+		}
 		klog.FromContext(ctx).Info("Deleted instance", "instance", id)
 		c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonDeleted, "Deleted instance %s", id)
 		return done, c.removeFinalizer(ctx, p)

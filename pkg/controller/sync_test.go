@@ -656,14 +656,37 @@ func TestSync(t *testing.T) {
 			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseDeleting, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=False/Deleting"}},
 			wantFinal:     ptr.To(true),
 		},
-		"deleting, instance gone: finalizer removed": {
-			proxy:         newProxy(withFinalizer, withHash, withRunningStatus, withDeleting, withObservedStatus),
+		"deleting, instance gone after our delete: finalizer removed": {
+			proxy: newProxy(withFinalizer, withHash, withRunningStatus, withDeleting,
+				withCondition(crawlv1alpha1.ConditionProvisioned, metav1.ConditionFalse, ReasonDeleting, "deleting instance"), withObservedStatus),
 			setupProvider: func(fp *fake.Provider) {},
 			wantRequeue:   done,
 			wantActions:   []string{"update proxies"},
 			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}},
 			wantEvents:    []string{"Normal Deleted"},
 			wantFinal:     ptr.To(false),
+		},
+		"deleting, instance gone by itself: delete takes what it left, then finalizer removed": {
+			proxy:         newProxy(withFinalizer, withHash, withRunningStatus, withDeleting, withObservedStatus),
+			setupProvider: func(fp *fake.Provider) {},
+			wantRequeue:   done,
+			wantActions:   []string{"update proxies"},
+			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}, {Op: fake.OpDelete, ID: testInstance}},
+			wantEvents:    []string{"Normal Deleted"},
+			wantFinal:     ptr.To(false),
+		},
+		"deleting, instance gone but our delete failed (its Secret left): delete retried, finalizer kept": {
+			proxy: newProxy(withFinalizer, withHash, withRunningStatus, withDeleting,
+				withCondition(crawlv1alpha1.ConditionProvisioned, metav1.ConditionFalse, ReasonPermanentError, "delete: forbidden"), withObservedStatus),
+			setupProvider: func(fp *fake.Provider) {
+				fp.FailNext(fake.OpDelete, provider.Permanent(errBoom), 1)
+			},
+			wantErr:     true,
+			wantActions: []string{"update proxies/status"},
+			wantCalls:   []fake.Call{{Op: fake.OpGet, ID: testInstance}, {Op: fake.OpDelete, ID: testInstance}},
+			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseDeleting, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=False/PermanentError"}},
+			// The first failure's event told it; the same reason again is not news.
+			wantFinal: ptr.To(true),
 		},
 		"deleting with the provider not enabled: finalizer kept, reason given": {
 			proxy: newProxy(withFinalizer, withProvider(crawlv1alpha1.ProviderGCE), withRunningStatus, func(p *crawlv1alpha1.Proxy) {
