@@ -47,10 +47,8 @@ func (c *Controller) reconcileDelete(ctx context.Context, p *crawlv1alpha1.Proxy
 		// Secret and NetworkPolicy). After a failed Delete, or when the
 		// instance went by itself, Delete runs (again) first, so the
 		// finalizer never goes while those are left.
-		if !conditionReasonIs(p, crawlv1alpha1.ConditionProvisioned, ReasonDeleting) {
-			err := ref.prov.Delete(ctx, ref.id)
-			c.metrics.ObserveProviderCall(ref.providerName, "delete", err)
-			if err != nil {
+		if !deleteSucceeded(p) {
+			if err := c.deleteInstance(ctx, ref); err != nil {
 				return c.deleteFailure(ctx, p, "delete", err)
 			}
 		}

@@ -220,11 +220,20 @@ func (c *Controller) applyInstance(ctx context.Context, p *crawlv1alpha1.Proxy, 
 // deleteUnlessGoing asks the provider to delete inst unless it is already
 // stopped on our request, so polls don't pile up delete calls.
 func (c *Controller) deleteUnlessGoing(ctx context.Context, p *crawlv1alpha1.Proxy, ref instanceRef, inst provider.Instance) error {
-	requested := conditionReasonIs(p, crawlv1alpha1.ConditionProvisioned, ReasonReplacing) ||
-		conditionReasonIs(p, crawlv1alpha1.ConditionProvisioned, ReasonDeleting)
-	if inst.State == provider.StateStopped && requested {
+	if inst.State == provider.StateStopped && deleteSucceeded(p) {
 		return nil
 	}
+	return c.deleteInstance(ctx, ref)
+}
+
+// deleteSucceeded reports whether a Delete of ours succeeded for the
+// current instance: Replacing and Deleting are set only after one did.
+func deleteSucceeded(p *crawlv1alpha1.Proxy) bool {
+	return conditionReasonIs(p, crawlv1alpha1.ConditionProvisioned, ReasonReplacing) ||
+		conditionReasonIs(p, crawlv1alpha1.ConditionProvisioned, ReasonDeleting)
+}
+
+func (c *Controller) deleteInstance(ctx context.Context, ref instanceRef) error {
 	err := ref.prov.Delete(ctx, ref.id)
 	c.metrics.ObserveProviderCall(ref.providerName, "delete", err)
 	return err

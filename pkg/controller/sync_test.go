@@ -666,6 +666,16 @@ func TestSync(t *testing.T) {
 			wantEvents:    []string{"Normal Deleted"},
 			wantFinal:     ptr.To(false),
 		},
+		"deleting, instance gone after our delete while replacing: finalizer removed": {
+			proxy: newProxy(withFinalizer, withHash, withRunningStatus, withDeleting,
+				withCondition(crawlv1alpha1.ConditionProvisioned, metav1.ConditionFalse, ReasonReplacing, "replacing instance"), withObservedStatus),
+			setupProvider: func(fp *fake.Provider) {},
+			wantRequeue:   done,
+			wantActions:   []string{"update proxies"},
+			wantCalls:     []fake.Call{{Op: fake.OpGet, ID: testInstance}},
+			wantEvents:    []string{"Normal Deleted"},
+			wantFinal:     ptr.To(false),
+		},
 		"deleting, instance gone by itself: delete takes what it left, then finalizer removed": {
 			proxy:         newProxy(withFinalizer, withHash, withRunningStatus, withDeleting, withObservedStatus),
 			setupProvider: func(fp *fake.Provider) {},
