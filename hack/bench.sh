@@ -23,18 +23,18 @@ trap 'rm -f "$tmp"' EXIT
     echo "process) on a 10 s interval (three times the default load), against the schedule"
     echo "(expected probes/s = N / interval), beside a bare loop running the same probe function"
     echo "at the same concurrency as fast as it goes (the limit), and the same loop paced to the engine's rate (the same"
-    echo "load without the engine); both loops run under a context ended by a cancel, as the engine's is (decision 164)."
+    echo "load without the engine); both loops run under a context ended by a cancel, as the engine's is ([decision 164](decisions/0164-engine-own-work-probe-measured-alone.md))."
     echo "They alternate, three rounds per size, each round a fresh engine;"
-    echo "the figures are summed over the rounds, and each round's ratio is shown (decision 157). The engine's CPU, garbage"
-    echo "and probes are counted over its steady window, from one interval after its start (decision 169). Target (issue 16):"
+    echo "the figures are summed over the rounds, and each round's ratio is shown ([decision 157](decisions/0157-scheduling-pass-looks-again-only-at.md)). The engine's CPU, garbage"
+    echo "and probes are counted over its steady window, from one interval after its start ([decision 169](decisions/0169-health-bench-divides-engine-steady-window.md)). Target (issue 16):"
     echo "the engine's CPU per probe at most 1.1x the bare loop's at 10,000 proxies. The last two columns are the heap"
-    echo "bytes the process allocated per probe, the garbage its GC then collects (decision 167)."
+    echo "bytes the process allocated per probe, the garbage its GC then collects ([decision 167](decisions/0167-probe-leaves-third-less-garbage-scheduling.md))."
     echo
     go run ./pkg/testsuites/bench/health
     echo
     echo "\`go test -run '^\$' -bench 'BenchmarkEngineOwnWork\$' -benchtime 3s ./pkg/health\`: what the engine adds to a"
     echo "probe, without the probe: a scheduling pass over 10,000 proxies a second after the last, and the recording of"
-    echo "the probes it dispatched (decision 164). ns/probe beside the CPU per probe above is the engine's own share."
+    echo "the probes it dispatched ([decision 164](decisions/0164-engine-own-work-probe-measured-alone.md)). ns/probe beside the CPU per probe above is the engine's own share."
     echo
     echo '```text'
     go test -run '^$' -bench 'BenchmarkEngineOwnWork$' -benchtime 3s ./pkg/health | grep -E '^Benchmark'
@@ -49,9 +49,9 @@ trap 'rm -f "$tmp"' EXIT
     echo "1,000,000 pairs/s), 64 goroutines on one core (a lock convoy would show here first), and 64 goroutines on every"
     echo "core (target: no worse than one goroutine on one core). Every 64th pair is timed for the p99; pairs per"
     echo "CPU-second divide by the process's own CPU time, which other tenants of a shared machine do not inflate;"
-    echo "allocations per pair are the runtime's count for the whole process (decision 159)."
+    echo "allocations per pair are the runtime's count for the whole process ([decision 159](decisions/0159-lease-ids-version-3-signed-aes.md))."
     echo
-    echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), with$(grep -m1 '^flags' /proc/cpuinfo | grep -qw sha_ni || echo "out") SHA extensions (HMAC-SHA256 lease IDs were ~0.4 µs a pair dearer without them; decision 159)."
+    echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), with$(grep -m1 '^flags' /proc/cpuinfo | grep -qw sha_ni || echo "out") SHA extensions (HMAC-SHA256 lease IDs were ~0.4 µs a pair dearer without them; [decision 159](decisions/0159-lease-ids-version-3-signed-aes.md))."
     echo
     go run ./pkg/testsuites/bench/store
     echo
@@ -60,7 +60,7 @@ trap 'rm -f "$tmp"' EXIT
     echo "\`go test -run '^\$' -bench 'BenchmarkHandlerPair\$|BenchmarkStoreOps\$' -benchtime 3s -cpu 1 ./pkg/lease\`: one"
     echo "acquire+release through Server.Handler with requests built by hand (no sockets, no net/http parsing), beside"
     echo "the store's own pair: what the lease API's handlers add to a pair. 7 of its allocs/op are the benchmark's"
-    echo "own requests (decision 153)."
+    echo "own requests ([decision 153](decisions/0153-lease-api-decodes-request-without-maps.md))."
     echo
     echo '```text'
     go test -run '^$' -bench 'BenchmarkHandlerPair$|BenchmarkStoreOps$' -benchtime 3s -cpu 1 ./pkg/lease | grep -E '^Benchmark'
@@ -83,7 +83,7 @@ trap 'rm -f "$tmp"' EXIT
     echo "kube-apiserver and etcd, leading 1,000 External proxies (MaxLeases 1) that its health engine took to Ready;"
     echo "64 clients (pkg/lease/client) doing acquire+release pairs, beside the same client against a trivial net/http"
     echo "handler in a process of its own, in the lease API's own net/http server settings (lease.NewHTTPServer: the"
-    echo "same timeouts, so the same per-request deadlines; decision 155), that answers the operator's own grant body"
+    echo "same timeouts, so the same per-request deadlines; [decision 155](decisions/0155-lease-api-bench-trivial-handler-runs.md)), that answers the operator's own grant body"
     echo "and Location, and 204 to the release. 11 alternating rounds, medians; CPU/pair is the server process's."
     echo "Targets (issue 16): pairs/s at least 0.95x the trivial handler's, p99 at most 1.2x."
     echo
@@ -107,10 +107,10 @@ then `go tool pprof -peek 'Server..(acquire|release)$'`), 2026-12-01, 64 clients
   routing and header checks), GC 7%. The operator still spends ~100 µs of CPU per pair against the trivial
   handler's ~65 µs: that difference is about the handlers' share plus GC, spread thin (the store's Acquire and
   the answer's encoding ~5% each, the selection walking past the 64 held proxies at the front of the order,
-  which decision 113 then removed, net/http's per-request deadlines that the API's timeouts set). The store
-  allocates once per pair (the ID string, ~118 B): decisions 110 (store), 111 (HTTP), 112 (metrics) and 113
-  (selection) in docs/architecture.md.
-- **After decisions 152-154** (2026-12-02, `-peek 'Server..(acquire|release)$'` on the binary): the handlers
+  which [decision 113](decisions/0113-selection-orders-hold-only-proxies-acquire.md) then removed, net/http's per-request deadlines that the API's timeouts set). The store
+  allocates once per pair (the ID string, ~118 B): decisions [110](decisions/0110-lease-store-pair-costs-one-allocation.md) (store), [111](decisions/0111-lease-api-hot-answers-written-hand.md) (HTTP), [112](decisions/0112-lease-metrics-look-up-their-label.md) (metrics) and
+  [113](decisions/0113-selection-orders-hold-only-proxies-acquire.md) (selection).
+- **After decisions [152](decisions/0152-acquires-releases-routed-hand-mux-routes.md)-[154](decisions/0154-kept-lease-id-compared-plainly-up.md)** (2026-12-02, `-peek 'Server..(acquire|release)$'` on the binary): the handlers
   went from 31% to 21% of the operator's CPU and GC from 7.8% to 4.9%. What was cut: the wrapper's three passes
   over the path (the clean-path check, asking the mux whether a route exists, the mux's own match: 7%),
   a map per request for the body's members and one for the query, the known-parameter list joined on every
@@ -119,11 +119,11 @@ then `go tool pprof -peek 'Server..(acquire|release)$'`), 2026-12-01, 64 clients
   writing the answer (net/http's WriteHeader and our JSON), the proxy lister's lookup for credentials, two
   peeks at the lease key per release (authorize, then release), the Location header's string. net/http's
   own per-request work (syscalls, header parsing, the deadlines the API's timeouts set) is the rest, and the
-  reference now pays the same (decision 155).
-- **The store's one-core target** (1,000,000 pairs/s): decision 156 measured a throwaway build whose lease ID
+  reference now pays the same ([decision 155](decisions/0155-lease-api-bench-trivial-handler-runs.md)).
+- **The store's one-core target** (1,000,000 pairs/s): [decision 156](decisions/0156-store-keeps-hmac-sha256-lease-ids.md) measured a throwaway build whose lease ID
   was an unsigned stub at 771k-1,108k pairs/s against 523k-609k with the signed ID, on the Xeon VM of
   2026-12-02: signing (HMAC-SHA256, base64, the ID's string) was about 0.7 µs of a pair there.
-- **After decisions 159-162** (2026-12-02, an AMD EPYC VM with SHA and AES instructions): IDs are version 3,
+- **After decisions [159](decisions/0159-lease-ids-version-3-signed-aes.md)-[162](decisions/0162-scheduling-pass-finds-proxy-state-cached.md)** (2026-12-02, an AMD EPYC VM with SHA and AES instructions): IDs are version 3,
   signed with AES-CMAC (six AES blocks instead of three SHA-256 blocks) after the store's lock is released and
   published in a box per grant, so a release still compares instead of checking a MAC; the clock is read
   before locking. One core: 822 → 796 ns a pair here (min of 8 interleaved runs each), and 1,207 → 821 ns with
@@ -135,11 +135,11 @@ then `go tool pprof -peek 'Server..(acquire|release)$'`), 2026-12-01, 64 clients
   contention: on the EPYC of 2026-12-01 the 64-goroutine p99 stayed at a few µs; on the Xeon VM of 2026-12-02
   it is ~5 ms at -cpu 2, for the code before this session's changes as for the code after (measured side by
   side), so it is how this VM schedules 64 runnable goroutines on 2 vCPUs, not the store. On two cores 64
-  goroutines did fewer pairs/s than one goroutine on one core (0.75-0.86×): signing outside the lock (decision
-  159) took the p99 from milliseconds to below two, and the profile of the two-core placement alone (`-only 3
+  goroutines did fewer pairs/s than one goroutine on one core (0.75-0.86×): signing outside the lock
+  ([decision 159](decisions/0159-lease-ids-version-3-signed-aes.md)) took the p99 from milliseconds to below two, and the profile of the two-core placement alone (`-only 3
   -cpuprofile F`) then put 8% in `selectedBefore`: a release read its clock before waiting for the lock, so
   it sorted before the releases the other core made meanwhile, and its insert into the selection order walked
-  back past each of them, a cache miss apiece. Stamped no earlier than the release before it (decision 163),
+  back past each of them, a cache miss apiece. Stamped no earlier than the release before it ([decision 163](decisions/0163-release-stamped-no-earlier-than-release.md)),
   the insert stops at the back: two cores 678-777k → 829-905k pairs/s in an old/new A/B, 0.88-1.01× → 0.98-1.02×
   one core, p99 0.6 ms. What is left is the lock's handoff between cores; a store whose data stays on one core
   (sharded or combining) is what the rest would take.
@@ -185,7 +185,7 @@ STORY
     echo "and released per tunnel) to the same forward-proxy, registered as an External Proxy on a real kube-apiserver."
     echo "Each party is a process of its own, with its CPU time counted (/proc/PID/stat, getrusage), in two placements:"
     echo "every process on every core, and the gateway pinned to a core of its own (taskset) with the clients and the"
-    echo "forward-proxy on the other in both paths (decision 130). Three rounds per measurement, alternating which"
+    echo "forward-proxy on the other in both paths ([decision 130](decisions/0130-gateway-benchmark-runs-real-binaries-separate.md)). Three rounds per measurement, alternating which"
     echo "path goes first; medians."
     echo
     go run ./pkg/testsuites/bench/gateway
