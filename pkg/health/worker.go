@@ -1,0 +1,109 @@
+package health
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
+)
+
+// work runs the jobs it is handed until the channel closes.
+func (e *Engine) work(ctx context.Context, jobs <-chan job) {
+	for j := range jobs {
+		started := e.clock.Now()
+		e.metrics.ObserveScheduleDelay(started.Sub(j.due))
+		r := e.runCheck(ctx, j)
+		if ctx.Err() != nil {
+			continue // shutting down: the failure is ours, not the proxy's
+		}
+		e.record(ctx, j, r, started, e.clock.Now())
+	}
+}
+
+// runCheck adds the proxy's credentials to the target and probes it. When
+// the job must prove the proxy closed, a successful probe is followed by
+// one without credentials, which must fail: a Managed instance that serves
+// anyone (a cloud-init that ignores the credentials, say) is never Ready.
+func (e *Engine) runCheck(ctx context.Context, j job) Result {
+	t := j.check.target
+	if j.check.authSecret == "" {
+		return e.probe(ctx, t)
+	}
+	creds, err := e.credentials(ctx, j.key.Namespace, j.check.authSecret)
+	if err != nil {
+		return Result{Class: ResultError, Message: err.Error()}
+	}
+	withAuth := t
+	proxyURL := *t.Proxy
+	proxyURL.User = url.UserPassword(creds.Username, creds.Password)
+	withAuth.Proxy = &proxyURL
+	r := e.probe(ctx, withAuth)
+	if !r.OK || !j.proveClosed {
+		return r
+	}
+	if anonymous := e.probe(ctx, t); anonymous.OK {
+		return Result{Class: ResultOpen, Latency: r.Latency, Status: anonymous.Status, Message: fmt.Sprintf(
+			"the instance answers without credentials too: anyone who can reach it can use it; configure it to require those of Secret %q", j.check.authSecret)}
+	}
+	return r
+}
+
+// credentials reads the spec.auth Secret. Its errors name the Secret and
+// the key, never a value.
+func (e *Engine) credentials(ctx context.Context, namespace, name string) (*proxyaccess.Credentials, error) {
+	if e.secrets == nil {
+		return nil, fmt.Errorf("credentials Secret %q: the engine has no Secret reader", name)
+	}
+	return proxyaccess.ReadCredentials(name, func(name string) (*corev1.Secret, error) { return e.secrets(ctx, namespace, name) })
+}
+
+// record applies a probe result to the proxy's state and reports the
+// verdict when it is worth a status write.
+func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.Time) {
+	e.mu.Lock()
+	st := j.state
+	if st.gone {
+		// Pruned or replaced while the probe ran: the result is about an
+		// instance or address that is no longer the proxy's.
+		e.mu.Unlock()
+		return
+	}
+	st.inFlight = false
+	st.counters = observeLatency(transition(st.counters, r.OK, j.check.thresholds), r.Latency, r.OK)
+	why := reportReason(st.reported, st.reportedAt, st.counters, r.Latency, r.OK, now, e.minReportInterval)
+	if why == reportLatency && !e.latencyBudget.AllowN(now, 1) {
+		why = "" // over the fleet's budget: a later probe reports it
+	}
+	// Made only when reported: most probes report nothing (decision 164).
+	var v *controller.HealthVerdict
+	if why != "" {
+		v = &controller.HealthVerdict{
+			Address:   st.address,
+			Healthy:   st.counters.verdict == verdictHealthy,
+			Message:   r.Message,
+			CheckedAt: started,
+		}
+		if v.Healthy {
+			v.Latency = r.Latency // a failed probe's duration is not a latency
+		}
+		st.reported, st.reportedAt = v, now
+	}
+	failures := st.counters.failures
+	e.mu.Unlock()
+
+	e.metrics.ObserveProbe(j.key, r.Class, r.Latency, started)
+	e.metrics.SetConsecutiveFailures(j.key, failures)
+	if why == "" {
+		return
+	}
+	e.metrics.ObserveReport(why)
+	klog.FromContext(ctx).V(2).Info("Reporting health verdict", "proxy", klog.KRef(j.key.Namespace, j.key.Name),
+		"why", why, "healthy", v.Healthy, "latency", v.Latency, "message", v.Message)
+	e.enqueue(j.key)
+}
