@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -130,38 +129,22 @@ type prober struct {
 // request and the heads it reads are, and because the pool keeps one pair
 // for every probe of a tick's burst: 4 KiB ones were 4 MB of the
 // operator's live heap at 10,000 proxies.
-//
-// The request, its header map and the reader's limit are kept with them:
-// made new, they were 770 of the 3,300 bytes a probe allocated, garbage
-// the operator's GC then collects (decision 167). A probe uses one
-// request at a time (the CONNECT's answer is read before the GET is
-// made), and close clears it, so no credential stays in the pool.
 type probeBuffers struct {
-	r      *bufio.Reader
-	w      *bufio.Writer
-	limit  io.LimitedReader
-	req    http.Request
-	header http.Header
-	tunnel url.URL // a CONNECT's authority-form target
+	r *bufio.Reader
+	w *bufio.Writer
 }
 
 const probeBufferSize = 512
 
 var probeBufferPool = sync.Pool{New: func() any {
-	return &probeBuffers{r: bufio.NewReaderSize(nil, probeBufferSize), w: bufio.NewWriterSize(nil, probeBufferSize), header: make(http.Header, 4)}
+	return &probeBuffers{r: bufio.NewReaderSize(nil, probeBufferSize), w: bufio.NewWriterSize(nil, probeBufferSize)}
 }}
 
-// userAgentValue is every probe's User-Agent header value; nothing
-// modifies a request's header values once set.
-var userAgentValue = []string{userAgent}
-
-// newRequest resets the probe's request for method, u and host, with
-// User-Agent its only header.
-func (p *prober) newRequest(method string, u *url.URL, host string) *http.Request {
-	clear(p.buf.header)
-	p.buf.header["User-Agent"] = userAgentValue
-	p.buf.req = http.Request{Method: method, URL: u, Host: host, Header: p.buf.header}
-	return &p.buf.req
+// newRequest is a request for method, u and host, with User-Agent its only
+// header. Each probe makes its own (pooling them did not pay:
+// docs/decisions/0180-plain-probe-request-and-dial.md).
+func newRequest(method string, u *url.URL, host string) *http.Request {
+	return &http.Request{Method: method, URL: u, Host: host, Header: http.Header{"User-Agent": {userAgent}}}
 }
 
 // write writes req to conn, absolute-form (to the proxy) or not.
@@ -180,8 +163,7 @@ func (p *prober) write(conn net.Conn, req *http.Request, absolute bool) error {
 // read reads req's response from conn, headers and body together bounded
 // by limit (a misbehaving server cannot make a probe read without end).
 func (p *prober) read(conn net.Conn, req *http.Request, limit int64) (*http.Response, error) {
-	p.buf.limit = io.LimitedReader{R: conn, N: limit}
-	p.buf.r.Reset(&p.buf.limit)
+	p.buf.r.Reset(io.LimitReader(conn, limit))
 	for {
 		resp, err := http.ReadResponse(p.buf.r, req)
 		if err != nil {
@@ -202,21 +184,9 @@ func (p *prober) read(conn net.Conn, req *http.Request, limit int64) (*http.Resp
 // system calls (decision 166).
 var probeDialer = net.Dialer{KeepAlive: -1}
 
-// dialProxy connects to the proxy. An IP address (every Managed proxy's, and
-// the usual External one) skips the resolver: five allocations and 310
-// bytes a probe less for the operator's GC (decision 167). A host name is
-// resolved as before.
+// dialProxy connects to the proxy.
 func dialProxy(ctx context.Context, proxy *url.URL) (net.Conn, error) {
-	addr := hostPort(proxy)
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return probeDialer.DialContext(ctx, "tcp", addr)
-	}
-	conn, err := probeDialer.DialTCP(ctx, "tcp", netip.AddrPort{}, ap)
-	if err != nil {
-		return nil, err // not a nil *TCPConn in a non-nil net.Conn
-	}
-	return conn, nil
+	return probeDialer.DialContext(ctx, "tcp", hostPort(proxy))
 }
 
 // fetch dials the proxy and returns the final response, its body still to
@@ -256,8 +226,7 @@ func (p *prober) fetch(ctx context.Context) (*http.Response, error) {
 
 	p.stage = stageConnect
 	addr := hostPort(p.target)
-	p.buf.tunnel = url.URL{Opaque: addr}
-	connect := p.newRequest(http.MethodConnect, &p.buf.tunnel, addr)
+	connect := newRequest(http.MethodConnect, &url.URL{Opaque: addr}, addr)
 	setProxyAuth(connect.Header, p.t.Proxy)
 	if err := p.write(conn, connect, false); err != nil {
 		return nil, err
@@ -295,7 +264,7 @@ const userAgent = "proxy-operator-health"
 // request is the GET of the target: for the proxy itself (absolute-form,
 // with the proxy's credentials) or through a tunnel.
 func (p *prober) request(viaProxy bool) *http.Request {
-	req := p.newRequest(http.MethodGet, p.target, p.target.Host)
+	req := newRequest(http.MethodGet, p.target, p.target.Host)
 	req.Close = true
 	if viaProxy {
 		setProxyAuth(req.Header, p.t.Proxy)
@@ -331,10 +300,6 @@ func (p *prober) close() {
 	}
 	p.buf.r.Reset(nil)
 	p.buf.w.Reset(nil)
-	p.buf.limit = io.LimitedReader{}
-	p.buf.req = http.Request{}
-	p.buf.tunnel = url.URL{}
-	clear(p.buf.header) // the credentials go with it
 	probeBufferPool.Put(p.buf)
 }
 

@@ -333,8 +333,8 @@ func TestProbeFreshConnections(t *testing.T) {
 }
 
 // TestProbeConnectionOptions reads, from the kernel, the options of a
-// connection a probe dials to its proxy, by IP address (no resolver,
-// decision 167) and by name: no keep-alive (a probe's deadline ends a
+// connection a probe dials to its proxy, by IP address and by name: no
+// keep-alive (a probe's deadline ends a
 // connection to a dead peer, decision 166), and Nagle off, so a probe's
 // small writes are not held back and its latency is the proxy's.
 func TestProbeConnectionOptions(t *testing.T) {
