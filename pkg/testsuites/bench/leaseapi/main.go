@@ -12,6 +12,7 @@
 //
 //	go run ./pkg/testsuites/bench/leaseapi                       # 1,000 proxies, 64 clients, 11 rounds of 5 s
 //	go run ./pkg/testsuites/bench/leaseapi -cpuprofile op.pprof  # also a CPU profile of the operator under load
+//	go run ./pkg/testsuites/bench/leaseapi -baseline-ref main    # A/B: main's operator in the same rounds
 //
 // Rounds alternate which side goes first; the report gives every round and
 // the medians. It prints markdown on stdout and progress on stderr. It is a
@@ -129,6 +130,13 @@ func run(ctx context.Context, cfg config) (string, error) {
 		return "", err
 	}
 	binary := filepath.Join(dir, "proxy-operator")
+	baseline := *baselineBinary
+	if *baselineRef != "" {
+		progress("building cmd/proxy-operator at %s", *baselineRef)
+		if baseline, err = buildBaseline(ctx, dir, *baselineRef); err != nil {
+			return "", err
+		}
+	}
 	progress("starting kube-apiserver and etcd")
 	env, kubeconfig, err := benchkit.StartAPIServer(ctx, dir)
 	if err != nil {
@@ -147,47 +155,13 @@ func run(ctx context.Context, cfg config) (string, error) {
 	}
 	kube := kubernetes.NewForConfigOrDie(env.Config)
 	const ns = "lease-bench"
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return "", fmt.Errorf("creating the namespace: %w", err)
-	}
 
-	progress("starting the operator")
-	op, err := startProcess(filepath.Join(dir, "operator.log"), binary, func(ports []int) []string {
-		return []string{
-			fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("--lease-addr=127.0.0.1:%d", ports[1]),
-			"--kubeconfig=" + kubeconfig, "--namespace=" + ns, "--leader-elect-namespace=" + ns,
-			"--lease-auth=none", "--profiling",
-		}
-	})
+	op, c, err := startOperator(ctx, dir, binary, kubeconfig, crawl, kube, ns, addrs, cfg)
 	if err != nil {
 		return "", err
 	}
 	defer op.kill()
-	if err := waitReady(ctx, op, "http://"+op.addr(1)+"/readyz", time.Minute); err != nil {
-		return "", fmt.Errorf("phase \"operator leads\": %w", err)
-	}
-
-	progress("creating %d External proxies", cfg.proxies)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
-	for i, addr := range addrs[:cfg.proxies] {
-		g.Go(func() error {
-			_, err := crawl.CrawlV1alpha1().Proxies(ns).Create(gctx, newProxy(ns, i, addr), metav1.CreateOptions{})
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return "", fmt.Errorf("phase \"create proxies\": %w", err)
-	}
 	leaseURL := "http://" + op.addr(1)
-	c, err := newClient(leaseURL, cfg.clients)
-	if err != nil {
-		return "", err
-	}
-	if err := waitLeasable(ctx, c, ns, cfg.proxies, cfg.timeout); err != nil {
-		return "", fmt.Errorf("phase \"all proxies Ready in the lease store\": %w", errors.Join(err, op.exitErr()))
-	}
-
 	// The trivial handler answers what the operator answers.
 	grant, err := grantBody(ctx, leaseURL, ns)
 	if err != nil {
@@ -217,40 +191,159 @@ func run(ctx context.Context, cfg config) (string, error) {
 	}
 
 	sides := []side{
-		{name: "trivial net/http handler", client: tc, proc: trivial},
-		{name: "lease API on the operator", client: c, proc: op},
+		{name: "trivial net/http handler", client: tc, proc: trivial, ns: ns},
+		{name: "lease API on the operator", client: c, proc: op, ns: ns},
+	}
+	if baseline != "" {
+		// The baseline leads a namespace of its own (its own leader
+		// election and horizon) with proxies at the same fleet addresses.
+		const baseNS = "lease-bench-baseline"
+		bop, bc, err := startOperator(ctx, dir, baseline, kubeconfig, crawl, kube, baseNS, addrs, cfg)
+		if err != nil {
+			return "", fmt.Errorf("baseline: %w", err)
+		}
+		defer bop.kill()
+		sides = append(sides, side{name: "lease API on the baseline operator", client: bc, proc: bop, ns: baseNS})
 	}
 	progress("warming up")
 	for _, s := range sides {
-		if _, err := measure(ctx, s, ns, cfg.clients, time.Second); err != nil {
+		if _, err := measure(ctx, s, cfg.clients, time.Second); err != nil {
 			return "", fmt.Errorf("phase \"warm-up, %s\": %w", s.name, err)
 		}
 	}
 	load := loadAverage()
-	var results [][2]result
+	var results [][]result
 	for r := range cfg.rounds {
-		var pair [2]result
-		order := []int{0, 1}
-		if r%2 == 1 {
-			order = []int{1, 0}
-		}
-		for _, i := range order {
-			res, err := measure(ctx, sides[i], ns, cfg.clients, cfg.round)
+		// Each round starts with the next side, so every side goes first,
+		// second, ... equally often.
+		res := make([]result, len(sides))
+		for k := range sides {
+			i := (r + k) % len(sides)
+			got, err := measure(ctx, sides[i], cfg.clients, cfg.round)
 			if err != nil {
-				return "", fmt.Errorf("phase \"round %d, %s\": %w", r+1, sides[i].name, errors.Join(err, op.exitErr()))
+				return "", fmt.Errorf("phase \"round %d, %s\": %w", r+1, sides[i].name, errors.Join(err, sides[i].proc.exitErr()))
 			}
-			pair[i] = res
+			res[i] = got
 		}
-		progress("round %d: trivial %.0f pairs/s, operator %.0f pairs/s", r+1, pair[0].pairsPerSec, pair[1].pairsPerSec)
-		results = append(results, pair)
+		progress("round %d: %s", r+1, roundLine(sides, res))
+		results = append(results, res)
 	}
 	if cfg.cpuProfile != "" {
 		progress("profiling the operator over one more lease round")
-		if err := profile(ctx, op, sides[1], ns, cfg, cfg.cpuProfile); err != nil {
+		if err := profile(ctx, op, sides[1], cfg, cfg.cpuProfile); err != nil {
 			return "", fmt.Errorf("phase \"profile\": %w", err)
 		}
 	}
-	return format(cfg, load, loadAverage(), results), nil
+	report := format(cfg, load, loadAverage(), results)
+	if baseline != "" {
+		report += formatAB(cfg, *baselineRef, results)
+	}
+	return report, nil
+}
+
+// startOperator starts binary leading namespace ns with one External proxy
+// per fleet address, and waits until the lease API lists them all Ready.
+func startOperator(ctx context.Context, dir, binary, kubeconfig string, crawl versioned.Interface, kube kubernetes.Interface, ns string, addrs []string, cfg config) (*process, *leaseclient.Client, error) {
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return nil, nil, fmt.Errorf("creating the namespace: %w", err)
+	}
+	progress("starting %s for namespace %s", binary, ns)
+	op, err := startProcess(filepath.Join(dir, ns+".log"), binary, func(ports []int) []string {
+		return []string{
+			fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("--lease-addr=127.0.0.1:%d", ports[1]),
+			"--kubeconfig=" + kubeconfig, "--namespace=" + ns, "--leader-elect-namespace=" + ns,
+			"--lease-auth=none", "--profiling",
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := populate(ctx, op, crawl, ns, addrs, cfg)
+	if err != nil {
+		op.kill()
+		return nil, nil, err
+	}
+	return op, c, nil
+}
+
+// populate waits for op to lead, creates the proxies and waits for them.
+func populate(ctx context.Context, op *process, crawl versioned.Interface, ns string, addrs []string, cfg config) (*leaseclient.Client, error) {
+	if err := waitReady(ctx, op, "http://"+op.addr(1)+"/readyz", time.Minute); err != nil {
+		return nil, fmt.Errorf("phase \"operator leads\": %w", err)
+	}
+	progress("creating %d External proxies in %s", cfg.proxies, ns)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, addr := range addrs[:cfg.proxies] {
+		g.Go(func() error {
+			_, err := crawl.CrawlV1alpha1().Proxies(ns).Create(gctx, newProxy(ns, i, addr), metav1.CreateOptions{})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("phase \"create proxies\": %w", err)
+	}
+	c, err := newClient("http://"+op.addr(1), cfg.clients)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitLeasable(ctx, c, ns, cfg.proxies, cfg.timeout); err != nil {
+		return nil, fmt.Errorf("phase \"all proxies Ready in the lease store\": %w", errors.Join(err, op.exitErr()))
+	}
+	return c, nil
+}
+
+func roundLine(sides []side, res []result) string {
+	var parts []string
+	for i, s := range sides {
+		parts = append(parts, fmt.Sprintf("%s %.0f pairs/s, %.3f CPU-s/1000 pairs", s.name, res[i].pairsPerSec, cpuPerThousand(res[i])))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// cpuPerThousand is the server process's CPU-seconds per 1,000 pairs.
+func cpuPerThousand(r result) float64 { return r.cpuPerPair.Seconds() * 1000 }
+
+// formatAB is the table of the operator (this tree) against the baseline
+// operator, each measured in the same rounds.
+func formatAB(cfg config, ref string, results [][]result) string {
+	var b strings.Builder
+	if ref == "" {
+		ref = *baselineBinary
+	}
+	fmt.Fprintf(&b, "\nA/B: baseline %s against this tree, %d rounds of %v, alternating.\n\n", ref, len(results), cfg.round)
+	b.WriteString("| round | baseline pairs/s | new pairs/s | baseline CPU-s/1000 pairs | new CPU-s/1000 pairs |\n|---:|---:|---:|---:|---:|\n")
+	var bp, np, bc, nc []float64
+	for i, r := range results {
+		o, n := r[2], r[1]
+		bp, np = append(bp, o.pairsPerSec), append(np, n.pairsPerSec)
+		bc, nc = append(bc, cpuPerThousand(o)), append(nc, cpuPerThousand(n))
+		fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.4f | %.4f |\n", i+1, o.pairsPerSec, n.pairsPerSec, cpuPerThousand(o), cpuPerThousand(n))
+	}
+	fmt.Fprintf(&b, "| **median** | **%.0f** | **%.0f** | **%.4f** | **%.4f** |\n", median(bp), median(np), median(bc), median(nc))
+	fmt.Fprintf(&b, "\nNew/baseline: pairs/s %.2f×, CPU per pair %.2f×.\n", median(np)/median(bp), median(nc)/median(bc))
+	return b.String()
+}
+
+// buildBaseline builds cmd/proxy-operator at a git ref, in a worktree
+// removed afterwards, into dir as proxy-operator-baseline.
+func buildBaseline(ctx context.Context, dir, ref string) (string, error) {
+	tree := filepath.Join(dir, "baseline-src")
+	if out, err := exec.CommandContext(ctx, "git", "worktree", "add", "--detach", tree, ref).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("git worktree add %s: %w: %s", ref, err, out)
+	}
+	defer func() {
+		if out, err := exec.Command("git", "worktree", "remove", "--force", tree).CombinedOutput(); err != nil {
+			progress("removing the worktree %s: %v: %s", tree, err, out)
+		}
+	}()
+	binary := filepath.Join(dir, "proxy-operator-baseline")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd/proxy-operator")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = tree, os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building %s: %w", ref, err)
+	}
+	return binary, nil
 }
 
 // side is one server the clients measure.
@@ -258,6 +351,7 @@ type side struct {
 	name   string
 	client *leaseclient.Client
 	proc   *process
+	ns     string // where its proxies are
 }
 
 // result is one measurement of one side.
@@ -271,7 +365,7 @@ type result struct {
 }
 
 // measure runs acquire+release pairs from clients goroutines for d.
-func measure(ctx context.Context, s side, ns string, clients int, d time.Duration) (result, error) {
+func measure(ctx context.Context, s side, clients int, d time.Duration) (result, error) {
 	var (
 		mu        sync.Mutex
 		latencies []time.Duration
@@ -291,7 +385,7 @@ func measure(ctx context.Context, s side, ns string, clients int, d time.Duratio
 			mine := make([]time.Duration, 0, 4096)
 			for time.Now().Before(deadline) {
 				t0 := time.Now()
-				l, err := s.client.Acquire(ctx, leaseclient.AcquireRequest{Holder: holder, Namespace: ns})
+				l, err := s.client.Acquire(ctx, leaseclient.AcquireRequest{Holder: holder, Namespace: s.ns})
 				if err == nil {
 					err = s.client.Release(ctx, l.ID, leaseclient.OutcomeOK, "")
 				}
@@ -336,7 +430,7 @@ func measure(ctx context.Context, s side, ns string, clients int, d time.Duratio
 }
 
 // profile takes the operator's CPU profile during one more lease round.
-func profile(ctx context.Context, op *process, s side, ns string, cfg config, path string) error {
+func profile(ctx context.Context, op *process, s side, cfg config, path string) error {
 	seconds := max(1, int(cfg.round.Seconds()))
 	got := make(chan error, 1)
 	go func() {
@@ -357,13 +451,13 @@ func profile(ctx context.Context, op *process, s side, ns string, cfg config, pa
 		}
 		got <- err
 	}()
-	if _, err := measure(ctx, s, ns, cfg.clients, time.Duration(seconds)*time.Second+500*time.Millisecond); err != nil {
+	if _, err := measure(ctx, s, cfg.clients, time.Duration(seconds)*time.Second+500*time.Millisecond); err != nil {
 		return err
 	}
 	return <-got
 }
 
-func format(cfg config, loadBefore, loadAfter string, results [][2]result) string {
+func format(cfg config, loadBefore, loadAfter string, results [][]result) string {
 	var b strings.Builder
 	trivialServer := "the lease API's server settings (lease.NewHTTPServer)"
 	if *bareTrivial {
@@ -495,8 +589,10 @@ func grantBody(ctx context.Context, leaseURL, ns string) ([]byte, error) {
 }
 
 var (
-	trivialAddr = flag.String("addr", "127.0.0.1:0", "internal: the trivial handler's address (with -serve-trivial)")
-	bareTrivial = flag.Bool("bare-trivial", false, "serve the trivial handler with net/http's defaults and a header timeout, not the lease API's server settings (its timeouts and header limit)")
+	trivialAddr    = flag.String("addr", "127.0.0.1:0", "internal: the trivial handler's address (with -serve-trivial)")
+	baselineRef    = flag.String("baseline-ref", "", "A/B: also build cmd/proxy-operator at this git ref (a worktree in a temporary directory, removed after) and measure it in the same alternating rounds")
+	baselineBinary = flag.String("baseline-binary", "", "A/B: the baseline operator binary, instead of -baseline-ref")
+	bareTrivial    = flag.Bool("bare-trivial", false, "serve the trivial handler with net/http's defaults and a header timeout, not the lease API's server settings (its timeouts and header limit)")
 )
 
 // serveTrivial answers POST /v1/leases with the grant in bodyPath (and its
