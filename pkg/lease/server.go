@@ -442,9 +442,8 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	if logger := klog.FromContext(r.Context()).V(4); logger.Enabled() {
 		logger.Info("Lease granted", "proxy", l.Proxy.Key, "holder", l.Holder, "user", user.Name, "expiresAt", l.ExpiresAt)
 	}
-	w.Header()["Location"] = []string{"/v1/leases/" + l.ID}
-	out := leaseWireFrom(l, creds)
-	writeLeaseJSON(w, http.StatusCreated, &out)
+	w.Header().Set("Location", "/v1/leases/"+l.ID)
+	writeJSON(w, http.StatusCreated, leaseWireFrom(l, creds))
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
@@ -469,8 +468,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	out := leaseWireFrom(l, nil)
-	writeLeaseJSON(w, http.StatusOK, &out)
+	writeJSON(w, http.StatusOK, leaseWireFrom(l, nil))
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request, id string) {
@@ -518,8 +516,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	out := leaseWireFrom(l, nil)
-	writeLeaseJSON(w, http.StatusOK, &out)
+	writeJSON(w, http.StatusOK, leaseWireFrom(l, nil))
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
