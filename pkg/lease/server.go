@@ -142,11 +142,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		}
 		s.horizon = &horizonKeeper{watermark: cfg.Horizon, store: cfg.Store, clock: s.clock, step: step}
 	}
-	s.mux.HandleFunc(acquirePattern, s.leaderOnly(s.acquire))
+	s.mux.HandleFunc("POST /v1/leases", s.leaderOnly(s.acquire))
 	s.mux.HandleFunc("POST /v1/leases/{id}/renew", s.leaderOnly(s.renew))
-	s.mux.HandleFunc(releasePattern, s.leaderOnly(func(w http.ResponseWriter, r *http.Request) {
-		s.release(w, r, r.PathValue("id"))
-	}))
+	s.mux.HandleFunc("DELETE /v1/leases/{id}", s.leaderOnly(s.release))
 	s.mux.HandleFunc("GET /v1/leases", s.leaderOnly(s.list))
 	s.mux.HandleFunc("GET /v1/leases/{id}", s.leaderOnly(s.get))
 	s.mux.HandleFunc("GET /v1/proxies", s.leaderOnly(s.proxies))
@@ -227,10 +225,6 @@ func (s *Server) Handler() http.Handler {
 			writeError(w, http.StatusRequestHeaderFieldsTooLarge, codeHeadersTooLarge, fmt.Sprintf("the request line and headers are larger than %d bytes", maxHeaderBytes), "")
 			return
 		}
-		if call, ok := hotRoute(r); ok {
-			s.serveHot(w, r, call)
-			return
-		}
 		if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
 			// The mux would redirect; the API has one spelling per endpoint.
 			writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no such endpoint: %s (the API does not redirect: use %s)", r.URL.Path, clean), "")
@@ -242,60 +236,6 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.mux.ServeHTTP(w, r)
 	})
-}
-
-// The two routes every lease takes, which hotRoute matches without the mux.
-const (
-	acquirePattern = "POST /v1/leases"
-	releasePattern = "DELETE /v1/leases/{id}"
-	leasesPrefix   = "/v1/leases/"
-)
-
-// hotCall is an acquire or a release that hotRoute matched: its pattern,
-// and the lease ID of a release.
-type hotCall struct {
-	pattern, id string
-}
-
-// hotRoute matches the acquires and releases it can by hand; every other
-// request (false) goes to the mux. The mux would pick the same handler,
-// but checking that the path is clean, asking the mux whether a route
-// exists and letting it match again cost about 7% of the operator's CPU
-// under lease load (docs/architecture.md, decision 152). So it matches
-// only what needs none of that: a path with no escapes (RawPath empty, so
-// Path is what the mux would match segment by segment), already clean, and
-// an ID of one segment. TestHotRoute and FuzzHotRoute hold it to the mux's
-// answer.
-func hotRoute(r *http.Request) (hotCall, bool) {
-	if r.URL.RawPath != "" {
-		return hotCall{}, false
-	}
-	switch r.Method {
-	case http.MethodPost:
-		if r.URL.Path == "/v1/leases" {
-			return hotCall{pattern: acquirePattern}, true
-		}
-	case http.MethodDelete:
-		id, ok := strings.CutPrefix(r.URL.Path, leasesPrefix)
-		if ok && id != "" && id != "." && id != ".." && !strings.Contains(id, "/") {
-			return hotCall{pattern: releasePattern, id: id}, true
-		}
-	}
-	return hotCall{}, false
-}
-
-// serveHot serves what hotRoute matched, as the mux's route would.
-func (s *Server) serveHot(w http.ResponseWriter, r *http.Request, call hotCall) {
-	if !s.leading.Load() {
-		writeNotLeading(w)
-		return
-	}
-	switch call.pattern {
-	case acquirePattern:
-		s.acquire(w, r)
-	case releasePattern:
-		s.release(w, r, call.id)
-	}
 }
 
 // NewHTTPServer is the net/http server the lease API runs h in: its
@@ -471,7 +411,8 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, leaseWireFrom(l, nil))
 }
 
-func (s *Server) release(w http.ResponseWriter, r *http.Request, id string) {
+func (s *Server) release(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
 	user, ok := s.authenticate(w, r)
 	if !ok {
 		return
