@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -177,122 +175,10 @@ func decodeProxies(rawQuery string) (proxiesQuery, error) {
 }
 
 // decodeObject decodes one JSON object whose members are strings named in
-// known, strictly (see the top of this file). It returns the members given.
-// An empty body is an error unless allowEmpty.
-//
-// The body is read whole first (it is bounded by the server's limit) and
-// the usual one, a flat object of known names and plain string values, is
-// parsed by hand; anything else (escapes, an error of any kind, a read that
-// failed) is decoded again by decodeObjectStream from the same bytes and
-// the same read error, so that every answer but the fast one is exactly as
-// before (decision 111).
+// known, strictly (see the top of this file), with encoding/json's
+// tokenizer: a name is checked when it is read, so an error names it. It
+// returns the members given. An empty body is an error unless allowEmpty.
 func decodeObject(body io.Reader, known []string, allowEmpty bool) (members, error) {
-	bp := bodyBuffers.Get().(*[]byte)
-	b, readErr := readAll(body, (*bp)[:0])
-	defer func() {
-		if cap(b) <= 64<<10 {
-			*bp = b[:0]
-			bodyBuffers.Put(bp)
-		}
-	}()
-	if readErr == nil {
-		if m, ok := parsePlainObject(b, known); ok {
-			return m, nil
-		}
-	}
-	var r io.Reader = bytes.NewReader(b)
-	if readErr != nil {
-		r = io.MultiReader(r, errReader{readErr})
-	}
-	return decodeObjectStream(r, known, allowEmpty)
-}
-
-var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
-
-// readAll is io.ReadAll into b.
-func readAll(r io.Reader, b []byte) ([]byte, error) {
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-	}
-}
-
-// parsePlainObject parses b if it is one JSON object of distinct names
-// from known whose values are strings without escapes or control
-// characters, in valid UTF-8: what json.Unmarshal would make of it. ok is
-// false for anything else, which decodeObjectStream then judges.
-func parsePlainObject(b []byte, known []string) (m members, ok bool) {
-	i := skipJSONSpace(b, 0)
-	if i == len(b) || b[i] != '{' {
-		return members{}, false
-	}
-	i = skipJSONSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return m, skipJSONSpace(b, i+1) == len(b)
-	}
-	for {
-		rawName, next, ok := plainJSONString(b, i)
-		k := slices.IndexFunc(known, func(k string) bool { return k == string(rawName) })
-		if !ok || k < 0 {
-			return members{}, false
-		}
-		i = skipJSONSpace(b, next)
-		if i == len(b) || b[i] != ':' {
-			return members{}, false
-		}
-		value, next, ok := plainJSONString(b, skipJSONSpace(b, i+1))
-		if !ok || !utf8.Valid(value) || !m.add(known[k], string(value)) {
-			return members{}, false
-		}
-		i = skipJSONSpace(b, next)
-		switch {
-		case i == len(b):
-			return members{}, false
-		case b[i] == ',':
-			i = skipJSONSpace(b, i+1)
-		case b[i] == '}':
-			return m, skipJSONSpace(b, i+1) == len(b)
-		default:
-			return members{}, false
-		}
-	}
-}
-
-// plainJSONString reads the string starting at b[i] if it has no escapes
-// and no control characters; next is the index after its closing quote.
-func plainJSONString(b []byte, i int) (s []byte, next int, ok bool) {
-	if i >= len(b) || b[i] != '"' {
-		return nil, 0, false
-	}
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			return b[i+1 : j], j + 1, true
-		case c == '\\' || c < 0x20:
-			return nil, 0, false
-		}
-	}
-	return nil, 0, false
-}
-
-func skipJSONSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// decodeObjectStream is decodeObject through encoding/json's tokenizer.
-func decodeObjectStream(body io.Reader, known []string, allowEmpty bool) (members, error) {
 	dec := json.NewDecoder(body)
 	tok, err := dec.Token()
 	switch {

@@ -2,12 +2,14 @@ package lease
 
 import (
 	"bytes"
-	"fmt"
+	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
@@ -32,9 +34,8 @@ func TestDecoderFieldsAreTheWireTypes(t *testing.T) {
 	}
 }
 
-// plainObjectSeeds are bodies for the fast path and for everything it must
-// hand to the tokenizer.
-var plainObjectSeeds = []string{
+// objectSeeds are bodies the strict decoder accepts and refuses.
+var objectSeeds = []string{
 	`{"holder":"w"}`, ` { "holder" : "w" , "ttl":"30s" } `, "{\t\"holder\":\"w\"}\r\n", `{}`, ` {} `, ``, `   `,
 	`{"holder":"w","holder":"x"}`, `{"HOLDER":"w"}`, `{"x":"y"}`, `{"holder":"w",}`, `{,"holder":"w"}`,
 	`{"holder":"w"} trailing`, `{"holder":"w"}{}`, `{"holder":"w"`, `{"holder":"w`, `{"holder":}`, `{"holder"}`,
@@ -43,28 +44,39 @@ var plainObjectSeeds = []string{
 	"\ufeff{\"holder\":\"w\"}", `{"holder" "w"}`, `{"holder":"w" "ttl":"1s"}`,
 }
 
-// The fast path of decodeObject answers exactly as the tokenizer does.
-func TestDecodeObjectIsDecodeObjectStream(t *testing.T) {
-	for _, body := range plainObjectSeeds {
-		for _, allowEmpty := range []bool{false, true} {
-			checkSameDecoding(t, []byte(body), allowEmpty)
-		}
+// What the strict decoder accepts, encoding/json reads as the same object
+// of strings; what encoding/json refuses, the decoder refuses; and every
+// refusal is a *FieldError, a 400 (the field named where there is one).
+func TestDecodeObjectAgreesWithEncodingJSON(t *testing.T) {
+	for _, body := range objectSeeds {
+		checkDecodeObject(t, []byte(body))
 	}
 }
 
-func FuzzDecodeObjectFastPath(f *testing.F) {
-	for _, seed := range plainObjectSeeds {
+func FuzzDecodeObject(f *testing.F) {
+	for _, seed := range objectSeeds {
 		f.Add([]byte(seed))
 	}
-	f.Fuzz(func(t *testing.T, body []byte) { checkSameDecoding(t, body, false) })
+	f.Fuzz(func(t *testing.T, body []byte) { checkDecodeObject(t, body) })
 }
 
-func checkSameDecoding(t *testing.T, body []byte, allowEmpty bool) {
+func checkDecodeObject(t *testing.T, body []byte) {
 	t.Helper()
-	got, gotErr := decodeObject(bytes.NewReader(body), acquireFields, allowEmpty)
-	want, wantErr := decodeObjectStream(bytes.NewReader(body), acquireFields, allowEmpty)
-	if diff := cmp.Diff(want.asMap(), got.asMap()); diff != "" || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
-		t.Errorf("decodeObject(%q): members (-tokenizer +fast):\n%s\nerror %v, tokenizer's %v", body, diff, gotErr, wantErr)
+	got, err := decodeObject(bytes.NewReader(body), acquireFields, false)
+	var want map[string]string
+	jsonErr := json.Unmarshal(body, &want)
+	switch {
+	case err == nil && jsonErr != nil:
+		t.Errorf("decodeObject(%q) accepts what encoding/json refuses: %v", body, jsonErr)
+	case err == nil:
+		if diff := cmp.Diff(want, got.asMap(), cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("decodeObject(%q): members (-encoding/json +decodeObject):\n%s", body, diff)
+		}
+	default:
+		var fe *FieldError
+		if !errors.As(err, &fe) {
+			t.Errorf("decodeObject(%q): %T %v, want a *FieldError", body, err, err)
+		}
 	}
 }
 
