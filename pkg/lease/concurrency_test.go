@@ -10,10 +10,9 @@ import (
 	"time"
 )
 
-// Grants and renewals sign their IDs after unlocking the store and publish
-// them in a box per grant (decision 159). Many callers at once, with
-// revocations, expiries (which recycle lease structs while a signer may
-// still be publishing) and listings in between, under the race detector
+// Grants and renewals sign their IDs after unlocking the store. Many
+// callers at once, with revocations, expiries and listings in between,
+// under the race detector
 // (make test runs -race): every call answers as documented, no proxy is
 // ever held beyond its capacity, and every ID a grant or renewal returned
 // releases its lease while it is live.
@@ -104,7 +103,7 @@ func TestConcurrentCallsKeepTheInvariants(t *testing.T) {
 			time.Sleep(200 * time.Microsecond)
 		}
 	})
-	churn.Go(func() { // listings sign every live lease, unpublished
+	churn.Go(func() { // listings sign every live lease
 		for !stop.Load() {
 			live, err := s.List(LeaseFilter{})
 			if err != nil {

@@ -3,7 +3,6 @@ package lease
 import (
 	"container/heap"
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"maps"
@@ -109,9 +108,6 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 
 	var deadline time.Time
 	waited := false
-	// Made before locking, like the clock read: the store's lock is held
-	// only for the store's own work (decision 159).
-	box := &signedID{}
 	for {
 		now := s.clock.Now()
 		s.mu.Lock()
@@ -127,10 +123,9 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 			} else {
 				s.metrics.ObserveAcquire(AcquireGranted)
 			}
-			l.signed = box
 			view, tok := viewOfLocked(l)
 			s.mu.Unlock()
-			return s.publish(box, view, tok), nil
+			return s.withID(view, tok), nil
 		}
 		var unavailable *UnavailableError
 		if !errors.As(err, &unavailable) || !now.Before(deadline) {
@@ -209,8 +204,7 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 		return nil, err
 	}
 	s.serial++
-	l := s.newLeaseLocked()
-	*l = lease{
+	l := &lease{
 		key:          leaseKey{epoch: s.epoch, serial: s.serial},
 		proxy:        p,
 		proxyKey:     p.info.Key,
@@ -294,26 +288,26 @@ func (s *Store) RenewAs(owner, id string, ttl time.Duration) (Lease, error) {
 			return Lease{}, err
 		}
 	}
-	box, view, renewed, err := s.renewLocked(tok, ttl)
+	view, renewed, err := s.renewLocked(tok, ttl)
 	if err != nil {
 		return Lease{}, err
 	}
-	return s.publish(box, view, renewed), nil
+	return s.withID(view, renewed), nil
 }
 
 // renewLocked is RenewAs under the store's lock, which it takes: the
-// renewed lease, the token of its new ID and where to publish that.
-func (s *Store) renewLocked(tok token, ttl time.Duration) (*signedID, Lease, token, error) {
+// renewed lease and the token of its new ID.
+func (s *Store) renewLocked(tok token, ttl time.Duration) (Lease, token, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	s.advanceLocked(now)
 	if !s.leading {
-		return nil, Lease{}, token{}, ErrNotLeader
+		return Lease{}, token{}, ErrNotLeader
 	}
 	l, err := s.findLocked(tok, now)
 	if err != nil {
-		return nil, Lease{}, token{}, err
+		return Lease{}, token{}, err
 	}
 	if ttl == 0 {
 		// A lease re-learned from a leader with other bounds keeps to ours.
@@ -321,10 +315,9 @@ func (s *Store) renewLocked(tok token, ttl time.Duration) (*signedID, Lease, tok
 	}
 	expiresAt := now.Add(ttl)
 	if err := s.checkHorizonLocked(expiresAt); err != nil {
-		return nil, Lease{}, token{}, err
+		return Lease{}, token{}, err
 	}
-	box := &signedID{}
-	l.expiresAt, l.ttl, l.signed = expiresAt, ttl, box
+	l.expiresAt, l.ttl = expiresAt, ttl
 	heap.Fix(&s.expiries, l.index)
 	if l.session != "" {
 		if sess := s.sessions[sessionKey{l.sessionScope, l.session}]; sess != nil && sess.proxy == l.proxyKey {
@@ -332,7 +325,7 @@ func (s *Store) renewLocked(tok token, ttl time.Duration) (*signedID, Lease, tok
 		}
 	}
 	view, renewed := viewOfLocked(l)
-	return box, view, renewed, nil
+	return view, renewed, nil
 }
 
 // Release ends a lease acquired without an owner; see ReleaseAs.
@@ -346,16 +339,6 @@ func (s *Store) Release(id string, outcome Outcome, domain string) error {
 // once: one grant counts at most one outcome, so every later release of it
 // is ErrUnknownLease, like a second release of a live one.
 func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) error {
-	if outcome != OutcomeBanned && s.releaseKnownAs(owner, id, outcome) {
-		return nil
-	}
-	return s.releaseSlow(owner, id, outcome, domain)
-}
-
-// releaseSlow is ReleaseAs for everything releaseKnownAs does not take: a
-// ban, a revoked or superseded lease, a lease of the previous leader, an
-// ID other than the one the store last published, a bad outcome.
-func (s *Store) releaseSlow(owner, id string, outcome Outcome, domain string) error {
 	tok, err := s.decodeOwned(owner, id)
 	if err != nil {
 		return err
@@ -410,11 +393,10 @@ func (s *Store) releaseSlow(owner, id string, outcome Outcome, domain string) er
 }
 
 // releaseLiveLocked ends a live lease released by its holder. The release
-// is stamped no earlier than the one before it (decision 163): the usual
-// release read its clock before the lock, and other releases may have gone
-// in meanwhile with later times; stamped as it is, it would sort before
-// theirs, and its insert would walk back past each of them (proxies the
-// other core just wrote).
+// is stamped no earlier than the one before it (decision 163), so that the
+// selection order is the order the releases were made even when a clock
+// reading lags the last one: stamped as it is, it would sort before them,
+// and its insert would walk back past each of them.
 func (s *Store) releaseLiveLocked(l *lease, end string, now time.Time) {
 	if now.Before(s.lastRelease) {
 		now = s.lastRelease
@@ -426,54 +408,6 @@ func (s *Store) releaseLiveLocked(l *lease, end string, now time.Time) {
 		// Re-learned from a previous leader: its ID must not be re-learned again.
 		s.endLocked(l, end, now, stateReleased)
 	}
-}
-
-// releaseKnownAs is ReleaseAs without a MAC for the usual call: an ok or
-// error release of a live lease by the very ID this store last published
-// for it. The ID is compared whole with the published one (sameID), so a
-// forged ID never matches; anything else (a stale, forged or unknown ID,
-// a ban, not leading) returns false and takes the full path, which
-// decides exactly as before (decision 110).
-func (s *Store) releaseKnownAs(owner, id string, outcome Outcome) bool {
-	end := EndReleasedOK
-	switch outcome {
-	case OutcomeOK, "":
-	case OutcomeError:
-		end = EndReleasedError
-	default:
-		return false
-	}
-	key, ok := peekLeaseKey(id)
-	if !ok {
-		return false
-	}
-	now := s.clock.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.leading {
-		return false
-	}
-	s.advanceLocked(now)
-	l := s.leases[key]
-	if l == nil || l.state != stateLive || l.owner != owner || !sameID(l.keptID(), id) {
-		return false
-	}
-	s.releaseLiveLocked(l, end, now)
-	return true
-}
-
-// sameID compares a presented ID with a kept one. The characters that
-// encode the MAC are compared in constant time, so that the comparison
-// tells nothing about how much of a guessed MAC was right; the ones before
-// encode the fields, which are public (decision 70), and a plain compare
-// of those costs a fifth as much (decision 154).
-func sameID(kept, presented string) bool {
-	if kept == "" || len(kept) != len(presented) {
-		return false
-	}
-	fields := max(0, len(kept)-macChars)
-	return kept[:fields] == presented[:fields] &&
-		subtle.ConstantTimeCompare([]byte(kept[fields:]), []byte(presented[fields:])) == 1
 }
 
 // Get returns a live lease acquired without an owner; see GetAs.
@@ -518,23 +452,11 @@ func (s *Store) LeaseNamespace(id string) (string, error) {
 // leaseNamespaceAs is LeaseNamespace for owner's leases only: another
 // owner's ID is ErrUnknownLease before anything else is looked at.
 func (s *Store) leaseNamespaceAs(owner, id string) (string, error) {
-	// The usual ID is the one the store published for a live lease: no MAC
-	// needed to trust what it says (see releaseKnownAs).
-	if key, ok := peekLeaseKey(id); ok {
-		s.mu.Lock()
-		l := s.leases[key]
-		if l != nil && l.state == stateLive && l.owner == owner && sameID(l.keptID(), id) {
-			ns := l.proxyKey.Namespace
-			s.mu.Unlock()
-			return ns, nil
-		}
-		s.mu.Unlock()
+	tok, err := s.decodeOwned(owner, id)
+	if err != nil {
+		return "", err
 	}
-	var ns string
-	if _, ok := s.signer.head(id, owner, &ns); !ok {
-		return "", ErrUnknownLease
-	}
-	return ns, nil
+	return tok.proxy.Namespace, nil
 }
 
 // decodeOwned decodes a lease ID that owner may use: an ID that is not
@@ -651,8 +573,7 @@ func (s *Store) findLocked(tok token, now time.Time) (*lease, error) {
 		}
 		s.endLocked(o, EndSuperseded, now, stateSuperseded)
 	}
-	l := s.newLeaseLocked()
-	*l = lease{
+	l := &lease{
 		key:        tok.key,
 		proxy:      p,
 		proxyKey:   tok.proxy,

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -197,39 +196,6 @@ type lease struct {
 	// readySince is the proxy's ReadySince at the grant.
 	readySince time.Time
 	index      int // in leaseHeap
-	// signed is where the ID of the lease's current fields is published
-	// once signed: set at a grant or renewal, and read by the releases and
-	// authorizations that compare a presented ID with it instead of
-	// checking its MAC (decision 159). Nil for a lease re-learned or
-	// tombstoned until it is renewed.
-	signed *signedID
-}
-
-// signedID is a lease's ID, which a grant or renewal signs after
-// unlocking the store (the MAC and the encoding were half of what a grant
-// held the lock for, decision 159). Its signer writes id once and then
-// sets ready; readers, who hold the store's lock but not the signer,
-// look at id only after seeing ready. A box per grant, never reused: a
-// signer late to publish cannot write into a later grant's.
-type signedID struct {
-	ready atomic.Bool
-	id    string
-}
-
-// publish signs tok into b and returns view with that ID.
-func (s *Store) publish(b *signedID, view Lease, tok token) Lease {
-	b.id = s.signer.encode(tok)
-	b.ready.Store(true)
-	view.ID = b.id
-	return view
-}
-
-// keptID is the published ID of l, "" if none is.
-func (l *lease) keptID() string {
-	if b := l.signed; b != nil && b.ready.Load() {
-		return b.id
-	}
-	return ""
 }
 
 type proxyState struct {
@@ -358,10 +324,6 @@ type Store struct {
 	// Sticky sessions, and their order, most recently used first.
 	sessions   map[sessionKey]*session
 	sessionLRU *list.List
-
-	// spare holds lease structs that ended without a tombstone, for the
-	// next grants to reuse (see newLeaseLocked).
-	spare []*lease
 
 	// Waiting acquires: changed is closed (and replaced) when capacity may
 	// have appeared; waiting counts the waiters, so that nobody pays for a
@@ -580,37 +542,10 @@ func (s *Store) installLocked(l *lease) {
 	s.metrics.SetActiveLeases(s.live)
 }
 
-// maxSpareLeases bounds the lease structs kept for reuse.
-const maxSpareLeases = 1024
-
-// newLeaseLocked returns a lease struct to assign whole (a reused one
-// still holds the fields of the lease that ended), so that a grant
-// allocates nothing of its own (decision 110).
-func (s *Store) newLeaseLocked() *lease {
-	if n := len(s.spare); n > 0 {
-		l := s.spare[n-1]
-		s.spare[n-1] = nil
-		s.spare = s.spare[:n-1]
-		return l
-	}
-	return &lease{}
-}
-
-// recycleLocked keeps l, which nothing references any more (off its proxy,
-// the heap and the map), for reuse. It is not cleared: every user assigns
-// it whole, and clearing it was one more write of a struct of pointers per
-// pair, which the garbage collector's write barrier makes dear.
-func (s *Store) recycleLocked(l *lease) {
-	if len(s.spare) < maxSpareLeases {
-		s.spare = append(s.spare, l)
-	}
-}
-
 // tombstoneLocked records a lease this store never held live, so that its
 // ID is answered consistently until it expires.
 func (s *Store) tombstoneLocked(tok token, state leaseState) {
-	l := s.newLeaseLocked()
-	*l = lease{key: tok.key, state: state, proxyKey: tok.proxy, proxyUID: tok.proxyUID, slot: tok.slot, expiresAt: tok.expiresAt}
+	l := &lease{key: tok.key, state: state, proxyKey: tok.proxy, proxyUID: tok.proxyUID, slot: tok.slot, expiresAt: tok.expiresAt}
 	s.leases[l.key] = l
 	heap.Push(&s.expiries, l)
 }
@@ -621,7 +556,6 @@ func (s *Store) endLocked(l *lease, end string, now time.Time, tombstone leaseSt
 	if tombstone == stateLive {
 		heap.Remove(&s.expiries, l.index)
 		delete(s.leases, l.key)
-		s.recycleLocked(l)
 		return
 	}
 	l.state = tombstone
@@ -705,7 +639,6 @@ func (s *Store) advanceLocked(now time.Time) {
 		if l.state == stateLive {
 			s.freeLocked(l, EndExpired, l.expiresAt)
 		}
-		s.recycleLocked(l)
 	}
 	for len(s.cooldowns) > 0 && !now.Before(s.cooldowns[0].nextEvent()) {
 		c := s.cooldowns[0]
@@ -793,7 +726,7 @@ func (s *Store) leaveOrderLocked(p *proxyState) {
 }
 
 // viewOfLocked is a live lease as callers see it, but for its ID, and the
-// token its ID encodes: sign it (publish, withID) once the store is unlocked.
+// token its ID encodes: sign it (withID) once the store is unlocked.
 func viewOfLocked(l *lease) (Lease, token) {
 	return Lease{
 			Holder: l.holder,
@@ -814,8 +747,8 @@ func viewOfLocked(l *lease) (Lease, token) {
 		}
 }
 
-// withID is view with the ID of tok, unpublished (a List, a Get). Sign
-// after unlocking the store.
+// withID is view with the ID of tok. Sign after unlocking the store: the
+// lock is held only for the store's own work.
 func (s *Store) withID(view Lease, tok token) Lease {
 	view.ID = s.signer.encode(tok)
 	return view

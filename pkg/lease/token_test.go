@@ -9,15 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/tools/cache"
 )
 
-// The release and authorization that trust the published ID (decision
-// 110, 159), and the authorization that reads only an ID's head, answer
-// exactly as the path that checks the MAC and decodes the whole ID: for
-// the current ID, an older ID of the same lease, another owner's ID, and
-// a forged ID that names the same lease.
-func TestKeptIDShortcutDecidesAsTheMAC(t *testing.T) {
+// A release and an authorization accept the current ID and an older ID of
+// the same lease, and refuse another owner's ID and a forged ID that names
+// the same lease.
+func TestReleaseAndAuthorizationCheckTheMAC(t *testing.T) {
 	forge := func(id string) string {
 		raw, err := base64.RawURLEncoding.DecodeString(id)
 		if err != nil {
@@ -71,11 +70,19 @@ func TestKeptIDShortcutDecidesAsTheMAC(t *testing.T) {
 	}
 }
 
-// mintV2 is id as an operator before decision 159 signed it: version 2,
-// and the first 16 bytes of HMAC-SHA256(key, payload) as its MAC.
-func mintV2(t testing.TB, key []byte, id string) string {
+// mintV3 is id as the previous release signed it (decision 159): version
+// 3, and the AES-CMAC under a key derived from the shared one.
+func mintV3(t testing.TB, key []byte, id string) string {
 	t.Helper()
-	return withMAC(t, id, tokenVersionHMAC, hmacOf(key))
+	return withMAC(t, id, tokenVersionCMAC, cmacOf(key))
+}
+
+func cmacOf(key []byte) func(payload []byte) []byte {
+	v3 := newCMACV3(key)
+	return func(payload []byte) []byte {
+		mac := v3.mac.sum(payload)
+		return mac[:]
+	}
 }
 
 func hmacOf(key []byte) func(payload []byte) []byte {
@@ -99,9 +106,10 @@ func withMAC(t testing.TB, id string, version byte, mac func(payload []byte) []b
 	return base64.RawURLEncoding.EncodeToString(append(payload, mac(payload)...))
 }
 
-// head reads exactly what decode reads: the same key and namespace for
-// the IDs decode accepts with that owner, and false for everything else.
-func TestHeadAgreesWithDecode(t *testing.T) {
+// decode accepts the IDs this version mints and the version 3 IDs of the
+// previous one, each with the MAC of its version and key only, and in one
+// spelling; decodeOwned also checks the owner.
+func TestDecodeChecksTheMACOfItsVersion(t *testing.T) {
 	sg := newSigner(testKey)
 	tok := token{
 		key: leaseKey{epoch: 1 << 60, serial: 42}, slot: 3, grantedAt: t0, expiresAt: t0.Add(time.Minute), ttl: time.Minute,
@@ -109,11 +117,6 @@ func TestHeadAgreesWithDecode(t *testing.T) {
 	}
 	valid := sg.encode(tok)
 	other := newSigner(bytes.Repeat([]byte("k"), MinKeyLen)).encode(tok)
-	cmacOf := func(payload []byte) []byte {
-		var mac [macLen]byte
-		sg.mac.sum(&mac, payload)
-		return mac[:]
-	}
 	tests := []struct {
 		name, id, owner string
 		want            bool
@@ -121,10 +124,11 @@ func TestHeadAgreesWithDecode(t *testing.T) {
 		{"valid", valid, "alice", true},
 		{"another owner", valid, "bob", false},
 		{"no owner", valid, "", false},
-		{"version 2, HMAC", mintV2(t, testKey, valid), "alice", true},
-		{"version 2 with a CMAC", withMAC(t, valid, tokenVersionHMAC, cmacOf), "alice", false},
-		{"version 3 with an HMAC", withMAC(t, valid, tokenVersion, hmacOf(testKey)), "alice", false},
-		{"version 1", withMAC(t, valid, 1, cmacOf), "alice", false},
+		{"version 3, CMAC", mintV3(t, testKey, valid), "alice", true},
+		{"version 3 with an HMAC", withMAC(t, valid, tokenVersionCMAC, hmacOf(testKey)), "alice", false},
+		{"version 2 with a CMAC", withMAC(t, valid, tokenVersion, cmacOf(testKey)), "alice", false},
+		{"version 3 under another key", mintV3(t, bytes.Repeat([]byte("k"), MinKeyLen), valid), "alice", false},
+		{"version 1", withMAC(t, valid, 1, hmacOf(testKey)), "alice", false},
 		{"another key", other, "alice", false},
 		{"truncated", valid[:len(valid)-1], "alice", false},
 		{"a character more", valid + "A", "alice", false},
@@ -132,56 +136,53 @@ func TestHeadAgreesWithDecode(t *testing.T) {
 		{"empty", "", "alice", false},
 		{"not base64", "!!!!", "alice", false},
 	}
+	s := &Store{signer: sg}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var ns string
-			key, ok := sg.head(tt.id, tt.owner, &ns)
-			if ok != tt.want {
-				t.Fatalf("head: %v, want %v", ok, tt.want)
+			decoded, err := s.decodeOwned(tt.owner, tt.id)
+			if ok := err == nil; ok != tt.want {
+				t.Fatalf("decodeOwned: %v, want ok %v", err, tt.want)
 			}
-			decoded, err := sg.decode(tt.id)
-			if decodes := err == nil && decoded.owner == tt.owner; decodes != ok {
-				t.Fatalf("head says %v, decode says %v (%v)", ok, decodes, err)
-			}
-			if ok && (key != decoded.key || ns != decoded.proxy.Namespace) {
-				t.Errorf("head: %v %q, decode: %v %q", key, ns, decoded.key, decoded.proxy.Namespace)
+			if tt.want {
+				if diff := cmp.Diff(tok, decoded, cmp.AllowUnexported(token{}, leaseKey{})); diff != "" {
+					t.Errorf("decoded token (-minted +decoded):\n%s", diff)
+				}
 			}
 		})
 	}
 }
 
-// FuzzIDHead: for any string, head and decode agree (see TestHeadAgreesWithDecode).
-func FuzzIDHead(f *testing.F) {
+// FuzzDecode: whatever the string, decode either refuses it or returns a
+// token that encodes back to the same ID.
+func FuzzDecode(f *testing.F) {
 	sg := newSigner(testKey)
 	valid := sg.encode(token{key: leaseKey{epoch: 7, serial: 9}, proxy: cache.NewObjectName("ns", "p"), holder: "w", owner: "o"})
-	for _, seed := range []string{valid, mintV2(f, testKey, valid), valid[:40], "", "AAAA", valid + "A"} {
-		f.Add(seed, "o")
+	for _, seed := range []string{valid, mintV3(f, testKey, valid), valid[:40], "", "AAAA", valid + "A"} {
+		f.Add(seed)
 	}
-	f.Fuzz(func(t *testing.T, id, owner string) {
-		var ns string
-		key, ok := sg.head(id, owner, &ns)
-		decoded, err := sg.decode(id)
-		if decodes := err == nil && decoded.owner == owner; decodes != ok {
-			t.Fatalf("head(%q, %q) = %v, decode: %v (%v)", id, owner, ok, decodes, err)
+	f.Fuzz(func(t *testing.T, id string) {
+		tok, err := sg.decode(id)
+		if err != nil {
+			return
 		}
-		if ok && (key != decoded.key || ns != decoded.proxy.Namespace) {
-			t.Fatalf("head: %v %q, decode: %v %q", key, ns, decoded.key, decoded.proxy.Namespace)
+		if raw, _ := base64.RawURLEncoding.DecodeString(id); raw[0] == tokenVersion && sg.encode(tok) != id {
+			t.Fatalf("decode(%q) = %+v, which encodes to %q", id, tok, sg.encode(tok))
 		}
 	})
 }
 
-// A version 2 ID from before decision 159 keeps its lease across an
+// A version 3 ID from the previous release keeps its lease across an
 // upgrade: the new leader re-learns it from a renewal, which answers with
-// a version 3 ID, and a release of the old ID ends it.
-func TestVersion2IDSurvivesAnUpgrade(t *testing.T) {
+// a version 2 ID, and a release of the old ID ends it.
+func TestVersion3IDSurvivesAnUpgrade(t *testing.T) {
 	tl := newTwoLeaders(t, newProxy("p1"))
 	held := acquire(t, tl.old, AcquireRequest{Holder: "a", Owner: "alice"})
-	v2 := mintV2(t, testKey, held.ID)
+	v3 := mintV3(t, testKey, held.ID)
 	tl.lead(DefaultTTL)
 
-	renewed, err := tl.new.RenewAs("alice", v2, 0)
+	renewed, err := tl.new.RenewAs("alice", v3, 0)
 	if err != nil {
-		t.Fatalf("renewing the version 2 ID on the new leader: %v", err)
+		t.Fatalf("renewing the version 3 ID on the new leader: %v", err)
 	}
 	if renewed.Proxy.Key.Name != "p1" || renewed.Slot != held.Slot {
 		t.Errorf("re-learned on %v slot %d, want p1 slot %d", renewed.Proxy.Key, renewed.Slot, held.Slot)
@@ -190,75 +191,10 @@ func TestVersion2IDSurvivesAnUpgrade(t *testing.T) {
 	if err != nil || raw[0] != tokenVersion {
 		t.Errorf("the renewal's ID is not version %d: %v", tokenVersion, err)
 	}
-	if err := tl.new.ReleaseAs("alice", v2, OutcomeOK, ""); err != nil {
-		t.Fatalf("releasing by the version 2 ID: %v", err)
+	if err := tl.new.ReleaseAs("alice", v3, OutcomeOK, ""); err != nil {
+		t.Fatalf("releasing by the version 3 ID: %v", err)
 	}
 	if live, _ := tl.new.List(LeaseFilter{}); len(live) != 0 {
 		t.Errorf("live after the release: %d leases", len(live))
-	}
-}
-
-// The characters sameID compares in constant time cover every character
-// the MAC's bits reach, whatever the length of the fields before it.
-func TestMACCharsCoverTheMAC(t *testing.T) {
-	for fields := 1; fields < 300; fields++ {
-		total := base64.RawURLEncoding.EncodedLen(fields + macLen)
-		firstMACChar := fields * 8 / 6 // the character holding the MAC's first bit
-		if touched := total - firstMACChar; touched > macChars {
-			t.Errorf("%d bytes of fields: the MAC touches the last %d characters, macChars is %d", fields, touched, macChars)
-		}
-	}
-}
-
-func TestSameID(t *testing.T) {
-	s := newSigner(testKey)
-	kept := s.encode(token{key: leaseKey{epoch: 7, serial: 9}, holder: "w", owner: "o"})
-	flip := func(i int) string {
-		b := []byte(kept)
-		b[i] = map[bool]byte{true: 'B', false: 'A'}[b[i] == 'A']
-		return string(b)
-	}
-	for name, tc := range map[string]struct {
-		kept, presented string
-		want            bool
-	}{
-		"the same":                    {kept, kept, true},
-		"a field's character changed": {kept, flip(3), false},
-		"the MAC's first character":   {kept, flip(len(kept) - macChars), false},
-		"the MAC's last character":    {kept, flip(len(kept) - 1), false},
-		"shorter":                     {kept, kept[:len(kept)-1], false},
-		"longer":                      {kept, kept + "A", false},
-		"nothing kept":                {"", "", false},
-		"shorter than the MAC":        {"abc", "abc", true},
-	} {
-		if got := sameID(tc.kept, tc.presented); got != tc.want {
-			t.Errorf("%s: sameID = %v, want %v", name, got, tc.want)
-		}
-	}
-}
-
-// peekLeaseKey reads the key decode reads, however many bytes the serial
-// takes, and nothing from a version it does not mint.
-func TestPeekLeaseKey(t *testing.T) {
-	sg := newSigner(testKey)
-	for _, key := range []leaseKey{
-		{epoch: 1, serial: 1},
-		{epoch: uint64(t0.UnixNano()), serial: 1},
-		{epoch: uint64(t0.UnixNano()), serial: 1<<35 - 1}, // the last that fits 20 characters
-		{epoch: uint64(t0.UnixNano()), serial: 1 << 35},
-		{epoch: 1<<64 - 1, serial: 1<<64 - 1},
-	} {
-		id := sg.encode(token{key: key, holder: "w"})
-		if got, ok := peekLeaseKey(id); !ok || got != key {
-			t.Errorf("peekLeaseKey of %v: %v, %v", key, got, ok)
-		}
-		if _, ok := peekLeaseKey(mintV2(t, testKey, id)); ok {
-			t.Errorf("peekLeaseKey of a version 2 ID of %v: ok", key)
-		}
-	}
-	for _, id := range []string{"", "A", "AAAA", "!!!!!!!!"} {
-		if got, ok := peekLeaseKey(id); ok {
-			t.Errorf("peekLeaseKey(%q) = %v", id, got)
-		}
 	}
 }
