@@ -10,6 +10,6 @@
 // It is not a MITM: CONNECT tunnels are spliced bytes, never decrypted; ban
 // feedback goes through the lease API's session call instead of anything
 // the gateway would have to read. It is not a lease store either: it calls
-// pkg/lease's Server, which keeps the watermark and the credentials.
+// pkg/lease's Server, which keeps the horizon and the credentials.
 // docs/gateway.md is the user's view.
 package gateway

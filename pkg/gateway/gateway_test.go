@@ -55,7 +55,7 @@ func startUnit(t *testing.T, upstreams ...string) *unit {
 		})
 	}
 	auth := lease.NoAuth{}
-	srv, err := lease.NewServer(lease.ServerConfig{Store: u.store, Authenticator: auth, Authorizer: auth, Watermark: &lease.MemoryWatermark{}})
+	srv, err := lease.NewServer(lease.ServerConfig{Store: u.store, Authenticator: auth, Authorizer: auth, Horizon: &lease.MemoryHorizon{}})
 	if err != nil {
 		t.Fatal(err)
 	}

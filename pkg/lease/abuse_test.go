@@ -53,7 +53,7 @@ func serveLive(t *testing.T, storeCfg func(*Config), srvCfg func(*Server)) *live
 	store.Upsert(newProxy("p1", withLatency(10)))
 	store.Upsert(newProxy("p2", withLatency(20)))
 	auth := &fakeAuth{}
-	srv, err := NewServer(ServerConfig{Store: store, Authenticator: auth, Authorizer: auth, Horizon: (&memWatermark{}).replica()})
+	srv, err := NewServer(ServerConfig{Store: store, Authenticator: auth, Authorizer: auth, Horizon: (&memHorizon{}).replica()})
 	if err != nil {
 		t.Fatal(err)
 	}

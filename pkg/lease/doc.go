@@ -12,7 +12,7 @@
 //   - Server is the thin net/http layer: strict decoding, authentication and
 //     authorization through the Authenticator and Authorizer seams
 //     (KubernetesAuth: TokenReview + SubjectAccessReview; NoAuth), JSON
-//     errors, leader gating, and the watermark that makes failover safe.
+//     errors, leader gating, and the horizon that makes failover safe.
 //
 // Failover: lease IDs are signed and self-describing, so a new leader
 // re-learns live leases from their renewals; it grants nothing until every

@@ -20,7 +20,7 @@ import (
 
 // TestFailoverProperties drives leases through random leader changes, by
 // crash (no StopLeading) or by graceful handover, over the HTTP handler, with
-// the watermark shared in memory. Leases live on a leader that is gone count
+// the horizon shared in memory. Leases live on a leader that is gone count
 // until they expire or the new leader re-learns them. After every step:
 //   - no proxy is held by more than maxLeases leases, counting the current
 //     leader's live leases and the unexpired, not re-learned leases of the
@@ -67,7 +67,7 @@ type fleet struct {
 	t         *testing.T
 	rng       *rand.Rand
 	clk       *clocktesting.FakeClock
-	watermark *memWatermark
+	persisted *memHorizon
 	proxies   map[cache.ObjectName]ProxyInfo
 	leader    *testServer
 	leases    []*fleetLease
@@ -82,7 +82,7 @@ type fleet struct {
 
 func runFailoverProperties(t *testing.T, seed uint64, steps int) {
 	f := &fleet{
-		t: t, rng: rand.New(rand.NewPCG(seed, 42)), clk: clocktesting.NewFakeClock(t0), watermark: &memWatermark{},
+		t: t, rng: rand.New(rand.NewPCG(seed, 42)), clk: clocktesting.NewFakeClock(t0), persisted: &memHorizon{},
 		proxies: map[cache.ObjectName]ProxyInfo{}, frozen: map[leaseKey]frozenLease{}, changedAt: map[cache.ObjectName]int{},
 	}
 	for i := range 4 {
@@ -133,7 +133,7 @@ func (f *fleet) newLeader() *testServer {
 		store.Upsert(p)
 	}
 	auth := &fakeAuth{}
-	srv, err := NewServer(ServerConfig{Store: store, Authenticator: auth, Authorizer: auth, Horizon: f.watermark.replica()})
+	srv, err := NewServer(ServerConfig{Store: store, Authenticator: auth, Authorizer: auth, Horizon: f.persisted.replica()})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func (f *fleet) newLeader() *testServer {
 	if err := srv.StartLeading(klog.NewContext(f.t.Context(), logger)); err != nil {
 		f.t.Fatal(err)
 	}
-	return &testServer{t: f.t, srv: srv, store: store, clk: f.clk, auth: auth, watermark: f.watermark, handler: srv.Handler()}
+	return &testServer{t: f.t, srv: srv, store: store, clk: f.clk, auth: auth, persisted: f.persisted, handler: srv.Handler()}
 }
 
 func (f *fleet) acquire() {

@@ -186,8 +186,8 @@ func waitForTimer(t testing.TB, clk *clocktesting.FakeClock) {
 	}))
 }
 
-// memWatermark is a Watermark in memory, shared by the replicas of a test.
-type memWatermark struct {
+// memHorizon is a HorizonStore in memory, shared by the replicas of a test.
+type memHorizon struct {
 	mu      sync.Mutex
 	horizon time.Time
 	term    int
@@ -197,14 +197,14 @@ type memWatermark struct {
 }
 
 // replica returns the view of one replica, which fences the others off when it claims.
-func (w *memWatermark) replica() *memWatermarkReplica { return &memWatermarkReplica{shared: w} }
+func (w *memHorizon) replica() *memHorizonReplica { return &memHorizonReplica{shared: w} }
 
-type memWatermarkReplica struct {
-	shared *memWatermark
+type memHorizonReplica struct {
+	shared *memHorizon
 	term   int
 }
 
-func (r *memWatermarkReplica) Claim(context.Context) (time.Time, error) {
+func (r *memHorizonReplica) Claim(context.Context) (time.Time, error) {
 	r.shared.mu.Lock()
 	defer r.shared.mu.Unlock()
 	r.shared.term++
@@ -212,7 +212,7 @@ func (r *memWatermarkReplica) Claim(context.Context) (time.Time, error) {
 	return r.shared.horizon, nil
 }
 
-func (r *memWatermarkReplica) Save(_ context.Context, t time.Time) error {
+func (r *memHorizonReplica) Save(_ context.Context, t time.Time) error {
 	r.shared.mu.Lock()
 	defer r.shared.mu.Unlock()
 	if r.term != r.shared.term {
@@ -226,7 +226,7 @@ func (r *memWatermarkReplica) Save(_ context.Context, t time.Time) error {
 	return nil
 }
 
-func (w *memWatermark) get() (time.Time, int) {
+func (w *memHorizon) get() (time.Time, int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.horizon, w.saves

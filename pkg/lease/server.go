@@ -44,8 +44,8 @@ const (
 	shutdownTimeout      = 10 * time.Second
 	// janitorInterval keeps the gauges current when no call advances the store.
 	janitorInterval = time.Second
-	// watermarkTimeout bounds one watermark write in a request's path.
-	watermarkTimeout = 5 * time.Second
+	// horizonSaveTimeout bounds one horizon write in a request's path.
+	horizonSaveTimeout = 5 * time.Second
 )
 
 // ServerConfig configures a Server.
@@ -67,12 +67,6 @@ type ServerConfig struct {
 	// horizon runs: larger means fewer writes, and a longer wait for a
 	// successor after a crash.
 	HorizonStep time.Duration
-	// Watermark and WatermarkStep are the old names of Horizon and
-	// HorizonStep, used when those are unset.
-	//
-	// Deprecated: use Horizon and HorizonStep.
-	Watermark     HorizonStore
-	WatermarkStep time.Duration
 	// MaxClockSkew is how far apart the replicas' clocks may be.
 	MaxClockSkew time.Duration
 	// MaxBodyBytes bounds request bodies.
@@ -106,12 +100,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Authenticator == nil || cfg.Authorizer == nil {
 		errs = append(errs, errors.New("an Authenticator and an Authorizer are required (NewNoAuth for none)"))
 	}
-	if cfg.Horizon == nil {
-		cfg.Horizon = cfg.Watermark
-	}
-	if cfg.HorizonStep == 0 {
-		cfg.HorizonStep = cfg.WatermarkStep
-	}
 	if cfg.HorizonStep < 0 || cfg.MaxClockSkew < 0 || cfg.MaxBodyBytes < 0 {
 		errs = append(errs, errors.New("negative HorizonStep, MaxClockSkew or MaxBodyBytes"))
 	}
@@ -140,7 +128,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		if step == 0 {
 			step = DefaultHorizonStep
 		}
-		s.horizon = &horizonKeeper{watermark: cfg.Horizon, store: cfg.Store, clock: s.clock, step: step}
+		s.horizon = &horizonKeeper{backend: cfg.Horizon, store: cfg.Store, clock: s.clock, step: step}
 	}
 	s.mux.HandleFunc("POST /v1/leases", s.leaderOnly(s.acquire))
 	s.mux.HandleFunc("POST /v1/leases/{id}/renew", s.leaderOnly(s.renew))
@@ -177,7 +165,7 @@ func (s *Server) StartLeading(ctx context.Context) error {
 		recoverUntil := s.clock.Now().Add(s.store.cfg.MaxTTL + s.skew)
 		s.store.Lead(recoverUntil, time.Time{})
 		s.leading.Store(true)
-		logger.Info("Leading the lease API; no watermark, so no grants until the previous leader's leases have surely expired",
+		logger.Info("Leading the lease API; no horizon store, so no grants until the previous leader's leases have surely expired",
 			"recoverUntil", recoverUntil)
 		return nil
 	}

@@ -76,14 +76,14 @@ type testServer struct {
 	store     *Store
 	clk       *clocktesting.FakeClock
 	auth      *fakeAuth
-	watermark *memWatermark
+	persisted *memHorizon
 	handler   http.Handler
 }
 
 type serverOption func(*ServerConfig)
 
 // newTestServer is a leading server on a fake clock with an in-memory
-// watermark (so no recovery), fakeAuth, and proxies p1 (latency 10) and p2
+// horizon (so no recovery), fakeAuth, and proxies p1 (latency 10) and p2
 // (latency 20) in testNamespace.
 func newTestServer(t testing.TB, opts ...serverOption) *testServer {
 	t.Helper()
@@ -94,8 +94,8 @@ func newTestServer(t testing.TB, opts ...serverOption) *testServer {
 	}
 	store.Upsert(newProxy("p1", withLatency(10)))
 	store.Upsert(newProxy("p2", withLatency(20)))
-	ts := &testServer{t: t, store: store, clk: clk, auth: &fakeAuth{}, watermark: &memWatermark{}}
-	cfg := ServerConfig{Store: store, Authenticator: ts.auth, Authorizer: ts.auth, Horizon: ts.watermark.replica()}
+	ts := &testServer{t: t, store: store, clk: clk, auth: &fakeAuth{}, persisted: &memHorizon{}}
+	cfg := ServerConfig{Store: store, Authenticator: ts.auth, Authorizer: ts.auth, Horizon: ts.persisted.replica()}
 	for _, opt := range opts {
 		opt(&cfg)
 	}

@@ -120,7 +120,7 @@ func (s *Server) releaseSession(w http.ResponseWriter, r *http.Request) {
 }
 
 // The gateway's door: the same store, auth and credentials as the HTTP API,
-// with the watermark kept ahead of every grant and renewal.
+// with the horizon kept ahead of every grant and renewal.
 
 // Auth returns the authenticator and authorizer of the API, so that the
 // gateway checks callers exactly as the API does.

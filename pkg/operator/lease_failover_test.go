@@ -641,7 +641,7 @@ func latest(a, b time.Time) time.Time {
 // watermark ConfigMap: no lease it granted expires after it.
 func persistedHorizon(ctx context.Context, t *testing.T, ns string) (time.Time, error) {
 	kube, _ := clients(t)
-	cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, operator.LeaseWatermarkConfigMap, metav1.GetOptions{})
+	cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, operator.LeaseHorizonConfigMap, metav1.GetOptions{})
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -6,7 +6,11 @@ const (
 	// share it so that a new leader can verify (and re-learn) the leases its
 	// predecessor granted; the first replica to start creates it.
 	LeaseKeySecret = "proxy-operator-lease-key"
-	// LeaseWatermarkConfigMap records how far ahead the leader may have
-	// granted leases, so a successor knows how long to refuse grants.
-	LeaseWatermarkConfigMap = "proxy-operator-lease-watermark"
+	// LeaseHorizonConfigMap records how far ahead the leader may have
+	// granted leases (the horizon), so a successor knows how long to
+	// refuse grants. Its name keeps the old word "watermark" on purpose:
+	// it is persisted in running clusters, and a new leader that read
+	// only a renamed ConfigMap would miss the old leader's horizon during
+	// a rolling upgrade and grant proxies that are still leased.
+	LeaseHorizonConfigMap = "proxy-operator-lease-watermark"
 )

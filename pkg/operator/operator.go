@@ -668,7 +668,7 @@ func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.In
 		Authenticator: auth,
 		Authorizer:    auth,
 		Credentials:   lease.SecretCredentials(secrets),
-		Horizon:       lease.NewConfigMapHorizon(kube, o.LeaderElectNamespace, LeaseWatermarkConfigMap, hostname),
+		Horizon:       lease.NewConfigMapHorizon(kube, o.LeaderElectNamespace, LeaseHorizonConfigMap, hostname),
 	})
 	return srv, feed.HasSynced, err
 }

@@ -111,7 +111,7 @@ func startHarness(t *testing.T, ns string, opts harnessOptions) *harness {
 	srv, err := lease.NewServer(lease.ServerConfig{
 		Store: store, Authenticator: auth, Authorizer: auth,
 		Credentials: lease.SecretCredentials(secrets.Lister()),
-		Watermark:   &lease.MemoryWatermark{},
+		Horizon:     &lease.MemoryHorizon{},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -77,7 +77,7 @@ func startLeaseAPI(t *testing.T) *harness {
 	auth := lease.NewKubernetesAuth(h.kube, lease.KubernetesAuthOptions{})
 	srv, err := lease.NewServer(lease.ServerConfig{
 		Store: store, Authenticator: auth, Authorizer: auth,
-		Horizon: lease.NewConfigMapHorizon(h.kube, nsOperator, "lease-watermark-"+strings.ToLower(t.Name()), "test"),
+		Horizon: lease.NewConfigMapHorizon(h.kube, nsOperator, "lease-horizon-"+strings.ToLower(t.Name()), "test"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -283,15 +283,15 @@ func TestUnhealthyProxyRevokesItsLease(t *testing.T) {
 	}
 }
 
-func TestConfigMapWatermarkOnTheAPIServer(t *testing.T) {
+func TestConfigMapHorizonOnTheAPIServer(t *testing.T) {
 	env := apiServer.Get(t)
 	ctx := t.Context()
 	kube := kubernetes.NewForConfigOrDie(env.Config)
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsOperator}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	a := lease.NewConfigMapHorizon(kube, nsOperator, "watermark-fence", "a")
-	b := lease.NewConfigMapHorizon(kube, nsOperator, "watermark-fence", "b")
+	a := lease.NewConfigMapHorizon(kube, nsOperator, "horizon-fence", "a")
+	b := lease.NewConfigMapHorizon(kube, nsOperator, "horizon-fence", "b")
 	if got, err := a.Claim(ctx); err != nil || !got.IsZero() {
 		t.Fatalf("a's first Claim: %v, %v", got, err)
 	}
@@ -304,7 +304,7 @@ func TestConfigMapWatermarkOnTheAPIServer(t *testing.T) {
 		t.Fatalf("b's Claim = %v, %v; want %v", got, err, horizon)
 	}
 	if err := a.Save(ctx, horizon.Add(time.Hour)); !errors.Is(err, lease.ErrHorizonLost) {
-		t.Errorf("a's Save after b's claim: err = %v, want ErrWatermarkLost", err)
+		t.Errorf("a's Save after b's claim: err = %v, want ErrHorizonLost", err)
 	}
 	if err := b.Save(ctx, horizon.Add(time.Second)); err != nil {
 		t.Errorf("b's Save: %v", err)

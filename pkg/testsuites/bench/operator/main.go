@@ -751,7 +751,7 @@ func formatReport(cfg config, fleetN int, results []result) string {
 		"(pkg/controller/external.go, status.go: the endpoint recorded, phase Pending; then the first verdict, phase Ready; "+
 		"TestWritesPerProxy asserts at most 2) and one Healthy event (events have their own client and rate limit). "+
 		"Leases are the operator's leader election (a renewal every 2 s) plus kube-apiserver's own lease; "+
-		"configmaps are the lease API's watermark. Convergence counts include the %v the bench waits after all Ready for the last events.\n", settle)
+		"configmaps are the lease API's horizon. Convergence counts include the %v the bench waits after all Ready for the last events.\n", settle)
 	p("- **Steady state** starts once all proxies are Ready and half of them are leased (TTL above the window, so the lease store stays full); " +
 		"CPU is utime+stime over the window divided by its length (1.0 = one core busy); RSS is VmRSS at its end, " +
 		"peak RSS is VmHWM since the operator started (so it includes convergence). A healthy steady fleet should need no Proxy writes at all. " +

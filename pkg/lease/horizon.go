@@ -17,37 +17,35 @@ import (
 )
 
 // HorizonStore persists a leader's horizon: a time that no lease it granted
-// or renewed expires after. "Horizon" is the one name for it (it was also
-// called the watermark; the old names remain as deprecated aliases, and the
-// ConfigMap keeps its name). A new leader reads its predecessors' horizon and
+// or renewed expires after. A new leader reads its predecessors' horizon and
 // knows when their last lease has expired, so it need not wait the maximum
 // TTL after a crash. Claiming fences the predecessors off: after a Claim,
 // their Saves fail, so no predecessor can raise the horizon behind the new
 // leader's back.
 type HorizonStore interface {
-	// Claim takes the watermark over for a new term and returns the horizon
+	// Claim takes the persisted horizon over for a new term and returns the horizon
 	// its predecessors persisted (zero: none ever did, or the last one left
 	// with no live leases).
 	Claim(ctx context.Context) (time.Time, error)
 	// Save persists t as the horizon of the claimed term. It fails with
-	// ErrHorizonLost once another replica has claimed the watermark.
+	// ErrHorizonLost once another replica has claimed the horizon.
 	Save(ctx context.Context, t time.Time) error
 }
 
-// ErrHorizonLost: another replica claimed the watermark since this one did.
-var ErrHorizonLost = errors.New("the lease watermark was claimed by another replica")
+// ErrHorizonLost: another replica claimed the horizon since this one did.
+var ErrHorizonLost = errors.New("the lease horizon was claimed by another replica")
 
 // ErrHorizonUnknown: the claim succeeded, but the stored horizon could not
 // be read; the new leader must assume the worst (the maximum TTL).
 var ErrHorizonUnknown = errors.New("the stored lease horizon is unreadable")
 
-// The keys of the watermark ConfigMap.
+// The keys of the horizon ConfigMap.
 const (
-	watermarkHorizonKey = "horizon"
-	watermarkHolderKey  = "holder"
+	horizonDataKey   = "horizon"
+	horizonHolderKey = "holder"
 )
 
-// ConfigMapHorizon keeps the watermark in a ConfigMap; its resourceVersion
+// ConfigMapHorizon keeps the horizon in a ConfigMap; its resourceVersion
 // is the fence. The operator needs get, create and update on configmaps in
 // its namespace.
 type ConfigMapHorizon struct {
@@ -62,7 +60,7 @@ type ConfigMapHorizon struct {
 	claimed *corev1.ConfigMap
 }
 
-// NewConfigMapHorizon keeps the watermark in namespace/name; identity
+// NewConfigMapHorizon keeps the horizon in namespace/name; identity
 // (this replica's leader-election identity) is recorded for humans.
 func NewConfigMapHorizon(client kubernetes.Interface, namespace, name, identity string) *ConfigMapHorizon {
 	return &ConfigMapHorizon{client: client, namespace: namespace, name: name, identity: identity}
@@ -79,39 +77,39 @@ func (w *ConfigMapHorizon) Claim(ctx context.Context) (time.Time, error) {
 		if apierrors.IsNotFound(err) {
 			cm = &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{Namespace: w.namespace, Name: w.name},
-				Data:       map[string]string{watermarkHorizonKey: "", watermarkHolderKey: w.identity},
+				Data:       map[string]string{horizonDataKey: "", horizonHolderKey: w.identity},
 			}
 			created, err := cms.Create(ctx, cm, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				continue
 			}
 			if err != nil {
-				return time.Time{}, fmt.Errorf("lease watermark %s/%s: %w", w.namespace, w.name, err)
+				return time.Time{}, fmt.Errorf("lease horizon %s/%s: %w", w.namespace, w.name, err)
 			}
 			w.claimed = created
 			return time.Time{}, nil
 		}
 		if err != nil {
-			return time.Time{}, fmt.Errorf("lease watermark %s/%s: %w", w.namespace, w.name, err)
+			return time.Time{}, fmt.Errorf("lease horizon %s/%s: %w", w.namespace, w.name, err)
 		}
 		// An unreadable horizon is claimed all the same (the fence matters
 		// more than the value) and reported, so that the caller assumes the worst.
-		horizon, parseErr := parseHorizon(cm.Data[watermarkHorizonKey])
+		horizon, parseErr := parseHorizon(cm.Data[horizonDataKey])
 		cm = cm.DeepCopy()
 		if cm.Data == nil {
 			cm.Data = map[string]string{}
 		}
-		cm.Data[watermarkHolderKey] = w.identity
+		cm.Data[horizonHolderKey] = w.identity
 		updated, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			continue
 		}
 		if err != nil {
-			return time.Time{}, fmt.Errorf("lease watermark %s/%s: %w", w.namespace, w.name, err)
+			return time.Time{}, fmt.Errorf("lease horizon %s/%s: %w", w.namespace, w.name, err)
 		}
 		w.claimed = updated
 		if parseErr != nil {
-			return time.Time{}, fmt.Errorf("lease watermark %s/%s: %w: %w", w.namespace, w.name, ErrHorizonUnknown, parseErr)
+			return time.Time{}, fmt.Errorf("lease horizon %s/%s: %w: %w", w.namespace, w.name, ErrHorizonUnknown, parseErr)
 		}
 		return horizon, nil
 	}
@@ -122,19 +120,19 @@ func (w *ConfigMapHorizon) Save(ctx context.Context, t time.Time) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.claimed == nil {
-		return fmt.Errorf("lease watermark %s/%s: saving before claiming", w.namespace, w.name)
+		return fmt.Errorf("lease horizon %s/%s: saving before claiming", w.namespace, w.name)
 	}
 	cm := w.claimed.DeepCopy()
 	if cm.Data == nil {
 		cm.Data = map[string]string{}
 	}
-	cm.Data[watermarkHorizonKey] = formatHorizon(t)
+	cm.Data[horizonDataKey] = formatHorizon(t)
 	updated, err := w.client.CoreV1().ConfigMaps(w.namespace).Update(ctx, cm, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return fmt.Errorf("lease watermark %s/%s: %w", w.namespace, w.name, ErrHorizonLost)
+		return fmt.Errorf("lease horizon %s/%s: %w", w.namespace, w.name, ErrHorizonLost)
 	}
 	if err != nil {
-		return fmt.Errorf("lease watermark %s/%s: %w", w.namespace, w.name, err)
+		return fmt.Errorf("lease horizon %s/%s: %w", w.namespace, w.name, err)
 	}
 	w.claimed = updated
 	return nil
@@ -153,7 +151,7 @@ func parseHorizon(s string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("malformed %s %q: %w", watermarkHorizonKey, s, err)
+		return time.Time{}, fmt.Errorf("malformed %s %q: %w", horizonDataKey, s, err)
 	}
 	return t, nil
 }
@@ -182,12 +180,12 @@ func (w *MemoryHorizon) Save(_ context.Context, t time.Time) error {
 }
 
 // horizonKeeper keeps the persisted horizon ahead of every expiry the store
-// hands out (see Watermark).
+// hands out (see HorizonStore).
 type horizonKeeper struct {
-	watermark HorizonStore
-	store     *Store
-	clock     clock.Clock
-	step      time.Duration
+	backend HorizonStore
+	store   *Store
+	clock   clock.Clock
+	step    time.Duration
 
 	mu sync.Mutex
 	// persisted is the horizon written last; floor the one inherited at the
@@ -205,12 +203,12 @@ type claimed struct {
 	err     error // ErrHorizonUnknown, or nil
 }
 
-// claim claims the watermark, retrying with backoff until ctx ends.
+// claim claims the horizon, retrying with backoff until ctx ends.
 func (h *horizonKeeper) claim(ctx context.Context) (claimed, error) {
 	logger := klog.FromContext(ctx)
 	backoff := 100 * time.Millisecond
 	for {
-		previous, err := h.watermark.Claim(ctx)
+		previous, err := h.backend.Claim(ctx)
 		if err == nil || errors.Is(err, ErrHorizonUnknown) {
 			if err != nil {
 				logger.Error(err, "The previous lease horizon is unreadable; assuming the maximum TTL")
@@ -220,12 +218,12 @@ func (h *horizonKeeper) claim(ctx context.Context) (claimed, error) {
 			h.mu.Unlock()
 			return claimed{horizon: previous, err: err}, nil
 		}
-		logger.Error(err, "Claiming the lease watermark; retrying", "backoff", backoff)
+		logger.Error(err, "Claiming the lease horizon; retrying", "backoff", backoff)
 		t := h.clock.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return claimed{}, fmt.Errorf("claiming the lease watermark: %w", ctx.Err())
+			return claimed{}, fmt.Errorf("claiming the lease persisted: %w", ctx.Err())
 		case <-t.C():
 		}
 		backoff = min(2*backoff, 5*time.Second)
@@ -258,9 +256,9 @@ func (h *horizonKeeper) ensure(ctx context.Context, need time.Time) error {
 	if h.floor.After(target) {
 		target = h.floor
 	}
-	ctx, cancel := context.WithTimeout(ctx, watermarkTimeout)
+	ctx, cancel := context.WithTimeout(ctx, horizonSaveTimeout)
 	defer cancel()
-	if err := h.watermark.Save(ctx, target); err != nil {
+	if err := h.backend.Save(ctx, target); err != nil {
 		return fmt.Errorf("%w: %w", errHorizon, err)
 	}
 	h.persisted = target
@@ -298,9 +296,9 @@ func (h *horizonKeeper) finish(ctx context.Context, lastExpiry time.Time) error 
 	if h.floor.After(final) {
 		final = h.floor
 	}
-	ctx, cancel := context.WithTimeout(ctx, watermarkTimeout)
+	ctx, cancel := context.WithTimeout(ctx, horizonSaveTimeout)
 	defer cancel()
-	if err := h.watermark.Save(ctx, final); err != nil {
+	if err := h.backend.Save(ctx, final); err != nil {
 		if errors.Is(err, ErrHorizonLost) {
 			// The successor claimed already: it read our persisted horizon, which is later still.
 			return nil

@@ -41,11 +41,11 @@ func withOptimisticConcurrency(client *kubefake.Clientset) *kubefake.Clientset {
 	return client
 }
 
-func TestConfigMapWatermarkFences(t *testing.T) {
+func TestConfigMapHorizonFences(t *testing.T) {
 	ctx := context.Background()
 	client := withOptimisticConcurrency(kubefake.NewClientset())
-	a := NewConfigMapWatermark(client, "ops", "lease-watermark", "a")
-	b := NewConfigMapWatermark(client, "ops", "lease-watermark", "b")
+	a := NewConfigMapHorizon(client, "ops", "lease-horizon", "a")
+	b := NewConfigMapHorizon(client, "ops", "lease-horizon", "b")
 
 	if err := a.Save(ctx, t0); err == nil {
 		t.Error("Save before Claim: no error")
@@ -72,22 +72,22 @@ func TestConfigMapWatermarkFences(t *testing.T) {
 	if err := b.Save(ctx, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	cm, err := client.CoreV1().ConfigMaps("ops").Get(ctx, "lease-watermark", metav1.GetOptions{})
+	cm, err := client.CoreV1().ConfigMaps("ops").Get(ctx, "lease-horizon", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cm.Data[watermarkHorizonKey] != "" || cm.Data[watermarkHolderKey] != "b" {
+	if cm.Data[horizonDataKey] != "" || cm.Data[horizonHolderKey] != "b" {
 		t.Errorf("ConfigMap data %v, want an empty horizon held by b", cm.Data)
 	}
 }
 
-func TestConfigMapWatermarkUnreadable(t *testing.T) {
+func TestConfigMapHorizonUnreadable(t *testing.T) {
 	ctx := context.Background()
 	client := withOptimisticConcurrency(kubefake.NewClientset(&corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "wm"},
-		Data:       map[string]string{watermarkHorizonKey: "yesterday"},
+		Data:       map[string]string{horizonDataKey: "yesterday"},
 	}))
-	w := NewConfigMapWatermark(client, "ops", "wm", "a")
+	w := NewConfigMapHorizon(client, "ops", "wm", "a")
 	if _, err := w.Claim(ctx); !errors.Is(err, ErrHorizonUnknown) {
 		t.Fatalf("Claim: err = %v, want ErrHorizonUnknown", err)
 	}
@@ -102,7 +102,7 @@ func TestConfigMapWatermarkUnreadable(t *testing.T) {
 // exactly until it (plus the clock skew).
 func TestHorizonFollowsGrants(t *testing.T) {
 	ts := newTestServer(t)
-	const step = DefaultWatermarkStep
+	const step = DefaultHorizonStep
 	var latest time.Time
 	for i := range 40 {
 		l := ts.acquire(`{"holder":"w","ttl":"30s"}`)
@@ -111,7 +111,7 @@ func TestHorizonFollowsGrants(t *testing.T) {
 		ts.clk.Step(time.Second)
 		// The background extension may still be writing; wait for it.
 		waitUntil(t, func() bool { return !ts.srv.horizon.extending.Load() })
-		horizon, _ := ts.watermark.get()
+		horizon, _ := ts.persisted.get()
 		if horizon.Before(latest) {
 			t.Fatalf("grant %d: persisted horizon %v is before an expiry handed out, %v", i, horizon, latest)
 		}
@@ -119,13 +119,13 @@ func TestHorizonFollowsGrants(t *testing.T) {
 			t.Fatalf("grant %d: persisted horizon %v runs more than two steps ahead of %v", i, horizon, latest)
 		}
 	}
-	if _, saves := ts.watermark.get(); saves > 40/int(step/time.Second)+2 {
-		t.Errorf("%d watermark writes for 40 grants a second apart, want about one per %v", saves, step/2)
+	if _, saves := ts.persisted.get(); saves > 40/int(step/time.Second)+2 {
+		t.Errorf("%d horizon writes for 40 grants a second apart, want about one per %v", saves, step/2)
 	}
 
 	// A successor after a crash (no StopLeading) waits until the horizon.
 	next := ts.successor(t)
-	horizon, _ := ts.watermark.get()
+	horizon, _ := ts.persisted.get()
 	rec := next.do("POST", "/v1/leases", `{"holder":"w"}`)
 	if e := errorOf(t, rec); rec.Code != 503 || e.Code != codeRecovering {
 		t.Fatalf("successor's acquire: %d %+v, want 503 Recovering", rec.Code, e)
@@ -144,7 +144,7 @@ func retryAfterSeconds(d time.Duration) string {
 	return rec.header.Get("Retry-After")
 }
 
-// successor is a second replica sharing ts's clock, key and watermark,
+// successor is a second replica sharing ts's clock, key and horizon store,
 // leading after ts (which is not told).
 func (ts *testServer) successor(t *testing.T) *testServer {
 	t.Helper()
@@ -155,8 +155,8 @@ func (ts *testServer) successor(t *testing.T) *testServer {
 	for _, p := range ts.store.Proxies("", nil) {
 		store.Upsert(ProxyInfo{Key: p.Key, UID: newProxy(p.Key.Name).UID, Ready: true, URL: p.URL, Labels: p.Labels, LatencyMillis: p.LatencyMillis, MaxLeases: p.MaxLeases})
 	}
-	next := &testServer{t: t, store: store, clk: ts.clk, auth: ts.auth, watermark: ts.watermark}
-	if next.srv, err = NewServer(ServerConfig{Store: store, Authenticator: ts.auth, Authorizer: ts.auth, Horizon: ts.watermark.replica()}); err != nil {
+	next := &testServer{t: t, store: store, clk: ts.clk, auth: ts.auth, persisted: ts.persisted}
+	if next.srv, err = NewServer(ServerConfig{Store: store, Authenticator: ts.auth, Authorizer: ts.auth, Horizon: ts.persisted.replica()}); err != nil {
 		t.Fatal(err)
 	}
 	next.handler = next.srv.Handler()
@@ -208,20 +208,20 @@ func TestGracefulHandoverWaitsOnlyForLiveLeases(t *testing.T) {
 
 func TestHorizonWriteFailures(t *testing.T) {
 	ts := newTestServer(t)
-	ts.watermark.mu.Lock()
-	ts.watermark.failSaves = true
-	ts.watermark.mu.Unlock()
+	ts.persisted.mu.Lock()
+	ts.persisted.failSaves = true
+	ts.persisted.mu.Unlock()
 	rec := ts.do("POST", "/v1/leases", `{"holder":"w"}`)
 	if e := errorOf(t, rec); rec.Code != 503 || e.Code != codeUnavailable || rec.Header().Get("Retry-After") == "" {
 		t.Errorf("acquire while the horizon cannot be persisted: %d %+v", rec.Code, e)
 	}
-	ts.watermark.mu.Lock()
-	ts.watermark.failSaves = false
-	ts.watermark.mu.Unlock()
+	ts.persisted.mu.Lock()
+	ts.persisted.failSaves = false
+	ts.persisted.mu.Unlock()
 	ts.acquire(`{"holder":"w"}`)
 }
 
-func TestWithoutAWatermarkRecoveryLastsTheMaxTTL(t *testing.T) {
+func TestWithoutAHorizonStoreRecoveryLastsTheMaxTTL(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	store, err := NewStore(Config{Clock: clk, Key: testKey})
 	if err != nil {
