@@ -130,12 +130,9 @@ func run(ctx context.Context, cfg config) (string, error) {
 		return "", err
 	}
 	binary := filepath.Join(dir, "proxy-operator")
-	baseline := *baselineBinary
-	if *baselineRef != "" {
-		progress("building cmd/proxy-operator at %s", *baselineRef)
-		if baseline, err = buildBaseline(ctx, dir, *baselineRef); err != nil {
-			return "", err
-		}
+	baselines, err := buildBaselines(ctx, dir)
+	if err != nil {
+		return "", err
 	}
 	progress("starting kube-apiserver and etcd")
 	env, kubeconfig, err := benchkit.StartAPIServer(ctx, dir)
@@ -194,16 +191,16 @@ func run(ctx context.Context, cfg config) (string, error) {
 		{name: "trivial net/http handler", client: tc, proc: trivial, ns: ns},
 		{name: "lease API on the operator", client: c, proc: op, ns: ns},
 	}
-	if baseline != "" {
-		// The baseline leads a namespace of its own (its own leader
+	for i, b := range baselines {
+		// A baseline leads a namespace of its own (its own leader
 		// election and horizon) with proxies at the same fleet addresses.
-		const baseNS = "lease-bench-baseline"
-		bop, bc, err := startOperator(ctx, dir, baseline, kubeconfig, crawl, kube, baseNS, addrs, cfg)
+		baseNS := fmt.Sprintf("lease-bench-baseline-%d", i)
+		bop, bc, err := startOperator(ctx, dir, b.binary, kubeconfig, crawl, kube, baseNS, addrs, cfg)
 		if err != nil {
-			return "", fmt.Errorf("baseline: %w", err)
+			return "", fmt.Errorf("baseline %s: %w", b.name, err)
 		}
 		defer bop.kill()
-		sides = append(sides, side{name: "lease API on the baseline operator", client: bc, proc: bop, ns: baseNS})
+		sides = append(sides, side{name: "baseline " + b.name, client: bc, proc: bop, ns: baseNS})
 	}
 	progress("warming up")
 	for _, s := range sides {
@@ -235,8 +232,8 @@ func run(ctx context.Context, cfg config) (string, error) {
 		}
 	}
 	report := format(cfg, load, loadAverage(), results)
-	if baseline != "" {
-		report += formatAB(cfg, *baselineRef, results)
+	for i, b := range baselines {
+		report += formatAB(cfg, b.name, results, 2+i)
 	}
 	return report, nil
 }
@@ -305,17 +302,14 @@ func roundLine(sides []side, res []result) string {
 func cpuPerThousand(r result) float64 { return r.cpuPerPair.Seconds() * 1000 }
 
 // formatAB is the table of the operator (this tree) against the baseline
-// operator, each measured in the same rounds.
-func formatAB(cfg config, ref string, results [][]result) string {
+// operator of side i, each measured in the same rounds.
+func formatAB(cfg config, ref string, results [][]result, i int) string {
 	var b strings.Builder
-	if ref == "" {
-		ref = *baselineBinary
-	}
 	fmt.Fprintf(&b, "\nA/B: baseline %s against this tree, %d rounds of %v, alternating.\n\n", ref, len(results), cfg.round)
 	b.WriteString("| round | baseline pairs/s | new pairs/s | baseline CPU-s/1000 pairs | new CPU-s/1000 pairs |\n|---:|---:|---:|---:|---:|\n")
 	var bp, np, bc, nc []float64
 	for i, r := range results {
-		o, n := r[2], r[1]
+		o, n := r[i], r[1]
 		bp, np = append(bp, o.pairsPerSec), append(np, n.pairsPerSec)
 		bc, nc = append(bc, cpuPerThousand(o)), append(nc, cpuPerThousand(n))
 		fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.4f | %.4f |\n", i+1, o.pairsPerSec, n.pairsPerSec, cpuPerThousand(o), cpuPerThousand(n))
@@ -325,10 +319,40 @@ func formatAB(cfg config, ref string, results [][]result) string {
 	return b.String()
 }
 
+// baseline is an operator binary to measure beside this tree's.
+type baseline struct {
+	name, binary string
+}
+
+// buildBaselines builds the -baseline-ref refs and lists them with the
+// -baseline-binary binaries.
+func buildBaselines(ctx context.Context, dir string) ([]baseline, error) {
+	var out []baseline
+	for i, ref := range splitList(*baselineRef) {
+		progress("building cmd/proxy-operator at %s", ref)
+		binary, err := buildBaseline(ctx, dir, ref, i)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, baseline{name: ref, binary: binary})
+	}
+	for _, binary := range splitList(*baselineBinary) {
+		out = append(out, baseline{name: filepath.Base(binary), binary: binary})
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
+}
+
 // buildBaseline builds cmd/proxy-operator at a git ref, in a worktree
-// removed afterwards, into dir as proxy-operator-baseline.
-func buildBaseline(ctx context.Context, dir, ref string) (string, error) {
-	tree := filepath.Join(dir, "baseline-src")
+// removed afterwards, into dir as proxy-operator-baseline-i.
+func buildBaseline(ctx context.Context, dir, ref string, i int) (string, error) {
+	tree := filepath.Join(dir, fmt.Sprintf("baseline-src-%d", i))
 	if out, err := exec.CommandContext(ctx, "git", "worktree", "add", "--detach", tree, ref).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("git worktree add %s: %w: %s", ref, err, out)
 	}
@@ -337,7 +361,7 @@ func buildBaseline(ctx context.Context, dir, ref string) (string, error) {
 			progress("removing the worktree %s: %v: %s", tree, err, out)
 		}
 	}()
-	binary := filepath.Join(dir, "proxy-operator-baseline")
+	binary := filepath.Join(dir, fmt.Sprintf("proxy-operator-baseline-%d", i))
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd/proxy-operator")
 	cmd.Dir, cmd.Stdout, cmd.Stderr = tree, os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
@@ -590,8 +614,8 @@ func grantBody(ctx context.Context, leaseURL, ns string) ([]byte, error) {
 
 var (
 	trivialAddr    = flag.String("addr", "127.0.0.1:0", "internal: the trivial handler's address (with -serve-trivial)")
-	baselineRef    = flag.String("baseline-ref", "", "A/B: also build cmd/proxy-operator at this git ref (a worktree in a temporary directory, removed after) and measure it in the same alternating rounds")
-	baselineBinary = flag.String("baseline-binary", "", "A/B: the baseline operator binary, instead of -baseline-ref")
+	baselineRef    = flag.String("baseline-ref", "", "A/B: also build cmd/proxy-operator at these git refs (comma-separated; a worktree each in a temporary directory, removed after) and measure them in the same alternating rounds")
+	baselineBinary = flag.String("baseline-binary", "", "A/B: baseline operator binaries (comma-separated), beside or instead of -baseline-ref")
 	bareTrivial    = flag.Bool("bare-trivial", false, "serve the trivial handler with net/http's defaults and a header timeout, not the lease API's server settings (its timeouts and header limit)")
 )
 
