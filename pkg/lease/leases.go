@@ -91,21 +91,10 @@ type LeaseFilter struct {
 // ErrNotLeader, *UnavailableError (ErrNoneFree, ErrCoolingDown,
 // ErrRecovering), *HorizonError, or ctx's error while waiting.
 func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
-	ttl, err := s.ttlFor(req.TTL, "ttl")
+	ttl, err := s.normalizeAcquire(&req)
 	if err != nil {
 		return Lease{}, err
 	}
-	if req.Holder == "" {
-		return Lease{}, &FieldError{Field: "holder", Message: "is required"}
-	}
-	if req.Wait < 0 || req.Wait > s.cfg.MaxWait {
-		return Lease{}, &FieldError{Field: "wait", Message: fmt.Sprintf("must be between 0s and %v", s.cfg.MaxWait)}
-	}
-	if req.Selector == nil {
-		req.Selector = labels.Everything()
-	}
-	req.Domain = NormalizeDomain(req.Domain)
-
 	var deadline time.Time
 	waited := false
 	for {
@@ -140,38 +129,67 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 			}
 			return Lease{}, err
 		}
-		// Sleep until something may have changed: a release or a new Ready
-		// proxy (changed), an expiry, a cool-down or the recovery ending
-		// (nextEventLocked), or the deadline.
-		wake := deadline
-		if next := s.nextEventLocked(); !next.IsZero() && next.Before(wake) {
-			wake = next
-		}
-		changed := s.changed
-		s.waiting++
-		waiter := s.addWaiterLocked(req.Namespace, req.Selector, req.Holder) // demand.go: the pool autoscaler counts it
-		s.mu.Unlock()
-		if !waited {
-			s.notifyDemand(req.Namespace, req.Selector)
-		}
-
-		timer := s.clock.NewTimer(wake.Sub(now))
-		select {
-		case <-changed:
-		case <-timer.C():
-		case <-ctx.Done():
-		}
-		timer.Stop()
-		s.mu.Lock()
-		s.waiting--
-		s.removeWaiterLocked(waiter)
-		s.mu.Unlock()
-		if ctx.Err() != nil {
-			s.metrics.ObserveAcquire(AcquireCanceled)
-			return Lease{}, ctx.Err()
+		if err := s.waitForCapacity(ctx, &req, now, deadline, !waited); err != nil {
+			return Lease{}, err
 		}
 		waited = true
 	}
+}
+
+// normalizeAcquire checks req and fills in its defaults; it returns the
+// lease's TTL.
+func (s *Store) normalizeAcquire(req *AcquireRequest) (time.Duration, error) {
+	ttl, err := s.ttlFor(req.TTL, "ttl")
+	if err != nil {
+		return 0, err
+	}
+	if req.Holder == "" {
+		return 0, &FieldError{Field: "holder", Message: "is required"}
+	}
+	if req.Wait < 0 || req.Wait > s.cfg.MaxWait {
+		return 0, &FieldError{Field: "wait", Message: fmt.Sprintf("must be between 0s and %v", s.cfg.MaxWait)}
+	}
+	if req.Selector == nil {
+		req.Selector = labels.Everything()
+	}
+	req.Domain = NormalizeDomain(req.Domain)
+	return ttl, nil
+}
+
+// waitForCapacity is called with the store locked and unlocks it. It
+// sleeps until something may have changed for req: a release or a new
+// Ready proxy (changed), an expiry, a cool-down or the recovery ending
+// (nextEventLocked), or the deadline. The error is ctx's; first tells the
+// pool autoscaler about a new waiter.
+func (s *Store) waitForCapacity(ctx context.Context, req *AcquireRequest, now, deadline time.Time, first bool) error {
+	wake := deadline
+	if next := s.nextEventLocked(); !next.IsZero() && next.Before(wake) {
+		wake = next
+	}
+	changed := s.changed
+	s.waiting++
+	waiter := s.addWaiterLocked(req.Namespace, req.Selector, req.Holder) // demand.go: the pool autoscaler counts it
+	s.mu.Unlock()
+	if first {
+		s.notifyDemand(req.Namespace, req.Selector)
+	}
+
+	timer := s.clock.NewTimer(wake.Sub(now))
+	select {
+	case <-changed:
+	case <-timer.C():
+	case <-ctx.Done():
+	}
+	timer.Stop()
+	s.mu.Lock()
+	s.waiting--
+	s.removeWaiterLocked(waiter)
+	s.mu.Unlock()
+	if ctx.Err() != nil {
+		s.metrics.ObserveAcquire(AcquireCanceled)
+		return ctx.Err()
+	}
+	return nil
 }
 
 func outcomeOf(reason error) string {
