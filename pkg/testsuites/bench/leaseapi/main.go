@@ -302,14 +302,14 @@ func roundLine(sides []side, res []result) string {
 func cpuPerThousand(r result) float64 { return r.cpuPerPair.Seconds() * 1000 }
 
 // formatAB is the table of the operator (this tree) against the baseline
-// operator of side i, each measured in the same rounds.
-func formatAB(cfg config, ref string, results [][]result, i int) string {
+// operator of results' column side, each measured in the same rounds.
+func formatAB(cfg config, ref string, results [][]result, side int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nA/B: baseline %s against this tree, %d rounds of %v, alternating.\n\n", ref, len(results), cfg.round)
 	b.WriteString("| round | baseline pairs/s | new pairs/s | baseline CPU-s/1000 pairs | new CPU-s/1000 pairs |\n|---:|---:|---:|---:|---:|\n")
 	var bp, np, bc, nc []float64
 	for i, r := range results {
-		o, n := r[i], r[1]
+		o, n := r[side], r[1]
 		bp, np = append(bp, o.pairsPerSec), append(np, n.pairsPerSec)
 		bc, nc = append(bc, cpuPerThousand(o)), append(nc, cpuPerThousand(n))
 		fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.4f | %.4f |\n", i+1, o.pairsPerSec, n.pairsPerSec, cpuPerThousand(o), cpuPerThousand(n))
