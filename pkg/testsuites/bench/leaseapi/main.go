@@ -21,7 +21,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -30,10 +29,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,12 +122,7 @@ func run(ctx context.Context, cfg config) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(dir)
-	progress("building cmd/proxy-operator")
-	if err := benchkit.Build(ctx, dir, "proxy-operator"); err != nil {
-		return "", err
-	}
-	binary := filepath.Join(dir, "proxy-operator")
-	baselines, err := buildBaselines(ctx, dir)
+	binary, baselines, err := buildOperators(ctx, dir)
 	if err != nil {
 		return "", err
 	}
@@ -144,13 +136,10 @@ func run(ctx context.Context, cfg config) (string, error) {
 			progress("stopping testenv: %v", err)
 		}
 	}()
-	benchCfg := rest.CopyConfig(env.Config)
-	benchCfg.QPS, benchCfg.Burst = 1000, 2000
-	crawl, err := versioned.NewForConfig(benchCfg)
+	crawl, kube, err := benchClients(env.Config)
 	if err != nil {
 		return "", err
 	}
-	kube := kubernetes.NewForConfigOrDie(env.Config)
 	const ns = "lease-bench"
 
 	op, c, err := startOperator(ctx, dir, binary, kubeconfig, crawl, kube, ns, addrs, cfg)
@@ -159,49 +148,24 @@ func run(ctx context.Context, cfg config) (string, error) {
 	}
 	defer op.kill()
 	leaseURL := "http://" + op.addr(1)
-	// The trivial handler answers what the operator answers.
-	grant, err := grantBody(ctx, leaseURL, ns)
-	if err != nil {
-		return "", fmt.Errorf("phase \"one grant\": %w", err)
-	}
-	bodyPath := filepath.Join(dir, "grant.json")
-	if err := os.WriteFile(bodyPath, grant, 0o600); err != nil {
-		return "", err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return "", err
-	}
-	trivial, err := startProcess(filepath.Join(dir, "trivial.log"), self, func(ports []int) []string {
-		return []string{"-serve-trivial=" + bodyPath, fmt.Sprintf("-addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("-bare-trivial=%v", *bareTrivial)}
-	})
+	trivial, tc, err := startTrivial(ctx, dir, leaseURL, ns, cfg.clients)
 	if err != nil {
 		return "", err
 	}
 	defer trivial.kill()
-	if err := waitReady(ctx, trivial, "http://"+trivial.addr(0)+"/healthz", 30*time.Second); err != nil {
-		return "", fmt.Errorf("phase \"trivial handler\": %w", err)
-	}
-	tc, err := newClient("http://"+trivial.addr(0), cfg.clients)
-	if err != nil {
-		return "", err
-	}
 
 	sides := []side{
 		{name: "trivial net/http handler", client: tc, proc: trivial, ns: ns},
 		{name: "lease API on the operator", client: c, proc: op, ns: ns},
 	}
-	for i, b := range baselines {
-		// A baseline leads a namespace of its own (its own leader
-		// election and horizon) with proxies at the same fleet addresses.
-		baseNS := fmt.Sprintf("lease-bench-baseline-%d", i)
-		bop, bc, err := startOperator(ctx, dir, b.binary, kubeconfig, crawl, kube, baseNS, addrs, cfg)
-		if err != nil {
-			return "", fmt.Errorf("baseline %s: %w", b.name, err)
-		}
-		defer bop.kill()
-		sides = append(sides, side{name: "baseline " + b.name, client: bc, proc: bop, ns: baseNS})
+	baseSides, err := startBaselines(ctx, dir, kubeconfig, crawl, kube, addrs, baselines, cfg)
+	for _, b := range baseSides {
+		defer b.proc.kill()
 	}
+	if err != nil {
+		return "", err
+	}
+	sides = append(sides, baseSides...)
 	progress("warming up")
 	for _, s := range sides {
 		if _, err := measure(ctx, s, cfg.clients, time.Second); err != nil {
@@ -209,21 +173,9 @@ func run(ctx context.Context, cfg config) (string, error) {
 		}
 	}
 	load := loadAverage()
-	var results [][]result
-	for r := range cfg.rounds {
-		// Each round starts with the next side, so every side goes first,
-		// second, ... equally often.
-		res := make([]result, len(sides))
-		for k := range sides {
-			i := (r + k) % len(sides)
-			got, err := measure(ctx, sides[i], cfg.clients, cfg.round)
-			if err != nil {
-				return "", fmt.Errorf("phase \"round %d, %s\": %w", r+1, sides[i].name, errors.Join(err, sides[i].proc.exitErr()))
-			}
-			res[i] = got
-		}
-		progress("round %d: %s", r+1, roundLine(sides, res))
-		results = append(results, res)
+	results, err := measureRounds(ctx, sides, cfg)
+	if err != nil {
+		return "", err
 	}
 	if cfg.cpuProfile != "" {
 		progress("profiling the operator over one more lease round")
@@ -236,6 +188,83 @@ func run(ctx context.Context, cfg config) (string, error) {
 		report += formatAB(cfg, b.name, results, 2+i)
 	}
 	return report, nil
+}
+
+// buildOperators builds this tree's operator and the baselines into dir.
+func buildOperators(ctx context.Context, dir string) (string, []baseline, error) {
+	progress("building cmd/proxy-operator")
+	if err := benchkit.Build(ctx, dir, "proxy-operator"); err != nil {
+		return "", nil, err
+	}
+	baselines, err := buildBaselines(ctx, dir)
+	return filepath.Join(dir, "proxy-operator"), baselines, err
+}
+
+// benchClients are the bench's own clients of the API server, with room
+// to create the proxies quickly.
+func benchClients(cfg *rest.Config) (versioned.Interface, kubernetes.Interface, error) {
+	benchCfg := rest.CopyConfig(cfg)
+	benchCfg.QPS, benchCfg.Burst = 1000, 2000
+	crawl, err := versioned.NewForConfig(benchCfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	return crawl, kube, err
+}
+
+// measureRounds measures every side cfg.rounds times; each round starts
+// with the next side, so every side goes first, second, ... equally often.
+func measureRounds(ctx context.Context, sides []side, cfg config) ([][]result, error) {
+	var results [][]result
+	for r := range cfg.rounds {
+		res := make([]result, len(sides))
+		for k := range sides {
+			i := (r + k) % len(sides)
+			got, err := measure(ctx, sides[i], cfg.clients, cfg.round)
+			if err != nil {
+				return nil, fmt.Errorf("phase \"round %d, %s\": %w", r+1, sides[i].name, errors.Join(err, sides[i].proc.exitErr()))
+			}
+			res[i] = got
+		}
+		progress("round %d: %s", r+1, roundLine(sides, res))
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+// startTrivial starts the trivial handler (this binary, -serve-trivial),
+// answering acquires with the body of one real grant of the operator at
+// leaseURL, so that it answers what the operator answers.
+func startTrivial(ctx context.Context, dir, leaseURL, ns string, clients int) (*process, *leaseclient.Client, error) {
+	grant, err := grantBody(ctx, leaseURL, ns)
+	if err != nil {
+		return nil, nil, fmt.Errorf("phase \"one grant\": %w", err)
+	}
+	bodyPath := filepath.Join(dir, "grant.json")
+	if err := os.WriteFile(bodyPath, grant, 0o600); err != nil {
+		return nil, nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	trivial, err := startProcess(filepath.Join(dir, "trivial.log"), self, func(ports []int) []string {
+		return []string{"-serve-trivial=" + bodyPath, fmt.Sprintf("-addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("-bare-trivial=%v", *bareTrivial)}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := waitReady(ctx, trivial, "http://"+trivial.addr(0)+"/healthz", 30*time.Second); err != nil {
+		trivial.kill()
+		return nil, nil, fmt.Errorf("phase \"trivial handler\": %w", err)
+	}
+	tc, err := newClient("http://"+trivial.addr(0), clients)
+	if err != nil {
+		trivial.kill()
+		return nil, nil, err
+	}
+	return trivial, tc, nil
 }
 
 // startOperator starts binary leading namespace ns with one External proxy
@@ -288,86 +317,6 @@ func populate(ctx context.Context, op *process, crawl versioned.Interface, ns st
 		return nil, fmt.Errorf("phase \"all proxies Ready in the lease store\": %w", errors.Join(err, op.exitErr()))
 	}
 	return c, nil
-}
-
-func roundLine(sides []side, res []result) string {
-	var parts []string
-	for i, s := range sides {
-		parts = append(parts, fmt.Sprintf("%s %.0f pairs/s, %.3f CPU-s/1000 pairs", s.name, res[i].pairsPerSec, cpuPerThousand(res[i])))
-	}
-	return strings.Join(parts, "; ")
-}
-
-// cpuPerThousand is the server process's CPU-seconds per 1,000 pairs.
-func cpuPerThousand(r result) float64 { return r.cpuPerPair.Seconds() * 1000 }
-
-// formatAB is the table of the operator (this tree) against the baseline
-// operator of results' column side, each measured in the same rounds.
-func formatAB(cfg config, ref string, results [][]result, side int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "\nA/B: baseline %s against this tree, %d rounds of %v, alternating.\n\n", ref, len(results), cfg.round)
-	b.WriteString("| round | baseline pairs/s | new pairs/s | baseline CPU-s/1000 pairs | new CPU-s/1000 pairs |\n|---:|---:|---:|---:|---:|\n")
-	var bp, np, bc, nc []float64
-	for i, r := range results {
-		o, n := r[side], r[1]
-		bp, np = append(bp, o.pairsPerSec), append(np, n.pairsPerSec)
-		bc, nc = append(bc, cpuPerThousand(o)), append(nc, cpuPerThousand(n))
-		fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.4f | %.4f |\n", i+1, o.pairsPerSec, n.pairsPerSec, cpuPerThousand(o), cpuPerThousand(n))
-	}
-	fmt.Fprintf(&b, "| **median** | **%.0f** | **%.0f** | **%.4f** | **%.4f** |\n", median(bp), median(np), median(bc), median(nc))
-	fmt.Fprintf(&b, "\nNew/baseline: pairs/s %.2f×, CPU per pair %.2f×.\n", median(np)/median(bp), median(nc)/median(bc))
-	return b.String()
-}
-
-// baseline is an operator binary to measure beside this tree's.
-type baseline struct {
-	name, binary string
-}
-
-// buildBaselines builds the -baseline-ref refs and lists them with the
-// -baseline-binary binaries.
-func buildBaselines(ctx context.Context, dir string) ([]baseline, error) {
-	var out []baseline
-	for i, ref := range splitList(*baselineRef) {
-		progress("building cmd/proxy-operator at %s", ref)
-		binary, err := buildBaseline(ctx, dir, ref, i)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, baseline{name: ref, binary: binary})
-	}
-	for _, binary := range splitList(*baselineBinary) {
-		out = append(out, baseline{name: filepath.Base(binary), binary: binary})
-	}
-	return out, nil
-}
-
-func splitList(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, ",")
-}
-
-// buildBaseline builds cmd/proxy-operator at a git ref, in a worktree
-// removed afterwards, into dir as proxy-operator-baseline-i.
-func buildBaseline(ctx context.Context, dir, ref string, i int) (string, error) {
-	tree := filepath.Join(dir, fmt.Sprintf("baseline-src-%d", i))
-	if out, err := exec.CommandContext(ctx, "git", "worktree", "add", "--detach", tree, ref).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("git worktree add %s: %w: %s", ref, err, out)
-	}
-	defer func() {
-		if out, err := exec.Command("git", "worktree", "remove", "--force", tree).CombinedOutput(); err != nil {
-			progress("removing the worktree %s: %v: %s", tree, err, out)
-		}
-	}()
-	binary := filepath.Join(dir, fmt.Sprintf("proxy-operator-baseline-%d", i))
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd/proxy-operator")
-	cmd.Dir, cmd.Stdout, cmd.Stderr = tree, os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building %s: %w", ref, err)
-	}
-	return binary, nil
 }
 
 // side is one server the clients measure.
@@ -479,57 +428,6 @@ func profile(ctx context.Context, op *process, s side, cfg config, path string) 
 		return err
 	}
 	return <-got
-}
-
-func format(cfg config, loadBefore, loadAfter string, results [][]result) string {
-	var b strings.Builder
-	trivialServer := "the lease API's server settings (lease.NewHTTPServer)"
-	if *bareTrivial {
-		trivialServer = "net/http's defaults and a header timeout (-bare-trivial)"
-	}
-	fmt.Fprintf(&b, "lease API benchmark: %s, %d CPUs; %d External proxies (MaxLeases 1), %d clients (pkg/lease/client), %d alternating rounds of %v; trivial handler on %s; load average %s before, %s after\n\n",
-		runtime.Version(), runtime.NumCPU(), cfg.proxies, cfg.clients, cfg.rounds, cfg.round, trivialServer, loadBefore, loadAfter)
-	b.WriteString("| round | trivial handler pairs/s | operator pairs/s | ratio | trivial p50 | operator p50 | trivial p99 | operator p99 | p99 ratio | trivial CPU/pair | operator CPU/pair |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	var ratios, p99Ratios []float64
-	for i, r := range results {
-		t, o := r[0], r[1]
-		ratio := o.pairsPerSec / t.pairsPerSec
-		p99Ratio := float64(o.p99) / float64(t.p99)
-		ratios, p99Ratios = append(ratios, ratio), append(p99Ratios, p99Ratio)
-		fmt.Fprintf(&b, "| %d | %.0f | %.0f | %.2f× | %v | %v | %v | %v | %.2f× | %v | %v |\n", i+1,
-			t.pairsPerSec, o.pairsPerSec, ratio, round(t.p50), round(o.p50), round(t.p99), round(o.p99), p99Ratio,
-			t.cpuPerPair.Round(time.Microsecond), o.cpuPerPair.Round(time.Microsecond))
-	}
-	pairs, p99 := median(ratios), median(p99Ratios)
-	fmt.Fprintf(&b, "\nMedian of %d rounds: operator/trivial pairs/s **%.2f×** (target ≥ %.2f×: %s), p99 **%.2f×** (target ≤ %.1f×: %s).\n",
-		len(results), pairs, targetPairsRatio, verdict(pairs >= targetPairsRatio), p99, targetP99Ratio, verdict(p99 <= targetP99Ratio))
-	return b.String()
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "**not met**"
-}
-
-func round(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
-
-func median(xs []float64) float64 {
-	s := slices.Sorted(slices.Values(xs))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
 // newClient is the lease client both sides get: connections kept for every
@@ -657,114 +555,4 @@ func idOf(body []byte) string {
 	_, rest, _ := strings.Cut(string(body), `"id":"`)
 	id, _, _ := strings.Cut(rest, `"`)
 	return id
-}
-
-// process is a child (the operator or the trivial handler) on free
-// loopback ports, its output in a file; Pdeathsig ends it with the bench.
-type process struct {
-	cmd     *exec.Cmd
-	ports   []int
-	logPath string
-	exited  chan struct{}
-	waitErr error
-}
-
-func startProcess(logPath, binary string, args func(ports []int) []string) (*process, error) {
-	ports, err := benchkit.FreePorts(2)
-	if err != nil {
-		return nil, err
-	}
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	p := &process{ports: ports, logPath: logPath, exited: make(chan struct{})}
-	p.cmd = exec.Command(binary, args(ports)...)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	p.cmd.Env = append(os.Environ(), "KUBECONFIG=", "POD_NAME=", "POD_NAMESPACE=")
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("starting %s: %w", binary, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		logFile.Close()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-func (p *process) addr(i int) string { return "127.0.0.1:" + strconv.Itoa(p.ports[i]) }
-func (p *process) pid() int          { return p.cmd.Process.Pid }
-
-func (p *process) exitErr() error {
-	select {
-	case <-p.exited:
-		return fmt.Errorf("%s exited: %v\n--- last lines of %s ---\n%s", p.cmd.Path, p.waitErr, p.logPath, p.tail(30))
-	default:
-		return nil
-	}
-}
-
-func (p *process) kill() {
-	select {
-	case <-p.exited:
-	default:
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
-func (p *process) tail(n int) string {
-	f, err := os.Open(p.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// waitReady polls url until it answers 200 or the process exits.
-func waitReady(ctx context.Context, p *process, url string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	hc := &http.Client{Timeout: 2 * time.Second}
-	for {
-		if err := p.exitErr(); err != nil {
-			return err
-		}
-		if resp, err := hc.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not answering 200 after %v\n--- last lines of %s ---\n%s", url, timeout, p.logPath, p.tail(30))
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// cpuSeconds is a process's utime+stime so far.
-func cpuSeconds(pid int) (float64, error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100, nil
 }
