@@ -4,6 +4,9 @@
 set -o errexit -o nounset -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=docs/benchmarks.md
+# The last commit with the hand-written speed-ups that issue 34 folded back:
+# the lease API bench runs it beside the current code (docs/decisions/0171-lease-path-plain-again.md).
+fold_ab_ref=${FOLD_AB_REF:-4607021}
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 
@@ -39,6 +42,23 @@ trap 'rm -f "$tmp"' EXIT
     echo '```text'
     go test -run '^$' -bench 'BenchmarkEngineOwnWork$' -benchtime 3s ./pkg/health | grep -E '^Benchmark'
     echo '```'
+    echo
+    echo "### The prober's speed-ups folded back: A/B (issue 34)"
+    echo
+    cat <<'HEALTHAB'
+Measured once, on 2026-12-04, not rerun by `make bench`: the health bench built at 4607021 (the probe's request,
+header map, reader limit and CONNECT URL pooled; an IP dialled without the resolver) and after the fold-back (a
+plain request per probe, the ordinary dialer), alternating, `-sizes 10000 -durations 30s -bare 10s -rounds 1`
+three times each ([0180](decisions/0180-plain-probe-request-and-dial.md); every round in docs/benchmarks-runs.md).
+
+| build | engine CPU per probe (median of 3) | rounds | allocated per probe |
+|---|---:|---|---:|
+| pooled request, IP dial (4607021) | 99 µs | 107, 99, 94 | 2,980 B |
+| plain (kept) | 96 µs | 96, 96, 94 | 3,909 B |
+
+The speed-ups saved nothing measurable (the 10% bar is ~10 µs here), so they are folded back. The probe's own
+HTTP/1.1 ([0161](decisions/0161-health-probe-speaks-http-1-1.md)) stays: its A/B saved ~15%.
+HEALTHAB
     echo
     echo "## Lease API (issues 6, 16)"
     echo
@@ -86,8 +106,11 @@ trap 'rm -f "$tmp"' EXIT
     echo "same timeouts, so the same per-request deadlines; [decision 155](decisions/0155-lease-api-bench-trivial-handler-runs.md)), that answers the operator's own grant body"
     echo "and Location, and 204 to the release. 11 alternating rounds, medians; CPU/pair is the server process's."
     echo "Targets (issue 16): pairs/s at least 0.95x the trivial handler's, p99 at most 1.2x."
+    echo "The same rounds also run the operator built at $fold_ab_ref (FOLD_AB_REF), the last commit with the lease"
+    echo "path's hand-written speed-ups, for issue 34's A/B: a speed-up stays only if it saves at least 10% of the"
+    echo "operator's CPU per pair here ([0171](decisions/0171-lease-path-plain-again.md); the A/B tables below)."
     echo
-    go run ./pkg/testsuites/bench/leaseapi
+    go run ./pkg/testsuites/bench/leaseapi -baseline-ref "$fold_ab_ref"
     echo
     cat <<'STORY'
 #### Where the time went (the profile's story)
