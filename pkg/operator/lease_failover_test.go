@@ -34,7 +34,7 @@ const (
 	// failoverLeaseTTL is what every acquire and renewal asks for: the
 	// maximum, so that a lease granted just before the kill outlives the
 	// takeover (lease duration 3s, plus up to two jittered retry periods,
-	// about 5.2s at worst, plus the watermark claim) and its renewal on the
+	// about 5.2s at worst, plus the horizon claim) and its renewal on the
 	// new leader is certain, not a race against a 5s expiry.
 	failoverLeaseTTL = 10 * time.Second
 	// acquireWait long-polls for capacity (and through the new leader's
@@ -140,13 +140,13 @@ func TestLeaseFailover(t *testing.T) {
 	liveAtKill := w.liveAt(killed)
 	horizon, err := persistedHorizon(t.Context(), t, ns)
 	if err != nil {
-		t.Fatalf("reading the lease watermark after the kill: %v", err)
+		t.Fatalf("reading the lease horizon after the kill: %v", err)
 	}
 	t.Logf("killed operator %s with %d leases live; its persisted horizon is %v after the kill",
 		oldAPI.name, liveAtKill, horizon.Sub(killed).Round(time.Millisecond))
 
 	// Takeover within the lease duration (3s) plus two jittered retry
-	// periods (1.2s) plus the watermark claim, with slack for a loaded
+	// periods (1.2s) plus the horizon claim, with slack for a loaded
 	// machine: 10s.
 	eventually.Check(t, 10*time.Second, pollInterval, "operator "+newAPI.name+" leads the lease API", func(ctx context.Context) error {
 		return newAPI.leading(ctx)
@@ -638,7 +638,7 @@ func latest(a, b time.Time) time.Time {
 }
 
 // persistedHorizon reads the horizon the leader persisted in the lease
-// watermark ConfigMap: no lease it granted expires after it.
+// horizon ConfigMap: no lease it granted expires after it.
 func persistedHorizon(ctx context.Context, t *testing.T, ns string) (time.Time, error) {
 	kube, _ := clients(t)
 	cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, operator.LeaseHorizonConfigMap, metav1.GetOptions{})
