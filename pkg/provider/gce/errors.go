@@ -113,17 +113,6 @@ func isAlreadyExists(err error) bool {
 	return len(reasons) == 0
 }
 
-// isResourceNotReady says whether another operation holds the resource.
-func isResourceNotReady(err error) bool {
-	_, reasons, _ := googleStatus(err)
-	for _, r := range reasons {
-		if normalizeReason(r) == "resourcenotready" {
-			return true
-		}
-	}
-	return false
-}
-
 func googleCode(err error) int {
 	if gerr, ok := compute.AsError(err); ok {
 		return gerr.Code

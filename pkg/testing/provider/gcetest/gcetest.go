@@ -123,15 +123,6 @@ func WithAddress(f func(project, zone, name string) string) Option {
 	return func(s *Server) { s.address = f }
 }
 
-// WithMachineTypes sets the machine types inserts may name.
-func WithMachineTypes(types ...string) Option {
-	return func(s *Server) { s.machineTypes = slices.Clone(types) }
-}
-
-// WithImages sets the source images inserts may name (as
-// "projects/…/global/images/…" paths).
-func WithImages(images ...string) Option { return func(s *Server) { s.images = slices.Clone(images) } }
-
 // Call is one request the fake received.
 type Call struct {
 	Method Method
@@ -340,39 +331,4 @@ func (s *Server) Put(project, zone string, inst *compute.Instance) {
 		s.assignAddress(k, inst)
 	}
 	s.vms[k] = &vm{inst: inst}
-}
-
-// SetStatus changes a VM's status (say TERMINATED, for a preempted Spot VM);
-// false when there is no such VM.
-func (s *Server) SetStatus(project, zone, name, status string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v, ok := s.vms[vmKey{project, zone, name}]
-	if ok {
-		v.inst.Status, v.seen = status, 0
-	}
-	return ok
-}
-
-// SetNatIP sets the external IP of a VM's first access config; false when
-// there is no such VM or it has no access config.
-func (s *Server) SetNatIP(project, zone, name, ip string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v, ok := s.vms[vmKey{project, zone, name}]
-	if !ok || len(v.inst.NetworkInterfaces) == 0 || len(v.inst.NetworkInterfaces[0].AccessConfigs) == 0 {
-		return false
-	}
-	v.inst.NetworkInterfaces[0].AccessConfigs[0].NatIP = ip
-	return true
-}
-
-// Remove deletes a VM at once, as if someone deleted it in the console.
-func (s *Server) Remove(project, zone, name string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := vmKey{project, zone, name}
-	_, ok := s.vms[k]
-	delete(s.vms, k)
-	return ok
 }
