@@ -14,7 +14,7 @@ import (
 // (testTick) after the last, and the recording of every probe it
 // dispatched, as if each had succeeded at once. pkg/testsuites/bench/health
 // measures the engine with its probes; this isolates what issue 16's
-// "engine ÷ bare loop" attributes to the engine (decision 164).
+// "engine ÷ bare loop" attributes to the engine (docs/decisions/0164-engine-own-work-probe-measured-alone.md).
 func BenchmarkEngineOwnWork(b *testing.B) {
 	const n = 10_000
 	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})

@@ -44,7 +44,7 @@ const (
 	// latencyReportBurst lets a few latency changes through at once.
 	latencyReportBurst = 20
 	// DefaultLatencyReportsPerProxyHour scales the latency budget with the
-	// fleet (decision 122): the fleet's latency-only reports average at
+	// fleet (docs/decisions/0122-latency-budget-scales-fleet-at-most.md): the fleet's latency-only reports average at
 	// most this many per probed proxy per hour, below the cap of
 	// LatencyReportsPerSecond.
 	DefaultLatencyReportsPerProxyHour = 1
@@ -58,7 +58,7 @@ type Config struct {
 	// Proxies is the informer's cache of Proxies (its GetIndexer()). A
 	// pass reads it whole every tick: the store's List, not a lister's,
 	// whose typed copy grew a slice of the fleet from nothing each tick,
-	// half of the pass's garbage (decision 167).
+	// half of the pass's garbage (docs/decisions/0167-probe-leaves-third-less-garbage-scheduling.md).
 	Proxies cache.Store
 	// Secrets reads the spec.auth Secret of a proxy (from an informer cache
 	// in the operator). Nil fails every probe of a proxy with spec.auth.
@@ -120,13 +120,13 @@ type Engine struct {
 	states map[cache.ObjectName]*proxyState
 	// byObject finds the state of a cached object a pass has met before by
 	// the object's pointer, which hashes for a fraction of its name
-	// (decision 162): an entry per state, for the object in st.obj.
+	// (docs/decisions/0162-scheduling-pass-finds-proxy-state-cached.md): an entry per state, for the object in st.obj.
 	byObject map[*crawlv1alpha1.Proxy]*proxyState
 	// jitter spreads the first probes of the fleet met on the first pass;
 	// guarded by mu.
 	jitter *rand.Rand
 	// metFleet is set once the first pass of this Run has met the fleet:
-	// proxies met later are new, probed at once (decision 121). Guarded by
+	// proxies met later are new, probed at once (docs/decisions/0121-proxy-created-while-engine-runs-probed.md). Guarded by
 	// mu.
 	metFleet bool
 	// pass numbers the scheduling passes, so that a pass can tell the
@@ -134,7 +134,7 @@ type Engine struct {
 	// without building a set of the fleet on every tick. Guarded by mu.
 	pass uint64
 	// due is the pass's list of due jobs, kept between passes so that a
-	// pass allocates none (decision 164). Guarded by mu.
+	// pass allocates none (docs/decisions/0164-engine-own-work-probe-measured-alone.md). Guarded by mu.
 	due []job
 }
 

@@ -493,7 +493,7 @@ func TestLatencyReportBudget(t *testing.T) {
 // TestLatencyBudgetScalesWithFleet: however noisy the latencies, the
 // fleet's latency-only reports average at most
 // DefaultLatencyReportsPerProxyHour per proxy per hour, after the burst
-// (decision 122); flips are never held back by it.
+// (docs/decisions/0122-latency-budget-scales-fleet-at-most.md); flips are never held back by it.
 func TestLatencyBudgetScalesWithFleet(t *testing.T) {
 	const n, hours = 50, 2
 	var proxies []*crawlv1alpha1.Proxy
@@ -592,7 +592,7 @@ func TestJitterSpread(t *testing.T) {
 
 // TestNewProxyProbedAtOnce: a proxy created while the engine runs is probed
 // at the first tick that meets it, not somewhere in its first interval
-// (decision 121); the fleet met on the first pass keeps its spread, and the
+// (docs/decisions/0121-proxy-created-while-engine-runs-probed.md); the fleet met on the first pass keeps its spread, and the
 // new proxy then keeps its own cadence.
 func TestNewProxyProbedAtOnce(t *testing.T) {
 	const n = 100
@@ -736,7 +736,7 @@ func TestStateReset(t *testing.T) {
 
 			tc.change(f)
 			// A replaced or moved proxy is new to the engine: its first
-			// probe goes at once (decision 121).
+			// probe goes at once (docs/decisions/0121-proxy-created-while-engine-runs-probed.md).
 			fresh := f.tick()
 			if _, ok := f.verdict("p"); ok {
 				t.Error("the old verdict survived the change")
@@ -832,7 +832,7 @@ func TestCheckFollowsTheObject(t *testing.T) {
 // TestPassPrunesWhatLeftTheCache: a pass keeps the state of every proxy
 // still in the cache and forgets exactly those that left it, whatever else
 // changed in the same pass (a pass counts the states it meets instead of
-// building a set of the fleet, decision 157).
+// building a set of the fleet, docs/decisions/0157-scheduling-pass-looks-again-only-at.md).
 func TestPassPrunesWhatLeftTheCache(t *testing.T) {
 	tests := map[string]struct {
 		change     func(f *fixture)

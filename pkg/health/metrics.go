@@ -25,7 +25,7 @@ const (
 	// ResultError: anything else (a closed connection, unreadable credentials).
 	ResultError = "error"
 	// ResultOpen: a Managed instance answered without credentials too, so
-	// anyone who can reach it could use it; it is never Ready (decision 140).
+	// anyone who can reach it could use it; it is never Ready (docs/decisions/0140-managed-instance-must-refuse-request-without.md).
 	ResultOpen = "open"
 )
 

@@ -65,7 +65,7 @@ type Result struct {
 // It speaks HTTP/1.1 itself, in the calling goroutine, with net/http's
 // request writer and response parser: an http.Transport for a single
 // request ran three more goroutines and their hand-offs, a fifth of a
-// probe's CPU (docs/architecture.md, decision 161).
+// probe's CPU (docs/decisions/0161-health-probe-speaks-http-1-1.md).
 func Probe(ctx context.Context, t Target) Result {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, t.Timeout)
@@ -181,7 +181,7 @@ func (p *prober) read(conn net.Conn, req *http.Request, limit int64) (*http.Resp
 // probeDialer dials a probe's connection without TCP keep-alive: the
 // probe's deadline, not keep-alive, ends a connection to a dead peer, and
 // the four setsockopt calls that turn it on were a third of a probe's
-// system calls (decision 166).
+// system calls (docs/decisions/0166-probe-connection-has-no-tcp-keep.md).
 var probeDialer = net.Dialer{KeepAlive: -1}
 
 // dialProxy connects to the proxy.

@@ -335,7 +335,7 @@ func TestProbeFreshConnections(t *testing.T) {
 // TestProbeConnectionOptions reads, from the kernel, the options of a
 // connection a probe dials to its proxy, by IP address and by name: no
 // keep-alive (a probe's deadline ends a
-// connection to a dead peer, decision 166), and Nagle off, so a probe's
+// connection to a dead peer, docs/decisions/0166-probe-connection-has-no-tcp-keep.md), and Nagle off, so a probe's
 // small writes are not held back and its latency is the proxy's.
 func TestProbeConnectionOptions(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

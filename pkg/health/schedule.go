@@ -69,7 +69,7 @@ func (e *Engine) collectDueLocked(ctx context.Context, objs []any, now time.Time
 		if st == nil {
 			// New, or changed since the last pass: the informer replaces a
 			// cached object on every update and never edits one, so the
-			// same pointer means nothing below can differ (decision 157).
+			// same pointer means nothing below can differ (docs/decisions/0157-scheduling-pass-looks-again-only-at.md).
 			key := cache.MetaObjectToName(p)
 			var replaced bool
 			if st, replaced = e.meet(ctx, p, key, e.states[key], now); replaced {
@@ -95,7 +95,7 @@ func (e *Engine) collectDueLocked(ctx context.Context, objs []any, now time.Time
 		}
 	}
 	// Every state met is marked, so in a steady fleet there is none to
-	// look for: a pass costs no walk of the states (decision 157).
+	// look for: a pass costs no walk of the states (docs/decisions/0157-scheduling-pass-looks-again-only-at.md).
 	if met != len(e.states) {
 		for key, st := range e.states {
 			if st.pass != e.pass {
@@ -128,7 +128,7 @@ func (e *Engine) dispatchDueLocked(due []job, now time.Time, dispatch func(job) 
 }
 
 // latencyRate is the fleet's budget of latency-only reports per second:
-// perProxyHour for each probed proxy, never above rateCap (decision 122).
+// perProxyHour for each probed proxy, never above rateCap (docs/decisions/0122-latency-budget-scales-fleet-at-most.md).
 func latencyRate(rateCap, perProxyHour float64, probed int) rate.Limit {
 	return rate.Limit(min(rateCap, float64(probed)*perProxyHour/3600))
 }

@@ -29,7 +29,7 @@ type check struct {
 	// authSecret names the spec.auth Secret in the proxy's namespace, "" for none.
 	authSecret string
 	// mustRefuseAnonymous: a Managed instance, which the operator starts with
-	// credentials, must refuse a request without them (decision 140).
+	// credentials, must refuse a request without them (docs/decisions/0140-managed-instance-must-refuse-request-without.md).
 	mustRefuseAnonymous bool
 }
 

@@ -42,7 +42,7 @@ type job struct {
 	state *proxyState
 	// check is resolved from the cached object when the probe is due, not
 	// kept in the state: 10,000 kept checks are ~3 MB of live heap, more
-	// than the 0.6% of the engine's CPU they save is worth (decision 164).
+	// than the 0.6% of the engine's CPU they save is worth (docs/decisions/0164-engine-own-work-probe-measured-alone.md).
 	check check
 	due   time.Time
 	// proveClosed: probe without credentials too, because the proxy is

@@ -77,7 +77,7 @@ func latencyBucket(d time.Duration) int8 {
 // latencyPersistence is how many successive successful probes must agree on
 // a latency bucket before a change to it is worth a status write: one slow
 // probe on a busy machine is not news for a person reading kubectl get px.
-// Five, not three (decision 123): on a loaded machine a loopback probe's
+// Five, not three (docs/decisions/0123-latency-change-persists-over-five-probes.md): on a loaded machine a loopback probe's
 // latency spreads over four or five buckets, a quarter of the probes in the
 // bucket next to the modal one: three in a row there come about once in 70
 // probes, five about once in 1,300, and a real change still shows within

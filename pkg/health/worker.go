@@ -80,7 +80,7 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 	if why == reportLatency && !e.latencyBudget.AllowN(now, 1) {
 		why = "" // over the fleet's budget: a later probe reports it
 	}
-	// Made only when reported: most probes report nothing (decision 164).
+	// Made only when reported: most probes report nothing (docs/decisions/0164-engine-own-work-probe-measured-alone.md).
 	var v *controller.HealthVerdict
 	if why != "" {
 		v = &controller.HealthVerdict{

@@ -79,7 +79,7 @@ func WithClientAddr(ctx context.Context, addr string) context.Context {
 
 // clientAddrContext is context.WithValue for the client address, in one
 // allocation instead of two (the value is boxed only when read, on a
-// review): every lease API call makes one (decision 153).
+// review): every lease API call makes one (docs/decisions/0153-lease-api-decodes-request-without-maps.md).
 type clientAddrContext struct {
 	context.Context
 	addr string

@@ -333,7 +333,7 @@ func parseQuery(raw string, allowed ...string) (members, error) {
 // members are the named values of one request, a JSON body's members or a
 // query's parameters: each name given at most once, and only names the
 // call knows, so a handful. They are an array on the caller's stack, not a
-// map that every call would allocate (docs/architecture.md, decision 153).
+// map that every call would allocate (docs/decisions/0153-lease-api-decodes-request-without-maps.md).
 type members struct {
 	n      int
 	names  [maxMembers]string

@@ -81,7 +81,7 @@ func ProxyInfoFrom(p *crawlv1alpha1.Proxy) ProxyInfo {
 		ReadySince:    readySince,
 		Draining:      draining(p),
 		// The lease API hands these out with every grant: naming the Secret
-		// here spares each grant a lookup of the Proxy (decision 160).
+		// here spares each grant a lookup of the Proxy (docs/decisions/0160-grant-reads-proxy-credentials-secret-name.md).
 		CredentialsSecret: proxyaccess.CredentialsSecret(p),
 	}
 }
@@ -107,7 +107,7 @@ func SecretCredentials(secrets corelisters.SecretLister) CredentialsFunc {
 	return func(_ context.Context, p LeasedProxy) (*Credentials, error) {
 		if p.CredentialsSecret == "" {
 			// No Secret to read: skip building a getter, which allocates on
-			// every grant (decision 158).
+			// every grant (docs/decisions/0158-two-small-cuts-grant-one-table.md).
 			return nil, nil
 		}
 		creds, err := proxyaccess.ReadCredentials(p.CredentialsSecret, secrets.Secrets(p.Key.Namespace).Get)

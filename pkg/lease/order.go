@@ -3,7 +3,7 @@ package lease
 // selectionOrder lists the proxies an acquire may choose, in selection
 // order (selectedBefore): the Ready ones with a free slot, and no others,
 // so that an acquire takes the first acceptable proxy without walking past
-// the ones that are full (decision 113). The links live in the proxies
+// the ones that are full (docs/decisions/0113-selection-orders-hold-only-proxies-acquire.md). The links live in the proxies
 // (allLinks for the store's order, nsLinks for a namespace's), so that a
 // proxy leaving when its last slot is taken and coming back at its release
 // allocates nothing.

@@ -133,7 +133,7 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) erro
 }
 
 // releaseLiveLocked ends a live lease released by its holder. The release
-// is stamped no earlier than the one before it (decision 163), so that the
+// is stamped no earlier than the one before it (docs/decisions/0163-release-stamped-no-earlier-than-release.md), so that the
 // selection order is the order the releases were made even when a clock
 // reading lags the last one: stamped as it is, it would sort before them,
 // and its insert would walk back past each of them.

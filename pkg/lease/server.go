@@ -184,7 +184,7 @@ func (s *Server) StopLeading(ctx context.Context) error {
 // NewHTTPServer is the net/http server the lease API runs h in: its
 // timeouts and header limit, for a store whose longest wait is maxWait.
 // The lease API benchmark serves its trivial handler with it too, so that
-// the reference pays the same per-request deadlines (decision 155).
+// the reference pays the same per-request deadlines (docs/decisions/0155-lease-api-bench-trivial-handler-runs.md).
 func NewHTTPServer(h http.Handler, maxWait time.Duration) *http.Server {
 	return &http.Server{
 		Handler:           h,

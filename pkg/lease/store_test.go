@@ -96,7 +96,7 @@ func TestSelectionOrder(t *testing.T) {
 		"a release read from a clock behind the last one's sorts no earlier than it": {
 			// Releases read the clock before they lock the store; one that
 			// waited for the lock is stamped with the latest release's time
-			// (decision 163), and the tie goes to the lower latency.
+			// (docs/decisions/0163-release-stamped-no-earlier-than-release.md), and the tie goes to the lower latency.
 			proxies: []ProxyInfo{newProxy("p1", withLatency(50)), newProxy("p2", withLatency(10))},
 			setup: func(e env) {
 				l2, l1 := hold(e, "p2", 0), hold(e, "p1", 0)

@@ -32,13 +32,13 @@ import (
 //
 // where a string is a uvarint length and the bytes, and mac is the first
 // 16 bytes of HMAC-SHA256(key, everything before it). Version 3 IDs, which
-// the releases of decision 159 minted, have the same fields and an
+// the releases of docs/decisions/0159-lease-ids-version-3-signed-aes.md minted, have the same fields and an
 // AES-CMAC as their MAC; they are still accepted until they expire
 // (token_v3compat.go, docs/decisions/0171-lease-path-plain-again.md), never
 // minted. Version 2 added the owner (the authenticated identity that
 // acquired the lease); version 1 IDs are refused.
 //
-// An ID is signed, not encrypted (docs/architecture.md, decision 70): its
+// An ID is signed, not encrypted (docs/decisions/0070-lease-ids-signed-not-encrypted-docs.md): its
 // fields are readable by anyone who sees it. It has exactly one spelling:
 // decode accepts only the canonical unpadded base64url encoding, so that a
 // changed character (unused padding bits, an inserted newline) is never

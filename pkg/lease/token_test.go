@@ -70,7 +70,7 @@ func TestReleaseAndAuthorizationCheckTheMAC(t *testing.T) {
 	}
 }
 
-// mintV3 is id as the previous release signed it (decision 159): version
+// mintV3 is id as the previous release signed it (docs/decisions/0159-lease-ids-version-3-signed-aes.md): version
 // 3, and the AES-CMAC under a key derived from the shared one.
 func mintV3(t testing.TB, key []byte, id string) string {
 	t.Helper()

@@ -106,7 +106,7 @@ func (m *Metrics) ObserveReport(why string) { m.health.reports.WithLabelValues(w
 // turned into samples only when scraped. Two GaugeVec children cost about
 // 1 KB a proxy (10.5 MB of live heap at 10,000 proxies, the largest item
 // after the Proxy cache); an entry here is a key and 16 bytes
-// (docs/architecture.md, decision 151).
+// (docs/decisions/0151-per-proxy-probe-series-map-entry.md).
 type probedProxies struct {
 	lastProbe, failures *prometheus.Desc
 

@@ -15,7 +15,7 @@ type leaseMetrics struct {
 	recovering prometheus.Gauge
 	// The children of every predeclared label value, looked up in a plain
 	// map (never written after predeclare) instead of WithLabelValues'
-	// hashing and lock on every grant and release (decision 112).
+	// hashing and lock on every grant and release (docs/decisions/0112-lease-metrics-look-up-their-label.md).
 	acquiresBy map[string]prometheus.Counter
 	heldBy     map[string]prometheus.Observer
 }

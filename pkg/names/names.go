@@ -1,7 +1,7 @@
 // Package names checks Kubernetes names and label values as apimachinery's
 // validation does, without its regular expressions: the lease API and the
 // gateway check one or two on every call, and the regexps cost more than
-// the rest of decoding a request (docs/architecture.md, decision 153).
+// the rest of decoding a request (docs/decisions/0153-lease-api-decodes-request-without-maps.md).
 // apimachinery still writes the messages when a check fails; the tests
 // hold each function to its answer.
 package names

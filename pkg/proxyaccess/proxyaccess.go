@@ -1,7 +1,7 @@
 // Package proxyaccess is how anyone reaches a Proxy: the address its status
 // records and the credentials its Secret holds. The controller, the health
 // engine, the lease feed and the local provider all read them here, so that
-// they agree byte for byte (decision 8 compares addresses) and a bad Secret
+// they agree byte for byte (docs/decisions/0008-health-verdict-carries-address-was-measured.md compares addresses) and a bad Secret
 // reads as the same clear error everywhere.
 package proxyaccess
 

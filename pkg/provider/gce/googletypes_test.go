@@ -11,7 +11,7 @@ import (
 
 // The fake (gcetest) speaks through google.golang.org/api's generated types,
 // so every test through it checks the hand-written client's JSON against
-// Google's own (decision 150). These convert a VM between the two, through
+// Google's own (docs/decisions/0150-gce-provider-talks-compute-engine-through.md). These convert a VM between the two, through
 // JSON as the wire does.
 
 func toGoogle(t *testing.T, vm *compute.Instance) *gcompute.Instance {

@@ -48,7 +48,7 @@ const (
 	// generates for a Proxy without it. The cloud-init reads them at boot
 	// (docs/gce.md), so no password need be written into the user-data, and
 	// the health engine never lets a VM that ignores them be Ready
-	// (decision 140). Secret: never logged.
+	// (docs/decisions/0140-managed-instance-must-refuse-request-without.md). Secret: never logged.
 	MetadataAuthUsername = "proxy-auth-username"
 	MetadataAuthPassword = "proxy-auth-password"
 )

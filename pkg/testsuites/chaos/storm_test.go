@@ -203,7 +203,7 @@ type stormStats struct {
 	edited, deleted int
 	unlatchedFailed int
 	// deletingWithPermanent: proxies seen in Deleting with a permanent
-	// error; nobody edits them (decision 37: the deletion retries itself).
+	// error; nobody edits them (docs/decisions/0037-permanent-provider-error-while-deleting-retried.md: the deletion retries itself).
 	deletingWithPermanent int
 	// lostCreates: proxies deleted holding the instance of a Create whose
 	// answer was lost; gaveUp: proxies deleted while the provider still held
@@ -269,7 +269,7 @@ func TestProviderFaultStorm(t *testing.T) {
 
 	// tend is the user, looking at the fleet. A proxy latched by a permanent
 	// error is edited, which un-latches it (a deleting one is left alone: its
-	// deletion retries by itself, decision 37); during the
+	// deletion retries by itself, docs/decisions/0037-permanent-provider-error-while-deleting-retried.md); during the
 	// storm the user gets to only so many (budget; negative: all). Those that
 	// hold no instance because their Create timed out the user gives up on
 	// and deletes. Those that hold an instance their controller never learned

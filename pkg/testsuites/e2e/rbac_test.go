@@ -81,7 +81,7 @@ var needs = map[string]need{
 	"update secrets": {flow: "retry",
 		why: "a retried Create brings the provider's cloud-init Secret to the current content"},
 	"delete secrets": {flow: "managed",
-		why: "deleting an instance deletes its cloud-init Secret, and the finalizer waits for it (decision 170)"},
+		why: "deleting an instance deletes its cloud-init Secret, and the finalizer waits for it (docs/decisions/0170-finalizer-goes-only-after-delete-succeeded.md)"},
 	"get pods": {flow: "managed",
 		why: "the kubernetes provider polls its Pod"},
 	"list pods": {flow: "gc",

@@ -5,7 +5,7 @@
 // a program that links a reflective method call keeps every exported method
 // of every type, which made the operator's binary 107 MB instead of 47 MB and
 // cost every operator ~21 MiB of resident memory, GCE provider in use or not
-// (docs/architecture.md, decision 150).
+// (docs/decisions/0150-gce-provider-talks-compute-engine-through.md).
 //
 // It does no retries and no logging: the provider classifies errors and the
 // controller retries. Request bodies hold cloud-init and credentials, so

@@ -172,7 +172,7 @@ func measure(ctx context.Context) (string, error) {
 	}
 	row("first acquire (wait 60s) on an empty pool → 201", firstLease)
 	row("reference: the local provider alone, Create → Running", providerTimes)
-	fmt.Fprintf(&b, "| reference: probe interval (a member is Ready after its first probe; a new proxy is probed at the engine's next tick, decision 121, and both are 1 s here) | %.2f s | | |\n", probeInterval.Seconds())
+	fmt.Fprintf(&b, "| reference: probe interval (a member is Ready after its first probe; a new proxy is probed at the engine's next tick, docs/decisions/0121-proxy-created-while-engine-runs-probed.md, and both are 1 s here) | %.2f s | | |\n", probeInterval.Seconds())
 	s := slices.Clone(providerTimes)
 	slices.Sort(s)
 	fmt.Fprintf(&b, "| floor bound: provider start + one probe interval (the most the first probe waits) | %.2f s | | |\n", (s[len(s)/2] + probeInterval).Seconds())

@@ -167,7 +167,7 @@ func (b bareRun) cpuPerProbe() time.Duration {
 
 // measure alternates runs of the engine and of the bare loops, so that all
 // sample the same stretch of a shared machine: a single pair of runs moved
-// the ratio from 0.92x to 1.54x here (decision 157).
+// the ratio from 0.92x to 1.54x here (docs/decisions/0157-scheduling-pass-looks-again-only-at.md).
 func measure(n int, run time.Duration, cfg settings, profile string) (row, error) {
 	r := row{proxies: n, interval: cfg.interval, workers: cfg.workers, rounds: cfg.rounds, run: run,
 		expected: float64(n) / cfg.interval.Seconds()}
@@ -273,7 +273,7 @@ func runEngine(store cache.Indexer, fl *fleet.Process, run time.Duration, cfg se
 	// CPU, garbage and the profile are the steady window's, like the
 	// probes they are divided by: the first pass meeting the whole fleet
 	// and its first verdicts happen once per engine, not per probe, and
-	// the loops have no start to pay for (decision 169).
+	// the loops have no start to pay for (docs/decisions/0169-health-bench-divides-engine-steady-window.md).
 	time.Sleep(time.Until(m.windowStart))
 	cpu0, fleet0, alloc0 := cpuSeconds(), fl.CPUSeconds(), allocatedBytes()
 	stopProfile, err := startCPUProfile(profile)
@@ -370,7 +370,7 @@ func runBare(targets []health.Target, cfg settings) bareRun {
 // loopContext is a loop's context, canceled after d. It is ended by a
 // cancel, not a deadline, like the engine's: under a parent deadline
 // nearer than the probe's timeout, a probe's context takes no timer of its
-// own, a saving the engine never gets (decision 164).
+// own, a saving the engine never gets (docs/decisions/0164-engine-own-work-probe-measured-alone.md).
 func loopContext(d time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stop := time.AfterFunc(d, cancel)
@@ -507,7 +507,7 @@ func printTable(rows []row) {
 
 // allocatedBytes is what this process has allocated on the heap so far:
 // a probe's garbage is GC work, in the engine's process as in the loops'
-// (decision 167).
+// (docs/decisions/0167-probe-leaves-third-less-garbage-scheduling.md).
 func allocatedBytes() uint64 {
 	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(s)
@@ -529,7 +529,7 @@ func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6
 // the peak. It reads /proc/self/statm, not /proc/self/status: a read of
 // status took ~0.5ms of this process's CPU here, 1.7% of the engine's
 // measured CPU at 10,000 proxies, which the bare loops never paid
-// (decision 164).
+// (docs/decisions/0164-engine-own-work-probe-measured-alone.md).
 func sampleRSS(ctx context.Context) <-chan int64 {
 	out := make(chan int64, 1)
 	go func() {
