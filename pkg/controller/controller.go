@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -281,20 +280,9 @@ func (c *Controller) observedSync(ctx context.Context, key cache.ObjectName) (ti
 	requeue, err := c.sync(ctx, key)
 	c.metrics.ObserveSync(syncResult(requeue, err), c.clock.Since(start))
 	if err != nil {
-		logSyncFailure(klog.FromContext(ctx), key, err)
+		queueworker.LogSyncFailure(klog.FromContext(ctx), "proxy", key, err)
 	}
 	return requeue, err
-}
-
-// logSyncFailure logs a failed sync as an error, at every verbosity. A
-// conflict only says the cache was behind a write; the retry reads the
-// newer object, so it stays quiet unless asked for.
-func logSyncFailure(logger klog.Logger, key cache.ObjectName, err error) {
-	if apierrors.IsConflict(err) {
-		logger.V(4).Info("Sync conflicted with a newer write; retrying", "proxy", key, "err", err)
-		return
-	}
-	logger.Error(err, "Sync failed; retrying with backoff", "proxy", key)
 }
 
 func syncResult(requeue time.Duration, err error) string {

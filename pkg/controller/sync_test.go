@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -921,30 +919,6 @@ func TestCredentialsWithColonInUsername(t *testing.T) {
 			}
 			if calls := prov.Calls(); len(calls) > 0 {
 				t.Errorf("the %s provider was called: %v", name, calls)
-			}
-		})
-	}
-}
-
-// TestSyncFailureLogging: a failed sync is an error at the default
-// verbosity; a conflict (the cache was behind) is not.
-func TestSyncFailureLogging(t *testing.T) {
-	conflict := apierrors.NewConflict(crawlv1alpha1.Resource("proxies"), "p1", errors.New("the object has been modified"))
-	tests := map[string]struct {
-		err  error
-		want []string
-	}{
-		"a failure is an error":   {err: errors.New("boom"), want: []string{`"msg"="Sync failed; retrying with backoff" "error"="boom" "proxy"="crawl/p1"`}},
-		"a conflict is quiet":     {err: conflict},
-		"a wrapped conflict, too": {err: fmt.Errorf("status write: %w", conflict)},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			var lines []string
-			logger := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{Verbosity: 0})
-			logSyncFailure(logger, testKey, tc.err)
-			if diff := cmp.Diff(tc.want, lines, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("log lines at the default verbosity (-want +got):\n%s", diff)
 			}
 		})
 	}

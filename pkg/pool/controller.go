@@ -269,7 +269,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 func (c *Controller) loggedSync(ctx context.Context, key cache.ObjectName) (time.Duration, error) {
 	requeue, err := c.sync(ctx, key)
 	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Pool sync failed; retrying with backoff", "pool", key, "err", err)
+		queueworker.LogSyncFailure(klog.FromContext(ctx), "pool", key, err)
 	}
 	return max(requeue, 0), err
 }

@@ -3,8 +3,8 @@
 // the sync's verdict (backoff on an error, forget and maybe requeue on
 // success); and run N such workers until the context ends.
 //
-// It does not log or record metrics: a caller that wants either wraps its
-// sync function.
+// It records no metrics: a caller that wants them wraps its sync function.
+// LogSyncFailure is the one way every controller logs a failed sync.
 package queueworker
 
 import (
@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -72,4 +73,17 @@ func Run[T comparable](ctx context.Context, q workqueue.TypedRateLimitingInterfa
 	klog.FromContext(ctx).Info("Shutting down workers")
 	q.ShutDown()
 	wg.Wait()
+}
+
+// LogSyncFailure logs a failed sync of the object named by key as an error,
+// at every verbosity, under kind ("proxy", "pool"); the queue's backoff
+// rate-limits it to one line per retry. A conflict only says the cache was
+// behind a write, and the retry reads the newer object, so it stays quiet
+// unless asked for.
+func LogSyncFailure[T any](logger klog.Logger, kind string, key T, err error) {
+	if apierrors.IsConflict(err) {
+		logger.V(4).Info("Sync conflicted with a newer write; retrying", kind, key, "err", err)
+		return
+	}
+	logger.Error(err, "Sync failed; retrying with backoff", kind, key)
 }

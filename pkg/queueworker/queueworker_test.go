@@ -8,7 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -234,5 +239,33 @@ func TestRun(t *testing.T) {
 	}
 	if !q.ShuttingDown() {
 		t.Error("Run returned with the queue not shut down")
+	}
+}
+
+// TestLogSyncFailure: a failed sync is an error at the default verbosity,
+// under the controller's kind and the object's key, for every controller;
+// a conflict (the cache was behind) is not.
+func TestLogSyncFailure(t *testing.T) {
+	key := cache.ObjectName{Namespace: "crawl", Name: "p1"}
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "crawl.proxyfleet.io", Resource: "proxies"}, "p1", errors.New("the object has been modified"))
+	tests := map[string]struct {
+		kind string
+		err  error
+		want []string
+	}{
+		"a Proxy's failure is an error": {kind: "proxy", err: errors.New("boom"), want: []string{`"msg"="Sync failed; retrying with backoff" "error"="boom" "proxy"="crawl/p1"`}},
+		"a pool's failure is an error":  {kind: "pool", err: errors.New("boom"), want: []string{`"msg"="Sync failed; retrying with backoff" "error"="boom" "pool"="crawl/p1"`}},
+		"a conflict is quiet":           {kind: "proxy", err: conflict},
+		"a wrapped conflict, too":       {kind: "pool", err: fmt.Errorf("status write: %w", conflict)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var lines []string
+			logger := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{Verbosity: 0})
+			LogSyncFailure(logger, tc.kind, key, tc.err)
+			if diff := cmp.Diff(tc.want, lines, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("log lines at the default verbosity (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
