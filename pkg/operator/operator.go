@@ -17,21 +17,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -43,10 +38,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
-	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
-	crawlscheme "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/scheme"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
-	crawlinformersv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
@@ -76,168 +68,32 @@ var errLostLease = errors.New("lost the leader lease; exiting so that the Pod re
 //
 // providers holds the providers compiled into the binary; --providers picks
 // the enabled ones, and naming one that is missing is a start-up error.
+// Each step is in assemble.go; every part is built before anything runs, so
+// a bad configuration fails start-up, not the first election won.
 func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
-	logger := klog.FromContext(ctx)
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	logger.Info("Starting proxy-operator", "version", Version(), "namespace", namespaceForLog(o.Namespace), "leaderElect", o.LeaderElect)
-
-	cfg, err := restConfig(o.Kubeconfig)
+	klog.FromContext(ctx).Info("Starting proxy-operator", "version", Version(), "namespace", namespaceForLog(o.Namespace), "leaderElect", o.LeaderElect)
+	c, err := newClients(o)
 	if err != nil {
 		return err
 	}
-	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
-	cfg.UserAgent = "proxy-operator/" + Version()
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
-	}
-	crawl, err := versioned.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("crawl.proxyfleet.io client: %w", err)
-	}
-
 	m := metrics.New()
 	m.SetBuildInfo(Version())
-
-	enabled, err := buildProviders(ctx, o.Providers, providers, ProviderEnv{KubeClient: kube, RESTConfig: rest.CopyConfig(cfg), Options: o})
+	enabled, err := buildProviders(ctx, o.Providers, providers, ProviderEnv{KubeClient: c.kube, RESTConfig: rest.CopyConfig(c.cfg), Options: o})
 	if err != nil {
 		return stoppedOrFailed(ctx, err)
 	}
-
-	// No periodic resync: the controller polls instances on its own
-	// schedule, and its handlers drop resyncs anyway.
-	// trimForCache keeps the caches to what the operator reads (decision 120).
-	kubeInformers := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace), informers.WithTransform(trimForCache))
-	crawlInformers := crawlinformers.NewSharedInformerFactoryWithOptions(crawl, 0, crawlinformers.WithNamespace(o.Namespace), crawlinformers.WithTransform(trimForCache))
-	proxyInformer := crawlInformers.Crawl().V1alpha1().Proxies()
-	secretInformer := kubeInformers.Core().V1().Secrets()
-	secrets := secretInformer.Lister()
-	// The engine reports verdicts into the controller's queue and the
-	// controller reads them back through Verdict, so each needs the other:
-	// the engine is built first, reporting to verdicts, which is connected
-	// to the controller as soon as it exists, before anything runs.
-	verdicts := &controllerQueue{}
-	engine, err := health.New(health.Config{
-		Proxies: proxyInformer.Informer().GetIndexer(),
-		Secrets: func(_ context.Context, namespace, name string) (*corev1.Secret, error) {
-			return secrets.Secrets(namespace).Get(name)
-		},
-		Enqueue:                 verdicts.Enqueue,
-		Workers:                 o.HealthWorkers,
-		LatencyReportsPerSecond: o.latencyUpdatesPerSecond(),
-		Metrics:                 m,
-	})
+	op, err := newOperator(ctx, o, c, enabled, m)
 	if err != nil {
-		return fmt.Errorf("health engine: %w", err)
-	}
-	// One broadcaster for the process. It outlives ctx so that events of
-	// the drain still go out; run shuts it down last.
-	events := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
-	events.StartStructuredLogging(4)
-	// A private scheme: events need our kinds, and the global scheme.Scheme
-	// is shared by everything in the process.
-	eventScheme := runtime.NewScheme()
-	if err := crawlscheme.AddToScheme(eventScheme); err != nil {
-		return fmt.Errorf("building the event scheme: %w", err)
-	}
-	ctrl, err := controller.NewController(controller.Config{
-		CrawlClient:      crawl,
-		KubeClient:       kube,
-		ProxyInformer:    proxyInformer,
-		SecretInformer:   secretInformer,
-		Providers:        enabled,
-		Health:           engine,
-		Metrics:          m,
-		WorkqueueMetrics: m.WorkqueueProvider(),
-		Recorder:         events.NewRecorder(eventScheme, corev1.EventSource{Component: controller.FieldManager}),
-	})
-	if err != nil {
-		return fmt.Errorf("controller: %w", err)
-	}
-	verdicts.connect(ctrl)
-	m.WatchProxies(proxyInformer.Lister(), o.Namespace)
-
-	op := &operator{
-		opts:           o,
-		metrics:        m,
-		controller:     ctrl,
-		kubeInformers:  kubeInformers,
-		crawlInformers: crawlInformers,
-		synced:         []cache.InformerSynced{proxyInformer.Informer().HasSynced, secretInformer.Informer().HasSynced},
-		labeler:        podLabeler{client: kube, namespace: o.PodNamespace, name: o.PodName},
-		kube:           kube,
-		health:         engine,
-		events:         events,
-	}
-	// Built here, so that a bad configuration fails start-up, not the
-	// first election won.
-	op.collector, err = gc.New(gc.Config{
-		Providers:     enabled,
-		Proxies:       proxyInformer.Lister(),
-		ProxiesSynced: proxyInformer.Informer().HasSynced,
-		Live:          crawl,
-		Interval:      o.GCInterval,
-		Metrics:       m,
-		Recorder:      events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "proxy-operator-gc"}),
-	})
-	if err != nil {
-		return fmt.Errorf("garbage collection: %w", err)
-	}
-	if o.LeaderElect {
-		// Lease renewals get a client of their own, with its own rate
-		// limit, so a controller burst (a thousand status writes after a
-		// failover) cannot delay them past the renew deadline. Its timeout
-		// leaves room for a second attempt within the deadline.
-		leCfg := rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election")
-		leCfg.Timeout = o.LeaderElectRenewDeadline / 2
-		if op.electionClient, err = kubernetes.NewForConfig(leCfg); err != nil {
-			return fmt.Errorf("leader election client: %w", err)
-		}
-		op.electionWatchdog = leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTolerance)
-	}
-
-	var feedSynced cache.InformerSynced
-	// The lease API's reviews get a client of their own, so that a flood of
-	// new bearer tokens never spends the controller's API budget.
-	authCfg := rest.AddUserAgent(rest.CopyConfig(cfg), "lease-auth")
-	authCfg.QPS, authCfg.Burst = o.LeaseAuthQPS, o.LeaseAuthBurst
-	authKube, err := kubernetes.NewForConfig(authCfg)
-	if err != nil {
-		return fmt.Errorf("lease API authentication client: %w", err)
-	}
-	if op.leases, feedSynced, err = newLeaseServer(ctx, o, kube, authKube, proxyInformer, secrets, m); err != nil {
 		return stoppedOrFailed(ctx, err)
 	}
-	// The leader path waits for the lease feed too: it must know every Ready
-	// proxy before it grants.
-	op.synced = append(op.synced, feedSynced)
-
-	// ProxyPools (pkg/pool), on the leader beside the Proxy controller.
-	if op.pools, err = newPoolController(crawl, kube, crawlInformers, proxyInformer, secretInformer, op.leases, m); err != nil {
-		return fmt.Errorf("pool controller: %w", err)
-	}
-	op.synced = append(op.synced, crawlInformers.Crawl().V1alpha1().ProxyPools().Informer().HasSynced)
-
-	// Listen before anything runs, so a taken port fails start-up at once.
-	ln, err := net.Listen("tcp", o.MetricsAddr)
+	metricsListener, err := op.listen(ctx, o, m)
 	if err != nil {
-		return fmt.Errorf("--metrics-addr: %w", err)
-	}
-	logger.Info("Serving metrics and health", "addr", ln.Addr().String())
-	op.leaseListener, err = net.Listen("tcp", o.LeaseAddr)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("--lease-addr: %w", err)
-	}
-	logger.Info("Serving the lease API", "addr", op.leaseListener.Addr().String(), "auth", o.LeaseAuth)
-	if err := op.listenGateway(o, m); err != nil { // gatewaywiring.go
-		ln.Close()
-		op.leaseListener.Close()
 		return err
 	}
-	return op.run(ctx, ln)
+	return op.run(ctx, metricsListener)
 }
 
 // controllerQueue is the health engine's way into the controller's queue.
@@ -479,11 +335,11 @@ func (op *operator) runLeader(ctx context.Context) error {
 	}
 	// The lease API leads before the Service can route to us (the label).
 	if err := op.leases.StartLeading(ctx); err != nil {
-		return nil // ctx ended while claiming the watermark
+		return nil // ctx ended while claiming the horizon
 	}
 	defer func() {
 		if err := op.leases.StopLeading(context.WithoutCancel(ctx)); err != nil {
-			logger.Error(err, "Persisting the lease watermark on the way out")
+			logger.Error(err, "Persisting the lease horizon on the way out")
 		}
 	}()
 	if err := untilAPIAnswers(ctx, "leader label", func(ctx context.Context) error { return op.labeler.set(ctx, true) }); err != nil {
@@ -522,73 +378,6 @@ func (op *operator) runLeader(ctx context.Context) error {
 	return err
 }
 
-// serveMetrics serves /metrics, /healthz and /readyz until stop closes (the
-// leader path is done) and then shuts down gracefully. ctx only carries the
-// logger: the server outlives the shutdown request on purpose.
-func (op *operator) serveMetrics(ctx context.Context, ln net.Listener, stop <-chan struct{}) error {
-	logger := klog.FromContext(ctx)
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", op.metrics.Handler())
-	mux.HandleFunc("GET /healthz", op.serveHealthz)
-	mux.HandleFunc("GET /readyz", op.serveReadyz)
-	if op.opts.Profiling {
-		registerProfiling(mux)
-	}
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-	}
-
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	select {
-	case err := <-served:
-		return fmt.Errorf("metrics server on %s: %w", ln.Addr(), err)
-	case <-stop:
-	}
-	logger.V(2).Info("Shutting down the metrics server")
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-	defer cancel()
-	err := srv.Shutdown(shutdownCtx)
-	<-served // http.ErrServerClosed once Shutdown began
-	if err != nil {
-		return fmt.Errorf("metrics server shutdown: %w", err)
-	}
-	logger.V(2).Info("Metrics server stopped")
-	return nil
-}
-
-// serveReadyz is 200 once the informer caches have synced, on every replica;
-// it follows nothing else (not leadership: a standby with warm caches is
-// ready to take over).
-// serveHealthz answers ok, unless this replica leads without renewing the
-// lease (client-go's WatchDog): then the kubelet restarts it, as it does
-// kube-controller-manager.
-func (op *operator) serveHealthz(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if op.electionWatchdog != nil {
-		if err := op.electionWatchdog.Check(r); err != nil {
-			w.WriteHeader(http.StatusInternalServerError)
-			fmt.Fprintf(w, "leader election: %v\n", err)
-			return
-		}
-	}
-	fmt.Fprintln(w, "ok")
-}
-
-func (op *operator) serveReadyz(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	for _, synced := range op.synced {
-		if !synced() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "informer caches not synced")
-			return
-		}
-	}
-	fmt.Fprintln(w, "ok")
-}
-
 // restConfig loads --kubeconfig, else $KUBECONFIG (a list of files, as
 // kubectl reads it), else the in-cluster config.
 func restConfig(kubeconfig string) (*rest.Config, error) {
@@ -619,56 +408,4 @@ func namespaceForLog(ns string) string {
 		return "(all)"
 	}
 	return ns
-}
-
-// newLeaseServer builds the lease API: the store fed by the Proxy informer,
-// the authenticator of --lease-auth, credentials from the spec.auth Secrets,
-// and the watermark a successor reads after a leader change.
-func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.Interface, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics) (*lease.Server, cache.InformerSynced, error) {
-	// Every replica signs and verifies lease IDs with one key, created by
-	// the first replica to start.
-	var key []byte
-	err := untilAPIAnswers(ctx, "lease signing key", func(ctx context.Context) (err error) {
-		key, err = lease.EnsureKey(ctx, kube, o.LeaderElectNamespace, LeaseKeySecret)
-		return err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("lease signing key: %w", err)
-	}
-	store, err := lease.NewStore(lease.Config{
-		Key:        key,
-		DefaultTTL: o.LeaseDefaultTTL,
-		MinTTL:     o.LeaseMinTTL,
-		MaxTTL:     o.LeaseMaxTTL,
-		Metrics:    m,
-
-		MaxLeasesPerOwner: o.LeaseMaxPerIdentity,
-		MaxSessions:       o.LeaseMaxSessions,
-		MaxCooldowns:      o.LeaseMaxCooldowns,
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("lease store: %w", err)
-	}
-	feed, err := lease.NewFeed(store, proxies)
-	if err != nil {
-		return nil, nil, fmt.Errorf("lease feed: %w", err)
-	}
-	var auth interface {
-		lease.Authenticator
-		lease.Authorizer
-	}
-	if o.LeaseAuth == LeaseAuthNone {
-		auth = lease.NewNoAuth(klog.FromContext(ctx))
-	} else {
-		auth = lease.NewKubernetesAuth(authKube, lease.KubernetesAuthOptions{})
-	}
-	hostname, _ := os.Hostname()
-	srv, err := lease.NewServer(lease.ServerConfig{
-		Store:         store,
-		Authenticator: auth,
-		Authorizer:    auth,
-		Credentials:   lease.SecretCredentials(secrets),
-		Horizon:       lease.NewConfigMapHorizon(kube, o.LeaderElectNamespace, LeaseHorizonConfigMap, hostname),
-	})
-	return srv, feed.HasSynced, err
 }

@@ -1,0 +1,78 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// serveMetrics serves /metrics, /healthz and /readyz until stop closes (the
+// leader path is done) and then shuts down gracefully. ctx only carries the
+// logger: the server outlives the shutdown request on purpose.
+func (op *operator) serveMetrics(ctx context.Context, ln net.Listener, stop <-chan struct{}) error {
+	logger := klog.FromContext(ctx)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", op.metrics.Handler())
+	mux.HandleFunc("GET /healthz", op.serveHealthz)
+	mux.HandleFunc("GET /readyz", op.serveReadyz)
+	if op.opts.Profiling {
+		registerProfiling(mux)
+	}
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("metrics server on %s: %w", ln.Addr(), err)
+	case <-stop:
+	}
+	logger.V(2).Info("Shutting down the metrics server")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(shutdownCtx)
+	<-served // http.ErrServerClosed once Shutdown began
+	if err != nil {
+		return fmt.Errorf("metrics server shutdown: %w", err)
+	}
+	logger.V(2).Info("Metrics server stopped")
+	return nil
+}
+
+// serveReadyz is 200 once the informer caches have synced, on every replica;
+// it follows nothing else (not leadership: a standby with warm caches is
+// ready to take over).
+// serveHealthz answers ok, unless this replica leads without renewing the
+// lease (client-go's WatchDog): then the kubelet restarts it, as it does
+// kube-controller-manager.
+func (op *operator) serveHealthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if op.electionWatchdog != nil {
+		if err := op.electionWatchdog.Check(r); err != nil {
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprintf(w, "leader election: %v\n", err)
+			return
+		}
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+func (op *operator) serveReadyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	for _, synced := range op.synced {
+		if !synced() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "informer caches not synced")
+			return
+		}
+	}
+	fmt.Fprintln(w, "ok")
+}
