@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -100,103 +101,34 @@ func buildPod(req provider.CreateRequest, opts Options) (*corev1.Pod, *corev1.Se
 	if spec == nil {
 		spec = &crawlv1alpha1.KubernetesProvider{}
 	}
-	image := spec.Image
-	if image == "" {
-		image = opts.DefaultImage
-	}
-	port := spec.Port
-	if port == 0 {
-		port = DefaultPort
-	}
-	resources := DefaultResources()
-	if spec.Resources != nil {
-		resources = *spec.Resources.DeepCopy()
-	}
-
 	labels, fullValues := tagLabels(req.Tags)
 	annotations := map[string]string{crawlv1alpha1.SpecHashAnnotation: req.SpecHash}
 	maps.Copy(annotations, fullValues)
-	meta := metav1.ObjectMeta{
-		Name:            req.Name,
-		Namespace:       p.Namespace,
-		Labels:          labels,
-		Annotations:     annotations,
-		OwnerReferences: []metav1.OwnerReference{ownerRef(p)},
-	}
 
+	port := cmp.Or(spec.Port, DefaultPort)
 	args := []string{"--listen=:" + strconv.Itoa(int(port)), "--name=" + req.Name}
 	args = append(args, provider.EgressArgs(p)...)
-	var (
-		secret  *corev1.Secret
-		volumes []corev1.Volume
-		mounts  []corev1.VolumeMount
-	)
-	if req.CloudInit != nil {
-		secret = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:            CloudInitSecretName(req.Name),
-				Namespace:       p.Namespace,
-				Labels:          maps.Clone(labels),
-				Annotations:     maps.Clone(fullValues),
-				OwnerReferences: []metav1.OwnerReference{ownerRef(p)},
-			},
-			Type: corev1.SecretTypeOpaque,
-			Data: map[string][]byte{CloudInitKey: req.CloudInit},
-		}
+	secret := cloudInitSecret(req, labels, fullValues)
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	if secret != nil {
 		args = append(args, "--cloud-init="+CloudInitPath)
-		volumes = []corev1.Volume{{
-			Name: cloudInitVolume,
-			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName:  secret.Name,
-				DefaultMode: ptr.To(cloudInitFileMode),
-			}},
-		}}
-		mounts = []corev1.VolumeMount{{Name: cloudInitVolume, MountPath: CloudInitDir, ReadOnly: true}}
+		volumes, mounts = cloudInitVolumes(secret.Name)
 	}
+	container := proxyContainer(cmp.Or(spec.Image, opts.DefaultImage), port, args, spec.Resources)
+	container.Env = credentialsEnv(p)
+	container.VolumeMounts = mounts
 
-	var env []corev1.EnvVar
-	// spec.auth's Secret, or the one the controller generated: never open.
-	if secret := proxyaccess.CredentialsSecret(p); secret != "" {
-		env = []corev1.EnvVar{
-			secretEnv(EnvUsername, secret, crawlv1alpha1.AuthUsernameKey),
-			secretEnv(EnvPassword, secret, crawlv1alpha1.AuthPasswordKey),
-		}
-	}
-
-	healthz := corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-		Path:   HealthPath,
-		Port:   intstr.FromString(PortName),
-		Scheme: corev1.URISchemeHTTP,
-	}}
 	pod := &corev1.Pod{
-		ObjectMeta: meta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            req.Name,
+			Namespace:       p.Namespace,
+			Labels:          labels,
+			Annotations:     annotations,
+			OwnerReferences: []metav1.OwnerReference{ownerRef(p)},
+		},
 		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name:      ContainerName,
-				Image:     image,
-				Args:      args,
-				Ports:     []corev1.ContainerPort{{Name: PortName, ContainerPort: port, Protocol: corev1.ProtocolTCP}},
-				Env:       env,
-				Resources: resources,
-				ReadinessProbe: &corev1.Probe{
-					ProbeHandler:     healthz,
-					PeriodSeconds:    5,
-					TimeoutSeconds:   2,
-					FailureThreshold: 2,
-				},
-				LivenessProbe: &corev1.Probe{
-					ProbeHandler:     healthz,
-					PeriodSeconds:    10,
-					TimeoutSeconds:   5,
-					FailureThreshold: 6,
-				},
-				VolumeMounts: mounts,
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					ReadOnlyRootFilesystem:   ptr.To(true),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
+			Containers:                   []corev1.Container{container},
 			Volumes:                      volumes,
 			RestartPolicy:                corev1.RestartPolicyAlways,
 			AutomountServiceAccountToken: ptr.To(false),
@@ -215,6 +147,90 @@ func buildPod(req provider.CreateRequest, opts Options) (*corev1.Pod, *corev1.Se
 		},
 	}
 	return pod, secret
+}
+
+// cloudInitSecret is the Secret that delivers the request's cloud-init to
+// its Pod, labelled like the Pod; nil when there is none.
+func cloudInitSecret(req provider.CreateRequest, labels, fullValues map[string]string) *corev1.Secret {
+	if req.CloudInit == nil {
+		return nil
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            CloudInitSecretName(req.Name),
+			Namespace:       req.Proxy.Namespace,
+			Labels:          maps.Clone(labels),
+			Annotations:     maps.Clone(fullValues),
+			OwnerReferences: []metav1.OwnerReference{ownerRef(req.Proxy)},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{CloudInitKey: req.CloudInit},
+	}
+}
+
+// cloudInitVolumes mount the cloud-init Secret read-only at CloudInitDir.
+func cloudInitVolumes(secretName string) ([]corev1.Volume, []corev1.VolumeMount) {
+	volumes := []corev1.Volume{{
+		Name: cloudInitVolume,
+		VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName:  secretName,
+			DefaultMode: ptr.To(cloudInitFileMode),
+		}},
+	}}
+	mounts := []corev1.VolumeMount{{Name: cloudInitVolume, MountPath: CloudInitDir, ReadOnly: true}}
+	return volumes, mounts
+}
+
+// credentialsEnv hands the proxy its username and password from spec.auth's
+// Secret, or the one the controller generated: a proxy is never open.
+func credentialsEnv(p *crawlv1alpha1.Proxy) []corev1.EnvVar {
+	secret := proxyaccess.CredentialsSecret(p)
+	if secret == "" {
+		return nil
+	}
+	return []corev1.EnvVar{
+		secretEnv(EnvUsername, secret, crawlv1alpha1.AuthUsernameKey),
+		secretEnv(EnvPassword, secret, crawlv1alpha1.AuthPasswordKey),
+	}
+}
+
+// proxyContainer is the forward-proxy container: its port, probes on
+// /healthz, resources (DefaultResources unless given) and a restricted
+// security context.
+func proxyContainer(image string, port int32, args []string, resources *corev1.ResourceRequirements) corev1.Container {
+	healthz := corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+		Path:   HealthPath,
+		Port:   intstr.FromString(PortName),
+		Scheme: corev1.URISchemeHTTP,
+	}}
+	c := corev1.Container{
+		Name:      ContainerName,
+		Image:     image,
+		Args:      args,
+		Ports:     []corev1.ContainerPort{{Name: PortName, ContainerPort: port, Protocol: corev1.ProtocolTCP}},
+		Resources: DefaultResources(),
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:     healthz,
+			PeriodSeconds:    5,
+			TimeoutSeconds:   2,
+			FailureThreshold: 2,
+		},
+		LivenessProbe: &corev1.Probe{
+			ProbeHandler:     healthz,
+			PeriodSeconds:    10,
+			TimeoutSeconds:   5,
+			FailureThreshold: 6,
+		},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	}
+	if resources != nil {
+		c.Resources = *resources.DeepCopy()
+	}
+	return c
 }
 
 func secretEnv(name, secret, key string) corev1.EnvVar {
