@@ -176,17 +176,43 @@ func AgeLimit(name string, maxAge time.Duration) time.Duration {
 // is only taken out while at least replicas-maxUnavailable stay available.
 func Decide(pol Policy, members []Member, now time.Time) Plan {
 	var plan Plan
+	var next wakeup
+	plan.Counts = countMembers(pol, members, now)
 	c := &plan.Counts
-	c.MinAvailable = max(0, pol.Replicas-pol.MaxUnavailable)
-	c.MaxTotal = pol.Replicas + pol.MaxSurge
-	c.Total = len(members)
-	var next time.Duration
-	wake := func(d time.Duration) {
-		if d > 0 && (next == 0 || d < next) {
-			next = d
-		}
-	}
+	plan.RemediationPaused = c.Unhealthy > pol.MaxUnhealthy
+	plan.Delete = drained(pol, members, now, &next)
+	keep, stale := sortActive(pol, members, now, plan.RemediationPaused, c, &next)
+	removed := planRemovals(pol, keep, stale, &plan)
+	planCreations(pol, len(keep), &plan)
+	active := len(keep) + len(stale)
+	plan.Complete = len(stale) == 0 && c.Draining == 0 && active == pol.Replicas && c.Total == pol.Replicas &&
+		removed == 0 && len(plan.Delete) == 0
+	plan.RequeueAfter = time.Duration(next)
+	return plan
+}
 
+// wakeup is the soonest positive duration a step asked to look again after.
+type wakeup time.Duration
+
+func (w *wakeup) at(d time.Duration) {
+	if d > 0 && (*w == 0 || d < time.Duration(*w)) {
+		*w = wakeup(d)
+	}
+}
+
+// candidate is an active member, and why it must go ("" to keep it).
+type candidate struct {
+	Member
+	reason Reason
+}
+
+// countMembers counts the members by state, and the budget's bounds.
+func countMembers(pol Policy, members []Member, now time.Time) Counts {
+	c := Counts{
+		MinAvailable: max(0, pol.Replicas-pol.MaxUnavailable),
+		MaxTotal:     pol.Replicas + pol.MaxSurge,
+		Total:        len(members),
+	}
 	for _, m := range members {
 		if m.Deleting {
 			c.Deleting++
@@ -204,9 +230,13 @@ func Decide(pol Policy, members []Member, now time.Time) Plan {
 			c.Unhealthy++
 		}
 	}
-	plan.RemediationPaused = c.Unhealthy > pol.MaxUnhealthy
+	return c
+}
 
-	// Draining members leave when their last lease ends or the timeout passes.
+// drained are the draining members that leave now: their last lease ended
+// or the drain timeout passed. The others are looked at again at theirs.
+func drained(pol Policy, members []Member, now time.Time, next *wakeup) []Deletion {
+	var out []Deletion
 	for _, m := range members {
 		if m.Deleting || !m.draining() {
 			continue
@@ -214,20 +244,20 @@ func Decide(pol Policy, members []Member, now time.Time) Plan {
 		waited := now.Sub(m.DrainingSince)
 		switch {
 		case m.Leases == 0:
-			plan.Delete = append(plan.Delete, Deletion{Name: m.Name, Why: "drained"})
+			out = append(out, Deletion{Name: m.Name, Why: "drained"})
 		case waited >= pol.DrainTimeout:
-			plan.Delete = append(plan.Delete, Deletion{Name: m.Name, Why: "drain timeout"})
+			out = append(out, Deletion{Name: m.Name, Why: "drain timeout"})
 		default:
-			wake(pol.DrainTimeout - waited)
+			next.at(pol.DrainTimeout - waited)
 		}
 	}
+	return out
+}
 
-	// Active members: the ones to keep, and the stale ones to replace.
-	type candidate struct {
-		Member
-		reason Reason
-	}
-	var keep, stale []candidate
+// sortActive splits the active members into those to keep and the stale
+// ones to replace (out of date, too old, unhealthy too long, or burned),
+// each in victim order, and counts the out-of-date and updated ones.
+func sortActive(pol Policy, members []Member, now time.Time, remediationPaused bool, c *Counts, next *wakeup) (keep, stale []candidate) {
 	for _, m := range members {
 		if !m.active() {
 			continue
@@ -239,31 +269,37 @@ func Decide(pol Policy, members []Member, now time.Time) Plan {
 			c.OutOfDate++
 		case pol.MaxAge > 0 && now.Sub(m.Created) >= AgeLimit(m.Name, pol.MaxAge):
 			reason = ReasonTooOld
-		case m.unhealthy() && !plan.RemediationPaused && now.Sub(m.UnhealthySince) >= pol.UnhealthyTimeout:
+		case m.unhealthy() && !remediationPaused && now.Sub(m.UnhealthySince) >= pol.UnhealthyTimeout:
 			reason = ReasonUnhealthy
 		default:
 			reason = RecycleReason(pol.Recycle, m)
 		}
-		if reason == "" {
-			c.Updated++
-			keep = append(keep, candidate{Member: m})
-			if pol.MaxAge > 0 {
-				wake(AgeLimit(m.Name, pol.MaxAge) - now.Sub(m.Created))
-			}
-			if m.unhealthy() && !plan.RemediationPaused {
-				wake(pol.UnhealthyTimeout - now.Sub(m.UnhealthySince))
-			}
+		if reason != "" {
+			stale = append(stale, candidate{Member: m, reason: reason})
 			continue
 		}
-		stale = append(stale, candidate{Member: m, reason: reason})
+		c.Updated++
+		keep = append(keep, candidate{Member: m})
+		if pol.MaxAge > 0 {
+			next.at(AgeLimit(m.Name, pol.MaxAge) - now.Sub(m.Created))
+		}
+		if m.unhealthy() && !remediationPaused {
+			next.at(pol.UnhealthyTimeout - now.Sub(m.UnhealthySince))
+		}
 	}
 	slices.SortFunc(stale, func(a, b candidate) int { return victimOrder(a.Member, b.Member) })
 	slices.SortFunc(keep, func(a, b candidate) int { return victimOrder(a.Member, b.Member) })
+	return keep, stale
+}
 
-	// Removals: every stale member, then keepers beyond replicas (scale-down).
-	active := len(keep) + len(stale)
+// planRemovals removes every stale member, then keepers beyond replicas
+// (scale-down): a Ready one is drained only while the budget's minimum
+// stays available, one not Ready is deleted at once (it serves no lease,
+// so it costs no availability). It returns how many it removed.
+func planRemovals(pol Policy, keep, stale []candidate, plan *Plan) int {
+	c := &plan.Counts
 	removals := stale
-	if excess := active - pol.Replicas - len(stale); excess > 0 {
+	if excess := len(keep) - pol.Replicas; excess > 0 {
 		for _, k := range keep[:excess] {
 			removals = append(removals, candidate{Member: k.Member, reason: ReasonScaledDown})
 		}
@@ -271,35 +307,36 @@ func Decide(pol Policy, members []Member, now time.Time) Plan {
 	available := c.Available
 	removed := 0
 	for _, r := range removals {
-		if r.Ready {
-			if available-1 < c.MinAvailable {
-				plan.Waiting = fmt.Sprintf("waiting for members to become Ready: %d available, at least %d must stay available", available, c.MinAvailable)
-				continue
-			}
-			available--
+		evidence := RecycleEvidence(pol.Recycle, r.reason, r.Member)
+		if !r.Ready {
 			removed++
-			plan.Drain = append(plan.Drain, Removal{Name: r.Name, Reason: r.reason, Leases: r.Leases, Evidence: RecycleEvidence(pol.Recycle, r.reason, r.Member)})
+			plan.Delete = append(plan.Delete, Deletion{Name: r.Name, Why: "not ready", Reason: r.reason, Evidence: evidence})
 			continue
 		}
-		// Not Ready: it serves no lease, so it goes at once and costs no availability.
-		removed++
-		plan.Delete = append(plan.Delete, Deletion{Name: r.Name, Why: "not ready", Reason: r.reason, Evidence: RecycleEvidence(pol.Recycle, r.reason, r.Member)})
-	}
-
-	// Creations fill up to replicas, within replicas+maxSurge members in all.
-	// Members leaving this sync still exist until their Proxy is gone.
-	want := pol.Replicas - len(keep)
-	if want > 0 {
-		room := c.MaxTotal - c.Total
-		plan.Create = max(0, min(want, room))
-		if plan.Create < want && plan.Waiting == "" {
-			plan.Waiting = fmt.Sprintf("waiting for members to leave: %d exist, at most %d may", c.Total, c.MaxTotal)
+		if available-1 < c.MinAvailable {
+			plan.Waiting = fmt.Sprintf("waiting for members to become Ready: %d available, at least %d must stay available", available, c.MinAvailable)
+			continue
 		}
+		available--
+		removed++
+		plan.Drain = append(plan.Drain, Removal{Name: r.Name, Reason: r.reason, Leases: r.Leases, Evidence: evidence})
 	}
-	plan.Complete = len(stale) == 0 && c.Draining == 0 && active == pol.Replicas && c.Total == pol.Replicas &&
-		removed == 0 && len(plan.Delete) == 0
-	plan.RequeueAfter = next
-	return plan
+	return removed
+}
+
+// planCreations fills up to replicas, within replicas+maxSurge members in
+// all; members leaving in this sync still exist until their Proxy is gone.
+func planCreations(pol Policy, kept int, plan *Plan) {
+	c := &plan.Counts
+	want := pol.Replicas - kept
+	if want <= 0 {
+		return
+	}
+	room := c.MaxTotal - c.Total
+	plan.Create = max(0, min(want, room))
+	if plan.Create < want && plan.Waiting == "" {
+		plan.Waiting = fmt.Sprintf("waiting for members to leave: %d exist, at most %d may", c.Total, c.MaxTotal)
+	}
 }
 
 // victimOrder sorts the members to remove first: not Ready, then unleased,
