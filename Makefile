@@ -9,7 +9,7 @@ GO_PKGS   := ./...
 TEST_P    ?= 2
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build run test chaos fuzz bench generate verify verify-scripts testenv deps testpeers fmt vet clean image
+.PHONY: all build run test chaos fuzz bench generate verify verify-scripts verify-decisions testenv deps testpeers fmt vet clean image
 
 all: build
 
@@ -48,7 +48,7 @@ generate:
 	hack/update-codegen.sh
 
 ## verify: generated code and CRD up to date, gofmt and go vet clean
-verify: fmt vet verify-scripts
+verify: fmt vet verify-scripts verify-decisions
 	hack/verify-codegen.sh
 
 # A backquote inside echo "..." runs its text as a command: make bench once
@@ -57,6 +57,10 @@ verify-scripts:
 	@for f in hack/*.sh; do bash -n "$$f" || exit 1; done
 	@if grep -nE '^[[:space:]]*echo "([^"\\]|\\.)*`' hack/*.sh; then \
 		echo 'hack/*.sh: an unescaped backquote in echo "..." (above) runs a command; write \` for a literal one'; exit 1; fi
+
+# Every decision record the tree points at exists; code names records by file.
+verify-decisions:
+	hack/verify-decisions.sh
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \

@@ -337,8 +337,8 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 // cache is told again now what the informer holds, or our copy would stay.
 // client-go's LRUExpireCache forgets an expired entry only when it is read,
 // and a steady proxy's key is not read again: after 10,000 proxies
-// converged, thousands of whole Proxies stayed cached (decision 168).
-// The copy is trimmed as the informers trim theirs (decision 120).
+// converged, thousands of whole Proxies stayed cached (docs/decisions/0168-write-answer-remembered-only-while-informer.md).
+// The copy is trimmed as the informers trim theirs (docs/decisions/0120-informers-cache-proxies-secrets-without-managedfields.md).
 func (c *Controller) remember(updated *crawlv1alpha1.Proxy) {
 	updated.ManagedFields = nil
 	c.objects.Mutation(updated)

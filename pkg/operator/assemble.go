@@ -58,7 +58,7 @@ func newClients(o Options) (clients, error) {
 func newOperator(ctx context.Context, o Options, c clients, enabled map[crawlv1alpha1.ProviderName]provider.Provider, m *metrics.Metrics) (*operator, error) {
 	// No periodic resync: the controller polls instances on its own
 	// schedule, and its handlers drop resyncs anyway. trimForCache keeps the
-	// caches to what the operator reads (decision 120).
+	// caches to what the operator reads (docs/decisions/0120-informers-cache-proxies-secrets-without-managedfields.md).
 	kubeInformers := informers.NewSharedInformerFactoryWithOptions(c.kube, 0, informers.WithNamespace(o.Namespace), informers.WithTransform(trimForCache))
 	crawlInformers := crawlinformers.NewSharedInformerFactoryWithOptions(c.crawl, 0, crawlinformers.WithNamespace(o.Namespace), crawlinformers.WithTransform(trimForCache))
 	proxyInformer := crawlInformers.Crawl().V1alpha1().Proxies()

@@ -8,7 +8,7 @@ import (
 // lastAppliedAnnotation is kubectl apply's copy of the object it applied.
 const lastAppliedAnnotation = corev1.LastAppliedConfigAnnotation
 
-// trimForCache is the informers' transform (decision 120): it drops what
+// trimForCache is the informers' transform (docs/decisions/0120-informers-cache-proxies-secrets-without-managedfields.md): it drops what
 // the operator never reads from the objects it caches, before they are
 // stored, so a fleet of 10,000 Proxies does not hold 10,000 copies of it.
 //

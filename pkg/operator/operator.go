@@ -323,7 +323,7 @@ func (op *operator) runElected(ctx context.Context) error {
 //   - orphan collection every --gc-interval (pkg/gc);
 //   - the lease API's leader side (pkg/lease, --lease-auth): it is served
 //     on --lease-addr by every replica, and answers /v1 calls and its
-//     /readyz only while this one leads (decision 27).
+//     /readyz only while this one leads (docs/decisions/0027-lease-api-serves-every-replica.md).
 func (op *operator) runLeader(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	// Wait here rather than in the controller alone, so that a shutdown

@@ -743,7 +743,7 @@ func formatReport(cfg config, fleetN int, results []result) string {
 		"(the operator works while they are created). The floor is issue 16's: first probes spread over one interval, " +
 		"and two status writes per proxy under the operator's --kube-api-qps/--kube-api-burst, " +
 		"so floor = max(interval, (2N − burst) / QPS); the target is 1.1 × (floor + the bench's creation time). " +
-		"Since decision 121 only the fleet a new leader meets at once is spread over the interval; a proxy created while the engine runs " +
+		"Since docs/decisions/0121-proxy-created-while-engine-runs-probed.md only the fleet a new leader meets at once is spread over the interval; a proxy created while the engine runs " +
 		"is probed at the next tick, so below the write bound expect about the creation time plus a few seconds.\n")
 	p("- **Writes** are counted at the API server (apiserver_request_total, verbs POST/PUT/PATCH/DELETE/APPLY, any response code; "+
 		"the rejected column lists those that were not 2xx, such as conflicts), "+
