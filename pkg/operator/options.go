@@ -238,7 +238,7 @@ func (o *Options) addGatewayFlags(fs *flag.FlagSet) {
 }
 
 // validateGateway checks the gateway's flags.
-func (o *Options) validateGateway(bad func(flagName, format string, args ...any)) {
+func (o *Options) validateGateway(bad badFlag) {
 	if o.GatewayWait < 0 || o.GatewayWait > lease.DefaultMaxWait {
 		bad("gateway-wait", "must be between 0s and %v, got %v", lease.DefaultMaxWait, o.GatewayWait)
 	}
@@ -299,7 +299,21 @@ func (o *Options) Validate() error {
 	bad := func(flagName, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("--%s: %s", flagName, fmt.Sprintf(format, args...)))
 	}
+	o.validateAPIClient(bad)
+	o.validateLeaderElection(bad)
+	o.validateListeners(bad)
+	o.validateLeases(bad)
+	o.validateHealth(bad)
+	o.validateProviders(bad)
+	o.validateGateway(bad)
+	return errors.Join(errs...)
+}
 
+// badFlag records that a flag's value is refused, and why.
+type badFlag = func(flagName, format string, args ...any)
+
+// validateAPIClient checks the watched namespace, the workers and the API client's budget.
+func (o *Options) validateAPIClient(bad badFlag) {
 	if o.Namespace != "" {
 		for _, msg := range validation.IsDNS1123Label(o.Namespace) {
 			bad("namespace", "%q is not a namespace name: %s", o.Namespace, msg)
@@ -316,28 +330,36 @@ func (o *Options) Validate() error {
 	} else if o.KubeAPIQPS > 0 && float32(o.KubeAPIBurst) < o.KubeAPIQPS {
 		bad("kube-api-burst", "must be at least --kube-api-qps (%v), got %d", o.KubeAPIQPS, o.KubeAPIBurst)
 	}
+}
 
-	if o.LeaderElect {
-		if o.LeaderElectNamespace == "" {
-			bad("leader-elect-namespace", "must be set when --leader-elect is true")
-		} else {
-			for _, msg := range validation.IsDNS1123Label(o.LeaderElectNamespace) {
-				bad("leader-elect-namespace", "%q is not a namespace name: %s", o.LeaderElectNamespace, msg)
-			}
-		}
-		// The rules client-go's leader elector enforces, stated with our flag names.
-		switch {
-		case o.LeaderElectRetryPeriod <= 0:
-			bad("leader-elect-retry-period", "must be positive, got %v", o.LeaderElectRetryPeriod)
-		case o.LeaderElectRenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(o.LeaderElectRetryPeriod)):
-			bad("leader-elect-renew-deadline", "must be greater than %v × --leader-elect-retry-period (%v), got %v",
-				leaderelection.JitterFactor, o.LeaderElectRetryPeriod, o.LeaderElectRenewDeadline)
-		case o.LeaderElectLeaseDuration <= o.LeaderElectRenewDeadline:
-			bad("leader-elect-lease-duration", "must be greater than --leader-elect-renew-deadline (%v), got %v",
-				o.LeaderElectRenewDeadline, o.LeaderElectLeaseDuration)
+// validateLeaderElection checks the election's namespace and the timing rules
+// client-go's leader elector enforces, stated with our flag names.
+func (o *Options) validateLeaderElection(bad badFlag) {
+	if !o.LeaderElect {
+		return
+	}
+	if o.LeaderElectNamespace == "" {
+		bad("leader-elect-namespace", "must be set when --leader-elect is true")
+	} else {
+		for _, msg := range validation.IsDNS1123Label(o.LeaderElectNamespace) {
+			bad("leader-elect-namespace", "%q is not a namespace name: %s", o.LeaderElectNamespace, msg)
 		}
 	}
+	// The rules client-go's leader elector enforces, stated with our flag names.
+	switch {
+	case o.LeaderElectRetryPeriod <= 0:
+		bad("leader-elect-retry-period", "must be positive, got %v", o.LeaderElectRetryPeriod)
+	case o.LeaderElectRenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(o.LeaderElectRetryPeriod)):
+		bad("leader-elect-renew-deadline", "must be greater than %v × --leader-elect-retry-period (%v), got %v",
+			leaderelection.JitterFactor, o.LeaderElectRetryPeriod, o.LeaderElectRenewDeadline)
+	case o.LeaderElectLeaseDuration <= o.LeaderElectRenewDeadline:
+		bad("leader-elect-lease-duration", "must be greater than --leader-elect-renew-deadline (%v), got %v",
+			o.LeaderElectRenewDeadline, o.LeaderElectLeaseDuration)
+	}
+}
 
+// validateListeners checks the servers' addresses and the lease API's auth mode.
+func (o *Options) validateListeners(bad badFlag) {
 	metricsOK := checkAddr("metrics-addr", o.MetricsAddr, bad)
 	leaseOK := checkAddr("lease-addr", o.LeaseAddr, bad)
 	if metricsOK && leaseOK && sameListenAddr(o.MetricsAddr, o.LeaseAddr) {
@@ -348,7 +370,10 @@ func (o *Options) Validate() error {
 	default:
 		bad("lease-auth", "must be %q or %q, got %q", LeaseAuthKubernetes, LeaseAuthNone, o.LeaseAuth)
 	}
+}
 
+// validateLeases checks the lease TTLs, the auth client's budget and the caps.
+func (o *Options) validateLeases(bad badFlag) {
 	switch {
 	case o.LeaseMinTTL <= 0:
 		bad("lease-min-ttl", "must be positive, got %v", o.LeaseMinTTL)
@@ -372,6 +397,10 @@ func (o *Options) Validate() error {
 	if o.LeaseMaxCooldowns < 1 {
 		bad("lease-max-cooldowns", "must be at least 1, got %d", o.LeaseMaxCooldowns)
 	}
+}
+
+// validateHealth checks the health engine's workers and its latency write budget.
+func (o *Options) validateHealth(bad badFlag) {
 	if o.HealthWorkers < 1 {
 		bad("health-workers", "must be at least 1, got %d", o.HealthWorkers)
 	}
@@ -381,6 +410,10 @@ func (o *Options) Validate() error {
 		bad("health-latency-updates-per-second", "must be below --kube-api-qps (%v), or latency updates would crowd out every other write; got %v",
 			o.KubeAPIQPS, o.HealthLatencyUpdatesPerSecond)
 	}
+}
+
+// validateProviders checks the provider list and the settings each provider needs.
+func (o *Options) validateProviders(bad badFlag) {
 	seen := map[string]bool{}
 	for _, name := range o.Providers {
 		switch {
@@ -402,12 +435,10 @@ func (o *Options) Validate() error {
 	if o.GCInterval <= 0 {
 		bad("gc-interval", "must be positive, got %v", o.GCInterval)
 	}
-	o.validateGateway(bad)
-	return errors.Join(errs...)
 }
 
 // checkAddr reports whether addr is a host:port a server can listen on.
-func checkAddr(flagName, addr string, bad func(flagName, format string, args ...any)) bool {
+func checkAddr(flagName, addr string, bad badFlag) bool {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		bad(flagName, "%q is not host:port: %v", addr, err)
