@@ -121,6 +121,12 @@ func run() int {
 		"xForwardedFor", *xForwardedFor, "allowCIDRs", allowCIDRs.String(), "denyCIDRs", denyCIDRs.String())
 	klog.InfoS(forwardproxy.ListeningMessage, "addr", forwardproxy.LogAddr(ln.Addr().String()))
 
+	return serveUntilSignal(srv, ln, *shutdownTimeout)
+}
+
+// serveUntilSignal serves on ln until SIGTERM or SIGINT, then shuts down
+// gracefully within shutdownTimeout; it returns the process's exit code.
+func serveUntilSignal(srv *forwardproxy.Server, ln net.Listener, shutdownTimeout time.Duration) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	serveErr := make(chan error, 1)
@@ -134,8 +140,8 @@ func run() int {
 	}
 	stop() // a second signal terminates at once
 	st := srv.Stats()
-	klog.InfoS("Shutting down", "timeout", *shutdownTimeout, "conns", st.Conns, "tunnels", st.Tunnels)
-	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+	klog.InfoS("Shutting down", "timeout", shutdownTimeout, "conns", st.Conns, "tunnels", st.Tunnels)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		klog.InfoS("Shutdown deadline reached; closed remaining connections", "err", err)
