@@ -69,16 +69,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	plan := Decide(pol, members, now)
 	logger.V(4).Info("Plan", "create", plan.Create, "drain", len(plan.Drain), "delete", len(plan.Delete), "counts", plan.Counts)
 
-	errs := []error{scaleErr}
-	for _, d := range plan.Delete {
-		errs = append(errs, c.deleteMember(ctx, pool, byName[d.Name], d))
-	}
-	for _, d := range plan.Drain {
-		errs = append(errs, c.drainMember(ctx, pool, byName[d.Name], d, now))
-	}
-	for range plan.Create {
-		errs = append(errs, c.createMember(ctx, pool, revision))
-	}
+	errs := append([]error{scaleErr}, c.act(ctx, pool, revision, plan, byName, now)...)
 	if cached.Status.ObservedGeneration != pool.Generation && plan.Counts.OutOfDate == 0 && (plan.Create > 0 || hasScaleDown(plan)) {
 		c.recorder.Eventf(pool, corev1.EventTypeNormal, EventScaled, "Scaling to %d members (%d exist)", pol.Replicas, plan.Counts.Total-plan.Counts.Deleting)
 	}
@@ -93,22 +84,46 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	if err := errors.Join(errs...); err != nil {
 		return 0, err
 	}
+	return c.requeueAfter(key, pool, pol, plan, scaleRequeue), nil
+}
+
+// act carries the plan out: deletes, drains, then creates, one event each;
+// it returns every write's error, nil ones included.
+func (c *Controller) act(ctx context.Context, pool *crawlv1alpha1.ProxyPool, revision string, plan Plan, byName map[string]*crawlv1alpha1.Proxy, now time.Time) []error {
+	var errs []error
+	for _, d := range plan.Delete {
+		errs = append(errs, c.deleteMember(ctx, pool, byName[d.Name], d))
+	}
+	for _, d := range plan.Drain {
+		errs = append(errs, c.drainMember(ctx, pool, byName[d.Name], d, now))
+	}
+	for range plan.Create {
+		errs = append(errs, c.createMember(ctx, pool, revision))
+	}
+	return errs
+}
+
+// requeueAfter is when the pool is looked at again: the soonest of the
+// plan's own wake-up and the polls for what changes without an event
+// (drains, expectations, burn, autoscaling, demand).
+func (c *Controller) requeueAfter(key cache.ObjectName, pool *crawlv1alpha1.ProxyPool, pol Policy, plan Plan, scaleRequeue time.Duration) time.Duration {
+	var polls []time.Duration
+	if plan.Counts.Draining > 0 {
+		polls = append(polls, c.drainPoll)
+	}
+	if c.pending.any(key) {
+		polls = append(polls, c.drainPoll) // an expectation may expire without an event
+	}
+	if pol.Recycle.Enabled() {
+		polls = append(polls, c.recycle.poll)
+	}
 	requeue := plan.RequeueAfter
-	if plan.Counts.Draining > 0 && (requeue == 0 || requeue > c.drainPoll) {
-		requeue = c.drainPoll
-	}
-	if c.pending.any(key) && (requeue == 0 || requeue > c.drainPoll) {
-		requeue = c.drainPoll // an expectation may expire without an event
-	}
-	if pol.Recycle.Enabled() && (requeue == 0 || requeue > c.recycle.poll) {
-		requeue = c.recycle.poll
-	}
-	for _, d := range []time.Duration{scaleRequeue, c.demandPollFor(pool)} {
+	for _, d := range append(polls, scaleRequeue, c.demandPollFor(pool)) {
 		if d > 0 && (requeue == 0 || requeue > d) {
 			requeue = d
 		}
 	}
-	return requeue, nil
+	return requeue
 }
 
 func hasScaleDown(p Plan) bool {
