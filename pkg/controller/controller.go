@@ -141,7 +141,9 @@ type Controller struct {
 	provisioningPoll, deletionPoll, driftPoll, quotaRetry time.Duration
 }
 
-// NewController wires the informers' handlers and the queue. It starts nothing.
+// NewController wires the informers' handlers and the queue. It starts
+// nothing. It reads better whole: each informer's handlers sit beside the
+// filter and index they rely on.
 func NewController(cfg Config) (*Controller, error) {
 	c := &Controller{
 		crawl:            cfg.CrawlClient,

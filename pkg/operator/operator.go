@@ -223,7 +223,9 @@ func (op *operator) runUnelected(ctx context.Context) error {
 
 // runElected campaigns for the Lease and runs the leader path while it holds
 // it. The lease is released only after the leader path has returned, so no
-// standby takes over while a worker of this one is still writing.
+// standby takes over while a worker of this one is still writing. It reads
+// better whole: the elector's timing, its callbacks and the release after
+// the leader path are one protocol.
 func (op *operator) runElected(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	hostname, err := os.Hostname()

@@ -101,6 +101,8 @@ func WantedReplicas(pol AutoscalePolicy, d Demand) (wanted, unbounded int) {
 
 // Autoscale decides the pool's size from its demand. current is
 // spec.replicas now. It returns the decision and the history to keep.
+// It reads better whole: up, down and hold are one decision over one
+// history, and the condition's message quotes each branch's arithmetic.
 func Autoscale(pol AutoscalePolicy, current int, d Demand, h AutoscaleHistory, now time.Time) (AutoscaleDecision, AutoscaleHistory) {
 	wanted, unbounded := WantedReplicas(pol, d)
 	h = pruneHistory(pol, h, now)

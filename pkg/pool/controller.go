@@ -136,7 +136,9 @@ type Controller struct {
 // template references.
 const secretIndex = "secret"
 
-// NewController registers the handlers. It starts nothing.
+// NewController registers the handlers. It starts nothing. It reads better
+// whole: each informer's handlers and the index they need sit together,
+// in the order a pool's events arrive.
 func NewController(cfg Config) (*Controller, error) {
 	c := &Controller{
 		crawl:      cfg.CrawlClient,
