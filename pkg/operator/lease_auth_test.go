@@ -21,6 +21,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/procstat"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 	"k8s.io/apimachinery/pkg/types"
@@ -348,13 +349,9 @@ func tokenReviews(t *testing.T, kube kubernetes.Interface) float64 {
 // processCPU is pid's user+system CPU so far, in seconds.
 func processCPU(t *testing.T, pid int) float64 {
 	t.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := procstat.CPU(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Fields after the command (which may hold spaces), from field 3 on.
-	rest := strings.Fields(string(raw)[strings.LastIndexByte(string(raw), ')')+2:])
-	utime, _ := strconv.ParseFloat(rest[11], 64)
-	stime, _ := strconv.ParseFloat(rest[12], 64)
-	return (utime + stime) / 100 // USER_HZ
+	return d.Seconds()
 }

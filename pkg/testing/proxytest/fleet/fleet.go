@@ -31,6 +31,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/procstat"
 )
 
 // The flags the child is started with.
@@ -107,19 +109,11 @@ func (p *Process) PID() int { return p.cmd.Process.Pid }
 
 // CPUSeconds is the child's user+system CPU time so far, from /proc.
 func (p *Process) CPUSeconds() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID()))
+	d, err := procstat.CPU(p.PID())
 	if err != nil {
 		return 0
 	}
-	// Fields after the command name (which may hold spaces): utime and
-	// stime are the 14th and 15th fields of the line.
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(fields) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100 // USER_HZ
+	return d.Seconds()
 }
 
 // Stop closes the child's stdin and waits for it to exit.

@@ -106,15 +106,14 @@ func measure(ctx context.Context) (string, error) {
 		return "", err
 	}
 	stateDir := filepath.Join(dir, "instances")
-	op, leaseAddr, err := benchkit.StartOperator(filepath.Join(dir, "proxy-operator"), filepath.Join(dir, "operator.log"),
+	op, err := benchkit.StartOperator(filepath.Join(dir, "proxy-operator"), filepath.Join(dir, "operator.log"),
 		"--kubeconfig="+kubeconfig, "--namespace="+ns, "--leader-elect-namespace="+ns, "--providers=local",
 		"--local-state-dir="+stateDir, "--lease-auth=none")
 	if err != nil {
 		return "", err
 	}
 	defer func() {
-		_ = op.Kill()
-		_, _ = op.Wait()
+		op.Kill()
 		benchkit.KillLocalInstances(stateDir)
 	}()
 
@@ -130,7 +129,7 @@ func measure(ctx context.Context) (string, error) {
 	if _, err := crawl.CrawlV1alpha1().ProxyPools(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		return "", err
 	}
-	lc, err := client.New("http://" + leaseAddr)
+	lc, err := client.New("http://" + op.Addr(1))
 	if err != nil {
 		return "", err
 	}

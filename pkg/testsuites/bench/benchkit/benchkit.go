@@ -1,8 +1,8 @@
 // Package benchkit is what the benchmark programs under pkg/testsuites/bench
 // share: building the real binaries without -race, starting a real
-// kube-apiserver and etcd with a kubeconfig for the operator, starting the
-// operator binary, ending the local provider's instances, and finding free
-// loopback ports.
+// kube-apiserver and etcd with a kubeconfig for the operator, starting and
+// watching child processes such as the operator binary (process.go), ending
+// the local provider's instances, and finding free loopback ports.
 package benchkit
 
 import (
@@ -64,30 +64,6 @@ func FreePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-// StartOperator starts the operator binary with args, its metrics and lease
-// API on free loopback ports, its output in logPath, and no KUBECONFIG or
-// Pod identity from this process's environment; it dies with the bench
-// (Pdeathsig). It returns the process and the lease API's host:port.
-func StartOperator(binary, logPath string, args ...string) (*os.Process, string, error) {
-	ports, err := FreePorts(2)
-	if err != nil {
-		return nil, "", err
-	}
-	log, err := os.Create(logPath)
-	if err != nil {
-		return nil, "", err
-	}
-	leaseAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	cmd := exec.Command(binary, append([]string{fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]), "--lease-addr=" + leaseAddr}, args...)...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = append(os.Environ(), "KUBECONFIG=", "POD_NAME=", "POD_NAMESPACE=")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, "", err
-	}
-	return cmd.Process, leaseAddr, nil
 }
 
 // KillLocalInstances ends the local provider's instances recorded in

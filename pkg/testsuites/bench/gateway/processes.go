@@ -8,9 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/procstat"
 )
 
 // The processes under test: cmd/forward-proxy (the upstream, as a Pod
@@ -104,43 +105,6 @@ func waitDial(ctx context.Context, addr string, timeout time.Duration) error {
 	}
 }
 
-// clockTicks is USER_HZ, the unit of /proc/PID/stat's CPU times (100 on
-// every Linux architecture Go supports).
-const clockTicks = 100
-
-// processCPU is the user+system CPU time of every thread of pid so far.
-func processCPU(pid int) (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	d, err := statCPU(string(data))
-	if err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
-	return d, nil
-}
-
-// statCPU reads utime and stime, fields 14 and 15 of a /proc/PID/stat
-// line. The command name (field 2, in parentheses) may hold spaces and
-// parentheses, so the fields are counted from its last ')'.
-func statCPU(line string) (time.Duration, error) {
-	end := strings.LastIndexByte(line, ')')
-	if end < 0 || end+2 > len(line) {
-		return 0, fmt.Errorf("no command name in %q", line)
-	}
-	fields := strings.Fields(line[end+2:])
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(fields))
-	}
-	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
-	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("utime %q, stime %q: not numbers", fields[11], fields[12])
-	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, nil
-}
-
 // selfCPU is this process's CPU time so far (the clients and the origins).
 func selfCPU() time.Duration {
 	var ru syscall.Rusage
@@ -157,11 +121,11 @@ type cpuSpent struct {
 type meter struct{ upstreamPID, gatewayPID int }
 
 func (m meter) read() (cpuSpent, error) {
-	up, err := processCPU(m.upstreamPID)
+	up, err := procstat.CPU(m.upstreamPID)
 	if err != nil {
 		return cpuSpent{}, err
 	}
-	gw, err := processCPU(m.gatewayPID)
+	gw, err := procstat.CPU(m.gatewayPID)
 	if err != nil {
 		return cpuSpent{}, err
 	}

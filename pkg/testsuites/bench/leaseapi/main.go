@@ -50,6 +50,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	leaseclient "github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/procstat"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest/fleet"
 	"github.com/proxyfleet/proxy-operator/pkg/testsuites/bench/benchkit"
 )
@@ -146,13 +147,13 @@ func run(ctx context.Context, cfg config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer op.kill()
-	leaseURL := "http://" + op.addr(1)
+	defer op.Kill()
+	leaseURL := "http://" + op.Addr(1)
 	trivial, tc, err := startTrivial(ctx, dir, leaseURL, ns, cfg.clients)
 	if err != nil {
 		return "", err
 	}
-	defer trivial.kill()
+	defer trivial.Kill()
 
 	sides := []side{
 		{name: "trivial net/http handler", client: tc, proc: trivial, ns: ns},
@@ -160,7 +161,7 @@ func run(ctx context.Context, cfg config) (string, error) {
 	}
 	baseSides, err := startBaselines(ctx, dir, kubeconfig, crawl, kube, addrs, baselines, cfg)
 	for _, b := range baseSides {
-		defer b.proc.kill()
+		defer b.proc.Kill()
 	}
 	if err != nil {
 		return "", err
@@ -223,7 +224,7 @@ func measureRounds(ctx context.Context, sides []side, cfg config) ([][]result, e
 			i := (r + k) % len(sides)
 			got, err := measure(ctx, sides[i], cfg.clients, cfg.round)
 			if err != nil {
-				return nil, fmt.Errorf("phase \"round %d, %s\": %w", r+1, sides[i].name, errors.Join(err, sides[i].proc.exitErr()))
+				return nil, fmt.Errorf("phase \"round %d, %s\": %w", r+1, sides[i].name, errors.Join(err, sides[i].proc.ExitErr()))
 			}
 			res[i] = got
 		}
@@ -236,7 +237,7 @@ func measureRounds(ctx context.Context, sides []side, cfg config) ([][]result, e
 // startTrivial starts the trivial handler (this binary, -serve-trivial),
 // answering acquires with the body of one real grant of the operator at
 // leaseURL, so that it answers what the operator answers.
-func startTrivial(ctx context.Context, dir, leaseURL, ns string, clients int) (*process, *leaseclient.Client, error) {
+func startTrivial(ctx context.Context, dir, leaseURL, ns string, clients int) (*benchkit.Process, *leaseclient.Client, error) {
 	grant, err := grantBody(ctx, leaseURL, ns)
 	if err != nil {
 		return nil, nil, fmt.Errorf("phase \"one grant\": %w", err)
@@ -249,19 +250,19 @@ func startTrivial(ctx context.Context, dir, leaseURL, ns string, clients int) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	trivial, err := startProcess(filepath.Join(dir, "trivial.log"), self, func(ports []int) []string {
+	trivial, err := benchkit.Start(self, filepath.Join(dir, "trivial.log"), 2, func(ports []int) []string {
 		return []string{"-serve-trivial=" + bodyPath, fmt.Sprintf("-addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("-bare-trivial=%v", *bareTrivial)}
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := waitReady(ctx, trivial, "http://"+trivial.addr(0)+"/healthz", 30*time.Second); err != nil {
-		trivial.kill()
+	if err := trivial.WaitReady(ctx, "http://"+trivial.Addr(0)+"/healthz", 30*time.Second); err != nil {
+		trivial.Kill()
 		return nil, nil, fmt.Errorf("phase \"trivial handler\": %w", err)
 	}
-	tc, err := newClient("http://"+trivial.addr(0), clients)
+	tc, err := newClient("http://"+trivial.Addr(0), clients)
 	if err != nil {
-		trivial.kill()
+		trivial.Kill()
 		return nil, nil, err
 	}
 	return trivial, tc, nil
@@ -269,12 +270,12 @@ func startTrivial(ctx context.Context, dir, leaseURL, ns string, clients int) (*
 
 // startOperator starts binary leading namespace ns with one External proxy
 // per fleet address, and waits until the lease API lists them all Ready.
-func startOperator(ctx context.Context, dir, binary, kubeconfig string, crawl versioned.Interface, kube kubernetes.Interface, ns string, addrs []string, cfg config) (*process, *leaseclient.Client, error) {
+func startOperator(ctx context.Context, dir, binary, kubeconfig string, crawl versioned.Interface, kube kubernetes.Interface, ns string, addrs []string, cfg config) (*benchkit.Process, *leaseclient.Client, error) {
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return nil, nil, fmt.Errorf("creating the namespace: %w", err)
 	}
 	progress("starting %s for namespace %s", binary, ns)
-	op, err := startProcess(filepath.Join(dir, ns+".log"), binary, func(ports []int) []string {
+	op, err := benchkit.Start(binary, filepath.Join(dir, ns+".log"), 2, func(ports []int) []string {
 		return []string{
 			fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("--lease-addr=127.0.0.1:%d", ports[1]),
 			"--kubeconfig=" + kubeconfig, "--namespace=" + ns, "--leader-elect-namespace=" + ns,
@@ -286,15 +287,15 @@ func startOperator(ctx context.Context, dir, binary, kubeconfig string, crawl ve
 	}
 	c, err := populate(ctx, op, crawl, ns, addrs, cfg)
 	if err != nil {
-		op.kill()
+		op.Kill()
 		return nil, nil, err
 	}
 	return op, c, nil
 }
 
 // populate waits for op to lead, creates the proxies and waits for them.
-func populate(ctx context.Context, op *process, crawl versioned.Interface, ns string, addrs []string, cfg config) (*leaseclient.Client, error) {
-	if err := waitReady(ctx, op, "http://"+op.addr(1)+"/readyz", time.Minute); err != nil {
+func populate(ctx context.Context, op *benchkit.Process, crawl versioned.Interface, ns string, addrs []string, cfg config) (*leaseclient.Client, error) {
+	if err := op.WaitReady(ctx, "http://"+op.Addr(1)+"/readyz", time.Minute); err != nil {
 		return nil, fmt.Errorf("phase \"operator leads\": %w", err)
 	}
 	progress("creating %d External proxies in %s", cfg.proxies, ns)
@@ -309,12 +310,12 @@ func populate(ctx context.Context, op *process, crawl versioned.Interface, ns st
 	if err := g.Wait(); err != nil {
 		return nil, fmt.Errorf("phase \"create proxies\": %w", err)
 	}
-	c, err := newClient("http://"+op.addr(1), cfg.clients)
+	c, err := newClient("http://"+op.Addr(1), cfg.clients)
 	if err != nil {
 		return nil, err
 	}
 	if err := waitLeasable(ctx, c, ns, cfg.proxies, cfg.timeout); err != nil {
-		return nil, fmt.Errorf("phase \"all proxies Ready in the lease store\": %w", errors.Join(err, op.exitErr()))
+		return nil, fmt.Errorf("phase \"all proxies Ready in the lease store\": %w", errors.Join(err, op.ExitErr()))
 	}
 	return c, nil
 }
@@ -323,7 +324,7 @@ func populate(ctx context.Context, op *process, crawl versioned.Interface, ns st
 type side struct {
 	name   string
 	client *leaseclient.Client
-	proc   *process
+	proc   *benchkit.Process
 	ns     string // where its proxies are
 }
 
@@ -345,7 +346,7 @@ func measure(ctx context.Context, s side, clients int, d time.Duration) (result,
 		failures  atomic.Int64
 		firstErr  error
 	)
-	cpuBefore, err := cpuSeconds(s.proc.pid())
+	cpuBefore, err := procstat.CPU(s.proc.PID())
 	if err != nil {
 		return result{}, err
 	}
@@ -380,7 +381,7 @@ func measure(ctx context.Context, s side, clients int, d time.Duration) (result,
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpuAfter, err := cpuSeconds(s.proc.pid())
+	cpuAfter, err := procstat.CPU(s.proc.PID())
 	if err != nil {
 		return result{}, err
 	}
@@ -397,17 +398,17 @@ func measure(ctx context.Context, s side, clients int, d time.Duration) (result,
 		pairsPerSec: float64(len(latencies)) / elapsed.Seconds(),
 		p50:         latencies[len(latencies)/2],
 		p99:         latencies[len(latencies)*99/100],
-		cpuPerPair:  time.Duration(cpu / float64(len(latencies)) * float64(time.Second)),
-		serverCores: cpu / elapsed.Seconds(),
+		cpuPerPair:  cpu / time.Duration(len(latencies)),
+		serverCores: cpu.Seconds() / elapsed.Seconds(),
 	}, nil
 }
 
 // profile takes the operator's CPU profile during one more lease round.
-func profile(ctx context.Context, op *process, s side, cfg config, path string) error {
+func profile(ctx context.Context, op *benchkit.Process, s side, cfg config, path string) error {
 	seconds := max(1, int(cfg.round.Seconds()))
 	got := make(chan error, 1)
 	go func() {
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", op.addr(0), seconds))
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", op.Addr(0), seconds))
 		if err != nil {
 			got <- err
 			return

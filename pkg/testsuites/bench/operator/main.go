@@ -347,7 +347,7 @@ func (b *bench) run(ctx context.Context, s runSpec) (res result, err error) {
 	if err != nil {
 		return res, err
 	}
-	defer op.kill()
+	defer op.Kill()
 	if err := op.waitLeader(ctx, leaderTimeout); err != nil {
 		return res, fmt.Errorf("phase \"operator leads\": %w", err)
 	}
@@ -364,13 +364,13 @@ func (b *bench) run(ctx context.Context, s runSpec) (res result, err error) {
 	if s.proxies > 0 {
 		res.leases = s.proxies / 2
 		if err := acquireLeases(ctx, op.leaseAddr, ns, res.leases, leaseTTL, b.cfg.timeout); err != nil {
-			return res, fmt.Errorf("phase \"acquire leases\": %w", errors.Join(err, op.exitErr()))
+			return res, fmt.Errorf("phase \"acquire leases\": %w", errors.Join(err, op.ExitErr()))
 		}
 	}
 	progress("%s: steady state for %v with %d leases held", what, s.steady, res.leases)
 	st, err := b.measureSteady(ctx, op, ns, s.steady)
 	if err == nil {
-		err = op.exitErr()
+		err = op.ExitErr()
 	}
 	if err != nil {
 		return res, fmt.Errorf("phase \"steady state\": %w", err)
@@ -397,7 +397,7 @@ func (b *bench) converge(ctx context.Context, s runSpec, ns string, op *operator
 	if err != nil {
 		return err
 	}
-	cpu0, err := readUsage(op.pid())
+	cpu0, err := readUsage(op.PID())
 	if err != nil {
 		return err
 	}
@@ -427,16 +427,16 @@ wait:
 			break wait
 		case <-tick.C:
 			progress("  %s after %v", w.summary(), time.Since(start).Round(time.Second))
-		case <-op.exited:
-			return fmt.Errorf("phase \"all Ready\": %s: %w", w.summary(), op.exitErr())
+		case <-op.Exited():
+			return fmt.Errorf("phase \"all Ready\": %s: %w", w.summary(), op.ExitErr())
 		case <-deadline.C:
-			return fmt.Errorf("phase \"all Ready\": not converged after %v: %s\n--- last lines of the operator's log ---\n%s", b.cfg.timeout, w.summary(), op.tail(20))
+			return fmt.Errorf("phase \"all Ready\": not converged after %v: %s\n--- last lines of the operator's log ---\n%s", b.cfg.timeout, w.summary(), op.Tail(20))
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 	res.ready = w.readyAt.Sub(start)
-	cpu1, err := readUsage(op.pid())
+	cpu1, err := readUsage(op.PID())
 	if err != nil {
 		return err
 	}
@@ -462,7 +462,7 @@ func (b *bench) measureSteady(ctx context.Context, op *operatorProcess, ns strin
 	st := steadyResult{operatorPresent: op != nil}
 	pid := 0
 	if op != nil {
-		pid = op.pid()
+		pid = op.PID()
 	}
 	before, err := scrapeWrites(ctx, b.kube)
 	if err != nil {

@@ -85,15 +85,14 @@ func run(ctx context.Context) (string, error) {
 		return "", err
 	}
 	stateDir := filepath.Join(dir, "instances")
-	op, _, err := benchkit.StartOperator(filepath.Join(dir, "proxy-operator"), filepath.Join(dir, "operator.log"),
+	op, err := benchkit.StartOperator(filepath.Join(dir, "proxy-operator"), filepath.Join(dir, "operator.log"),
 		"--kubeconfig="+kubeconfig, "--namespace="+ns, "--leader-elect-namespace="+ns, "--providers=local",
 		"--local-state-dir="+stateDir, "--lease-auth=none")
 	if err != nil {
 		return "", err
 	}
 	defer func() {
-		_ = op.Kill()
-		_, _ = op.Wait()
+		op.Kill()
 		benchkit.KillLocalInstances(stateDir)
 	}()
 
