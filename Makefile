@@ -9,7 +9,7 @@ GO_PKGS   := ./...
 TEST_P    ?= 2
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build run test chaos fuzz bench generate verify verify-scripts verify-decisions testenv deps testpeers fmt vet clean image
+.PHONY: all build run test chaos fuzz bench generate verify verify-scripts verify-decisions testenv deps testpeers fmt vet clean image cluster cluster-down cluster-tools cluster-images
 
 all: build
 
@@ -30,6 +30,24 @@ test: testenv testpeers
 ## image: OCI image layouts of proxy-operator and forward-proxy in .local/images (no Docker; see docs/operations.md)
 image:
 	GOWORK=off $(GO) run -C hack/image . --repo $(CURDIR) --out $(CURDIR)/.local/images
+
+## cluster: a real one-node Kubernetes in the background (root); KUBECONFIG=.cluster/kubeconfig (docs/operations.md)
+cluster: cluster-tools cluster-images
+	$(GO) run ./hack/cluster up
+
+## cluster-down: stop the node and remove everything it put on the machine
+cluster-down:
+	$(GO) run ./hack/cluster down
+
+# cluster-tools: the node's pinned builds into bin/ (no-op when current).
+cluster-tools: testenv
+	hack/tools/build.sh node
+	hack/tools/build-tool.sh containerd
+	hack/tools/build-tool.sh cni-plugins
+
+# cluster-images: make image's images and the node's sandbox, imported by make cluster.
+cluster-images:
+	GOWORK=off $(GO) run -C hack/image . --repo $(CURDIR) --out $(CURDIR)/.local/cluster-images --images proxy-operator,forward-proxy,pause
 
 ## chaos: the failure suite's long variant (more rounds, larger fleets, longer storms; about 15 min)
 chaos: testenv testpeers

@@ -3,7 +3,9 @@
 # squid (proxies nobody here wrote), redis-server (the lease benchmark's
 # reference), curl, Python requests and Scrapy (real gateway clients), and
 # skopeo (reads make image's OCI layouts in hack/image's test), util-linux's
-# taskset (the gateway benchmark's placements; Essential, so normally there).
+# taskset (the gateway benchmark's placements; Essential, so normally there),
+# and what make cluster's node runs beside its own builds: runc (the OCI
+# runtime under containerd), iptables (kube-proxy and CNI rules) and conntrack.
 # Idempotent: does nothing when they are all present.
 #
 #   hack/install-deps.sh           install what is missing (root, or through sudo)
@@ -20,6 +22,9 @@ command -v curl >/dev/null || need+=(curl)
 [ -x /usr/bin/scrapy ] || need+=(python3-scrapy)
 command -v skopeo >/dev/null || need+=(skopeo)
 command -v taskset >/dev/null || need+=(util-linux) # the gateway bench pins processes to cores
+command -v runc >/dev/null || [ -x /usr/sbin/runc ] || need+=(runc)
+[ -x /usr/sbin/iptables ] || need+=(iptables)
+[ -x /usr/sbin/conntrack ] || need+=(conntrack)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

@@ -68,6 +68,15 @@ var Images = []Image{
 	},
 }
 
+// Sandbox is the sandbox ("pause") image of make cluster's node, built only when
+// asked for (--images=pause): users' clusters bring their own.
+var Sandbox = Image{
+	Name:        "pause",
+	Package:     "./hack/cluster/pause",
+	Description: "Pod sandbox of proxy-operator's test node (make cluster).",
+	VersionVar:  "main.version",
+}
+
 // Ref is the image's name and tag in Registry.
 func (img Image) Ref(version string) string { return Registry + "/" + img.Name + ":" + version }
 

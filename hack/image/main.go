@@ -15,12 +15,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 )
 
 func main() {
 	repo := flag.String("repo", "../..", "root of the proxy-operator repository")
 	out := flag.String("out", "", "directory the layouts are written to, one per image (default <repo>/.local/images)")
+	names := flag.String("images", "proxy-operator,forward-proxy", "comma-separated images to build: proxy-operator, forward-proxy, pause (make cluster's sandbox)")
 	platforms := flag.String("platforms", "linux/"+runtime.GOARCH, "comma-separated os/arch list; more than one writes an image index")
 	flag.Parse()
 
@@ -35,17 +37,34 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	images, err := selectImages(*names)
+	if err != nil {
+		fail(err)
+	}
 	src, err := ReadSource(root)
 	if err != nil {
 		fail(err)
 	}
-	for _, img := range Images {
+	for _, img := range images {
 		dir := filepath.Join(*out, img.Name)
 		if err := Build(src, img, plats, dir); err != nil {
 			fail(fmt.Errorf("%s: %w", img.Name, err))
 		}
 		fmt.Printf("%s %s -> oci:%s:%s\n", img.Ref(src.Version), src.BinaryVersion(), dir, src.Version)
 	}
+}
+
+func selectImages(s string) ([]Image, error) {
+	known := append(slices.Clone(Images), Sandbox)
+	var out []Image
+	for _, name := range strings.Split(s, ",") {
+		i := slices.IndexFunc(known, func(img Image) bool { return img.Name == strings.TrimSpace(name) })
+		if i < 0 {
+			return nil, fmt.Errorf("--images: no image %q (want proxy-operator, forward-proxy or pause)", name)
+		}
+		out = append(out, known[i])
+	}
+	return out, nil
 }
 
 func parsePlatforms(s string) ([]Platform, error) {

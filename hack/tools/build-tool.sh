@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Builds one pinned tool from its own module under hack/tools/<name>/ into
-# <repo>/bin/<name>: helm (chart lint and render) and promtool (alert rule
-# tests), which artifacts/'s tests run. Each has its own module because their
+# <repo>/bin/: helm (chart lint and render) and promtool (alert rule tests),
+# which artifacts/'s tests run; containerd (containerd, containerd-shim-runc-v2,
+# ctr) and cni-plugins (bin/cni/: bridge, host-local, loopback, portmap), the
+# runtime and Pod network of make cluster's node. Each has its own module because their
 # dependency graphs must not move the versions hack/tools pins for
 # kube-apiserver and etcd. Cheap when nothing changed: bin/.<name>-version
 # holds a stamp of the inputs. Called by `make testenv`.
 #
-#   hack/tools/build-tool.sh helm|promtool
+#   hack/tools/build-tool.sh helm|promtool|containerd|cni-plugins
 set -euo pipefail
 
-name="${1:?usage: build-tool.sh helm|promtool}"
+name="${1:?usage: build-tool.sh helm|promtool|containerd|cni-plugins}"
 tools_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 module_dir="${tools_dir}/${name}"
 repo_root="$(cd "${tools_dir}/../.." && pwd)"
@@ -25,27 +27,51 @@ fi
 
 # This script is part of the stamp because the ldflags live here.
 stamp="$(cat "${module_dir}/go.mod" "${module_dir}/go.sum" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
-if [[ -x "${bin_dir}/${name}" && -f "${stamp_file}" && "$(cat "${stamp_file}")" == "${stamp}" ]]; then
+# The binary that proves the tool was built (containerd's set and the CNI
+# plugins are built together, so one stands for all).
+case "${name}" in
+cni-plugins) marker="${bin_dir}/cni/portmap" ;;
+*) marker="${bin_dir}/${name}" ;;
+esac
+if [[ -x "${marker}" && -f "${stamp_file}" && "$(cat "${stamp_file}")" == "${stamp}" ]]; then
 	echo "bin/: ${name} up to date"
 	exit 0
 fi
 rm -f "${stamp_file}"
 
 export GOWORK=off GOFLAGS="${GOFLAGS:-} -mod=readonly" CGO_ENABLED=0
+tags=""
+out_dir="${bin_dir}"
 
 case "${name}" in
 helm)
 	mod=helm.sh/helm/v4
-	pkg=helm.sh/helm/v4/cmd/helm
+	pkgs=(helm.sh/helm/v4/cmd/helm)
 	version="$(go list -C "${module_dir}" -m -f '{{.Version}}' "${mod}")"
 	# helm version prints this; without it, "v4.3".
 	ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=${version}"
 	;;
 promtool)
 	mod=github.com/prometheus/prometheus
-	pkg=github.com/prometheus/prometheus/cmd/promtool
+	pkgs=(github.com/prometheus/prometheus/cmd/promtool)
 	version="$(go list -C "${module_dir}" -m -f '{{.Version}}' "${mod}")"
 	ldflags="-s -w -X github.com/prometheus/common/version.Version=${version}"
+	;;
+containerd)
+	mod=github.com/containerd/containerd/v2
+	pkgs=("${mod}/cmd/containerd" "${mod}/cmd/containerd-shim-runc-v2" "${mod}/cmd/ctr")
+	version="$(go list -C "${module_dir}" -m -f '{{.Version}}' "${mod}")"
+	ldflags="-s -w -X ${mod}/version.Version=${version}"
+	# Static: the snapshotters that need cgo stay out; the node uses overlayfs.
+	tags="no_btrfs no_devmapper no_zfs no_aufs"
+	;;
+cni-plugins)
+	mod=github.com/containernetworking/plugins
+	pkgs=("${mod}/plugins/main/bridge" "${mod}/plugins/ipam/host-local" "${mod}/plugins/main/loopback" "${mod}/plugins/meta/portmap")
+	version="$(go list -C "${module_dir}" -m -f '{{.Version}}' "${mod}")"
+	ldflags="-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=${version}"
+	# kubelet's CNI plugin directory holds nothing else.
+	out_dir="${bin_dir}/cni"
 	;;
 *)
 	echo "build-tool.sh: unknown tool ${name}" >&2
@@ -53,10 +79,14 @@ promtool)
 	;;
 esac
 
-start=${SECONDS}
-# Written beside the target and renamed: an interrupted build never leaves a
-# truncated binary that looks usable.
-go build -C "${module_dir}" -trimpath -ldflags "${ldflags}" -o "${bin_dir}/${name}.tmp" "${pkg}"
-mv -f "${bin_dir}/${name}.tmp" "${bin_dir}/${name}"
-echo "built bin/${name} ${version} ($((SECONDS - start))s)"
+mkdir -p "${out_dir}"
+for pkg in "${pkgs[@]}"; do
+	start=${SECONDS}
+	bin="${out_dir}/${pkg##*/}"
+	# Written beside the target and renamed: an interrupted build never leaves a
+	# truncated binary that looks usable.
+	go build -C "${module_dir}" -trimpath -tags "${tags}" -ldflags "${ldflags}" -o "${bin}.tmp" "${pkg}"
+	mv -f "${bin}.tmp" "${bin}"
+	echo "built ${bin#"${repo_root}/"} ${version} ($((SECONDS - start))s)"
+done
 echo "${stamp}" >"${stamp_file}"

@@ -1,15 +1,33 @@
 #!/usr/bin/env bash
-# Builds the pinned kube-apiserver, kubectl and etcd from hack/tools/go.mod into
-# <repo>/bin/, which pkg/testing/testenv runs. Cheap when nothing changed: bin/.tools-version
-# holds a stamp of the inputs and the build is skipped while it matches and all
-# binaries exist. Called by `make testenv`.
+# Builds pinned Kubernetes binaries from hack/tools/go.mod into <repo>/bin/:
+#
+#   hack/tools/build.sh        kube-apiserver, kubectl, etcd (pkg/testing/testenv; make testenv)
+#   hack/tools/build.sh node   kubelet, kube-scheduler, kube-controller-manager, kube-proxy
+#                              (the real node of make cluster)
+#
+# Cheap when nothing changed: bin/.tools-version (bin/.node-tools-version) holds a
+# stamp of the inputs and the build is skipped while it matches and all binaries exist.
 set -euo pipefail
+
+set_name="${1:-control-plane}"
 
 tools_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo_root="$(cd "${tools_dir}/../.." && pwd)"
 bin_dir="${repo_root}/bin"
-stamp_file="${bin_dir}/.tools-version"
-binaries=(kube-apiserver kubectl etcd)
+case "${set_name}" in
+control-plane)
+	stamp_file="${bin_dir}/.tools-version"
+	binaries=(kube-apiserver kubectl etcd)
+	;;
+node)
+	stamp_file="${bin_dir}/.node-tools-version"
+	binaries=(kubelet kube-scheduler kube-controller-manager kube-proxy)
+	;;
+*)
+	echo "build.sh: unknown set ${set_name} (want node, or nothing for the control plane)" >&2
+	exit 2
+	;;
+esac
 
 mkdir -p "${bin_dir}"
 
@@ -28,7 +46,7 @@ for b in "${binaries[@]}"; do
 	[[ -x "${bin_dir}/${b}" ]] || up_to_date=false
 done
 if "${up_to_date}"; then
-	echo "bin/: kube-apiserver, kubectl, etcd up to date"
+	echo "bin/: ${binaries[*]} up to date"
 	exit 0
 fi
 rm -f "${stamp_file}"
@@ -58,8 +76,11 @@ build() {
 	echo "built bin/${name} ${version} ($((SECONDS - start))s)"
 }
 
-build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "${k8s_version}" "${k8s_ldflags}"
-build kubectl k8s.io/kubernetes/cmd/kubectl "${k8s_version}" "${k8s_ldflags}"
-build etcd go.etcd.io/etcd/server/v3 "${etcd_version}" "-s -w"
+for b in "${binaries[@]}"; do
+	case "${b}" in
+	etcd) build etcd go.etcd.io/etcd/server/v3 "${etcd_version}" "-s -w" ;;
+	*) build "${b}" "k8s.io/kubernetes/cmd/${b}" "${k8s_version}" "${k8s_ldflags}" ;;
+	esac
+done
 
 echo "${stamp}" >"${stamp_file}"

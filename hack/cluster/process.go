@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// start runs c detached from this process (its own session, output to its log,
+// pid in its pid file): the node outlives `make cluster`, and down finds it.
+func start(n node, c component) error {
+	for path, content := range c.Files {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			return err
+		}
+	}
+	for _, dir := range []string{filepath.Dir(n.logFile(c.Name)), filepath.Dir(n.pidFile(c.Name))} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(c.Bin); err != nil {
+		return fmt.Errorf("%s: %w (make cluster builds it; see docs/operations.md)", c.Name, err)
+	}
+	log, err := os.OpenFile(n.logFile(c.Name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd := exec.Command(c.Bin, c.Args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), c.Env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", c.Name, err)
+	}
+	pid := cmd.Process.Pid
+	if err := cmd.Process.Release(); err != nil {
+		return err
+	}
+	return os.WriteFile(n.pidFile(c.Name), []byte(strconv.Itoa(pid)), 0o600)
+}
+
+// running returns the pid of c if the process in its pid file is alive and is
+// still c's binary (a pid can be reused after a reboot).
+func running(n node, name, bin string) (int, bool) {
+	b, err := os.ReadFile(n.pidFile(name))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil || strings.TrimSuffix(exe, " (deleted)") != bin {
+		return 0, false
+	}
+	return pid, true
+}
+
+// stop sends SIGTERM, then SIGKILL after grace, and waits for the process to go.
+func stop(n node, name, bin string, grace time.Duration) error {
+	pid, ok := running(n, name, bin)
+	if !ok {
+		return os.RemoveAll(n.pidFile(name))
+	}
+	if err := signalAndWait(pid, grace); err != nil {
+		return fmt.Errorf("stopping %s (pid %d): %w", name, pid, err)
+	}
+	return os.RemoveAll(n.pidFile(name))
+}
+
+func signalAndWait(pid int, grace time.Duration) error {
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			if !waitGone(pid, 5*time.Second) {
+				return errors.New("still running after SIGKILL")
+			}
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+// alive: the process exists and is not a zombie (our detached children are
+// reaped by init, but a zombie left to us must not count as running).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+}
+
+func waitGone(pid int, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if !alive(pid) {
+			return true
+		}
+	}
+	return false
+}
+
+// tail returns the last lines of a component's log, for error messages.
+func tail(n node, name string, lines int) string {
+	b, err := os.ReadFile(n.logFile(name))
+	if err != nil {
+		return ""
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
