@@ -9,7 +9,7 @@ GO_PKGS   := ./...
 TEST_P    ?= 2
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build run test chaos fuzz bench generate verify verify-scripts verify-decisions testenv deps testpeers fmt vet clean image cluster cluster-down cluster-tools cluster-images
+.PHONY: all build run test chaos fuzz bench generate verify verify-scripts verify-decisions testenv deps testpeers fmt vet clean image cluster cluster-down cluster-tools cluster-images e2e
 
 all: build
 
@@ -22,10 +22,15 @@ build:
 run: build testenv
 	$(BIN)/local-up $(ARGS)
 
-## test: unit and integration tests, with the race detector (installs missing Debian peers when root)
+## test: unit and integration tests with the race detector, then the real-node suite (installs missing Debian peers when root)
 test: testenv testpeers
 	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(GO_PKGS)
 	GOWORK=off $(GO) test -C hack/image -count=1 -timeout $(TEST_TIMEOUT) ./...  # -count=1: it builds the operator, which the test cache does not track
+	$(MAKE) e2e
+
+## e2e: the real-node suite: make cluster's node, the operator installed by its chart, then the node removed (root; ~3 min)
+e2e: cluster-tools cluster-images testpeers
+	hack/e2e.sh
 
 ## image: OCI image layouts of proxy-operator and forward-proxy in .local/images (no Docker; see docs/operations.md)
 image:
@@ -33,11 +38,13 @@ image:
 
 ## cluster: a real one-node Kubernetes in the background (root); KUBECONFIG=.cluster/kubeconfig (docs/operations.md)
 cluster: cluster-tools cluster-images
-	$(GO) run ./hack/cluster up
+	$(GO) build -o $(BIN)/cluster ./hack/cluster
+	$(BIN)/cluster up
 
 ## cluster-down: stop the node and remove everything it put on the machine
 cluster-down:
-	$(GO) run ./hack/cluster down
+	$(GO) build -o $(BIN)/cluster ./hack/cluster
+	$(BIN)/cluster down
 
 # cluster-tools: the node's pinned builds into bin/ (no-op when current).
 cluster-tools: testenv
@@ -45,9 +52,9 @@ cluster-tools: testenv
 	hack/tools/build-tool.sh containerd
 	hack/tools/build-tool.sh cni-plugins
 
-# cluster-images: make image's images and the node's sandbox, imported by make cluster.
+# cluster-images: make image's images, the node's sandbox and the suite's target, imported by make cluster.
 cluster-images:
-	GOWORK=off $(GO) run -C hack/image . --repo $(CURDIR) --out $(CURDIR)/.local/cluster-images --images proxy-operator,forward-proxy,pause
+	GOWORK=off $(GO) run -C hack/image . --repo $(CURDIR) --out $(CURDIR)/.local/cluster-images --images proxy-operator,forward-proxy,pause,echo
 
 ## chaos: the failure suite's long variant (more rounds, larger fleets, longer storms; about 15 min)
 chaos: testenv testpeers
@@ -86,6 +93,7 @@ fmt:
 
 vet:
 	$(GO) vet $(GO_PKGS)
+	$(GO) vet -tags realnode ./pkg/testsuites/realnode/
 	GOWORK=off $(GO) vet -C hack/image ./...
 
 ## testenv: build the pinned kube-apiserver, etcd, kubectl, helm and promtool into bin/ (no-op when current)

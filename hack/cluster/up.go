@@ -22,8 +22,9 @@ import (
 // what it started and returns the failing component's log tail.
 func up(ctx context.Context, n node, images string) (err error) {
 	if client, err := adminClient(n); err == nil && nodeReady(ctx, client, n.Name) == nil {
+		// Up already: bring the images up to date, as make cluster just rebuilt them.
 		fmt.Println("cluster: already up; kubeconfig:", n.AdminKubeconfig())
-		return nil
+		return importImages(ctx, n, images)
 	}
 	if err := preflight(n); err != nil {
 		return err

@@ -68,13 +68,24 @@ var Images = []Image{
 	},
 }
 
-// Sandbox is the sandbox ("pause") image of make cluster's node, built only when
-// asked for (--images=pause): users' clusters bring their own.
-var Sandbox = Image{
-	Name:        "pause",
-	Package:     "./hack/cluster/pause",
-	Description: "Pod sandbox of proxy-operator's test node (make cluster).",
-	VersionVar:  "main.version",
+// NodeImages are make cluster's own, built only when asked for (--images):
+// the node's sandbox ("pause"; users' clusters bring their own) and the HTTP
+// target of the real-node suite.
+var NodeImages = []Image{
+	{
+		Name:        "pause",
+		Package:     "./hack/cluster/pause",
+		Description: "Pod sandbox of proxy-operator's test node (make cluster).",
+		VersionVar:  "main.version",
+	},
+	{
+		Name:         "echo",
+		Package:      "./hack/cluster/echo",
+		Description:  "HTTP target of proxy-operator's real-node suite: answers with the caller's address.",
+		VersionVar:   "main.version",
+		Cmd:          []string{"--listen=:8080"},
+		ExposedPorts: []string{"8080/tcp"},
+	},
 }
 
 // Ref is the image's name and tag in Registry.

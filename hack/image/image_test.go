@@ -55,7 +55,7 @@ func TestImages(t *testing.T) {
 	}
 	out := t.TempDir()
 	platform := Platform{OS: "linux", Arch: runtime.GOARCH}
-	for _, img := range append(slices.Clone(Images), Sandbox) {
+	for _, img := range slices.Concat(Images, NodeImages) {
 		t.Run(img.Name, func(t *testing.T) {
 			dir := filepath.Join(out, img.Name)
 			if err := Build(src, img, []Platform{platform}, dir); err != nil {

@@ -22,7 +22,7 @@ import (
 func main() {
 	repo := flag.String("repo", "../..", "root of the proxy-operator repository")
 	out := flag.String("out", "", "directory the layouts are written to, one per image (default <repo>/.local/images)")
-	names := flag.String("images", "proxy-operator,forward-proxy", "comma-separated images to build: proxy-operator, forward-proxy, pause (make cluster's sandbox)")
+	names := flag.String("images", "proxy-operator,forward-proxy", "comma-separated images to build: proxy-operator, forward-proxy, pause and echo (make cluster's own)")
 	platforms := flag.String("platforms", "linux/"+runtime.GOARCH, "comma-separated os/arch list; more than one writes an image index")
 	flag.Parse()
 
@@ -55,12 +55,12 @@ func main() {
 }
 
 func selectImages(s string) ([]Image, error) {
-	known := append(slices.Clone(Images), Sandbox)
+	known := slices.Concat(Images, NodeImages)
 	var out []Image
 	for _, name := range strings.Split(s, ",") {
 		i := slices.IndexFunc(known, func(img Image) bool { return img.Name == strings.TrimSpace(name) })
 		if i < 0 {
-			return nil, fmt.Errorf("--images: no image %q (want proxy-operator, forward-proxy or pause)", name)
+			return nil, fmt.Errorf("--images: no image %q (want proxy-operator, forward-proxy, pause or echo)", name)
 		}
 		out = append(out, known[i])
 	}

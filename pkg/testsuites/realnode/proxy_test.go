@@ -1,0 +1,210 @@
+//go:build realnode
+
+package realnode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+)
+
+// proxyServesACrawler: a kubernetes-provider Proxy in a namespace that
+// enforces PodSecurity restricted becomes a forward-proxy container the kubelet
+// started, is probed Ready through itself, is leased through the leases
+// Service (its ClusterIP, through kube-proxy), and curl through it reaches a
+// target Pod, which sees the proxy Pod's address.
+func proxyServesACrawler(t *testing.T, s *suite) {
+	s.startEcho(t)
+	s.apply(t, fmt.Sprintf(`
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: %[1]s
+  labels:
+    pod-security.kubernetes.io/enforce: restricted
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: crawler, namespace: %[1]s}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: crawler, namespace: %[1]s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: proxy-operator-crawler}
+subjects: [{kind: ServiceAccount, name: crawler, namespace: %[1]s}]
+---
+apiVersion: crawl.proxyfleet.io/v1alpha1
+kind: Proxy
+metadata: {name: edge, namespace: %[1]s}
+spec:
+  mode: Managed
+  provider: kubernetes
+  maxLeases: 1
+  kubernetes:
+    port: 3128
+    allowFrom: {namespaces: [%[1]s]}
+  egress:
+    allowCIDRs: [10.244.0.0/16]   # the target Pod; private ranges are refused by default
+  healthCheck:
+    url: http://%[2]s/
+    expectedStatus: 200
+`, crawlNamespace, net.JoinHostPort(s.echoIP, "8080")))
+
+	began := time.Now()
+	var proxy *crawlv1alpha1.Proxy
+	waitFor(t, 2*time.Minute, "Proxy edge Ready", func(ctx context.Context) error {
+		p, err := s.crawl.CrawlV1alpha1().Proxies(crawlNamespace).Get(ctx, "edge", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != crawlv1alpha1.PhaseReady {
+			return fmt.Errorf("phase %q, conditions %+v", p.Status.Phase, p.Status.Conditions)
+		}
+		proxy = p
+		return nil
+	})
+	t.Logf("Proxy create → Ready with a real Pod: %s", time.Since(began).Round(100*time.Millisecond))
+	s.report.add("Proxy create → Ready with a real Pod", time.Since(began))
+
+	pod := s.proxyPod(t, proxy.Status.IP)
+	if st := pod.Status.ContainerStatuses; len(st) != 1 || st[0].State.Running == nil || !strings.HasPrefix(st[0].ContainerID, "containerd://") {
+		t.Errorf("proxy Pod %s: container statuses %+v, want one running under containerd", pod.Name, st)
+	}
+	policies, err := s.kube.NetworkingV1().NetworkPolicies(crawlNamespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(policies.Items) != 1 {
+		t.Errorf("%d NetworkPolicies in %s, want the one of spec.kubernetes.allowFrom", len(policies.Items), crawlNamespace)
+	}
+
+	s.token = strings.TrimSpace(s.run(t, "kubectl", "create", "token", "crawler", "-n", crawlNamespace, "--duration=1h"))
+	lease := s.acquire(t, "e2e-crawler")
+	s.leaseID = lease.ID
+	s.report.add("helm install → first 201 lease (the Proxy created after the install)", time.Since(s.installedAt))
+	if lease.Proxy.Name != "edge" || lease.Credentials == nil {
+		t.Fatalf("lease %+v: want proxy edge with credentials", lease)
+	}
+	proxyURL, err := url.Parse(lease.Proxy.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := curl("-x", proxyURL.String(), "--proxy-user", lease.Credentials.Username+":"+lease.Credentials.Password,
+		"http://"+net.JoinHostPort(s.echoIP, "8080")+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(body); got != pod.Status.PodIP {
+		t.Errorf("the target saw %q, want the proxy Pod's address %s", got, pod.Status.PodIP)
+	}
+	// maxLeases 1: a second crawler finds nothing free.
+	if code, body := s.leaseCall(t, "POST", "/v1/leases", `{"holder":"second","namespace":"crawl"}`); code != 503 {
+		t.Errorf("second acquire: %d %s, want 503 NoneFree", code, body)
+	}
+}
+
+// startEcho runs the target Pod and records its address.
+func (s *suite) startEcho(t *testing.T) {
+	s.apply(t, fmt.Sprintf(`
+apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: echo, namespace: %[1]s}
+spec:
+  containers:
+  - name: echo
+    image: ghcr.io/proxyfleet/echo:%[2]s
+    imagePullPolicy: Never
+    ports: [{containerPort: 8080}]
+`, targetNamespace, s.version))
+	waitFor(t, time.Minute, "echo Pod Running", func(ctx context.Context) error {
+		p, err := s.kube.CoreV1().Pods(targetNamespace).Get(ctx, "echo", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !podReady(*p) || p.Status.PodIP == "" {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		s.echoIP = p.Status.PodIP
+		return nil
+	})
+}
+
+func (s *suite) proxyPod(t *testing.T, ip string) corev1.Pod {
+	t.Helper()
+	pods, err := s.kube.CoreV1().Pods(crawlNamespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.PodIP == ip {
+			return p
+		}
+	}
+	t.Fatalf("no Pod in %s has the Proxy's address %s", crawlNamespace, ip)
+	return corev1.Pod{}
+}
+
+type lease struct {
+	ID    string `json:"id"`
+	Proxy struct {
+		Name string `json:"name"`
+		URL  string `json:"url"`
+	} `json:"proxy"`
+	Credentials *struct {
+		Username string `json:"username"`
+		Password string `json:"password"`
+	} `json:"credentials"`
+}
+
+// acquire leases a proxy of the crawl namespace through the leases Service.
+func (s *suite) acquire(t *testing.T, holder string) lease {
+	t.Helper()
+	var l lease
+	waitFor(t, time.Minute, "a 201 lease", func(context.Context) error {
+		code, body := s.leaseCall(t, "POST", "/v1/leases", fmt.Sprintf(`{"holder":%q,"namespace":%q,"ttl":"5m"}`, holder, crawlNamespace))
+		if code != 201 {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return json.Unmarshal([]byte(body), &l)
+	})
+	return l
+}
+
+// leaseCall sends one lease API call to the leases Service's ClusterIP with
+// the crawler's token and returns the status and body.
+func (s *suite) leaseCall(t *testing.T, method, path, body string) (int, string) {
+	t.Helper()
+	svc, err := s.kube.CoreV1().Services(operatorNamespace).Get(context.Background(), "proxy-operator-leases", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-sS", "-m", "10", "-o", "-", "-w", "\n%{http_code}", "-X", method,
+		"-H", "Authorization: Bearer " + s.token, "http://" + net.JoinHostPort(svc.Spec.ClusterIP, "8080") + path}
+	if body != "" {
+		args = append(args, "-d", body)
+	}
+	out, err := curlRaw(args...)
+	if err != nil {
+		return 0, err.Error()
+	}
+	i := strings.LastIndexByte(out, '\n')
+	var code int
+	if _, err := fmt.Sscan(out[i+1:], &code); err != nil {
+		return 0, out
+	}
+	return code, out[:i]
+}
