@@ -68,6 +68,9 @@ type Config struct {
 	Enqueue func(cache.ObjectName)
 	// Workers bounds the probes in flight. Default DefaultWorkers.
 	Workers int
+	// MaxProbesPerEndpoint bounds the probes in flight through one proxy
+	// address (host:port). Default DefaultMaxProbesPerEndpoint.
+	MaxProbesPerEndpoint int
 	// Tick is the scheduler's period. Default DefaultTick.
 	Tick time.Duration
 	// MinReportInterval is the least time between two reports of a latency
@@ -133,6 +136,9 @@ type Engine struct {
 	// states it met (proxyState.pass) from those whose Proxy is gone
 	// without building a set of the fleet on every tick. Guarded by mu.
 	pass uint64
+	// endpoints hold the jobs waiting for a probe of their address to
+	// finish. Guarded by mu.
+	endpoints endpointQueues
 	// due is the pass's list of due jobs, kept between passes so that a
 	// pass allocates none (docs/decisions/0164-engine-own-work-probe-measured-alone.md). Guarded by mu.
 	due []job
@@ -148,9 +154,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Enqueue == nil {
 		return nil, errors.New("health: Config.Enqueue is required")
 	}
-	if cfg.Workers < 0 || cfg.Tick < 0 || cfg.MinReportInterval < 0 || cfg.LatencyReportsPerSecond < 0 || cfg.LatencyReportsPerProxyHour < 0 {
-		return nil, fmt.Errorf("health: Workers (%d), Tick (%v), MinReportInterval (%v), LatencyReportsPerSecond (%v) and LatencyReportsPerProxyHour (%v) must not be negative",
-			cfg.Workers, cfg.Tick, cfg.MinReportInterval, cfg.LatencyReportsPerSecond, cfg.LatencyReportsPerProxyHour)
+	if cfg.Workers < 0 || cfg.MaxProbesPerEndpoint < 0 || cfg.Tick < 0 || cfg.MinReportInterval < 0 || cfg.LatencyReportsPerSecond < 0 || cfg.LatencyReportsPerProxyHour < 0 {
+		return nil, fmt.Errorf("health: Workers (%d), MaxProbesPerEndpoint (%d), Tick (%v), MinReportInterval (%v), LatencyReportsPerSecond (%v) and LatencyReportsPerProxyHour (%v) must not be negative",
+			cfg.Workers, cfg.MaxProbesPerEndpoint, cfg.Tick, cfg.MinReportInterval, cfg.LatencyReportsPerSecond, cfg.LatencyReportsPerProxyHour)
 	}
 	latencyRate := cfg.LatencyReportsPerSecond
 	if latencyRate == 0 {
@@ -173,6 +179,7 @@ func New(cfg Config) (*Engine, error) {
 		probe:               Probe,
 		states:              map[cache.ObjectName]*proxyState{},
 		byObject:            map[*crawlv1alpha1.Proxy]*proxyState{},
+		endpoints:           newEndpointQueues(orDefault(cfg.MaxProbesPerEndpoint, DefaultMaxProbesPerEndpoint)),
 		jitter:              rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 	if e.clock == nil {
@@ -226,7 +233,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		wg.Go(func() { e.work(ctx, jobs) })
 	}
 	ticker := e.clock.NewTicker(e.tick)
-	logger.Info("Health engine started", "workers", e.workers, "tick", e.tick)
+	logger.Info("Health engine started", "workers", e.workers, "maxProbesPerEndpoint", e.endpoints.limit, "tick", e.tick)
 
 	// A send fails when the queue is full: the probe stays due, and the
 	// next tick tries again.
@@ -258,6 +265,7 @@ func (e *Engine) resetStates() {
 	e.mu.Lock()
 	e.states = map[cache.ObjectName]*proxyState{}
 	e.byObject = map[*crawlv1alpha1.Proxy]*proxyState{}
+	e.endpoints = newEndpointQueues(e.endpoints.limit)
 	e.metFleet = false
 	e.mu.Unlock()
 }

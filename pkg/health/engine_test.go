@@ -126,7 +126,10 @@ func newFixture(t *testing.T, proxies ...*crawlv1alpha1.Proxy) *fixture {
 		f.put(p)
 	}
 	e, err := New(Config{
-		Proxies: f.store,
+		// The fixture's proxies share one address; the bound on it has
+		// tests of its own (endpoint_test.go).
+		MaxProbesPerEndpoint: 1 << 20,
+		Proxies:              f.store,
 		Enqueue: func(key cache.ObjectName) {
 			f.mu.Lock()
 			f.enqueued[key]++

@@ -115,7 +115,10 @@ func (e *Engine) dispatchDueLocked(due []job, now time.Time, dispatch func(job) 
 	// left waiting are the ones that waited least.
 	slices.SortFunc(due, func(a, b job) int { return a.due.Compare(b.due) })
 	for i, j := range due {
-		if !dispatch(j) {
+		// A job over its endpoint's bound is taken all the same: it runs
+		// when a probe of its endpoint finishes.
+		if e.endpoints.admit(j) && !dispatch(j) {
+			e.endpoints.finished(j.state.address) // no job waits: the bound was not reached
 			skipped = len(due) - i
 			break
 		}

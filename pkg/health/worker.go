@@ -13,17 +13,27 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
-// work runs the jobs it is handed until the channel closes.
+// work runs the jobs it is handed until the channel closes, and after each
+// the next job waiting for the same endpoint (endpoint.go).
 func (e *Engine) work(ctx context.Context, jobs <-chan job) {
 	for j := range jobs {
-		started := e.clock.Now()
-		e.metrics.ObserveScheduleDelay(started.Sub(j.due))
-		r := e.runCheck(ctx, j)
-		if ctx.Err() != nil {
-			continue // shutting down: the failure is ours, not the proxy's
+		for more := true; more; {
+			e.runJob(ctx, j)
+			e.mu.Lock()
+			j, more = e.endpoints.finished(j.state.address)
+			e.mu.Unlock()
 		}
-		e.record(ctx, j, r, started, e.clock.Now())
 	}
+}
+
+func (e *Engine) runJob(ctx context.Context, j job) {
+	started := e.clock.Now()
+	e.metrics.ObserveScheduleDelay(started.Sub(j.due))
+	r := e.runCheck(ctx, j)
+	if ctx.Err() != nil {
+		return // shutting down: the failure is ours, not the proxy's
+	}
+	e.record(ctx, j, r, started, e.clock.Now())
 }
 
 // runCheck adds the proxy's credentials to the target and probes it. When

@@ -128,6 +128,7 @@ func newControllerAndEngine(o Options, c clients, proxyInformer crawlinformersv1
 		},
 		Enqueue:                 verdicts.Enqueue,
 		Workers:                 o.HealthWorkers,
+		MaxProbesPerEndpoint:    o.HealthMaxProbesPerEndpoint,
 		LatencyReportsPerSecond: o.latencyUpdatesPerSecond(),
 		Metrics:                 m,
 	})

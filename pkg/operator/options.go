@@ -86,6 +86,9 @@ type Options struct {
 
 	// HealthWorkers bounds the health probes running at once.
 	HealthWorkers int
+	// HealthMaxProbesPerEndpoint bounds the probes running at once through
+	// one proxy address (host:port), which many Proxies may share.
+	HealthMaxProbesPerEndpoint int
 	// HealthLatencyUpdatesPerSecond bounds the status writes that only
 	// record a new probe latency, fleet-wide (verdicts are never held back).
 	// 0 means LatencyShareOfQPS of KubeAPIQPS.
@@ -165,7 +168,8 @@ func DefaultOptions() Options {
 		MetricsAddr:              ":9090",
 		// Sized in pkg/health (Little's law with room for probes that run
 		// into their timeout); benchmarked at 10,000 proxies.
-		HealthWorkers: health.DefaultWorkers,
+		HealthWorkers:              health.DefaultWorkers,
+		HealthMaxProbesPerEndpoint: health.DefaultMaxProbesPerEndpoint,
 		// In a cluster, Pods; local and gce are opt-in. A Managed Proxy
 		// naming a provider that is not enabled goes Failed.
 		Providers:              []string{string(crawlv1alpha1.ProviderKubernetes)},
@@ -215,6 +219,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.LeaseMaxCooldowns, "lease-max-cooldowns", o.LeaseMaxCooldowns, "Most (proxy, domain) cool-down entries the lease API keeps; beyond it the one whose end or expiry is nearest goes.")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz, on every replica.")
 	fs.IntVar(&o.HealthWorkers, "health-workers", o.HealthWorkers, "How many health probes run at once.")
+	fs.IntVar(&o.HealthMaxProbesPerEndpoint, "health-max-probes-per-endpoint", o.HealthMaxProbesPerEndpoint,
+		"How many health probes run at once through one proxy address (host:port); the others wait their turn, and the wait never counts against the proxy. Many Proxies share one address behind a proxy network's super proxy.")
 	fs.Float64Var(&o.HealthLatencyUpdatesPerSecond, "health-latency-updates-per-second", o.HealthLatencyUpdatesPerSecond,
 		fmt.Sprintf("Fleet-wide budget of status writes that only record a new probe latency (status.latencyMillis); verdicts are never held back. Part of --kube-api-qps, so below it. 0: %v%% of --kube-api-qps.", LatencyShareOfQPS*100))
 	fs.Var((*listValue)(&o.Providers), "providers", fmt.Sprintf("Comma-separated providers to enable (%s). A Managed Proxy naming another fails.", strings.Join(knownProviders(), ", ")))
@@ -401,6 +407,9 @@ func (o *Options) validateLeases(bad badFlag) {
 
 // validateHealth checks the health engine's workers and its latency write budget.
 func (o *Options) validateHealth(bad badFlag) {
+	if o.HealthMaxProbesPerEndpoint < 1 {
+		bad("health-max-probes-per-endpoint", "must be at least 1, got %d", o.HealthMaxProbesPerEndpoint)
+	}
 	if o.HealthWorkers < 1 {
 		bad("health-workers", "must be at least 1, got %d", o.HealthWorkers)
 	}

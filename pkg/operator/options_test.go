@@ -53,6 +53,8 @@ func TestValidate(t *testing.T) {
 		"negative workers": {mod: func(o *Options) { o.Workers = -3 }, wantErrs: []string{"--workers: must be at least 1, got -3"}},
 		"zero health workers": {mod: func(o *Options) { o.HealthWorkers = 0 },
 			wantErrs: []string{"--health-workers: must be at least 1"}},
+		"zero probes per endpoint": {mod: func(o *Options) { o.HealthMaxProbesPerEndpoint = 0 },
+			wantErrs: []string{"--health-max-probes-per-endpoint: must be at least 1, got 0"}},
 		"client-go's default QPS with the default latency share": {mod: func(o *Options) { o.KubeAPIQPS, o.KubeAPIBurst = 5, 10 }},
 		"negative latency updates": {mod: func(o *Options) { o.HealthLatencyUpdatesPerSecond = -1 },
 			wantErrs: []string{"--health-latency-updates-per-second: must not be negative, got -1"}},

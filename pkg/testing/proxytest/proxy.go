@@ -1,6 +1,7 @@
 package proxytest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,10 @@ type Options struct {
 	// ConnectPorts restricts CONNECT to these target ports (tinyproxy only:
 	// its ConnectPort lines). Empty allows every port.
 	ConnectPorts []int
+
+	// MaxClients is tinyproxy's MaxClients: connections it serves at once.
+	// Default 100.
+	MaxClients int
 
 	// Verbosity is klog's -v for forward-proxy (in-process and binary).
 	// Default 4.
@@ -345,7 +350,7 @@ func StartTinyproxy(t testing.TB, opts Options) *Proxy {
 	for attempt := 1; attempt <= 3; attempt++ {
 		port := Port(t, freeAddr(t))
 		var b strings.Builder
-		fmt.Fprintf(&b, "Port %d\nListen 127.0.0.1\nTimeout 30\nMaxClients 100\n", port)
+		fmt.Fprintf(&b, "Port %d\nListen 127.0.0.1\nTimeout 30\nMaxClients %d\n", port, cmp.Or(opts.MaxClients, 100))
 		fmt.Fprintf(&b, "Allow 127.0.0.1\nSyslog Off\nLogLevel Info\nPidFile %q\n", filepath.Join(dir, "tinyproxy.pid"))
 		fmt.Fprintf(&b, "ViaProxyName \"tinyproxy\"\nDisableViaHeader No\n")
 		for _, cp := range opts.ConnectPorts {

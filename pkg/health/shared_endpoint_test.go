@@ -1,0 +1,149 @@
+package health_test
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+)
+
+// resultCounter counts probes by result.
+type resultCounter struct {
+	health.NoMetrics
+	mu      sync.Mutex
+	results map[string]int
+}
+
+func (c *resultCounter) ObserveProbe(_ cache.ObjectName, result string, _ time.Duration, _ time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.results[result]++
+}
+
+func sharedEndpointProxy(i int, proxyAddr, url string, interval, timeout time.Duration) *crawlv1alpha1.Proxy {
+	host, port, _ := net.SplitHostPort(proxyAddr)
+	p, _ := strconv.Atoi(port)
+	name := fmt.Sprintf("member-%04d", i)
+	return &crawlv1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: name, UID: types.UID(name)},
+		Spec: crawlv1alpha1.ProxySpec{
+			Mode:     crawlv1alpha1.ModeExternal,
+			Endpoint: &crawlv1alpha1.Endpoint{Host: host, Port: int32(p)},
+			HealthCheck: crawlv1alpha1.HealthCheck{
+				URL: url, ExpectedStatus: 204,
+				Interval:         &metav1.Duration{Duration: interval},
+				Timeout:          &metav1.Duration{Duration: timeout},
+				SuccessThreshold: 1, FailureThreshold: 3,
+			},
+		},
+		Status: crawlv1alpha1.ProxyStatus{IP: host, Port: int32(p)},
+	}
+}
+
+// slowTarget answers 204 after delay and remembers the most requests it
+// held at once: what the upstream saw of our probes.
+type slowTarget struct {
+	delay          time.Duration
+	inFlight, peak atomic.Int64
+}
+
+func (s *slowTarget) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
+	}
+	time.Sleep(s.delay)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Many Proxy objects on one upstream address, created while the engine runs
+// (so their probes fall due together, as after kubectl apply), probed every
+// 5s with a 2s timeout. Without a bound, a burst above what the upstream
+// serves at once (tinyproxy's MaxClients 50) waits there behind the target's
+// answers and times out: the proxies flap for nothing they did. With the
+// bound, the target never sees more probes at once than it allows, no probe
+// fails, and no proxy is Unhealthy.
+func TestProbesSharingOneEndpoint(t *testing.T) {
+	tests := map[string]struct {
+		proxies      int
+		startProxy   func(testing.TB, proxytest.Options) *proxytest.Proxy
+		targetDelay  time.Duration
+		bound        int // Config.MaxProbesPerEndpoint; 0 = the default
+		wantTimeouts bool
+	}{
+		"tinyproxy, unbounded: the burst times out": {100, proxytest.StartTinyproxy, 1200 * time.Millisecond, 1000, true},
+		"tinyproxy, bound 40":                       {100, proxytest.StartTinyproxy, 1200 * time.Millisecond, 40, false},
+		"squid, the default bound":                  {200, proxytest.StartSquid, 20 * time.Millisecond, 0, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			target := &slowTarget{delay: tc.targetDelay}
+			srv := httptest.NewServer(target)
+			defer srv.Close()
+			upstream := tc.startProxy(t, proxytest.Options{MaxClients: 50})
+			store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+			m := &resultCounter{results: map[string]int{}}
+			e, err := health.New(health.Config{Proxies: store, Enqueue: func(cache.ObjectName) {}, Metrics: m, MaxProbesPerEndpoint: tc.bound})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+			defer cancel()
+			go func() {
+				time.Sleep(1500 * time.Millisecond) // after the engine met the (empty) fleet
+				for i := range tc.proxies {
+					_ = store.Add(sharedEndpointProxy(i, upstream.Addr, srv.URL+"/generate_204", 5*time.Second, 2*time.Second))
+				}
+			}()
+			if err := e.Run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			unhealthy := 0
+			for i := range tc.proxies {
+				if v, ok := e.Verdict(cache.ObjectName{Namespace: "shared", Name: fmt.Sprintf("member-%04d", i)}); ok && !v.Healthy {
+					unhealthy++
+				}
+			}
+			m.mu.Lock()
+			results := maps.Clone(m.results)
+			m.mu.Unlock()
+			t.Logf("%d proxies: probes by result %v; Unhealthy at the end %d; at most %d probes at the target at once",
+				tc.proxies, results, unhealthy, target.peak.Load())
+			failed := 0
+			for r, n := range results {
+				if r != health.ResultSuccess {
+					failed += n
+				}
+			}
+			if tc.wantTimeouts {
+				if results[health.ResultTimeout] == 0 {
+					t.Errorf("no probe timed out: the unbounded burst should overrun MaxClients 50")
+				}
+				return
+			}
+			if failed > 0 || unhealthy > 0 || results[health.ResultSuccess] < tc.proxies {
+				t.Errorf("%d failed probes, %d Unhealthy, %d successes of %d proxies; want none failed, none Unhealthy, each probed",
+					failed, unhealthy, results[health.ResultSuccess], tc.proxies)
+			}
+			if limit := int64(cmp.Or(tc.bound, health.DefaultMaxProbesPerEndpoint)); target.peak.Load() > limit {
+				t.Errorf("the target saw %d probes at once, over the bound %d", target.peak.Load(), limit)
+			}
+		})
+	}
+}
