@@ -45,7 +45,9 @@ func down(ctx context.Context, n node) error {
 		keep(run("ip", "link", "delete", n.Bridge))
 	}
 	for _, tool := range []string{"iptables", "ip6tables"} {
-		keep(deleteChains(tool, "KUBE-", "CNI-"))
+		// PO-E2E-: the real-node suite's partition filter, should a run die
+		// before its cleanup.
+		keep(deleteChains(tool, "KUBE-", "CNI-", "PO-E2E-"))
 	}
 	keep(removeCgroups("kubepods"))
 	keep(restoreHost(n))
@@ -310,7 +312,7 @@ func leftovers(n node) []string {
 		for _, table := range []string{"filter", "nat", "mangle"} {
 			out, _ := exec.Command(tool, "-w", "-t", table, "-S").Output()
 			for _, line := range strings.Split(string(out), "\n") {
-				if strings.HasPrefix(line, "-N KUBE-") || strings.HasPrefix(line, "-N CNI-") {
+				if strings.HasPrefix(line, "-N KUBE-") || strings.HasPrefix(line, "-N CNI-") || strings.HasPrefix(line, "-N PO-E2E-") {
 					left = append(left, fmt.Sprintf("%s -t %s chain %s", tool, table, strings.Fields(line)[1]))
 				}
 			}

@@ -7,6 +7,8 @@
 //	cluster up      start the node in the background; ready when the Node is Ready
 //	cluster down    stop it and remove everything it put on the machine
 //	cluster status  print the node's components and whether they run
+//	cluster restart NAME  stop one component and start it again (the fault
+//	                suites restart the kubelet and containerd under a running node)
 //
 // All state lives under --dir (.cluster); the admin kubeconfig is
 // .cluster/kubeconfig.
@@ -25,6 +27,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -44,11 +47,11 @@ func main() {
 	images := flag.String("images", ".local/cluster-images", "OCI layouts to import into containerd (make cluster writes them)")
 	flag.StringVar(&n.Runc, "runc", "runc", "the OCI runtime (Debian's runc)")
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: cluster [flags] up|down|status")
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: cluster [flags] up|down|status|restart NAME")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if flag.NArg() != 1 {
+	if flag.NArg() < 1 || (flag.Arg(0) == "restart") != (flag.NArg() == 2) {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -68,6 +71,8 @@ func main() {
 		}
 	case "status":
 		err = status(n)
+	case "restart":
+		err = restart(ctx, n, flag.Arg(1))
 	default:
 		flag.Usage()
 		os.Exit(2)
@@ -143,6 +148,28 @@ func status(n node) error {
 		}
 	}
 	return nil
+}
+
+// restart stops one component (SIGTERM, as a service manager would) and
+// starts it again with the same configuration, waiting for its health.
+func restart(ctx context.Context, n node, name string) error {
+	for _, c := range n.components() {
+		if c.Name != name {
+			continue
+		}
+		if err := stop(n, c.Name, c.Bin, 10*time.Second); err != nil {
+			return err
+		}
+		if err := start(n, c); err != nil {
+			return err
+		}
+		if err := waitStarted(ctx, n, c); err != nil {
+			return fmt.Errorf("%s did not start again: %w\n%s", name, err, tail(n, name, 25))
+		}
+		fmt.Println("cluster: restarted", name)
+		return nil
+	}
+	return fmt.Errorf("no component %q", name)
 }
 
 func fail(err error) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -78,7 +79,13 @@ spec:
 
 	pod := s.proxyPod(t, proxy.Status.IP)
 	if st := pod.Status.ContainerStatuses; len(st) != 1 || st[0].State.Running == nil || !strings.HasPrefix(st[0].ContainerID, "containerd://") {
-		t.Errorf("proxy Pod %s: container statuses %+v, want one running under containerd", pod.Name, st)
+		t.Fatalf("proxy Pod %s: container statuses %+v, want one running under containerd", pod.Name, st)
+	}
+	// containerd's record of the container: run by the runc shim.
+	info := s.run(t, "ctr", "--address", filepath.Join(s.root, ".cluster", "containerd", "containerd.sock"), "-n", "k8s.io",
+		"containers", "info", strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://"))
+	if !strings.Contains(info, `"io.containerd.runc.v2"`) {
+		t.Errorf("the proxy container's runtime is not runc's shim:\n%s", info)
 	}
 	policies, err := s.kube.NetworkingV1().NetworkPolicies(crawlNamespace).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -90,7 +97,7 @@ spec:
 
 	s.token = strings.TrimSpace(s.run(t, "kubectl", "create", "token", "crawler", "-n", crawlNamespace, "--duration=1h"))
 	lease := s.acquire(t, "e2e-crawler")
-	s.leaseID = lease.ID
+	s.leaseID, s.lease = lease.ID, lease
 	s.report.add("helm install → first 201 lease (the Proxy created after the install)", time.Since(s.installedAt))
 	if lease.Proxy.Name != "edge" || lease.Credentials == nil {
 		t.Fatalf("lease %+v: want proxy edge with credentials", lease)

@@ -44,6 +44,7 @@ type suite struct {
 
 	echoIP  string // the target Pod's address
 	leaseID string // a lease granted before the leader changes
+	lease   lease  // that lease, with its proxy and credentials
 	token   string // the crawler ServiceAccount's token
 }
 
@@ -53,7 +54,7 @@ func newSuite(t *testing.T) *suite {
 	if _, err := os.Stat(s.kubeconfig); err != nil {
 		t.Fatalf("no cluster: %v (make cluster starts one; make e2e starts it, runs this suite and stops it)", err)
 	}
-	for _, b := range []string{"kubectl", "helm", "ctr"} {
+	for _, b := range []string{"kubectl", "helm", "ctr", "cluster"} {
 		if _, err := os.Stat(filepath.Join(s.root, "bin", b)); err != nil {
 			t.Fatalf("bin/%s: %v (make cluster-tools builds it)", b, err)
 		}
@@ -187,7 +188,9 @@ func TestRealNode(t *testing.T) {
 		{"a kubernetes-provider Proxy under PodSecurity restricted serves a crawler", proxyServesACrawler},
 		{"a ProxyPool rotates its Secret with Ready never below 2, then scales 3 → 0 → 2", poolRotates},
 		{"the gateway keeps a session on one upstream", gatewayKeepsASession},
+		{"the kubelet and containerd restart under running proxies", nodeAgentsRestart},
 		{"the standby leads when the leader's Pod is deleted or its container killed", leaderFailover},
+		{"a leader cut off from the API server stops; the standby leads; nothing granted twice", leaderPartitioned},
 		{"helm upgrade rolls the Pods one at a time, the lease lives on", upgradeRolls},
 		{"uninstall leaves no proxy Pods, Secrets or NetworkPolicies", uninstallLeavesNothing},
 		{"kubectl apply -k installs the same operator", kustomizeInstalls},

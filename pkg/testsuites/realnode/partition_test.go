@@ -1,0 +1,105 @@
+//go:build realnode
+
+package realnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// partitionChain holds the test's packet filter. hack/cluster's down removes
+// chains with this prefix too, should a run die before its cleanup.
+const partitionChain = "PO-E2E-PARTITION"
+
+// leaderPartitioned (issue 37): the leader's Pod cut off from the API server
+// by a real packet filter. The old leader stops leading within its renew
+// deadline, the standby leads after the lease duration, the lease granted
+// before renews on it, and no acquire is granted anywhere while that lease
+// is held (the proxy takes one lease): no proxy is leased twice across the
+// two. The filter goes, and the old leader rejoins as a standby.
+func leaderPartitioned(t *testing.T, s *suite) {
+	pods, _, leader, err := s.operatorPods(context.Background())
+	if err != nil || leader == "" {
+		t.Fatalf("leader before: %q, %v", leader, err)
+	}
+	var leaderIP string
+	for _, p := range pods {
+		if p.Name == leader {
+			leaderIP = p.Status.PodIP
+		}
+	}
+	transitions := s.leaderTransitions(t)
+	began := time.Now()
+	cut(t, leaderIP)
+
+	grants := 0
+	waitFor(t, 2*time.Minute, "the standby leading and renewing the lease", func(ctx context.Context) error {
+		// Whoever answers (the Service may still route to the old leader),
+		// nothing may be granted: the only proxy is held.
+		if code, body := s.leaseCall(t, "POST", "/v1/leases", `{"holder":"second","namespace":"crawl"}`); code == 201 {
+			grants++
+			return fmt.Errorf("acquire granted during the partition: %s", body)
+		}
+		if now := s.leaderTransitions(t); now == transitions {
+			return errors.New("no new leader yet")
+		}
+		if code, body := s.leaseCall(t, "POST", "/v1/leases/"+s.leaseID+"/renew", `{"ttl":"5m"}`); code != 200 {
+			return fmt.Errorf("renew: %d %s", code, body)
+		}
+		return nil
+	})
+	if grants > 0 {
+		t.Errorf("%d acquires granted while the proxy's one lease was held", grants)
+	}
+	t.Logf("leader %s partitioned → new leader renewing: %s", leader, time.Since(began).Round(100*time.Millisecond))
+	s.report.add("leader cut off from the API server → new leader renews a lease", time.Since(began))
+
+	heal(t)
+	waitFor(t, 2*time.Minute, "two Ready replicas and one leader after the partition", func(ctx context.Context) error {
+		pods, ready, leader, err := s.operatorPods(ctx)
+		if err != nil {
+			return err
+		}
+		if len(pods) != 2 || ready != 2 || leader == "" {
+			return fmt.Errorf("%d Pods, %d Ready, leader %q", len(pods), ready, leader)
+		}
+		return nil
+	})
+	if code, body := s.leaseCall(t, "POST", "/v1/leases", `{"holder":"second","namespace":"crawl"}`); code != 503 {
+		t.Errorf("acquire after the partition: %d %s, want 503 (the proxy is held)", code, body)
+	}
+}
+
+// cut drops the packets from ip to the API server's port on the node (a
+// Pod reaches it through the kubernetes Service, DNATed to the node), and
+// removes the filter when the test ends, whatever happened.
+func cut(t *testing.T, ip string) {
+	t.Cleanup(func() { heal(t) })
+	for _, args := range [][]string{
+		{"-N", partitionChain},
+		{"-A", partitionChain, "-s", ip, "-p", "tcp", "--dport", "6443", "-j", "DROP"},
+		{"-I", "INPUT", "1", "-j", partitionChain},
+	} {
+		if out, err := exec.Command("iptables", append([]string{"-w"}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("iptables %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+func heal(t *testing.T) {
+	for _, args := range [][]string{
+		{"-D", "INPUT", "-j", partitionChain},
+		{"-F", partitionChain},
+		{"-X", partitionChain},
+	} {
+		_ = exec.Command("iptables", append([]string{"-w"}, args...)...).Run()
+	}
+	if out, _ := exec.Command("iptables", "-w", "-S").Output(); strings.Contains(string(out), partitionChain) {
+		t.Errorf("the partition filter is still there:\n%s", out)
+	}
+}
