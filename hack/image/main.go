@@ -23,6 +23,7 @@ func main() {
 	repo := flag.String("repo", "../..", "root of the proxy-operator repository")
 	out := flag.String("out", "", "directory the layouts are written to, one per image (default <repo>/.local/images)")
 	names := flag.String("images", "proxy-operator,forward-proxy", "comma-separated images to build: proxy-operator, forward-proxy, pause and echo (make cluster's own)")
+	tag := flag.String("tag", "", "the image tag and binary version (default: the VERSION file); the real-node suite builds an upgrade with it")
 	platforms := flag.String("platforms", "linux/"+runtime.GOARCH, "comma-separated os/arch list; more than one writes an image index")
 	flag.Parse()
 
@@ -44,6 +45,12 @@ func main() {
 	src, err := ReadSource(root)
 	if err != nil {
 		fail(err)
+	}
+	if *tag != "" {
+		if !validTag(*tag) {
+			fail(fmt.Errorf("--tag: %q is not an image tag like v0.1.0", *tag))
+		}
+		src.Version = *tag
 	}
 	for _, img := range images {
 		dir := filepath.Join(*out, img.Name)

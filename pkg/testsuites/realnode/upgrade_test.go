@@ -4,20 +4,24 @@ package realnode
 
 import (
 	"context"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
-// upgradeRolls: helm upgrade to the image under another tag rolls the
-// operator's Pods one at a time (Ready never below one, sampled every 250ms)
-// and the lease granted before renews after.
+// upgradeRolls: helm upgrade to an operator image rebuilt under another tag
+// (its binary stamped with that version) rolls the operator's Pods one at a
+// time (Ready never below one, sampled every 250ms), every Pod then runs the
+// new build, and the lease granted before renews after.
 func upgradeRolls(t *testing.T, s *suite) {
-	tag := s.version + "-upgrade"
-	s.run(t, "ctr", "--address", filepath.Join(s.root, ".cluster", "containerd", "containerd.sock"), "-n", "k8s.io",
-		"images", "tag", "--force", "ghcr.io/proxyfleet/proxy-operator:"+s.version, "ghcr.io/proxyfleet/proxy-operator:"+tag)
+	tag := s.version + "-e2e-upgrade"
+	s.buildAndImport(t, tag)
 
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -50,6 +54,13 @@ func upgradeRolls(t *testing.T, s *suite) {
 		if want := "ghcr.io/proxyfleet/proxy-operator:" + tag; p.Spec.Containers[0].Image != want {
 			t.Errorf("%s runs %s after the upgrade, want %s", p.Name, p.Spec.Containers[0].Image, want)
 		}
+		metrics, err := curl("http://" + net.JoinHostPort(p.Status.PodIP, "9090") + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := `proxy_operator_build_info{version="` + tag + `+`; !strings.Contains(metrics, want) {
+			t.Errorf("%s: its metrics lack %s...: not the rebuilt binary", p.Name, want)
+		}
 	}
 	waitFor(t, time.Minute, "the lease renews after the rollout", func(context.Context) error {
 		if code, body := s.leaseCall(t, "POST", "/v1/leases/"+s.leaseID+"/renew", `{"ttl":"5m"}`); code != 200 {
@@ -57,6 +68,25 @@ func upgradeRolls(t *testing.T, s *suite) {
 		}
 		return nil
 	})
+}
+
+// buildAndImport builds the operator's image with tag, as make image does,
+// and imports it into the node's containerd.
+func (s *suite) buildAndImport(t *testing.T, tag string) {
+	t.Helper()
+	out := t.TempDir()
+	build := exec.Command("go", "run", "-C", filepath.Join(s.root, "hack", "image"), ".",
+		"--repo", s.root, "--out", out, "--images", "proxy-operator", "--tag", tag)
+	build.Env = append(os.Environ(), "GOWORK=off")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("hack/image --tag %s: %v\n%s", tag, err, b)
+	}
+	ref := "ghcr.io/proxyfleet/proxy-operator:" + tag
+	archive := filepath.Join(out, "proxy-operator.tar")
+	if b, err := exec.Command("skopeo", "copy", "--quiet", "oci:"+filepath.Join(out, "proxy-operator")+":"+tag, "docker-archive:"+archive+":"+ref).CombinedOutput(); err != nil {
+		t.Fatalf("skopeo copy: %v\n%s", err, b)
+	}
+	s.run(t, "ctr", "--address", filepath.Join(s.root, ".cluster", "containerd", "containerd.sock"), "-n", "k8s.io", "images", "import", archive)
 }
 
 type renewError struct {
