@@ -19,13 +19,15 @@ import (
 
 const nodeName = "proxy-operator-node" // hack/cluster names its node so
 
-// nodeAgentsRestart: the kubelet, then containerd, restarted under the
-// running node (issue 37). The proxy containers keep running (same
-// container, no restart), no Proxy is replaced or leaves Ready, the lease
-// renews, and a request through the leased proxy still reaches the target.
+// nodeAgentsRestart: the kubelet, containerd, etcd and the API server
+// restarted in turn under the running node (issue 37). The proxy containers
+// keep running (same container, no restart), no Proxy is replaced or leaves
+// Ready, the lease renews (on whichever replica leads: a leader that cannot
+// renew its Lease within the renew deadline hands over), and a request
+// through the leased proxy still reaches the target.
 func nodeAgentsRestart(t *testing.T, s *suite) {
 	before := s.instances(t)
-	for _, agent := range []string{"kubelet", "containerd"} {
+	for _, agent := range []string{"kubelet", "containerd", "etcd", "kube-apiserver"} {
 		began := time.Now()
 		s.run(t, "cluster", "--dir", filepath.Join(s.root, ".cluster"), "--bin", filepath.Join(s.root, "bin"), "restart", agent)
 		// The kubelet is back: it renews the node's Lease after the restart,
@@ -61,9 +63,12 @@ func nodeAgentsRestart(t *testing.T, s *suite) {
 			}
 			return nil
 		})
-		if code, body := s.leaseCall(t, "POST", "/v1/leases/"+s.leaseID+"/renew", `{"ttl":"5m"}`); code != 200 {
-			t.Errorf("renew after %s restarted: %d %s", agent, code, body)
-		}
+		waitFor(t, time.Minute, "the lease renewing after "+agent+" restarted", func(context.Context) error {
+			if code, body := s.leaseCall(t, "POST", "/v1/leases/"+s.leaseID+"/renew", `{"ttl":"5m"}`); code != 200 {
+				return fmt.Errorf("renew: %d %s", code, body)
+			}
+			return nil
+		})
 		body, err := curl("-x", s.lease.Proxy.URL, "--proxy-user", s.lease.Credentials.Username+":"+s.lease.Credentials.Password,
 			"http://"+net.JoinHostPort(s.echoIP, "8080")+"/")
 		if err != nil {

@@ -61,7 +61,7 @@ func leaderFailover(t *testing.T, s *suite) {
 			t.Logf("%s → new leader renewing: %s", round.name, time.Since(began).Round(100*time.Millisecond))
 			s.report.add("leader "+round.name+" → new leader renews a lease", time.Since(began))
 			// Still one lease on a maxLeases-1 proxy: the new leader knows it.
-			if code, body := s.leaseCall(t, "POST", "/v1/leases", `{"holder":"second","namespace":"crawl"}`); code != 503 {
+			if code, body := s.leaseAnswer(t, "POST", "/v1/leases", `{"holder":"second","namespace":"crawl"}`); code != 503 {
 				t.Errorf("acquire while the lease is held: %d %s, want 503", code, body)
 			}
 			waitFor(t, 2*time.Minute, "two Ready replicas again", func(ctx context.Context) error {

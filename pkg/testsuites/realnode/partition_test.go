@@ -70,7 +70,8 @@ func leaderPartitioned(t *testing.T, s *suite) {
 		}
 		return nil
 	})
-	if code, body := s.leaseCall(t, "POST", "/v1/leases", `{"holder":"second","namespace":"crawl"}`); code != 503 {
+	code, body := s.leaseAnswer(t, "POST", "/v1/leases", `{"holder":"second","namespace":"crawl"}`)
+	if code != 503 {
 		t.Errorf("acquire after the partition: %d %s, want 503 (the proxy is held)", code, body)
 	}
 }

@@ -5,6 +5,7 @@ package realnode
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -115,7 +116,7 @@ spec:
 		t.Errorf("the target saw %q, want the proxy Pod's address %s", got, pod.Status.PodIP)
 	}
 	// maxLeases 1: a second crawler finds nothing free.
-	if code, body := s.leaseCall(t, "POST", "/v1/leases", `{"holder":"second","namespace":"crawl"}`); code != 503 {
+	if code, body := s.leaseAnswer(t, "POST", "/v1/leases", `{"holder":"second","namespace":"crawl"}`); code != 503 {
 		t.Errorf("second acquire: %d %s, want 503 NoneFree", code, body)
 	}
 }
@@ -189,6 +190,22 @@ func (s *suite) acquire(t *testing.T, holder string) lease {
 		return json.Unmarshal([]byte(body), &l)
 	})
 	return l
+}
+
+// leaseAnswer is leaseCall retried over transport errors, for up to a
+// minute: the first HTTP answer. Right after a change of Pods the Service may
+// send a call to one on its way in or out.
+func (s *suite) leaseAnswer(t *testing.T, method, path, body string) (int, string) {
+	t.Helper()
+	var code int
+	var answer string
+	waitFor(t, time.Minute, "an answer from the leases Service", func(context.Context) error {
+		if code, answer = s.leaseCall(t, method, path, body); code == 0 {
+			return errors.New(answer)
+		}
+		return nil
+	})
+	return code, answer
 }
 
 // leaseCall sends one lease API call to the leases Service's ClusterIP with

@@ -188,7 +188,7 @@ func TestRealNode(t *testing.T) {
 		{"a kubernetes-provider Proxy under PodSecurity restricted serves a crawler", proxyServesACrawler},
 		{"a ProxyPool rotates its Secret with Ready never below 2, then scales 3 → 0 → 2", poolRotates},
 		{"the gateway keeps a session on one upstream", gatewayKeepsASession},
-		{"the kubelet and containerd restart under running proxies", nodeAgentsRestart},
+		{"the kubelet, containerd, etcd and the API server restart under running proxies", nodeAgentsRestart},
 		{"the standby leads when the leader's Pod is deleted or its container killed", leaderFailover},
 		{"a leader cut off from the API server stops; the standby leads; nothing granted twice", leaderPartitioned},
 		{"helm upgrade rolls the Pods one at a time, the lease lives on", upgradeRolls},
