@@ -28,7 +28,7 @@ test: testenv testpeers
 	GOWORK=off $(GO) test -C hack/image -count=1 -timeout $(TEST_TIMEOUT) ./...  # -count=1: it builds the operator, which the test cache does not track
 	$(MAKE) e2e
 
-## e2e: the real-node suite: make cluster's node, the operator installed by its chart, then the node removed (root; ~3 min)
+## e2e: the real-node suite: make cluster's node, the operator installed by its chart, then the node removed (root; ~5 min)
 e2e: cluster-tools cluster-images testpeers
 	hack/e2e.sh
 
