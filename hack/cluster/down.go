@@ -18,6 +18,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// nodeChainPrefixes name the iptables chains the node's parts create:
+// kube-proxy and the kubelet (KUBE-), the CNI plugins (CNI-), and the
+// real-node suite's partition filter (PO-E2E-), should a run die before its
+// cleanup.
+var nodeChainPrefixes = []string{"KUBE-", "CNI-", "PO-E2E-"}
+
 // down stops the node and removes everything it put on the machine: processes,
 // mounts, the bridge, iptables chains, cgroups, sysctls and the folder. It goes
 // on past failures and returns them all; then it lists whatever is left.
@@ -45,9 +51,7 @@ func down(ctx context.Context, n node) error {
 		keep(run("ip", "link", "delete", n.Bridge))
 	}
 	for _, tool := range []string{"iptables", "ip6tables"} {
-		// PO-E2E-: the real-node suite's partition filter, should a run die
-		// before its cleanup.
-		keep(deleteChains(tool, "KUBE-", "CNI-", "PO-E2E-"))
+		keep(deleteChains(tool, nodeChainPrefixes...))
 	}
 	keep(removeCgroups("kubepods"))
 	keep(restoreHost(n))
@@ -312,7 +316,8 @@ func leftovers(n node) []string {
 		for _, table := range []string{"filter", "nat", "mangle"} {
 			out, _ := exec.Command(tool, "-w", "-t", table, "-S").Output()
 			for _, line := range strings.Split(string(out), "\n") {
-				if strings.HasPrefix(line, "-N KUBE-") || strings.HasPrefix(line, "-N CNI-") || strings.HasPrefix(line, "-N PO-E2E-") {
+				chain, ok := strings.CutPrefix(line, "-N ")
+				if ok && slices.ContainsFunc(nodeChainPrefixes, func(p string) bool { return strings.HasPrefix(chain, p) }) {
 					left = append(left, fmt.Sprintf("%s -t %s chain %s", tool, table, strings.Fields(line)[1]))
 				}
 			}
