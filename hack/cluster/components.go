@@ -59,35 +59,36 @@ func (n node) apiserver() component {
 }
 
 func (n node) controllerManager() component {
-	return component{Name: "kube-controller-manager", Bin: n.bin("kube-controller-manager"), Args: []string{
-		"--kubeconfig=" + n.kubeconfig("kube-controller-manager"),
-		"--authentication-kubeconfig=" + n.kubeconfig("kube-controller-manager"),
-		"--authorization-kubeconfig=" + n.kubeconfig("kube-controller-manager"),
+	return component{Name: "kube-controller-manager", Bin: n.bin("kube-controller-manager"), Args: append(n.clientArgs("kube-controller-manager"),
 		"--bind-address=127.0.0.1",
 		"--leader-elect=false",
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file=" + n.pki("sa.key"),
+		"--service-account-private-key-file="+n.pki("sa.key"),
 		// Published in every namespace as kube-root-ca.crt, which Pods mount.
-		"--root-ca-file=" + n.pki("ca.crt"),
-		"--cluster-signing-cert-file=" + n.pki("ca.crt"),
-		"--cluster-signing-key-file=" + n.pki("ca.key"),
+		"--root-ca-file="+n.pki("ca.crt"),
+		"--cluster-signing-cert-file="+n.pki("ca.crt"),
+		"--cluster-signing-key-file="+n.pki("ca.key"),
 		"--allocate-node-cidrs=true",
-		"--cluster-cidr=" + n.ClusterCIDR.String(),
+		"--cluster-cidr="+n.ClusterCIDR.String(),
 		fmt.Sprintf("--node-cidr-mask-size=%d", n.PodCIDR.Bits()),
-		"--service-cluster-ip-range=" + n.ServiceCIDR.String(),
+		"--service-cluster-ip-range="+n.ServiceCIDR.String(),
 		"--profiling=false",
-	}}
+	)}
 }
 
 func (n node) scheduler() component {
-	return component{Name: "kube-scheduler", Bin: n.bin("kube-scheduler"), Args: []string{
-		"--kubeconfig=" + n.kubeconfig("kube-scheduler"),
-		"--authentication-kubeconfig=" + n.kubeconfig("kube-scheduler"),
-		"--authorization-kubeconfig=" + n.kubeconfig("kube-scheduler"),
+	return component{Name: "kube-scheduler", Bin: n.bin("kube-scheduler"), Args: append(n.clientArgs("kube-scheduler"),
 		"--bind-address=127.0.0.1",
 		"--leader-elect=false",
 		"--profiling=false",
-	}}
+	)}
+}
+
+// clientArgs: a control-plane component reaches the API server, and checks
+// the callers of its own health endpoint, with its identity's kubeconfig.
+func (n node) clientArgs(user string) []string {
+	kc := n.kubeconfig(user)
+	return []string{"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc}
 }
 
 func (n node) kubelet() component {
