@@ -32,6 +32,10 @@ const (
 	VerbDelete = "delete" // release
 	VerbGet    = "get"    // one lease
 	VerbList   = "list"   // leases, proxies
+	// VerbActFor lets a caller (the gateway tier's identity) make calls as
+	// the users it authenticated (requests.go); only the gateway's role
+	// grants it.
+	VerbActFor = "act-for"
 )
 
 // The resource every lease call is authorized on.

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"k8s.io/klog/v2"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 // What every handler does with a request before the store: read its body
@@ -76,7 +78,27 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (User, boo
 		writeError(w, http.StatusServiceUnavailable, codeAuthUnavailable, "authentication is unavailable; retry", "")
 		return User{}, false
 	}
-	return user, true
+	return s.actFor(w, r, user)
+}
+
+// actFor returns the user a call is made for: the caller itself, or the
+// user its act-for headers name when the caller holds the act-for
+// permission (the gateway tier). Such a call is then authorized as that
+// user, so a gateway can never do more than the user could.
+func (s *Server) actFor(w http.ResponseWriter, r *http.Request, caller User) (User, bool) {
+	h := r.Header
+	name, uid, groups := h.Get(wire.HeaderActForUser), h.Get(wire.HeaderActForUID), h.Values(wire.HeaderActForGroup)
+	if name == "" && uid == "" && len(groups) == 0 {
+		return caller, true
+	}
+	if name == "" {
+		writeError(w, http.StatusBadRequest, codeInvalid, wire.HeaderActForUser+" is required with the other act-for headers", wire.HeaderActForUser)
+		return User{}, false
+	}
+	if !s.authorize(w, r, caller, Attributes{Verb: VerbActFor}) {
+		return User{}, false
+	}
+	return User{Name: name, UID: uid, Groups: groups}, true
 }
 
 // authorizeLease authorizes a call on one lease in the namespace of its

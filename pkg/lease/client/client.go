@@ -46,6 +46,8 @@ type Client struct {
 	base  *url.URL
 	http  *http.Client
 	token TokenFunc
+	// actFor holds the act-for headers of ActingFor, nil for none.
+	actFor http.Header
 }
 
 // Option configures a Client.
@@ -70,6 +72,24 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		opt(c)
 	}
 	return c, nil
+}
+
+// ActingFor returns a client whose calls are made as user (name, UID and
+// groups as a TokenReview found them). The server refuses them unless this
+// client's own token may act-for on proxies/leases: it is the gateway
+// tier's door, not a crawler's.
+func (c *Client) ActingFor(name, uid string, groups []string) *Client {
+	h := http.Header{}
+	h.Set(wire.HeaderActForUser, name)
+	if uid != "" {
+		h.Set(wire.HeaderActForUID, uid)
+	}
+	for _, g := range groups {
+		h.Add(wire.HeaderActForGroup, g)
+	}
+	cp := *c
+	cp.actFor = h
+	return &cp
 }
 
 // AcquireRequest asks for a lease; zero fields take the server's defaults.
@@ -259,6 +279,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in a
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	for k, v := range c.actFor {
+		req.Header[k] = v
+	}
 	if c.token != nil {
 		token, err := c.token(ctx)
 		if err != nil {

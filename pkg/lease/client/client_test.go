@@ -28,15 +28,30 @@ const testToken = "t0k3n"
 // tokenAuth lets in the one test token, with every permission.
 type tokenAuth struct{}
 
+// Besides the test token: the gateway's (which alone may act-for) and
+// alice's; user "mallory" may do nothing.
+const (
+	gatewayToken = "g4t3way"
+	aliceToken   = "al1ce"
+)
+
 func (tokenAuth) Authenticate(_ context.Context, token string) (lease.User, error) {
-	if token != testToken {
-		return lease.User{}, lease.ErrUnauthenticated
+	switch token {
+	case testToken:
+		return lease.User{Name: "crawler"}, nil
+	case gatewayToken:
+		return lease.User{Name: "system:serviceaccount:crawl-system:gateway", UID: "g1"}, nil
+	case aliceToken:
+		return lease.User{Name: "alice", UID: "a1", Groups: []string{"crawlers"}}, nil
 	}
-	return lease.User{Name: "crawler"}, nil
+	return lease.User{}, lease.ErrUnauthenticated
 }
 
-func (tokenAuth) Authorize(context.Context, lease.User, lease.Attributes) (bool, string, error) {
-	return true, "", nil
+func (tokenAuth) Authorize(_ context.Context, u lease.User, attrs lease.Attributes) (bool, string, error) {
+	if attrs.Verb == lease.VerbActFor {
+		return u.Name == "system:serviceaccount:crawl-system:gateway", "", nil
+	}
+	return u.Name != "mallory", "", nil
 }
 
 type apiServer struct {
@@ -174,6 +189,51 @@ func TestClientCalls(t *testing.T) {
 	var apiErr *client.Error
 	if !errors.As(err, &apiErr) || !errors.Is(err, client.ErrUnavailable) || apiErr.Code != "CoolingDown" || apiErr.RetryAfter != time.Minute {
 		t.Errorf("Acquire while cooling down: err = %#v, want 503 CoolingDown after 1m", err)
+	}
+}
+
+func TestActingFor(t *testing.T) {
+	api := startAPI(t)
+	ctx := t.Context()
+	withToken := func(token string) *client.Client {
+		c, err := client.New(api.url, client.WithToken(func(context.Context) (string, error) { return token, nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	gateway, alice := withToken(gatewayToken), withToken(aliceToken)
+
+	// The gateway acquires for alice: the lease is hers, so her own token
+	// renews it, and the gateway's own identity holds nothing.
+	l, err := gateway.ActingFor("alice", "a1", []string{"crawlers"}).Acquire(ctx, client.AcquireRequest{Holder: "gateway:alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Renew(ctx, l.ID, 0); err != nil {
+		t.Errorf("alice renewing the lease the gateway acquired for her: %v", err)
+	}
+	if _, err := gateway.Renew(ctx, l.ID, 0); !errors.Is(err, client.ErrLeaseLost) {
+		t.Errorf("the gateway renewing as itself: err = %v, want ErrLeaseLost (not its lease)", err)
+	}
+
+	for _, tc := range []struct {
+		name     string
+		c        *client.Client
+		wantCode string
+	}{
+		{"a crawler may not act for anyone", withToken(testToken).ActingFor("alice", "a1", nil), "Forbidden"},
+		{"the gateway gets no more than the user has", gateway.ActingFor("mallory", "", nil), "Forbidden"},
+		{"a user name is required", gateway.ActingFor("", "a1", nil), "Invalid"},
+		{"an unauthenticated caller is refused first", withToken("").ActingFor("alice", "a1", nil), "Unauthorized"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.c.Acquire(ctx, client.AcquireRequest{Holder: "x"})
+			var apiErr *client.Error
+			if !errors.As(err, &apiErr) || apiErr.Code != tc.wantCode {
+				t.Errorf("Acquire: err = %v, want code %s", err, tc.wantCode)
+			}
+		})
 	}
 }
 

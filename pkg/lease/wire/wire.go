@@ -82,3 +82,14 @@ type ErrorBody struct {
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
 }
+
+// The headers by which a caller with the act-for permission (the gateway
+// tier) makes a call as another user: that user's name, UID and groups (the
+// group header repeated), as its own TokenReview found them. The call is
+// then authorized, and its leases owned, as that user's
+// (docs/decisions/0188-gateway-tier.md).
+const (
+	HeaderActForUser  = "Proxy-Operator-Act-For-User"
+	HeaderActForUID   = "Proxy-Operator-Act-For-Uid"
+	HeaderActForGroup = "Proxy-Operator-Act-For-Group"
+)
