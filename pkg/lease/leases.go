@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -26,8 +27,10 @@ type AcquireRequest struct {
 	// Domain skips proxies cooling down for it, and is the default domain of
 	// a banned release.
 	Domain string
-	// Session makes the choice sticky: the session's previous proxy again
-	// while it is Ready, free and otherwise acceptable.
+	// Session makes the choice sticky: while the session holds a live
+	// lease of the same owner, the acquire joins it (the same lease, its
+	// expiry extended to the TTL asked for); otherwise the session's
+	// previous proxy again while it is Ready, free and otherwise acceptable.
 	Session string
 	// Wait long-polls up to this long for capacity; 0: answer at once.
 	Wait time.Duration
@@ -203,6 +206,14 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 	if !s.leading {
 		return nil, ErrNotLeader
 	}
+	// Joining takes no capacity, so it needs no recovery: a session's next
+	// connection through the gateway goes on during a failover.
+	if l := s.sessionLeaseLocked(req); l != nil {
+		if err := s.joinLocked(l, ttl, now); err != nil {
+			return nil, err
+		}
+		return l, nil
+	}
 	if s.recovering {
 		return nil, &UnavailableError{Reason: ErrRecovering, RetryAfter: s.recoverUntil.Sub(now)}
 	}
@@ -241,6 +252,43 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 		s.useSessionLocked(sessionKey{req.Namespace, req.Session}, p.info.Key, now)
 	}
 	return l, nil
+}
+
+// sessionLeaseLocked is the live lease req's session holds, if its owner
+// is req's and its proxy still suits req; nil otherwise. So two gateway
+// replicas carrying one session leave through one upstream.
+func (s *Store) sessionLeaseLocked(req *AcquireRequest) *lease {
+	if req.Session == "" {
+		return nil
+	}
+	sess := s.sessions[sessionKey{req.Namespace, req.Session}]
+	if sess == nil {
+		return nil
+	}
+	p := s.proxies[sess.proxy]
+	if p == nil || p.info.Draining || !req.Selector.Matches(labels.Set(p.info.Labels)) || p.coolingFor(req.Domain) != nil {
+		return nil
+	}
+	for _, l := range p.slots {
+		if l != nil && l.state == stateLive && l.owner == req.Owner && l.session == req.Session && l.sessionScope == req.Namespace {
+			return l
+		}
+	}
+	return nil
+}
+
+// joinLocked hands a session's live lease to another of its acquires,
+// extending it to ttl from now when that is later.
+func (s *Store) joinLocked(l *lease, ttl time.Duration, now time.Time) error {
+	if expiresAt := now.Add(ttl); expiresAt.After(l.expiresAt) {
+		if err := s.checkHorizonLocked(expiresAt); err != nil {
+			return err
+		}
+		l.expiresAt, l.ttl = expiresAt, ttl
+		heap.Fix(&s.expiries, l.index)
+	}
+	s.useSessionLocked(sessionKey{l.sessionScope, l.session}, l.proxyKey, now)
+	return nil
 }
 
 // selectLocked picks the proxy for req: the session's proxy if it is still

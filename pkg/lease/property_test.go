@@ -62,7 +62,9 @@ type modelLease struct {
 	ttl       time.Duration
 	expiresAt time.Time
 	domain    string
-	state     modelState
+	// session and scope are the acquire's Session and Namespace.
+	session, scope string
+	state          modelState
 }
 
 func (l *modelLease) live(now time.Time) bool { return l.state == modelLive && now.Before(l.expiresAt) }
@@ -182,6 +184,21 @@ func (m *model) acquire() {
 	}
 	l, err := m.s.Acquire(m.t.Context(), req)
 	m.logf("acquire ns=%q sel=%q domain=%q session=%q ttl=%v: %s %v", req.Namespace, selector, req.Domain, req.Session, req.TTL, l.Proxy.Key, err)
+	ttl := req.TTL
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	if joined := m.joined(req, l, err); joined != nil {
+		// The session's live lease, extended when the TTL asks for more.
+		if want := m.now().Add(ttl); want.After(joined.expiresAt) {
+			joined.expiresAt, joined.ttl = want, ttl
+		}
+		if !l.ExpiresAt.Equal(joined.expiresAt) {
+			m.t.Errorf("joined %s's lease until %v, want %v", joined.holder, l.ExpiresAt, joined.expiresAt)
+		}
+		joined.ids = append(joined.ids, l.ID)
+		return
+	}
 	switch {
 	case err == nil:
 		if !slices.Contains(fits, l.Proxy.Key) {
@@ -192,15 +209,11 @@ func (m *model) acquire() {
 				m.t.Errorf("granted slot %d of %s, which %s holds", l.Slot, l.Proxy.Key, other.holder)
 			}
 		}
-		ttl := req.TTL
-		if ttl == 0 {
-			ttl = DefaultTTL
-		}
 		if want := m.now().Add(ttl); !l.ExpiresAt.Equal(want) || l.TTL != ttl {
 			m.t.Errorf("granted until %v (TTL %v), want %v (TTL %v)", l.ExpiresAt, l.TTL, want, ttl)
 		}
 		m.leases = append(m.leases, &modelLease{ids: []string{l.ID}, holder: req.Holder, proxy: l.Proxy.Key, slot: l.Slot,
-			ttl: ttl, expiresAt: l.ExpiresAt, domain: req.Domain})
+			ttl: ttl, expiresAt: l.ExpiresAt, domain: req.Domain, session: req.Session, scope: req.Namespace})
 	case len(fits) == 0:
 		if !errors.Is(err, ErrNoneFree) {
 			m.t.Errorf("acquire with nothing free: err = %v, want ErrNoneFree", err)
@@ -210,6 +223,20 @@ func (m *model) acquire() {
 	default:
 		m.t.Errorf("acquire failed with %v, though %v had room", err, fits)
 	}
+}
+
+// joined is the live lease of req's session that a granted l is (an acquire
+// with a session joins its session's live lease), nil for a new grant.
+func (m *model) joined(req AcquireRequest, l Lease, err error) *modelLease {
+	if err != nil || req.Session == "" {
+		return nil
+	}
+	for _, o := range m.liveOn(l.Proxy.Key) {
+		if o.slot == l.Slot && o.session == req.Session && o.scope == req.Namespace {
+			return o
+		}
+	}
+	return nil
 }
 
 func (m *model) someLease() *modelLease {

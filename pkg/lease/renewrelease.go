@@ -190,20 +190,27 @@ func (s *Store) findLocked(tok token, now time.Time) (*lease, error) {
 		s.endLocked(o, EndSuperseded, now, stateSuperseded)
 	}
 	l := &lease{
-		key:        tok.key,
-		proxy:      p,
-		proxyKey:   tok.proxy,
-		proxyUID:   tok.proxyUID,
-		slot:       tok.slot,
-		holder:     tok.holder,
-		owner:      tok.owner,
-		domain:     tok.domain,
-		grantedAt:  tok.grantedAt,
-		expiresAt:  tok.expiresAt,
-		ttl:        tok.ttl,
-		urlHash:    tok.urlHash,
-		readySince: tok.readySince,
+		key:          tok.key,
+		proxy:        p,
+		proxyKey:     tok.proxy,
+		proxyUID:     tok.proxyUID,
+		slot:         tok.slot,
+		holder:       tok.holder,
+		owner:        tok.owner,
+		session:      tok.session,
+		sessionScope: tok.sessionScope,
+		domain:       tok.domain,
+		grantedAt:    tok.grantedAt,
+		expiresAt:    tok.expiresAt,
+		ttl:          tok.ttl,
+		urlHash:      tok.urlHash,
+		readySince:   tok.readySince,
 	}
 	s.installLocked(l)
+	// The session's lease is known again, so that its next acquire joins
+	// it (unless the session has chosen anew on this leader already).
+	if key := (sessionKey{l.sessionScope, l.session}); l.session != "" && s.sessions[key] == nil {
+		s.useSessionLocked(key, l.proxyKey, now)
+	}
 	return l, nil
 }

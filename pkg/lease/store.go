@@ -355,6 +355,7 @@ func viewOfLocked(l *lease) (Lease, token) {
 		}, token{
 			key: l.key, slot: l.slot, grantedAt: l.grantedAt, expiresAt: l.expiresAt, ttl: l.ttl, urlHash: l.urlHash, readySince: l.readySince,
 			proxy: l.proxyKey, proxyUID: l.proxyUID, holder: l.holder, domain: l.domain, owner: l.owner,
+			session: l.session, sessionScope: l.sessionScope,
 		}
 }
 

@@ -30,6 +30,12 @@ import (
 //	string namespace | string name | string proxy UID | string holder | string domain | string owner |
 //	mac [16]byte
 //
+// Version 4 is version 2 followed by two strings, the session and its scope
+// (the acquire's namespace), so that a new leader re-learns which lease a
+// session holds (docs/decisions/0188-gateway-tier.md). It is minted for
+// session leases only; every other lease keeps version 2, which the
+// releases before it read.
+//
 // where a string is a uvarint length and the bytes, and mac is the first
 // 16 bytes of HMAC-SHA256(key, everything before it). Version 3 IDs, which
 // the releases of docs/decisions/0159-lease-ids-version-3-signed-aes.md minted, have the same fields and an
@@ -45,7 +51,9 @@ import (
 // the same lease.
 const (
 	tokenVersion = 2
-	macLen       = 16
+	// tokenVersionSession is version 2 with the session appended.
+	tokenVersionSession = 4
+	macLen              = 16
 	// maxIDLen bounds what decode reads: the longest fields the API
 	// accepts encode to well under 2 KiB.
 	maxIDLen = 2048
@@ -99,6 +107,9 @@ type token struct {
 	// owner is the identity that acquired the lease (see User.Identity);
 	// only it may renew, release or read the lease.
 	owner string
+	// session and sessionScope are the acquire's Session and Namespace
+	// (version 4 only).
+	session, sessionScope string
 }
 
 // signer mints and checks lease IDs. It is safe for concurrent use; the
@@ -119,7 +130,11 @@ func newSigner(key []byte) signer {
 
 func (s signer) encode(t token) string {
 	b := make([]byte, 0, 256)
-	b = append(b, tokenVersion)
+	version := byte(tokenVersion)
+	if t.session != "" {
+		version = tokenVersionSession
+	}
+	b = append(b, version)
 	b = binary.AppendUvarint(b, t.key.epoch)
 	b = binary.AppendUvarint(b, t.key.serial)
 	b = binary.AppendUvarint(b, uint64(t.slot))
@@ -134,6 +149,10 @@ func (s signer) encode(t token) string {
 	b = appendString(b, t.holder)
 	b = appendString(b, t.domain)
 	b = appendString(b, t.owner)
+	if version == tokenVersionSession {
+		b = appendString(b, t.session)
+		b = appendString(b, t.sessionScope)
+	}
 	b = append(b, s.hmac(b)...)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
@@ -169,7 +188,7 @@ func (s signer) verify(id string) ([]byte, bool) {
 	}
 	payload, mac := raw[:len(raw)-macLen], raw[len(raw)-macLen:]
 	switch payload[0] {
-	case tokenVersion:
+	case tokenVersion, tokenVersionSession:
 		return payload, hmac.Equal(mac, s.hmac(payload))
 	case tokenVersionCMAC:
 		return payload, s.v3.verify(payload, mac)
@@ -198,6 +217,9 @@ func (s signer) decode(id string) (token, error) {
 	t.holder = r.string()
 	t.domain = r.string()
 	t.owner = r.string()
+	if payload[0] == tokenVersionSession {
+		t.session, t.sessionScope = r.string(), r.string()
+	}
 	// A valid MAC means we wrote it, so these only fail for a key shared
 	// with a different program; still, never trust lengths blindly.
 	if r.err || len(r.b) != 0 || slot > maxSlots {
