@@ -62,21 +62,25 @@ type fuzzLeases struct{}
 const fuzzUpstreamPassword = "upstream-secret-never-shown"
 
 func (fuzzLeases) Leading() bool { return true }
-func (fuzzLeases) Acquire(_ context.Context, req lease.AcquireRequest) (lease.Lease, *lease.Credentials, error) {
+func (fuzzLeases) Acquire(_ context.Context, _ lease.User, req lease.AcquireRequest) (lease.Lease, *lease.Credentials, error) {
 	if req.Namespace == "full" {
 		return lease.Lease{}, nil, &lease.UnavailableError{Reason: lease.ErrNoneFree, RetryAfter: time.Second}
 	}
 	return lease.Lease{ID: "id", Proxy: lease.LeasedProxy{Key: cache.ObjectName{Namespace: "crawl", Name: "p"}, URL: "http://127.0.0.1:9"}, TTL: time.Minute, ExpiresAt: time.Now().Add(time.Minute)},
 		&lease.Credentials{Username: "fleet", Password: fuzzUpstreamPassword}, nil
 }
-func (fuzzLeases) Renew(context.Context, string, string, time.Duration) (lease.Lease, error) {
+func (fuzzLeases) Renew(context.Context, lease.User, string, time.Duration) (lease.Lease, error) {
 	return lease.Lease{}, lease.ErrUnknownLease
 }
-func (fuzzLeases) Release(string, string, lease.Outcome, string) error { return nil }
-func (fuzzLeases) Get(string, string) (lease.Lease, error) {
+func (fuzzLeases) Release(context.Context, lease.User, string, lease.Outcome, string) error {
+	return nil
+}
+func (fuzzLeases) Get(context.Context, lease.User, string) (lease.Lease, error) {
 	return lease.Lease{}, lease.ErrUnknownLease
 }
-func (fuzzLeases) ForgetSession(string, string) {}
+func (fuzzLeases) ReleaseSession(context.Context, lease.User, string, string, lease.Outcome) error {
+	return nil
+}
 
 // fuzzAuth accepts the token "good" for user u, allowed in namespace crawl and full.
 type fuzzAuth struct{}

@@ -21,6 +21,8 @@ import (
 // Defaults of Config.
 const (
 	DefaultSessionIdle = 60 * time.Second
+	// DefaultShutdownGrace is how long open tunnels may finish at shutdown.
+	DefaultShutdownGrace = 10 * time.Second
 	// DefaultDialTimeout bounds dialing an upstream proxy and its CONNECT answer.
 	DefaultDialTimeout = 10 * time.Second
 	// janitorInterval is how often leases are renewed and idle sessions ended.
@@ -101,6 +103,9 @@ type Config struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// DialTimeout bounds dialing an upstream and its CONNECT answer.
 	DialTimeout time.Duration
+	// ShutdownGrace is how long open tunnels may finish once Serve's
+	// context ends. Default DefaultShutdownGrace.
+	ShutdownGrace time.Duration
 	// Clock drives idleness and renewals. Default: the real clock.
 	Clock clock.WithTicker
 	// JanitorInterval is how often renewals and idle sessions are looked
@@ -133,6 +138,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.SessionIdle == 0 {
 		cfg.SessionIdle = DefaultSessionIdle
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = DefaultShutdownGrace
 	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
@@ -319,7 +327,7 @@ func domainOf(hostport string) string {
 
 // acquire takes a lease for one connection or a session's first.
 func (g *Gateway) acquire(ctx context.Context, c caller, domain string) (*holding, error) {
-	l, creds, err := g.cfg.Leases.Acquire(ctx, lease.AcquireRequest{
+	l, creds, err := g.cfg.Leases.Acquire(ctx, c.user, lease.AcquireRequest{
 		Holder:    holderName(c),
 		Namespace: c.target.Namespace,
 		Selector:  c.target.Selector(),
@@ -327,14 +335,13 @@ func (g *Gateway) acquire(ctx context.Context, c caller, domain string) (*holdin
 		Domain:    domain,
 		Session:   c.target.Session,
 		Wait:      g.cfg.Wait,
-		Owner:     c.user.Identity(),
 	})
 	if err != nil {
 		return nil, err
 	}
-	h, err := newHolding(l, creds)
+	h, err := newHolding(c.user, l, creds)
 	if err != nil {
-		_ = g.cfg.Leases.Release(l.Owner, l.ID, lease.OutcomeError, "")
+		_ = g.cfg.Leases.Release(ctx, c.user, l.ID, lease.OutcomeError, "")
 		return nil, fmt.Errorf("proxy %s has an unusable URL: %w", l.Proxy.Key, err)
 	}
 	return h, nil
@@ -365,7 +372,7 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 				g.mu.Lock()
 				delete(g.rotating, h)
 				g.mu.Unlock()
-				h.release(g.cfg.Leases, outcome, klog.FromContext(ctx))
+				h.release(context.WithoutCancel(ctx), g.cfg.Leases, outcome, klog.FromContext(ctx))
 			}
 		}
 		return &use{h: h, mode: ModeRotating, done: drop(lease.OutcomeOK), refused: drop(lease.OutcomeError)}, nil
@@ -390,7 +397,7 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 	s.mu.Lock()
 	h := s.held
 	s.mu.Unlock()
-	if h == nil || !h.live(g.cfg.Leases) {
+	if h == nil || !h.live(ctx, g.cfg.Leases, g.cfg.Clock.Now()) {
 		var err error
 		if h, err = g.acquire(ctx, c, domain); err != nil {
 			s.acquiring.Unlock()
@@ -412,8 +419,12 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 				s.held = nil
 			}
 			s.mu.Unlock()
-			h.release(g.cfg.Leases, lease.OutcomeError, klog.FromContext(ctx))
-			g.cfg.Leases.ForgetSession(c.target.Namespace, c.target.Session)
+			// The lease may be shared with other replicas: the session
+			// call ends it for all of them and moves the session.
+			h.drop()
+			if err := g.cfg.Leases.ReleaseSession(context.WithoutCancel(ctx), c.user, c.target.Namespace, c.target.Session, lease.OutcomeError); err != nil {
+				klog.FromContext(ctx).Error(err, "Releasing a session whose upstream refused", "session", c.target.Session, "proxy", h.proxy)
+			}
 			g.leaveSession(s)
 		},
 	}, nil

@@ -14,11 +14,12 @@ import (
 )
 
 // holding is one lease the gateway holds: a session's (kept between
-// connections) or a rotating connection's (released at its close).
+// connections, and possibly shared with other gateway replicas carrying the
+// same session) or a rotating connection's (released at its close).
 type holding struct {
 	proxy cache.ObjectName
-	// owner is the identity the lease was acquired for (lease.User.Identity).
-	owner string
+	// user is who the lease was acquired for.
+	user lease.User
 	// upstream is the proxy's URL with its credentials in User: never
 	// logged, never shown to clients (use proxy to name it).
 	upstream *url.URL
@@ -31,7 +32,7 @@ type holding struct {
 	ended bool
 }
 
-func newHolding(l lease.Lease, creds *lease.Credentials) (*holding, error) {
+func newHolding(user lease.User, l lease.Lease, creds *lease.Credentials) (*holding, error) {
 	u, err := url.Parse(l.Proxy.URL)
 	if err != nil {
 		return nil, err
@@ -39,17 +40,18 @@ func newHolding(l lease.Lease, creds *lease.Credentials) (*holding, error) {
 	if creds != nil {
 		u.User = url.UserPassword(creds.Username, creds.Password)
 	}
-	return &holding{proxy: l.Proxy.Key, owner: l.Owner, upstream: u, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL}, nil
+	return &holding{proxy: l.Proxy.Key, user: user, upstream: u, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL}, nil
 }
 
-// live reports whether the store still holds the lease for us.
-func (h *holding) live(leases Leases) bool {
+// live reports whether the lease is still ours. When the store cannot tell
+// (no leader during a failover) it is used as long as it has not expired.
+func (h *holding) live(ctx context.Context, leases Leases, now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended {
 		return false
 	}
-	if _, err := leases.Get(h.owner, h.id); err != nil {
+	if _, err := leases.Get(ctx, h.user, h.id); leaseGone(err) || (err != nil && !now.Before(h.expiresAt)) {
 		h.ended = true
 		return false
 	}
@@ -57,21 +59,31 @@ func (h *holding) live(leases Leases) bool {
 }
 
 // release gives the lease back once; later calls do nothing.
-func (h *holding) release(leases Leases, outcome lease.Outcome, logger klog.Logger) {
+func (h *holding) release(ctx context.Context, leases Leases, outcome lease.Outcome, logger klog.Logger) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended {
 		return
 	}
 	h.ended = true
-	if err := leases.Release(h.owner, h.id, outcome, ""); err != nil && !errors.Is(err, lease.ErrUnknownLease) && !errors.Is(err, lease.ErrNotLeader) {
+	if err := leases.Release(ctx, h.user, h.id, outcome, ""); err != nil && !leaseGone(err) && !errors.Is(err, lease.ErrNotLeader) {
 		logger.Error(err, "Releasing a gateway lease", "proxy", h.proxy, "outcome", outcome)
 	}
 }
 
+// drop stops renewing without releasing: a session's lease may be shared
+// with other replicas, so it lapses at its expiry unless one of them renews.
+func (h *holding) drop() {
+	h.mu.Lock()
+	h.ended = true
+	h.mu.Unlock()
+}
+
 // renewIfDue renews when less than half the TTL is left. It reports false
 // when the lease is gone (revoked, released through the session call,
-// expired), so that the next connection acquires another.
+// expired), so that the next connection acquires another. Without a leader
+// it tries again at the next tick until the lease expires: a failover must
+// not end a tunnel.
 func (h *holding) renewIfDue(ctx context.Context, leases Leases, now time.Time, logger klog.Logger) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -81,15 +93,18 @@ func (h *holding) renewIfDue(ctx context.Context, leases Leases, now time.Time, 
 	if h.expiresAt.Sub(now) > h.ttl/2 {
 		return true
 	}
-	l, err := leases.Renew(ctx, h.owner, h.id, h.ttl)
+	l, err := leases.Renew(ctx, h.user, h.id, h.ttl)
 	switch {
 	case err == nil:
 		h.id, h.expiresAt = l.ID, l.ExpiresAt
 		return true
-	case errors.Is(err, lease.ErrUnknownLease), errors.Is(err, lease.ErrRevoked), errors.Is(err, lease.ErrSuperseded), errors.Is(err, lease.ErrNotLeader):
+	case leaseGone(err), !now.Before(h.expiresAt):
 		logger.V(3).Info("Gateway lease gone", "proxy", h.proxy, "reason", err.Error())
 		h.ended = true
 		return false
+	case errors.Is(err, lease.ErrNotLeader):
+		logger.V(2).Info("No lease API leader to renew with; trying again", "proxy", h.proxy, "expiresAt", h.expiresAt)
+		return true
 	default:
 		// Try again at the next tick; the lease is still live until it expires.
 		logger.Error(err, "Renewing a gateway lease", "proxy", h.proxy)

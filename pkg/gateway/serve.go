@@ -19,12 +19,14 @@ const (
 	readHeaderTimeout = 10 * time.Second
 	idleTimeout       = 2 * time.Minute
 	maxHeaderBytes    = 32 << 10
-	shutdownGrace     = 10 * time.Second
+	// releaseTimeout bounds giving the leases back at shutdown.
+	releaseTimeout = 10 * time.Second
 )
 
 // Serve serves the gateway on ln until ctx ends, with the janitor that
 // renews its leases and ends idle sessions. At shutdown it stops accepting,
-// closes open tunnels after a grace period, and releases every lease.
+// lets open tunnels finish for Config.ShutdownGrace and then closes them,
+// and releases its rotating leases (releaseAll).
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	logger := klog.FromContext(ctx)
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
@@ -50,7 +52,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	select {
 	case err = <-served:
 	case <-ctx.Done():
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.ShutdownGrace)
 		err = srv.Shutdown(shutdownCtx) // hijacked tunnels are not waited for by Shutdown
 		g.closeTunnels(shutdownCtx)
 		cancel()
@@ -60,7 +62,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	cancelBase()
 	<-janitorDone
-	g.releaseAll(logger)
+	releaseCtx, cancelRelease := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	g.releaseAll(releaseCtx, logger)
+	cancelRelease()
 	g.transport.CloseIdleConnections()
 	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, context.DeadlineExceeded) {
 		err = nil
@@ -139,8 +143,10 @@ func (g *Gateway) Tidy(ctx context.Context) {
 		s.mu.Unlock()
 		if isIdle {
 			if h != nil {
-				h.release(g.cfg.Leases, lease.OutcomeOK, logger)
-				logger.V(4).Info("Idle session ended", "session", e.key.id, "namespace", e.key.namespace, "proxy", h.proxy)
+				// Not released: other replicas may carry the session on
+				// the same lease; unrenewed, it lapses at its expiry.
+				h.drop()
+				logger.V(4).Info("Idle session left to lapse", "session", e.key.id, "namespace", e.key.namespace, "proxy", h.proxy)
 			}
 			g.mu.Lock()
 			s.mu.Lock()
@@ -163,17 +169,19 @@ func (g *Gateway) Tidy(ctx context.Context) {
 	}
 }
 
-// releaseAll gives back every lease at shutdown.
-func (g *Gateway) releaseAll(logger klog.Logger) {
+// releaseAll gives back the rotating leases at shutdown; the sessions'
+// lapse, as when idle, so that the session keeps its upstream through
+// another replica.
+func (g *Gateway) releaseAll(ctx context.Context, logger klog.Logger) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for h := range g.rotating {
-		h.release(g.cfg.Leases, lease.OutcomeOK, logger)
+		h.release(ctx, g.cfg.Leases, lease.OutcomeOK, logger)
 	}
 	for k, s := range g.sessions {
 		s.mu.Lock()
 		if s.held != nil {
-			s.held.release(g.cfg.Leases, lease.OutcomeOK, logger)
+			s.held.drop()
 			s.held = nil
 		}
 		s.mu.Unlock()

@@ -256,6 +256,12 @@ func (c *Client) Proxies(ctx context.Context, namespace, selector string) ([]Pro
 	return out.Items, nil
 }
 
+// Ready asks whether this endpoint leads the lease API (GET /readyz): nil
+// when it does, an *Error with code NotLeader when it is a standby.
+func (c *Client) Ready(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/readyz", nil, nil, http.StatusOK, nil)
+}
+
 // do makes one call and decodes a response with status want into out, or
 // an error response into *Error. path is already escaped.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, in any, want int, out any) error {

@@ -1,0 +1,261 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+)
+
+// Defaults of RemoteConfig.
+const (
+	// DefaultLeaderWait is how long a new connection is held while no lease
+	// API URL answers as the leader (a failover takes 15 to 25 seconds).
+	DefaultLeaderWait = 30 * time.Second
+	// leaderFresh is how long after a leader last answered the gateway
+	// counts as reaching one (readiness).
+	leaderFresh = 5 * time.Second
+	// leaderRetry spaces the rounds over the URLs while no leader answers.
+	leaderRetry = 500 * time.Millisecond
+)
+
+// RemoteConfig configures Remote.
+type RemoteConfig struct {
+	// URLs of the lease API, tried in order from the one that last answered
+	// as the leader: the leases Service, or every replica's address.
+	URLs []string
+	// Token is the gateway's own bearer token; it must allow act-for on
+	// proxies/leases (the chart's gateway ClusterRole).
+	Token client.TokenFunc
+	// HTTP is the client of the calls. Default: one with a 90 s timeout.
+	HTTP *http.Client
+	// LeaderWait holds a new connection's acquire while no URL answers as
+	// the leader. Default DefaultLeaderWait.
+	LeaderWait time.Duration
+	Clock      clock.WithTicker
+}
+
+// Remote is the lease API over HTTP for the gateway tier: every call is
+// made for the user the gateway authenticated (the act-for headers), on the
+// URL that answers as the leader. A standby's 503 NotLeader, or a URL that
+// cannot be reached, sends the call to the next URL.
+type Remote struct {
+	cfg     RemoteConfig
+	clients []*client.Client
+	// leader is the index of the URL that answered as the leader last;
+	// lastLeader when (Unix nanoseconds, 0 never).
+	leader     atomic.Int32
+	lastLeader atomic.Int64
+}
+
+// NewRemote checks the URLs; it starts nothing (Watch keeps readiness).
+func NewRemote(cfg RemoteConfig) (*Remote, error) {
+	if len(cfg.URLs) == 0 {
+		return nil, errors.New("gateway: at least one lease API URL is required")
+	}
+	if cfg.LeaderWait == 0 {
+		cfg.LeaderWait = DefaultLeaderWait
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	opts := []client.Option{client.WithToken(cfg.Token)}
+	if cfg.HTTP != nil {
+		opts = append(opts, client.WithHTTPClient(cfg.HTTP))
+	}
+	r := &Remote{cfg: cfg}
+	for _, u := range cfg.URLs {
+		c, err := client.New(u, opts...)
+		if err != nil {
+			return nil, err
+		}
+		r.clients = append(r.clients, c)
+	}
+	return r, nil
+}
+
+// Leading is always true: without a leader, new connections wait in
+// Acquire (up to LeaderWait) instead of being refused.
+func (r *Remote) Leading() bool { return true }
+
+// LeaderReachable reports whether a leader answered within the last few
+// seconds: the gateway's readiness.
+func (r *Remote) LeaderReachable() bool {
+	last := r.lastLeader.Load()
+	return last != 0 && r.cfg.Clock.Since(time.Unix(0, last)) < leaderFresh
+}
+
+// Watch asks the URLs for the leader every second while no call has
+// reached one lately, so that readiness follows the leader, until ctx ends.
+func (r *Remote) Watch(ctx context.Context) {
+	t := r.cfg.Clock.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		if !r.LeaderReachable() {
+			_ = r.call(ctx, func(c *client.Client) error { return c.Ready(ctx) })
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// call runs fn on each URL from the last leader's until one answers as the
+// leader (success, or any answer but NotLeader); it returns that answer, or
+// lease.ErrNotLeader when none did.
+func (r *Remote) call(ctx context.Context, fn func(*client.Client) error) error {
+	first := int(r.leader.Load())
+	var last error
+	for i := range r.clients {
+		idx := (first + i) % len(r.clients)
+		err := fn(r.clients[idx])
+		if err != nil && notLeader(err) {
+			last = err
+			continue
+		}
+		r.leader.Store(int32(idx))
+		r.lastLeader.Store(r.cfg.Clock.Now().UnixNano())
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	klog.FromContext(ctx).V(3).Info("No lease API URL answers as the leader", "urls", r.cfg.URLs, "last", last.Error())
+	return lease.ErrNotLeader
+}
+
+// notLeader is a standby's answer or a URL that cannot be reached now.
+func notLeader(err error) bool {
+	var apiErr *client.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.Code == "NotLeader"
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// Acquire holds the connection up to LeaderWait while there is no leader.
+func (r *Remote) Acquire(ctx context.Context, user lease.User, req lease.AcquireRequest) (lease.Lease, *lease.Credentials, error) {
+	var got *client.Lease
+	acquire := func(c *client.Client) (err error) {
+		got, err = c.ActingFor(user.Name, user.UID, user.Groups).Acquire(ctx, client.AcquireRequest{
+			Holder: req.Holder, Namespace: req.Namespace, Selector: selectorString(req.Selector), TTL: req.TTL,
+			Domain: req.Domain, Session: req.Session, Wait: req.Wait,
+		})
+		return err
+	}
+	deadline := r.cfg.Clock.Now().Add(r.cfg.LeaderWait)
+	for {
+		err := r.call(ctx, acquire)
+		if !errors.Is(err, lease.ErrNotLeader) || !r.cfg.Clock.Now().Before(deadline) {
+			if err != nil {
+				return lease.Lease{}, nil, leaseError(err)
+			}
+			return leaseOf(user, got), credentialsOf(got), nil
+		}
+		select {
+		case <-ctx.Done():
+			return lease.Lease{}, nil, ctx.Err()
+		case <-r.cfg.Clock.After(leaderRetry):
+		}
+	}
+}
+
+func (r *Remote) Renew(ctx context.Context, user lease.User, id string, ttl time.Duration) (lease.Lease, error) {
+	var got *client.Lease
+	err := r.call(ctx, func(c *client.Client) (err error) {
+		got, err = c.ActingFor(user.Name, user.UID, user.Groups).Renew(ctx, id, ttl)
+		return err
+	})
+	if err != nil {
+		return lease.Lease{}, leaseError(err)
+	}
+	return leaseOf(user, got), nil
+}
+
+func (r *Remote) Release(ctx context.Context, user lease.User, id string, outcome lease.Outcome, domain string) error {
+	return leaseError(r.call(ctx, func(c *client.Client) error {
+		return c.ActingFor(user.Name, user.UID, user.Groups).Release(ctx, id, client.Outcome(outcome), domain)
+	}))
+}
+
+func (r *Remote) Get(ctx context.Context, user lease.User, id string) (lease.Lease, error) {
+	var got *client.Lease
+	err := r.call(ctx, func(c *client.Client) (err error) {
+		got, err = c.ActingFor(user.Name, user.UID, user.Groups).Lease(ctx, id)
+		return err
+	})
+	if err != nil {
+		return lease.Lease{}, leaseError(err)
+	}
+	return leaseOf(user, got), nil
+}
+
+func (r *Remote) ReleaseSession(ctx context.Context, user lease.User, scope, session string, outcome lease.Outcome) error {
+	return leaseError(r.call(ctx, func(c *client.Client) error {
+		return c.ActingFor(user.Name, user.UID, user.Groups).ReleaseSession(ctx, scope, session, client.Outcome(outcome), "")
+	}))
+}
+
+func selectorString(s labels.Selector) string {
+	if s == nil || s.Empty() {
+		return ""
+	}
+	return s.String()
+}
+
+func leaseOf(user lease.User, l *client.Lease) lease.Lease {
+	return lease.Lease{
+		ID: l.ID, Holder: l.Holder, Owner: user.Identity(),
+		Proxy:   lease.LeasedProxy{Key: cache.ObjectName{Namespace: l.Proxy.Namespace, Name: l.Proxy.Name}, URL: l.Proxy.URL, LatencyMillis: l.Proxy.LatencyMillis},
+		Session: l.Session, Domain: l.Domain, GrantedAt: l.GrantedAt, ExpiresAt: l.ExpiresAt, TTL: l.TTL,
+	}
+}
+
+func credentialsOf(l *client.Lease) *lease.Credentials {
+	if l.Credentials == nil {
+		return nil
+	}
+	return &lease.Credentials{Username: l.Credentials.Username, Password: l.Credentials.Password}
+}
+
+// leaseError maps the API's answers to the store's errors, which the
+// gateway answers its clients by (acquireError).
+func leaseError(err error) error {
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) {
+		return err
+	}
+	switch apiErr.Code {
+	case "NoneFree":
+		return &lease.UnavailableError{Reason: lease.ErrNoneFree, RetryAfter: apiErr.RetryAfter}
+	case "CoolingDown":
+		return &lease.UnavailableError{Reason: lease.ErrCoolingDown, RetryAfter: apiErr.RetryAfter}
+	case "Recovering":
+		return &lease.UnavailableError{Reason: lease.ErrRecovering, RetryAfter: apiErr.RetryAfter}
+	case "NotLeader":
+		return lease.ErrNotLeader
+	}
+	switch apiErr.StatusCode {
+	case http.StatusNotFound:
+		return lease.ErrUnknownLease
+	case http.StatusConflict:
+		return lease.ErrSuperseded
+	case http.StatusGone:
+		return lease.ErrRevoked
+	case http.StatusBadRequest:
+		return &lease.FieldError{Field: apiErr.Field, Message: apiErr.Message}
+	}
+	return fmt.Errorf("lease API: %w", err)
+}

@@ -1,0 +1,190 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/proxyfleet/proxy-operator/pkg/gateway"
+	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+)
+
+const tierGatewayToken = "gateway-token"
+
+// tierAuth is the lease API's auth in the tier tests: the gateway's token
+// alone may act-for; everyone may do the rest.
+type tierAuth struct{}
+
+func (tierAuth) Authenticate(_ context.Context, token string) (lease.User, error) {
+	if token != tierGatewayToken {
+		return lease.User{}, lease.ErrUnauthenticated
+	}
+	return lease.User{Name: "system:serviceaccount:crawl-system:gateway", UID: "gw"}, nil
+}
+
+func (tierAuth) Authorize(_ context.Context, u lease.User, attrs lease.Attributes) (bool, string, error) {
+	if attrs.Verb == lease.VerbActFor {
+		return u.UID == "gw", "", nil
+	}
+	return true, "", nil
+}
+
+// replica is one operator replica's lease API: a store and its server.
+type replica struct {
+	store *lease.Store
+	srv   *lease.Server
+	url   string
+}
+
+// tier is two lease API replicas (the first leading) sharing a key and a
+// horizon, and two gateways that reach them over HTTP.
+type tier struct {
+	replicas [2]*replica
+	gateways [2]string
+}
+
+func startTier(t *testing.T, upstreams ...string) *tier {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	horizon := &lease.MemoryHorizon{}
+	var ups []lease.ProxyInfo
+	for _, name := range upstreams {
+		p := proxytest.StartInProcess(t, proxytest.Options{})
+		ups = append(ups, lease.ProxyInfo{
+			Key: cache.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID("uid-" + name), Ready: true,
+			URL: "http://" + p.Addr, Labels: map[string]string{gateway.PoolLabel: "p"}, MaxLeases: 1, ReadySince: t0,
+		})
+	}
+	tr := &tier{}
+	for i := range tr.replicas {
+		store, err := lease.NewStore(lease.Config{Key: []byte("gateway-tier-test-key-of-32-byte"), DefaultTTL: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ups {
+			store.Upsert(p)
+		}
+		srv, err := lease.NewServer(lease.ServerConfig{Store: store, Authenticator: tierAuth{}, Authorizer: tierAuth{}, Horizon: horizon})
+		if err != nil {
+			t.Fatal(err)
+		}
+		api := httptest.NewServer(srv.Handler())
+		t.Cleanup(api.Close)
+		tr.replicas[i] = &replica{store: store, srv: srv, url: api.URL}
+	}
+	if err := tr.replicas[0].srv.StartLeading(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range tr.gateways {
+		// The standby first: its NotLeader answer must send calls on.
+		remote, err := gateway.NewRemote(gateway.RemoteConfig{
+			URLs:  []string{tr.replicas[1].url, tr.replicas[0].url},
+			Token: func(context.Context) (string, error) { return tierGatewayToken, nil },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		auth := lease.NoAuth{}
+		gw, err := gateway.New(gateway.Config{Leases: remote, Authenticator: auth, Authorizer: auth, AuthNone: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.gateways[i] = ln.Addr().String()
+		gctx, cancel := context.WithCancel(ctx)
+		served := make(chan error, 1)
+		go func() { served <- gw.Serve(gctx, ln) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-served; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		})
+	}
+	return tr
+}
+
+// sessionLeases are the proxies of the session's live leases on r.
+func (r *replica) sessionLeases(session string) []string {
+	var out []string
+	for _, l := range r.store.SessionLeases(anonymous, "crawl", session) {
+		out = append(out, l.Proxy.Key.Name)
+	}
+	return out
+}
+
+func TestRemoteSessionOnTwoGatewaysKeepsItsUpstreamAcrossAFailover(t *testing.T) {
+	tr := startTier(t, "a", "b", "c")
+	target := proxytest.StartHTTPTarget(t)
+	through := func(gw int, username string) {
+		t.Helper()
+		u := &unit{addr: tr.gateways[gw]}
+		if status, body := u.get(t, username, target.URL+"/echo"); status != http.StatusOK {
+			t.Fatalf("through gateway %d as %s: %d %s", gw, username, status, body)
+		}
+	}
+	through(0, "ns-crawl+session-s")
+	through(1, "ns-crawl+session-s")
+	through(1, "ns-crawl") // rotating: released at its end
+	leader, standby := tr.replicas[0], tr.replicas[1]
+	held := leader.sessionLeases("s")
+	if len(held) != 1 {
+		t.Fatalf("session s on two gateways holds %v on the leader, want one lease (owned by the user, not the gateway)", held)
+	}
+	if all, err := leader.store.List(lease.LeaseFilter{}); err != nil || len(all) != 1 {
+		t.Errorf("%d live leases after one session and one rotating connection (%v), want 1", len(all), err)
+	}
+
+	// Graceful handover: the new leader recovers until the old leader's
+	// lease expires, yet the session goes on through both gateways on the
+	// same upstream.
+	ctx := t.Context()
+	if err := leader.srv.StopLeading(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.srv.StartLeading(ctx); err != nil {
+		t.Fatal(err)
+	}
+	through(1, "ns-crawl+session-s")
+	through(0, "ns-crawl+session-s")
+	if diff := cmp.Diff(held, standby.sessionLeases("s")); diff != "" {
+		t.Errorf("session s after the failover (-before +after):\n%s", diff)
+	}
+}
+
+func TestRemoteHoldsAcquiresWhileNoLeaderAnswers(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close() // nothing listens: like a Service without a leader endpoint
+	remote, err := gateway.NewRemote(gateway.RemoteConfig{URLs: []string{down.URL}, LeaderWait: 1500 * time.Millisecond,
+		Token: func(context.Context) (string, error) { return tierGatewayToken, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, _, err = remote.Acquire(ctx, lease.User{Name: "u"}, lease.AcquireRequest{Holder: "h"})
+	if !errors.Is(err, lease.ErrNotLeader) {
+		t.Fatalf("Acquire without a leader: err = %v, want ErrNotLeader", err)
+	}
+	// Held for the leader wait, not refused at once (bounds, not timing: at
+	// least one retry round happened).
+	if waited := time.Since(start); waited < time.Second {
+		t.Errorf("Acquire gave up after %v, want it held for the 1.5s leader wait", waited)
+	}
+	if remote.LeaderReachable() {
+		t.Error("LeaderReachable with no leader")
+	}
+}
