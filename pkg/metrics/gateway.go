@@ -1,13 +1,17 @@
 package metrics
 
 import (
+	"net/http"
+
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 )
 
-// gatewayMetrics are the gateway's (pkg/gateway.Metrics).
-type gatewayMetrics struct {
+// Gateway is the gateway's metrics (pkg/gateway.Metrics). The operator's
+// Metrics embeds one; a gateway-tier replica serves one alone (NewGateway).
+type Gateway struct {
 	connections *prometheus.CounterVec
 	active      prometheus.Gauge
 	bytes       *prometheus.CounterVec
@@ -21,8 +25,8 @@ type gatewayMetrics struct {
 	errorByReason      map[string]prometheus.Counter
 }
 
-func newGatewayMetrics() gatewayMetrics {
-	g := gatewayMetrics{
+func newGatewayMetrics() *Gateway {
+	g := &Gateway{
 		connections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "gateway_connections_total",
@@ -61,42 +65,60 @@ func newGatewayMetrics() gatewayMetrics {
 	return g
 }
 
-func (g gatewayMetrics) collectors() []prometheus.Collector {
+func (g *Gateway) collectors() []prometheus.Collector {
 	return []prometheus.Collector{g.connections, g.active, g.bytes, g.sessions, g.errors}
 }
 
 // ObserveGatewayConnection counts a tunnel or plain request chained upstream.
-func (m *Metrics) ObserveGatewayConnection(mode, method string) {
-	if c, ok := m.gw.connectByMode[mode]; ok && method == "CONNECT" {
+func (g *Gateway) ObserveGatewayConnection(mode, method string) {
+	if c, ok := g.connectByMode[mode]; ok && method == "CONNECT" {
 		c.Inc()
 		return
 	}
-	m.gw.connections.WithLabelValues(mode, method).Inc()
+	g.connections.WithLabelValues(mode, method).Inc()
 }
 
 // AddGatewayActive moves the open-connections gauge.
-func (m *Metrics) AddGatewayActive(delta int) { m.gw.active.Add(float64(delta)) }
+func (g *Gateway) AddGatewayActive(delta int) { g.active.Add(float64(delta)) }
 
 // AddGatewayBytes counts bytes moved in one direction.
-func (m *Metrics) AddGatewayBytes(direction string, n int64) {
+func (g *Gateway) AddGatewayBytes(direction string, n int64) {
 	switch direction {
 	case gateway.DirectionUp:
-		m.gw.bytesUp.Add(float64(n))
+		g.bytesUp.Add(float64(n))
 	case gateway.DirectionDown:
-		m.gw.bytesDown.Add(float64(n))
+		g.bytesDown.Add(float64(n))
 	default:
-		m.gw.bytes.WithLabelValues(direction).Add(float64(n))
+		g.bytes.WithLabelValues(direction).Add(float64(n))
 	}
 }
 
 // SetGatewaySessions sets the sessions gauge.
-func (m *Metrics) SetGatewaySessions(n int) { m.gw.sessions.Set(float64(n)) }
+func (g *Gateway) SetGatewaySessions(n int) { g.sessions.Set(float64(n)) }
 
 // ObserveGatewayError counts a refusal or failure by reason.
-func (m *Metrics) ObserveGatewayError(reason string) {
-	if c, ok := m.gw.errorByReason[reason]; ok {
+func (g *Gateway) ObserveGatewayError(reason string) {
+	if c, ok := g.errorByReason[reason]; ok {
 		c.Inc()
 		return
 	}
-	m.gw.errors.WithLabelValues(reason).Inc()
+	g.errors.WithLabelValues(reason).Inc()
+}
+
+// NewGateway returns a gateway's metrics on a registry of their own, with
+// the build info, and its /metrics handler: what `proxy-operator gateway`
+// serves, without the operator's metrics that it has no part in.
+func NewGateway(version string) (*Gateway, http.Handler) {
+	g := newGatewayMetrics()
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(g.collectors()...)
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace,
+		Name:      "build_info",
+		Help:      "Always 1; the version label says which build of the operator runs.",
+	}, []string{"version"})
+	info.WithLabelValues(version).Set(1)
+	registry.MustRegister(info)
+	return g, handlerFor(registry)
 }

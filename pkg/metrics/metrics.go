@@ -52,7 +52,7 @@ type Metrics struct {
 	health            healthMetrics
 	lease             leaseMetrics
 	leaseState        leaseStateMetrics
-	gw                gatewayMetrics // gateway.go
+	*Gateway          // gateway.go
 	pool              poolMetrics
 	poolDemand        poolDemandMetrics
 	leader            prometheus.Gauge
@@ -105,7 +105,7 @@ func New() *Metrics {
 		health:     newHealthMetrics(),
 		lease:      newLeaseMetrics(),
 		leaseState: newLeaseStateMetrics(),
-		gw:         newGatewayMetrics(),
+		Gateway:    newGatewayMetrics(),
 		pool:       newPoolMetrics(),
 		poolDemand: newPoolDemandMetrics(),
 		proxies:    &proxyCollector{desc: proxiesDesc},
@@ -127,7 +127,7 @@ func New() *Metrics {
 	m.lease.predeclare(lease.AcquireOutcomes, lease.LeaseEnds)
 	m.registry.MustRegister(m.lease.collectors()...)
 	m.registry.MustRegister(m.leaseState.collectors()...)
-	m.registry.MustRegister(m.gw.collectors()...)
+	m.registry.MustRegister(m.Gateway.collectors()...)
 	m.registry.MustRegister(m.pool.collectors()...)
 	m.registry.MustRegister(m.poolDemand.collectors()...)
 	m.workqueue.mustRegister(m.registry)
@@ -140,11 +140,13 @@ func (m *Metrics) ObserveCollected(providerName string, n int) {
 }
 
 // Handler serves the registry in the Prometheus exposition formats, for /metrics.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.InstrumentMetricHandler(m.registry, promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{
+func (m *Metrics) Handler() http.Handler { return handlerFor(m.registry) }
+
+func handlerFor(registry *prometheus.Registry) http.Handler {
+	return promhttp.InstrumentMetricHandler(registry, promhttp.HandlerFor(registry, promhttp.HandlerOpts{
 		// A collector failing (the lister, say) should not hide every other metric.
 		ErrorHandling: promhttp.ContinueOnError,
-		Registry:      m.registry,
+		Registry:      registry,
 	}))
 }
 

@@ -25,6 +25,7 @@ import (
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	crawlinformersv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/kubeconfig"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
@@ -37,7 +38,7 @@ type clients struct {
 }
 
 func newClients(o Options) (clients, error) {
-	cfg, err := restConfig(o.Kubeconfig)
+	cfg, err := kubeconfig.Load(o.Kubeconfig)
 	if err != nil {
 		return clients{}, err
 	}

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -29,7 +28,6 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
@@ -378,31 +376,6 @@ func (op *operator) runLeader(ctx context.Context) error {
 	err := g.Wait()
 	logger.V(2).Info("Leader loops stopped")
 	return err
-}
-
-// restConfig loads --kubeconfig, else $KUBECONFIG (a list of files, as
-// kubectl reads it), else the in-cluster config.
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	rules := &clientcmd.ClientConfigLoadingRules{}
-	source := "--kubeconfig " + kubeconfig
-	switch env := os.Getenv(clientcmd.RecommendedConfigPathEnvVar); {
-	case kubeconfig != "":
-		rules.ExplicitPath = kubeconfig
-	case env != "":
-		rules.Precedence = filepath.SplitList(env)
-		source = "$KUBECONFIG"
-	default:
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("no --kubeconfig or $KUBECONFIG, and not in a cluster: %w", err)
-		}
-		return cfg, nil
-	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
-	}
-	return cfg, nil
 }
 
 func namespaceForLog(ns string) string {
