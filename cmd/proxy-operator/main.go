@@ -1,6 +1,8 @@
 // Command proxy-operator runs the Proxy controller, the health engine,
-// orphan collection and the lease API against a Kubernetes cluster. All wiring lives in pkg/operator; this is flags, logging, signals
-// and the exit code.
+// orphan collection and the lease API against a Kubernetes cluster; with
+// the subcommand gateway (gateway.go) it runs one replica of the gateway
+// tier instead. All wiring lives in pkg/operator and pkg/gatewaycmd; this
+// is flags, logging, signals and the exit code.
 package main
 
 import (
@@ -25,6 +27,9 @@ func main() {
 // Exit codes: 0 after a requested shutdown, 1 when the operator failed or
 // lost the leader lease, 2 for bad flags.
 func run() int {
+	if len(os.Args) > 1 && os.Args[1] == "gateway" {
+		return runGateway(os.Args[2:])
+	}
 	klog.InitFlags(flag.CommandLine)
 	opts := operator.DefaultOptions()
 	opts.AddFlags(flag.CommandLine)
@@ -37,10 +42,10 @@ func run() int {
 		return 0
 	}
 	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "proxy-operator: unexpected arguments %q: every setting is a flag (see -help)\n", flag.Args())
+		fmt.Fprintf(os.Stderr, "proxy-operator: unexpected arguments %q: every setting is a flag (see -help); the one subcommand, gateway, comes first\n", flag.Args())
 		return 2
 	}
-	if err := refuseBodyDumps(); err != nil {
+	if err := refuseBodyDumps(flag.CommandLine); err != nil {
 		fmt.Fprintf(os.Stderr, "proxy-operator: invalid flags: %v\n", err)
 		return 2
 	}
@@ -49,13 +54,8 @@ func run() int {
 		return 2
 	}
 
-	signalled, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
-	go func() {
-		<-signalled.Done()
-		stop() // a second signal kills at once instead of waiting for the drain
-	}()
-	ctx := klog.NewContext(signalled, klog.Background())
 
 	providers := operator.BuiltinProviders()
 
@@ -71,15 +71,26 @@ func run() int {
 // credentials) are Secret content: never logged, at any verbosity.
 const maxVerbosity = 7
 
+// signalContext ends at SIGINT or SIGTERM; a second signal kills at once
+// instead of waiting for the drain.
+func signalContext() (context.Context, func()) {
+	signalled, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-signalled.Done()
+		stop()
+	}()
+	return klog.NewContext(signalled, klog.Background()), stop
+}
+
 // refuseBodyDumps rejects -v and -vmodule levels at which client-go would
 // log request bodies.
-func refuseBodyDumps() error {
-	if v := flag.Lookup("v"); v != nil {
+func refuseBodyDumps(fs *flag.FlagSet) error {
+	if v := fs.Lookup("v"); v != nil {
 		if level, err := strconv.Atoi(v.Value.String()); err == nil && level > maxVerbosity {
 			return fmt.Errorf("-v=%d: the highest level is %d (above it client-go logs request bodies, Secrets included)", level, maxVerbosity)
 		}
 	}
-	if vm := flag.Lookup("vmodule"); vm != nil && vm.Value.String() != "" {
+	if vm := fs.Lookup("vmodule"); vm != nil && vm.Value.String() != "" {
 		for _, entry := range strings.Split(vm.Value.String(), ",") {
 			_, levelText, _ := strings.Cut(entry, "=")
 			if level, err := strconv.Atoi(levelText); err == nil && level > maxVerbosity {

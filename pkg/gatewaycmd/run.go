@@ -1,0 +1,139 @@
+package gatewaycmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/proxyfleet/proxy-operator/pkg/gateway"
+	"github.com/proxyfleet/proxy-operator/pkg/kubeconfig"
+	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/metrics"
+)
+
+// reviewQPS is the callers' TokenReviews' and SubjectAccessReviews' own
+// client budget, as the operator's --lease-auth-qps default.
+const reviewQPS = 50
+
+// Run serves the gateway until ctx ends (SIGTERM), then drains: readiness
+// false for DrainDelay, the listener closed, open tunnels given
+// ShutdownGrace, rotating leases released. version labels the build metric.
+func Run(ctx context.Context, o Options, version string) error {
+	logger := klog.FromContext(ctx)
+	authn, authz, err := o.auth(ctx, version)
+	if err != nil {
+		return err
+	}
+	remote, err := gateway.NewRemote(gateway.RemoteConfig{URLs: o.LeaseURLs, Token: o.token(), LeaderWait: o.LeaderWait})
+	if err != nil {
+		return err
+	}
+	m, metricsHandler := metrics.NewGateway(version)
+	gw, err := gateway.New(gateway.Config{
+		Leases: remote, Authenticator: authn, Authorizer: authz, AuthNone: o.LeaseAuth == AuthNone,
+		Wait: o.Wait, SessionIdle: o.SessionIdle, TTL: o.LeaseTTL, ShutdownGrace: o.ShutdownGrace, Metrics: m,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	mln, err := net.Listen("tcp", o.MetricsAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("--metrics-addr: %w", err)
+	}
+
+	var draining atomic.Bool
+	health := &http.Server{Handler: healthMux(metricsHandler, remote, &draining), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := health.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "Serving metrics and health")
+		}
+	}()
+	defer health.Close()
+
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	go remote.Watch(serveCtx)
+	served := make(chan error, 1)
+	go func() { served <- gw.Serve(serveCtx, ln) }()
+	logger.Info("Gateway replica started", "listen", ln.Addr().String(), "metrics", mln.Addr().String(), "leaseURLs", o.LeaseURLs, "auth", o.LeaseAuth)
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	draining.Store(true)
+	logger.Info("Draining: not ready, still serving until the Service has stopped sending", "drainDelay", o.DrainDelay, "shutdownGrace", o.ShutdownGrace)
+	select {
+	case <-time.After(o.DrainDelay):
+	case err := <-served:
+		return err
+	}
+	stopServing()
+	return <-served
+}
+
+// healthMux serves /metrics, /healthz (the process runs) and /readyz (a
+// lease API leader answers and the replica is not draining).
+func healthMux(metricsHandler http.Handler, remote *gateway.Remote, draining *atomic.Bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metricsHandler)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case draining.Load():
+			http.Error(w, "draining: this replica is shutting down", http.StatusServiceUnavailable)
+		case !remote.LeaderReachable():
+			http.Error(w, "no lease API leader answers: new connections would wait", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ok")
+		}
+	})
+	return mux
+}
+
+// auth checks the callers as the lease API does.
+func (o Options) auth(ctx context.Context, version string) (lease.Authenticator, lease.Authorizer, error) {
+	if o.LeaseAuth == AuthNone {
+		a := lease.NewNoAuth(klog.FromContext(ctx))
+		return a, a, nil
+	}
+	cfg, err := kubeconfig.Load(o.Kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.QPS, cfg.Burst = reviewQPS, 2*reviewQPS
+	cfg.UserAgent = "proxy-operator-gateway/" + version
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	a := lease.NewKubernetesAuth(kube, lease.KubernetesAuthOptions{})
+	return a, a, nil
+}
+
+// token is the gateway's own bearer token for the lease API.
+func (o Options) token() client.TokenFunc {
+	path := o.LeaseTokenFile
+	if path == "" {
+		if _, err := os.Stat(serviceAccountToken); err != nil {
+			return nil // no token: only a lease API without auth lets the calls in
+		}
+		path = serviceAccountToken
+	}
+	return client.TokenFile(path)
+}
