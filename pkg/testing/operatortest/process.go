@@ -20,7 +20,8 @@ type Process struct {
 	Name string
 	// MetricsURL is http://127.0.0.1:<port> of /metrics, /healthz, /readyz.
 	MetricsURL string
-	// LeaseAddr is 127.0.0.1:<port> of the lease API.
+	// LeaseAddr is 127.0.0.1:<port> of the lease API; for a gateway
+	// (ProcessOptions.Gateway), its --listen address.
 	LeaseAddr string
 	// LogPath holds everything the process wrote to stdout and stderr.
 	LogPath string
@@ -39,6 +40,9 @@ type ProcessOptions struct {
 	// Args are the operator's flags; --metrics-addr and --lease-addr are
 	// added in front.
 	Args []string
+	// Gateway runs `proxy-operator gateway` instead: --metrics-addr and
+	// --listen (LeaseAddr) are added in front of Args.
+	Gateway bool
 	// Env is added to the environment, which otherwise is this process's
 	// without KUBECONFIG, POD_NAME and POD_NAMESPACE: flags must be what
 	// counts, not the developer's shell.
@@ -65,6 +69,12 @@ func Start(t *testing.T, opts ProcessOptions) *Process {
 		fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]),
 		fmt.Sprintf("--lease-addr=127.0.0.1:%d", ports[1]),
 	}, opts.Args...)
+	if opts.Gateway {
+		args = append([]string{"gateway",
+			fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]),
+			fmt.Sprintf("--listen=127.0.0.1:%d", ports[1]),
+		}, opts.Args...)
+	}
 	logFile, err := os.Create(p.LogPath)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,14 @@
+package gatewaytier
+
+import (
+	"os"
+	"testing"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
+)
+
+// shared is cmd/proxy-operator, built once, and the API server its
+// processes share.
+var shared = operatortest.NewShared()
+
+func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }
