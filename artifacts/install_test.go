@@ -148,7 +148,8 @@ func byKey(objs []*unstructured.Unstructured) map[string]*unstructured.Unstructu
 	return out
 }
 
-// The image every install points at is the one make image tags: VERSION.
+// The image every install points at, for the operator and the gateway tier
+// alike, is the one make image tags: VERSION.
 func TestImagesAreTheVersionMakeImageTags(t *testing.T) {
 	want := imageRepo + ":" + version(t)
 	for where, objs := range map[string][]*unstructured.Unstructured{
@@ -162,7 +163,7 @@ func TestImagesAreTheVersionMakeImageTags(t *testing.T) {
 				images = append(images, c.(map[string]any)["image"].(string))
 			}
 		}
-		if diff := cmp.Diff([]string{want}, images); diff != "" {
+		if diff := cmp.Diff([]string{want, want}, images); diff != "" {
 			t.Errorf("%s: container images (-want +got):\n%s", where, diff)
 		}
 	}
@@ -279,10 +280,24 @@ func TestHelmValues(t *testing.T) {
 	for _, a := range c["args"].([]any) {
 		args = append(args, a.(string))
 	}
-	for _, want := range []string{"--namespace=crawlers", "--lease-auth=none", "--providers=kubernetes,gce", "--gateway-addr=:3128"} {
+	for _, want := range []string{"--namespace=crawlers", "--lease-auth=none", "--providers=kubernetes,gce"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}
+	}
+	gatewayArgs := containerArgs(t, objs["Deployment "+namespace+"/proxy-operator-gateway"])
+	for _, want := range []string{"gateway", "--lease-auth=none", "--listen=:3128",
+		"--lease-url=http://$(PROXY_OPERATOR_LEASES_SERVICE_HOST):$(PROXY_OPERATOR_LEASES_SERVICE_PORT)"} {
+		if !slices.Contains(gatewayArgs, want) {
+			t.Errorf("gateway args %q lack %s", gatewayArgs, want)
+		}
+	}
+	// Another release name: the variables follow the leases Service's name.
+	other := byKey(decode(t, []byte(run(t, nil, tool(t, "helm"), "template", "crawl", chartDir, "--namespace", namespace))))
+	if other["Service "+namespace+"/crawl-proxy-operator-leases"] == nil ||
+		!slices.Contains(containerArgs(t, other["Deployment "+namespace+"/crawl-proxy-operator-gateway"]),
+			"--lease-url=http://$(CRAWL_PROXY_OPERATOR_LEASES_SERVICE_HOST):$(CRAWL_PROXY_OPERATOR_LEASES_SERVICE_PORT)") {
+		t.Error("release crawl: the gateway's --lease-url does not name the crawl-proxy-operator-leases Service's variables")
 	}
 	if replicas != 3 || c["image"] != imageRepo+":v9.9.9" {
 		t.Errorf("replicas %d image %v, want 3 and %s:v9.9.9", replicas, c["image"], imageRepo)
@@ -356,6 +371,19 @@ func TestServerSideDryRun(t *testing.T) {
 		"helm":            renderHelm(t),
 		"helm, all on":    renderHelm(t, "gateway.enabled=true", "watchNamespace=crawlers", "leaseAuth=none", "providers={kubernetes,local}"),
 		"helm, 1 replica": renderHelm(t, "replicaCount=1", "podDisruptionBudget.enabled=false"),
+		"gateway HPA example": func() []byte {
+			raw, err := os.ReadFile("../examples/gateway/hpa.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var o unstructured.Unstructured
+			if err := yaml.Unmarshal(raw, &o.Object); err != nil {
+				t.Fatal(err)
+			}
+			o.SetNamespace(namespace)
+			out, _ := yaml.Marshal(o.Object)
+			return out
+		}(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			var docs []string
@@ -378,6 +406,20 @@ func TestServerSideDryRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// containerArgs are the first container's args of a workload.
+func containerArgs(t *testing.T, o *unstructured.Unstructured) []string {
+	t.Helper()
+	if o == nil {
+		t.Fatal("no such workload rendered")
+	}
+	containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	var args []string
+	for _, a := range containers[0].(map[string]any)["args"].([]any) {
+		args = append(args, a.(string))
+	}
+	return args
 }
 
 // diffJSON compares two values by their JSON form.

@@ -22,3 +22,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "proxy-operator.tag" -}}
 {{- .Values.image.tag | default .Chart.AppVersion -}}
 {{- end -}}
+
+{{/* The gateway tier's selector labels. */}}
+{{- define "proxy-operator.gatewaySelectorLabels" -}}
+app.kubernetes.io/name: {{ include "proxy-operator.fullname" . }}-gateway
+{{- end -}}
