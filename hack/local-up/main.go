@@ -35,6 +35,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
+	"github.com/proxyfleet/proxy-operator/pkg/gatewaycmd"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxyfleet/proxy-operator/pkg/operator"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
@@ -47,22 +48,26 @@ type config struct {
 	externalProxyAddr string
 	examples          string
 	operator          operator.Options
+	// gateway is one replica of the gateway tier, run beside the operator
+	// as `proxy-operator gateway` would run (docs/gateway.md).
+	gateway gatewaycmd.Options
 }
 
 func main() {
 	klog.InitFlags(nil)
-	cfg := config{operator: operator.DefaultOptions()}
+	cfg := config{operator: operator.DefaultOptions(), gateway: gatewaycmd.DefaultOptions()}
 	flag.StringVar(&cfg.dir, "dir", ".local", "where the embedded API server and the local instances keep their state")
 	flag.StringVar(&cfg.targetAddr, "target-addr", "127.0.0.1:8443", "the local HTTPS target the example proxies are probed against")
 	flag.StringVar(&cfg.externalProxyAddr, "external-proxy-addr", "127.0.0.1:3128", "the existing forward proxy the External example points at")
 	flag.StringVar(&cfg.examples, "examples", "examples", "the directory of example manifests")
+	flag.StringVar(&cfg.gateway.Listen, "gateway-listen", "127.0.0.1:3129", "where the gateway tier's replica listens (empty: none)")
+	flag.StringVar(&cfg.gateway.MetricsAddr, "gateway-metrics-addr", "127.0.0.1:9091", "the gateway replica's /metrics, /healthz and /readyz")
 	cfg.operator.AddFlags(flag.CommandLine)
 	// Development defaults: one replica, no cluster auth for the lease API,
 	// loopback only.
 	for name, value := range map[string]string{
 		"leader-elect": "false", "lease-auth": "none", "providers": "local",
 		"lease-addr": "127.0.0.1:8080", "metrics-addr": "127.0.0.1:9090", "local-state-dir": "",
-		"gateway-addr": "127.0.0.1:3129",
 	} {
 		if err := flag.Set(name, value); err != nil {
 			panic(err)
@@ -133,13 +138,27 @@ func runEmbedded(ctx context.Context, cfg config) error {
 	return runOperator(ctx, cfg)
 }
 
-// runOperator runs the operator until ctx ends; local instances it started
-// are then stopped so that nothing outlives `make run`.
+// runOperator runs the operator, and the gateway replica beside it, until
+// ctx ends; local instances it started are then stopped so that nothing
+// outlives `make run`.
 func runOperator(ctx context.Context, cfg config) error {
 	if err := cfg.operator.Validate(); err != nil {
 		return err
 	}
+	gatewayDone := make(chan error, 1)
+	if cfg.gateway.Listen != "" {
+		gw := cfg.gateway
+		gw.LeaseURLs = []string{"http://" + cfg.operator.LeaseAddr}
+		gw.LeaseAuth, gw.Kubeconfig, gw.DrainDelay = cfg.operator.LeaseAuth, cfg.operator.Kubeconfig, 0
+		if err := gw.Validate(); err != nil {
+			return err
+		}
+		go func() { gatewayDone <- gatewaycmd.Run(ctx, gw, operator.Version()) }()
+	} else {
+		gatewayDone <- nil
+	}
 	err := operator.Run(ctx, cfg.operator, operator.BuiltinProviders())
+	err = errors.Join(err, <-gatewayDone)
 	if stopErr := stopLocalInstances(context.WithoutCancel(ctx), cfg.operator.LocalStateDir); stopErr != nil {
 		err = errors.Join(err, stopErr)
 	}
@@ -336,10 +355,10 @@ In another terminal:
   curl -s 'http://%[3]s/v1/proxies?namespace=default'
   curl -s http://%[4]s/metrics | grep proxy_operator_proxies
 
-  # or let the gateway hold the lease: one proxy address, a sticky session (docs/gateway.md)
+  # or let the gateway tier's replica hold the lease: one proxy address, a sticky session (docs/gateway.md)
   curl -sk -x 'http://ns-default+session-1:none@%[5]s' https://%[6]s/generate_204 -o /dev/null -w '%%{http_code}\n'
 
-Ctrl-C stops the operator, its local proxies and the API server.
+Ctrl-C stops the gateway, the operator, its local proxies and the API server.
 
-`, cfg.dir, kubeconfig, cfg.operator.LeaseAddr, cfg.operator.MetricsAddr, cfg.operator.GatewayAddr, cfg.targetAddr)
+`, cfg.dir, kubeconfig, cfg.operator.LeaseAddr, cfg.operator.MetricsAddr, cfg.gateway.Listen, cfg.targetAddr)
 }

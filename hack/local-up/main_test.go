@@ -47,7 +47,7 @@ func TestMakeRun(t *testing.T) {
 	cmd := exec.Command(filepath.Join(bin, "local-up"),
 		"--dir", dir, "--examples", "../../examples",
 		"--target-addr", targetAddr, "--external-proxy-addr", addr(),
-		"--lease-addr", leaseAddr, "--metrics-addr", addr(), "--gateway-addr", gatewayAddr, "--v=2")
+		"--lease-addr", leaseAddr, "--metrics-addr", addr(), "--gateway-listen", gatewayAddr, "--gateway-metrics-addr", addr(), "--v=2")
 	cmd.Env = append(os.Environ(), "KUBECONFIG=")
 	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
