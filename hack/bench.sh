@@ -221,8 +221,9 @@ STORY
     echo "## Gateway (issue 14)"
     echo
     echo "\`go run ./pkg/testsuites/bench/gateway\`: 64 concurrent clients on loopback, straight to cmd/forward-proxy"
-    echo "(basic auth) versus through cmd/proxy-operator's gateway (\`--gateway-addr\`, rotating mode: a lease acquired"
-    echo "and released per tunnel) to the same forward-proxy, registered as an External Proxy on a real kube-apiserver."
+    echo "(basic auth) versus through the gateway tier (\`proxy-operator gateway\` replicas calling the operator's lease API over"
+    echo "HTTP, rotating mode: a lease acquired and released per tunnel; [record 0188](decisions/0188-gateway-tier.md)) to the"
+    echo "same forward-proxy, registered as an External Proxy on a real kube-apiserver; then one replica against two."
     echo "Each party is a process of its own, with its CPU time counted (/proc/PID/stat, getrusage), in two placements:"
     echo "every process on every core, and the gateway pinned to a core of its own (taskset) with the clients and the"
     echo "forward-proxy on the other in both paths ([decision 130](decisions/0130-gateway-benchmark-runs-real-binaries-separate.md)). Three rounds per measurement, alternating which"

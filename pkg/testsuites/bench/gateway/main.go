@@ -2,10 +2,13 @@
 // to, side by side in one run on loopback (make bench writes the table into
 // docs/benchmarks.md). The parties are separate processes: this bench (64
 // concurrent clients and the origins they reach), cmd/forward-proxy (the
-// upstream, with basic auth) and cmd/proxy-operator serving --gateway-addr
-// (rotating mode: a lease acquired and released per tunnel, a username to
-// parse, the upstream's credentials to add) on a real kube-apiserver, with
-// an External Proxy for the forward-proxy. Measured: new CONNECT tunnels
+// upstream, with basic auth), cmd/proxy-operator (the lease API) on a real
+// kube-apiserver with an External Proxy for the forward-proxy, and the
+// gateway in rotating mode (a lease acquired and released per tunnel, a
+// username to parse, the upstream's credentials to add): two
+// `proxy-operator gateway` replicas calling the lease API over HTTP (the
+// tier, as installed), or the operator's own --gateway-addr
+// (-gateway=leader). Measured: new CONNECT tunnels
 // per second (one request each; a TLS handshake and an HTTPS GET each),
 // bulk bytes per second through established tunnels, latency per tunnel,
 // and each process's CPU time per tunnel or per GiB; in two topologies
@@ -48,6 +51,7 @@ func main() {
 	flag.StringVar(&o.operator, "operator", "", "a prebuilt cmd/proxy-operator to measure (default: built from this tree), for before/after comparisons")
 	flag.StringVar(&o.topologies, "topologies", "shared,own-core", "which placements to measure: shared (every process on every core), own-core (the gateway on a core of its own)")
 	flag.StringVar(&o.kinds, "measurements", "tunnels,tls,bulk", "which measurements to run: tunnels (one request each), tls (a TLS handshake and a GET each), bulk")
+	flag.StringVar(&o.gatewayMode, "gateway", "tier", "where the gateway runs: tier (proxy-operator gateway replicas, as installed) or leader (the operator's --gateway-addr)")
 	flag.Parse()
 	out, err := run(context.Background(), o)
 	if err != nil {
@@ -64,6 +68,8 @@ type options struct {
 	operator   string
 	topologies string
 	kinds      string
+	// gatewayMode is "tier" or "leader".
+	gatewayMode string
 }
 
 func progress(format string, args ...any) {
@@ -79,11 +85,15 @@ func loadavg() string {
 type setup struct {
 	o                    options
 	origins              *origins
-	upstream, gateway    string // host:port of the forward-proxy and the gateway
+	upstream, gateway    string // host:port of the forward-proxy and the gateway (its first replica)
 	upstreamAuth, gwAuth string
 	meter                meter
 	fp, op               *child
 	operatorMetrics      string
+	// replicas are the gateway tier's processes and addresses (none with
+	// -gateway=leader).
+	replicas     []*child
+	replicaAddrs []string
 }
 
 func run(ctx context.Context, o options) (string, error) {
@@ -134,38 +144,34 @@ func run(ctx context.Context, o options) (string, error) {
 	if err := createUpstream(ctx, kubernetes.NewForConfigOrDie(env.Config), versioned.NewForConfigOrDie(env.Config), s); err != nil {
 		return "", err
 	}
-	ports := make([]int, 3)
-	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
-			return "", err
-		}
-	}
-	s.gateway = fmt.Sprintf("127.0.0.1:%d", ports[2])
-	s.operatorMetrics = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
-	if s.op, err = start("proxy-operator", operatorBin, filepath.Join(dir, "operator.log"),
-		[]string{"KUBECONFIG=", "POD_NAME=", "POD_NAMESPACE="},
-		fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("--lease-addr=127.0.0.1:%d", ports[1]),
-		"--gateway-addr="+s.gateway, "--kubeconfig="+kubeconfig, "--namespace="+namespace,
-		"--leader-elect-namespace="+namespace, "--lease-auth=none",
-		"--providers=local", "--local-state-dir="+filepath.Join(dir, "instances")); err != nil {
+	if s.op, err = startGateways(s, operatorBin, dir, kubeconfig); err != nil {
 		return "", err
 	}
 	defer s.op.stop()
+	for _, r := range s.replicas {
+		defer r.stop()
+	}
 	progress("waiting for the Proxy to be Ready and the gateway to tunnel through it")
 	if err := waitTunnel(ctx, s, 2*time.Minute); err != nil {
 		logs, _ := os.ReadFile(filepath.Join(dir, "operator.log"))
 		return "", fmt.Errorf("%w; operator log:\n%s", err, logs)
 	}
-	s.meter = meter{upstreamPID: s.fp.pid(), gatewayPID: s.op.pid()}
+	s.meter = meter{upstreamPID: s.fp.pid(), gatewayPIDs: []int{s.op.pid()}}
+	if len(s.replicas) > 0 {
+		s.meter = meter{upstreamPID: s.fp.pid(), leasesPID: s.op.pid()}
+		for _, r := range s.replicas {
+			s.meter.gatewayPIDs = append(s.meter.gatewayPIDs, r.pid())
+		}
+	}
 
 	var b strings.Builder
 	loadStart := loadavg()
 	fmt.Fprintf(&b, "gateway benchmark: %s, %d cores, %d clients, %v per measurement, %d rounds alternating which path goes first, medians shown.\n\n",
 		runtime.Version(), runtime.NumCPU(), o.clients, o.duration, o.rounds)
 	fmt.Fprintf(&b, "Processes: this bench (the clients and the origins they reach), cmd/forward-proxy (the upstream, basic auth), "+
-		"cmd/proxy-operator with --gateway-addr and --lease-auth=none (the gateway, rotating mode: a lease acquired and released per tunnel, "+
-		"the upstream's credentials added), kube-apiserver and etcd (idle during the measurements, never pinned). "+
-		"The reference is the same clients straight to the same forward-proxy, in the same run.\n\n")
+		"%s (rotating mode: a lease acquired and released per tunnel, the upstream's credentials added), "+
+		"kube-apiserver and etcd (idle during the measurements, never pinned). "+
+		"The reference is the same clients straight to the same forward-proxy, in the same run.\n\n", gatewayWords(o.gatewayMode))
 
 	// Warm up both paths.
 	for _, p := range []string{s.upstream, s.gateway} {
@@ -194,6 +200,17 @@ func run(ctx context.Context, o options) (string, error) {
 			"from the CPU times above; with a core of its own a process can do at most this much:\n\n", topo)
 		b.WriteString(m.capacityTable())
 		b.WriteString("\n")
+	}
+	if len(s.replicas) > 1 {
+		if err := (placement{load: allCPUs(), upstream: allCPUs(), gateway: allCPUs()}).apply(s); err != nil {
+			return "", err
+		}
+		progress("one replica against two")
+		out, err := s.measureReplicas(ctx)
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(out)
 	}
 	left, err := leasesLeft(ctx, s.operatorMetrics)
 	if err != nil {
@@ -305,8 +322,16 @@ func (p placement) apply(s *setup) error {
 	if err := pin(s.fp.pid(), p.upstream); err != nil {
 		return err
 	}
-	return pin(s.op.pid(), p.gateway)
+	// The lease API's process goes with the gateway: it works per tunnel.
+	for _, c := range append([]*child{s.op}, s.replicas...) {
+		if err := pin(c.pid(), p.gateway); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+func allCPUs() string { return fmt.Sprintf("0-%d", runtime.NumCPU()-1) }
 
 // kind is one measurement.
 type kind struct {
@@ -450,7 +475,7 @@ func round(d time.Duration) time.Duration {
 // cpuTable: CPU per unit of work, by process, medians of the rounds.
 func (m *measurements) cpuTable() string {
 	var b strings.Builder
-	b.WriteString("| measurement | path | bench (clients, origins) | forward-proxy | gateway (operator process) | total |\n|---|---|---:|---:|---:|---:|\n")
+	b.WriteString("| measurement | path | bench (clients, origins) | forward-proxy | gateway | lease API (operator) | total |\n|---|---|---:|---:|---:|---:|---:|\n")
 	for i, k := range m.kinds {
 		unit, per := "µs/tunnel", func(d time.Duration, r result) float64 { return float64(d.Microseconds()) / max(r.count, 1) }
 		if k.bulk {
@@ -466,8 +491,9 @@ func (m *measurements) cpuTable() string {
 			load := f(func(c cpuSpent) time.Duration { return c.load })
 			up := f(func(c cpuSpent) time.Duration { return c.upstream })
 			gw := f(func(c cpuSpent) time.Duration { return c.gateway })
-			tot := f(func(c cpuSpent) time.Duration { return c.load + c.upstream + c.gateway })
-			fmt.Fprintf(&b, "| %s | %s | %.0f %s | %.0f %s | %.0f %s | %.0f %s |\n", short(k.name), path.name, load, unit, up, unit, gw, unit, tot, unit)
+			leases := f(func(c cpuSpent) time.Duration { return c.leases })
+			tot := f(func(c cpuSpent) time.Duration { return c.load + c.upstream + c.gateway + c.leases })
+			fmt.Fprintf(&b, "| %s | %s | %.0f %s | %.0f %s | %.0f %s | %.0f %s | %.0f %s |\n", short(k.name), path.name, load, unit, up, unit, gw, unit, leases, unit, tot, unit)
 		}
 	}
 	return b.String()

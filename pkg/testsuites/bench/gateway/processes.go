@@ -15,9 +15,10 @@ import (
 )
 
 // The processes under test: cmd/forward-proxy (the upstream, as a Pod
-// instance runs it) and cmd/proxy-operator with --gateway-addr (the
-// gateway, as the leader serves it), each a process of its own so that
-// its CPU can be counted and placed apart.
+// instance runs it), cmd/proxy-operator (the lease API) and the gateway:
+// `proxy-operator gateway` replicas (the tier, as installed), or the
+// operator's own --gateway-addr (-gateway=leader). Each is a process of
+// its own so that its CPU can be counted and placed apart.
 
 // child is a process the bench started and kills at the end.
 type child struct {
@@ -115,25 +116,40 @@ func selfCPU() time.Duration {
 // cpuSpent is the CPU time each party used during one measurement.
 type cpuSpent struct {
 	load, upstream, gateway time.Duration
+	// leases is the operator's (the lease API's) when it is not the gateway.
+	leases time.Duration
 }
 
-// meter reads the CPU counters of the three parties.
-type meter struct{ upstreamPID, gatewayPID int }
+// meter reads the CPU counters of the parties: the gateway replicas are
+// summed; leasesPID is 0 when the operator is the gateway.
+type meter struct {
+	upstreamPID, leasesPID int
+	gatewayPIDs            []int
+}
 
 func (m meter) read() (cpuSpent, error) {
-	up, err := procstat.CPU(m.upstreamPID)
-	if err != nil {
+	c := cpuSpent{load: selfCPU()}
+	var err error
+	if c.upstream, err = procstat.CPU(m.upstreamPID); err != nil {
 		return cpuSpent{}, err
 	}
-	gw, err := procstat.CPU(m.gatewayPID)
-	if err != nil {
-		return cpuSpent{}, err
+	for _, pid := range m.gatewayPIDs {
+		gw, err := procstat.CPU(pid)
+		if err != nil {
+			return cpuSpent{}, err
+		}
+		c.gateway += gw
 	}
-	return cpuSpent{load: selfCPU(), upstream: up, gateway: gw}, nil
+	if m.leasesPID != 0 {
+		if c.leases, err = procstat.CPU(m.leasesPID); err != nil {
+			return cpuSpent{}, err
+		}
+	}
+	return c, nil
 }
 
 func (c cpuSpent) minus(o cpuSpent) cpuSpent {
-	return cpuSpent{load: c.load - o.load, upstream: c.upstream - o.upstream, gateway: c.gateway - o.gateway}
+	return cpuSpent{load: c.load - o.load, upstream: c.upstream - o.upstream, gateway: c.gateway - o.gateway, leases: c.leases - o.leases}
 }
 
 // pin sets the CPU affinity of every thread of pid (taskset from
