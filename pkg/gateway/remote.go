@@ -37,7 +37,7 @@ type RemoteConfig struct {
 	// Token is the gateway's own bearer token; it must allow act-for on
 	// proxies/leases (the chart's gateway ClusterRole).
 	Token client.TokenFunc
-	// HTTP is the client of the calls. Default: one with a 90 s timeout.
+	// HTTP is the client of the calls. Default: newHTTPClient.
 	HTTP *http.Client
 	// LeaderWait holds a new connection's acquire while no URL answers as
 	// the leader. Default DefaultLeaderWait.
@@ -69,10 +69,10 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	opts := []client.Option{client.WithToken(cfg.Token)}
-	if cfg.HTTP != nil {
-		opts = append(opts, client.WithHTTPClient(cfg.HTTP))
+	if cfg.HTTP == nil {
+		cfg.HTTP = newHTTPClient()
 	}
+	opts := []client.Option{client.WithToken(cfg.Token), client.WithHTTPClient(cfg.HTTP)}
 	r := &Remote{cfg: cfg}
 	for _, u := range cfg.URLs {
 		c, err := client.New(u, opts...)
@@ -82,6 +82,15 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 		r.clients = append(r.clients, c)
 	}
 	return r, nil
+}
+
+// newHTTPClient keeps as many connections to the lease API open as the
+// gateway makes calls at once: the default transport keeps two per host,
+// so every other call of a busy replica would open a new connection.
+func newHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 1024, 1024
+	return &http.Client{Timeout: 90 * time.Second, Transport: t}
 }
 
 // Leading is always true: without a leader, new connections wait in
