@@ -66,6 +66,8 @@ type Options struct {
 	// DrainDelay, then no new connections and ShutdownGrace for open
 	// tunnels, then the rotating leases are released.
 	DrainDelay, ShutdownGrace time.Duration
+	// Profiling serves /debug/pprof/ on MetricsAddr.
+	Profiling bool
 
 	leaseURLSet bool
 }
@@ -107,6 +109,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.LeaseTTL, "gateway-lease-ttl", o.LeaseTTL, "TTL of the gateway's leases, renewed at half; 0: the lease API's default. An idle session's lease lapses within it.")
 	fs.DurationVar(&o.LeaderWait, "leader-wait", o.LeaderWait, "How long a new connection is held while no lease API URL answers as the leader (a failover).")
 	fs.DurationVar(&o.DrainDelay, "drain-delay", o.DrainDelay, "After SIGTERM: how long readiness is false before the listener closes.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's profiles (/debug/pprof/) beside /metrics on --metrics-addr. Off by default: the address is often reachable by more than the operator's admins.")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "After the listener closes: how long open tunnels may finish before they are cut.")
 }
 

@@ -56,7 +56,11 @@ func Run(ctx context.Context, o Options, version string) error {
 	}
 
 	var draining atomic.Bool
-	health := &http.Server{Handler: healthMux(metricsHandler, remote, &draining), ReadHeaderTimeout: 10 * time.Second}
+	mux := healthMux(metricsHandler, remote, &draining)
+	if o.Profiling {
+		metrics.RegisterProfiling(mux)
+	}
+	health := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := health.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
 			logger.Error(err, "Serving metrics and health")

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 	"k8s.io/klog/v2"
 )
 
@@ -20,7 +21,7 @@ func (op *operator) serveMetrics(ctx context.Context, ln net.Listener, stop <-ch
 	mux.HandleFunc("GET /healthz", op.serveHealthz)
 	mux.HandleFunc("GET /readyz", op.serveReadyz)
 	if op.opts.Profiling {
-		registerProfiling(mux)
+		metrics.RegisterProfiling(mux)
 	}
 	srv := &http.Server{
 		Handler:           mux,
