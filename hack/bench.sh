@@ -218,7 +218,7 @@ STORY
     echo
     go run ./pkg/testsuites/bench/operator -steady-at 10000
     echo
-    echo "## Gateway (issue 14)"
+    echo "## Gateway (issues 14, 36)"
     echo
     echo "\`go run ./pkg/testsuites/bench/gateway\`: 64 concurrent clients on loopback, straight to cmd/forward-proxy"
     echo "(basic auth) versus through the gateway tier (\`proxy-operator gateway\` replicas calling the operator's lease API over"
