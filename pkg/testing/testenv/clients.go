@@ -39,6 +39,22 @@ func (e *Environment) WriteKubeconfig(path string) error {
 	return nil
 }
 
+// WriteUserKubeconfig writes a kubeconfig that authenticates with token
+// only (no client certificate), so that a process run on it has that
+// identity's RBAC and nothing more.
+func (e *Environment) WriteUserKubeconfig(path, token string) error {
+	const name = "testenv"
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: e.Config.CAData}
+	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: "user"}
+	cfg.CurrentContext = name
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	return nil
+}
+
 // UserConfig returns a config for the same API server and CA that authenticates
 // with a bearer token, e.g. one from ServiceAccountToken.
 func (e *Environment) UserConfig(token string) *rest.Config {

@@ -9,10 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
@@ -31,19 +27,6 @@ var leaseTimings = []string{
 // operatorProcess is one cmd/proxy-operator process under test, with the
 // checks this package makes of it.
 type operatorProcess struct{ *operatortest.Process }
-
-// writeTokenKubeconfig writes a kubeconfig that authenticates with cfg's
-// bearer token only: no client certificate, so the ServiceAccount's RBAC is
-// all the process has.
-func writeTokenKubeconfig(path string, cfg *rest.Config) error {
-	const name = "testenv"
-	c := clientcmdapi.NewConfig()
-	c.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	c.AuthInfos["operator"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	c.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: "operator"}
-	c.CurrentContext = name
-	return clientcmd.WriteToFile(*c, path)
-}
 
 // startOperator runs the operator with kubeconfig and args (metrics and
 // lease addresses are added). It is killed when the test ends, and its log

@@ -201,7 +201,7 @@ func (s *suite) startRun(t *testing.T, name string, a operatorArtifacts, opts ru
 		t.Fatal(err)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := writeTokenKubeconfig(kubeconfig, shared.Get(t).Env.UserConfig(token)); err != nil {
+	if err := shared.Get(t).Env.WriteUserKubeconfig(kubeconfig, token); err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{

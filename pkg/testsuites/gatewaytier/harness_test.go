@@ -17,8 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
@@ -92,7 +90,9 @@ func startTier(t *testing.T) *tierSetup {
 		t.Fatal(err)
 	}
 	gatewayKubeconfig := filepath.Join(dir, "gateway-kubeconfig")
-	writeTokenKubeconfig(t, gatewayKubeconfig, env, gatewayToken)
+	if err := env.WriteUserKubeconfig(gatewayKubeconfig, gatewayToken); err != nil {
+		t.Fatal(err)
+	}
 
 	for i := range s.operators {
 		s.operators[i] = operatortest.StartOnNamespace(t, env, setup.Binary, fmt.Sprintf("operator-%d", i), s.ns, "TIER_LOGS", leaseTimings...)
@@ -172,20 +172,6 @@ func artifactRole(t *testing.T, name string) *rbacv1.ClusterRole {
 		t.Fatal(err)
 	}
 	return &role
-}
-
-// writeTokenKubeconfig writes a kubeconfig that authenticates with token
-// only, so that the gateway has its role's permissions and no more.
-func writeTokenKubeconfig(t *testing.T, path string, env *testenv.Environment, token string) {
-	t.Helper()
-	c := clientcmdapi.NewConfig()
-	c.Clusters["testenv"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
-	c.AuthInfos["gateway"] = &clientcmdapi.AuthInfo{Token: token}
-	c.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: "gateway"}
-	c.CurrentContext = "testenv"
-	if err := clientcmd.WriteToFile(*c, path); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // leading is nil when op answers /readyz of its lease API as the leader.
