@@ -30,6 +30,14 @@ const artifactsDir = "../../../artifacts"
 // artifactNamespace is the namespace the artifacts install the operator in.
 const artifactNamespace = "proxy-operator"
 
+// The artifacts' names for the operator's own ServiceAccount and
+// Deployment, and for the crawler role: the gateway tier's objects beside
+// them are not the operator's.
+const (
+	operatorName    = "proxy-operator"
+	crawlerRoleName = "proxy-operator-crawler"
+)
+
 // operatorArtifacts are the objects of artifacts/rbac and artifacts/deploy
 // that one installation of the operator consists of, as the test applies
 // them, and the crawler role that crawler workers are bound to. The
@@ -78,7 +86,9 @@ func loadArtifacts(t *testing.T) operatorArtifacts {
 		case *corev1.Namespace:
 			a.namespace = o
 		case *corev1.ServiceAccount:
-			a.serviceAccount = o
+			if o.Name == operatorName {
+				a.serviceAccount = o
+			}
 		case *rbacv1.ClusterRole:
 			clusterRoles = append(clusterRoles, o)
 		case *rbacv1.Role:
@@ -88,7 +98,9 @@ func loadArtifacts(t *testing.T) operatorArtifacts {
 		case *rbacv1.RoleBinding:
 			roleBindings = append(roleBindings, o)
 		case *appsv1.Deployment:
-			a.podTemplate = *o.Spec.Template.DeepCopy()
+			if o.Name == operatorName {
+				a.podTemplate = *o.Spec.Template.DeepCopy()
+			}
 		case *corev1.Service:
 			a.services = append(a.services, o)
 		}
@@ -125,12 +137,12 @@ func loadArtifacts(t *testing.T) operatorArtifacts {
 		if r.Name == a.clusterRoleBinding.RoleRef.Name {
 			a.clusterRole = r
 		}
-		if slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool { return slices.Contains(rule.Resources, "proxies/leases") }) {
+		if r.Name == crawlerRoleName {
 			a.crawlerRole = r
 		}
 	}
 	if a.crawlerRole == nil {
-		t.Fatal("artifacts: no ClusterRole grants verbs on proxies/leases (the crawler role)")
+		t.Fatalf("artifacts: no ClusterRole %s (the crawler role)", crawlerRoleName)
 	}
 	for _, r := range roles {
 		if r.Name == a.roleBinding.RoleRef.Name && r.Namespace == a.roleBinding.Namespace {
