@@ -447,7 +447,7 @@ func (g *Gateway) acquireError(w http.ResponseWriter, r *http.Request, err error
 	case errors.As(err, &field):
 		g.fail(w, r, http.StatusBadRequest, ReasonBadRequest, err.Error(), 0)
 	case errors.Is(err, lease.ErrNotLeader):
-		g.fail(w, r, http.StatusServiceUnavailable, ReasonNotLeader, "this replica is not the leader: retry through the gateway Service", time.Second)
+		g.fail(w, r, http.StatusServiceUnavailable, ReasonNotLeader, "no lease API leader answered (a failover, or this replica is not the leader): retry", time.Second)
 	case errors.Is(err, context.Canceled):
 		g.cfg.Metrics.ObserveGatewayError(ReasonUnavailable) // the client left while waiting
 	default:
