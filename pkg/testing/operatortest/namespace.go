@@ -21,17 +21,18 @@ func StartOnNamespace(t *testing.T, env *testenv.Environment, binary, name, ns, 
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	return Start(t, ProcessOptions{
-		Binary: binary,
-		Name:   name,
-		Args: append([]string{
-			"--kubeconfig=" + kubeconfig,
-			"--namespace=" + ns,
-			"--leader-elect-namespace=" + ns,
-			"-v=2",
-		}, extra...),
-		LogsEnv: logsEnv,
-	})
+	return Start(t, ProcessOptions{Binary: binary, Name: name, Args: append(NamespaceArgs(kubeconfig, ns), extra...), LogsEnv: logsEnv})
+}
+
+// NamespaceArgs are StartOnNamespace's flags: the operator on kubeconfig's
+// cluster, watching ns and electing its leader there.
+func NamespaceArgs(kubeconfig, ns string) []string {
+	return []string{
+		"--kubeconfig=" + kubeconfig,
+		"--namespace=" + ns,
+		"--leader-elect-namespace=" + ns,
+		"-v=2",
+	}
 }
 
 // NewNamespace creates a namespace named after the test (never deleted:

@@ -20,9 +20,16 @@ import (
 // WriteKubeconfig writes an admin kubeconfig for bin/kubectl and other clients to
 // path, with the certificates inline so that it does not depend on Dir.
 func (e *Environment) WriteKubeconfig(path string) error {
+	return e.WriteKubeconfigVia(path, e.Config.Host)
+}
+
+// WriteKubeconfigVia writes an admin kubeconfig like WriteKubeconfig's that
+// dials server instead: another loopback port forwarded to the API server
+// (its certificate names 127.0.0.1, which server must keep).
+func (e *Environment) WriteKubeconfigVia(path, server string) error {
 	const name = "testenv"
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: e.Config.CAData}
+	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: e.Config.CAData}
 	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: e.Config.CertData, ClientKeyData: e.Config.KeyData}
 	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: "admin", Namespace: metav1.NamespaceDefault}
 	cfg.CurrentContext = name

@@ -362,6 +362,38 @@ func TestRestartAPIServerKeepsData(t *testing.T) {
 	}
 }
 
+// TestCompactEtcdForgetsHistory: after CompactEtcd, etcd refuses to read
+// at a revision before it, which is what makes a watch resuming from there
+// expire.
+func TestCompactEtcdForgetsHistory(t *testing.T) {
+	env := apiServer.Get(t)
+	ctx := t.Context()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "compacted"}}
+	created, err := clientset(t).CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := strconv.ParseInt(created.ResourceVersion, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Data = map[string]string{"changed": "yes"}
+	if _, err := clientset(t).CoreV1().ConfigMaps("default").Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	revision, err := env.CompactEtcd(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if revision <= before {
+		t.Errorf("compacted to %d, want past the ConfigMap's revision %d", revision, before)
+	}
+	err = env.etcdCall(ctx, "/v3/kv/range", map[string]any{"key": "AA==", "revision": before}, nil)
+	if err == nil || !strings.Contains(err.Error(), "compacted") {
+		t.Errorf("reading at revision %d after compacting to %d: %v, want an error saying it was compacted", before, revision, err)
+	}
+}
+
 func TestStopLeavesNothing(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder // written under the prefixWriters' lock, read after Stop

@@ -74,38 +74,7 @@ func TestAPIServerRestartMidFlow(t *testing.T) {
 		}
 	}
 
-	_, crawl := clients(t)
-	eventually.Check(t, 2*time.Minute, 250*time.Millisecond, "the fleet converged", func(ctx context.Context) error {
-		list, err := crawl.CrawlV1alpha1().Proxies(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		var problems []string
-		seen := map[string]bool{}
-		for _, p := range list.Items {
-			seen[p.Name] = true
-			if problem := f.check(&p); problem != "" {
-				problems = append(problems, problem)
-			}
-		}
-		for name := range f.want {
-			if !seen[name] {
-				problems = append(problems, name+": missing")
-			}
-		}
-		managed := f.managedCount()
-		if n := len(localInstances(t, stateDir)); n != managed {
-			problems = append(problems, fmt.Sprintf("%d local instances for %d Managed Proxies", n, managed))
-		}
-		if pids := forwardProxyProcesses(t); len(pids) != managed {
-			problems = append(problems, fmt.Sprintf("%d forward-proxy processes for %d Managed Proxies", len(pids), managed))
-		}
-		if len(problems) > 0 {
-			slices.Sort(problems)
-			return fmt.Errorf("%d problems: %s", len(problems), strings.Join(problems[:min(5, len(problems))], "; "))
-		}
-		return nil
-	})
+	f.waitConverged(stateDir, 2*time.Minute)
 	if !op.Running() {
 		t.Fatalf("the operator exited: %s", op.Exit())
 	}
@@ -179,6 +148,45 @@ func (f *fleet) apply(c fleetChange) {
 		}
 		f.want[name] = managedEndpoint
 	}
+}
+
+// waitConverged waits until the Proxies are exactly f.want, each Ready at its
+// generation and endpoint, with one local instance (in stateDir) and one
+// forward-proxy process per Managed Proxy and no other.
+func (f *fleet) waitConverged(stateDir string, within time.Duration) {
+	f.t.Helper()
+	_, crawl := clients(f.t)
+	eventually.Check(f.t, within, 250*time.Millisecond, "the fleet converged", func(ctx context.Context) error {
+		list, err := crawl.CrawlV1alpha1().Proxies(f.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var problems []string
+		seen := map[string]bool{}
+		for _, p := range list.Items {
+			seen[p.Name] = true
+			if problem := f.check(&p); problem != "" {
+				problems = append(problems, problem)
+			}
+		}
+		for name := range f.want {
+			if !seen[name] {
+				problems = append(problems, name+": missing")
+			}
+		}
+		managed := f.managedCount()
+		if n := len(localInstances(f.t, stateDir)); n != managed {
+			problems = append(problems, fmt.Sprintf("%d local instances for %d Managed Proxies", n, managed))
+		}
+		if pids := forwardProxyProcesses(f.t); len(pids) != managed {
+			problems = append(problems, fmt.Sprintf("%d forward-proxy processes for %d Managed Proxies", len(pids), managed))
+		}
+		if len(problems) > 0 {
+			slices.Sort(problems)
+			return fmt.Errorf("%d problems: %s", len(problems), strings.Join(problems[:min(5, len(problems))], "; "))
+		}
+		return nil
+	})
 }
 
 // names lists the wanted External and Managed Proxies, sorted.
