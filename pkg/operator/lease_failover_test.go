@@ -65,7 +65,18 @@ var failoverLeaseFlags = []string{
 // horizon). The new leader must never grant a proxy twice, must accept
 // renewals of the old leader's live leases, and must resume granting once
 // the old leader's persisted horizon has passed.
-func TestLeaseFailover(t *testing.T) {
+func TestLeaseFailover(t *testing.T) { leaseFailover(t, false) }
+
+// TestLeasePartition (issue 37): the same workload, but the leader is cut
+// off from the API server by a packet filter instead of killed: it keeps
+// running, serving the lease API, until its renew deadline passes. It must
+// stop granting and renewing before the standby can lead (fencing by the
+// lease duration and the renew deadline), and every invariant above holds.
+func TestLeasePartition(t *testing.T) { leaseFailover(t, true) }
+
+// leaseFailover runs TestLeaseFailover's workload; the leader is killed,
+// or, when partitioned, cut off from the API server.
+func leaseFailover(t *testing.T, partitioned bool) {
 	ns := newNamespace(t)
 	target := proxytest.StartHTTPTarget(t)
 	for i := range failoverFleet {
@@ -73,8 +84,27 @@ func TestLeaseFailover(t *testing.T) {
 		createLeasedProxy(t, failoverProxy(ns, "px-"+itoa(i), px.Addr, target.URL+"/generate_204"))
 	}
 	flags := append(slices.Clone(leaseTimings), failoverLeaseFlags...)
-	a := startOperator(t, "a", ns, flags...)
-	b := startOperator(t, "b", ns, flags...)
+	var a, b *operatortest.Process
+	partitions := map[*operatortest.Process]*operatortest.APIPartition{}
+	if partitioned {
+		for _, name := range []string{"a", "b"} {
+			p := operatortest.NewAPIPartition(t, shared.Get(t).Env)
+			op := operatortest.Start(t, operatortest.ProcessOptions{
+				Binary: shared.Get(t).Binary, Name: name, Args: append(operatortest.NamespaceArgs(p.Kubeconfig, ns), flags...), LogsEnv: "OPERATOR_TEST_LOGS",
+			})
+			partitions[op] = p
+		}
+		for op := range partitions {
+			if op.Name == "a" {
+				a = op
+			} else {
+				b = op
+			}
+		}
+	} else {
+		a = startOperator(t, "a", ns, flags...)
+		b = startOperator(t, "b", ns, flags...)
+	}
 	apis := []*leaseAPI{leaseAPIOf(t, a), leaseAPIOf(t, b)}
 	w := &leaseWorkload{apis: apis, ns: ns}
 
@@ -135,15 +165,21 @@ func TestLeaseFailover(t *testing.T) {
 		}
 		return nil
 	})
-	kill(t, leader)
+	fault := "kill"
+	if partitioned {
+		fault = "cut"
+		partitions[leader].Cut()
+	} else {
+		kill(t, leader)
+	}
 	killed := time.Now()
 	liveAtKill := w.liveAt(killed)
 	horizon, err := persistedHorizon(t.Context(), t, ns)
 	if err != nil {
 		t.Fatalf("reading the lease horizon after the kill: %v", err)
 	}
-	t.Logf("killed operator %s with %d leases live; its persisted horizon is %v after the kill",
-		oldAPI.name, liveAtKill, horizon.Sub(killed).Round(time.Millisecond))
+	t.Logf("%s operator %s with %d leases live; its persisted horizon is %v after the %s",
+		fault, oldAPI.name, liveAtKill, horizon.Sub(killed).Round(time.Millisecond), fault)
 
 	// Takeover within the lease duration (3s) plus two jittered retry
 	// periods (1.2s) plus the horizon claim, with slack for a loaded
@@ -209,6 +245,19 @@ func TestLeaseFailover(t *testing.T) {
 	}
 	if gap := firstNew.Sub(killed); gap > resumeBound {
 		t.Errorf("first grant by %s %v after the kill, want within %v", newAPI.name, gap, resumeBound)
+	}
+
+	// (4) Fencing: a leader cut off stops granting before another leads,
+	// and exits once it cannot renew (it restarts clean in a Pod).
+	if partitioned {
+		if led := killed.Add(takeover); !lastOld.Before(led) {
+			t.Errorf("last grant by the cut-off %s at %v, after %s led at %v", oldAPI.name, lastOld, newAPI.name, led)
+		}
+		if code := leader.WaitExit(t, 30*time.Second); code != 1 {
+			t.Errorf("the cut-off leader exited %d, want 1 (lost its Lease)", code)
+		}
+		t.Logf("the cut-off leader granted its last lease %v after the cut; %s led %v after it",
+			lastOld.Sub(killed).Round(10*time.Millisecond), newAPI.name, takeover.Round(10*time.Millisecond))
 	}
 
 	t.Logf("grants: %d by %s before the kill, %d by %s after it", beforeKill, oldAPI.name, afterKill, newAPI.name)

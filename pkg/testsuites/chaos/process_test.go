@@ -23,6 +23,16 @@ func startOperator(t *testing.T, name, ns string, extra ...string) *operatortest
 	return operatortest.StartOnNamespace(t, shared.Get(t).Env, shared.Get(t).Binary, name, ns, "CHAOS_LOGS", append([]string{"--lease-auth=none"}, extra...)...)
 }
 
+// startOperatorVia is startOperator on another kubeconfig (an
+// operatortest.APIPartition's).
+func startOperatorVia(t *testing.T, kubeconfig, name, ns string, extra ...string) *operatortest.Process {
+	t.Helper()
+	args := append(operatortest.NamespaceArgs(kubeconfig, ns), "--lease-auth=none")
+	return operatortest.Start(t, operatortest.ProcessOptions{
+		Binary: shared.Get(t).Binary, Name: name, Args: append(args, extra...), LogsEnv: "CHAOS_LOGS",
+	})
+}
+
 // fastHealthCheck probes every second through the proxy to target (a
 // loopback server: the default URL is on the internet).
 func fastHealthCheck(target string) crawlv1alpha1.HealthCheck {

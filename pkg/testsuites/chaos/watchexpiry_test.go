@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -36,11 +37,11 @@ func TestWatchExpiryStorm(t *testing.T) {
 	for range 3 {
 		upstreams = append(upstreams, proxytest.StartInProcess(t, proxytest.Options{Verbosity: 1}).Addr)
 	}
-	partition := newAPIPartition(t)
+	partition := operatortest.NewAPIPartition(t, shared.Get(t).Env)
 	// The partition and the restart together outlast the default renew
 	// deadline; a leader that cannot renew exits by design
 	// (TestLostLeaseExits). What is tested here is the informers' recovery.
-	op := partition.startOperator("operator", ns, "-v=4", "--providers=local", "--local-state-dir="+stateDir,
+	op := startOperatorVia(t, partition.Kubeconfig, "operator", ns, "-v=4", "--providers=local", "--local-state-dir="+stateDir,
 		"--leader-elect-lease-duration=2m", "--leader-elect-renew-deadline=90s")
 
 	f := &fleet{t: t, ns: ns, target: target, upstreams: upstreams, want: map[string]string{}}
@@ -48,7 +49,7 @@ func TestWatchExpiryStorm(t *testing.T) {
 	f.waitConverged(stateDir, 2*time.Minute)
 	before := f.histories()
 
-	partition.cut()
+	partition.Cut()
 	began := time.Now()
 	f.apply(fleetChange{createExternal: 10, createManaged: 2, moveExternal: 5, deleteExternal: 3, deleteManaged: 1})
 	f.createAndDelete()
@@ -65,7 +66,7 @@ func TestWatchExpiryStorm(t *testing.T) {
 	if err := shared.Get(t).Env.RestartAPIServer(logCtx); err != nil {
 		t.Fatal(err)
 	}
-	partition.heal()
+	partition.Heal()
 	t.Logf("partitioned %v: fleet changed, etcd compacted to revision %d, kube-apiserver restarted", time.Since(began).Round(100*time.Millisecond), revision)
 
 	f.waitConverged(stateDir, 2*time.Minute)
