@@ -34,22 +34,13 @@ type fleetChange struct {
 // deleted ones gone with their instances, one local instance per Managed
 // Proxy and no other.
 func TestAPIServerRestartMidFlow(t *testing.T) {
-	ns := newNamespace(t)
-	stateDir := t.TempDir()
-	t.Cleanup(func() { killForwardProxies(t) })
-	target := proxytest.StartHTTPTarget(t).URL
-	// External Proxies point at these (real forward proxies); an endpoint
-	// edit moves a Proxy to the next one.
-	var upstreams []string
-	for range 3 {
-		upstreams = append(upstreams, proxytest.StartInProcess(t, proxytest.Options{Verbosity: 1}).Addr)
-	}
+	f, stateDir := newFleet(t)
 	// A renew deadline above any restart: on a loaded 2-core machine a
 	// restart has taken 10.3 s, as long as the default deadline, and a
 	// leader that cannot renew in time exits by design (TestLostLeaseExits
 	// shows the exit). What is tested here is everything else riding out
 	// the outage.
-	op := startOperator(t, "operator", ns, "--providers=local", "--local-state-dir="+stateDir,
+	op := startOperator(t, "operator", f.ns, "--providers=local", "--local-state-dir="+stateDir,
 		"--leader-elect-lease-duration=45s", "--leader-elect-renew-deadline=30s")
 
 	rounds := []fleetChange{
@@ -60,7 +51,6 @@ func TestAPIServerRestartMidFlow(t *testing.T) {
 		rounds = append(rounds, fleetChange{createExternal: 5, moveExternal: 5, deleteExternal: 3, deleteManaged: 1, createManaged: 1})
 	}
 
-	f := &fleet{t: t, ns: ns, target: target, upstreams: upstreams, want: map[string]string{}}
 	_, logCtx := ktesting.NewTestContext(t)
 	for i, change := range rounds {
 		f.apply(change)
@@ -187,6 +177,20 @@ func (f *fleet) waitConverged(stateDir string, within time.Duration) {
 		}
 		return nil
 	})
+}
+
+// newFleet makes an empty fleet in a new namespace: a target for the health
+// checks, three real forward proxies for External Proxies to point at (an
+// endpoint edit moves a Proxy to the next one), and a state directory for
+// the local provider's instances, which are killed when the test ends.
+func newFleet(t *testing.T) (f *fleet, stateDir string) {
+	t.Helper()
+	f = &fleet{t: t, ns: newNamespace(t), target: proxytest.StartHTTPTarget(t).URL, want: map[string]string{}}
+	t.Cleanup(func() { killForwardProxies(t) })
+	for range 3 {
+		f.upstreams = append(f.upstreams, proxytest.StartInProcess(t, proxytest.Options{Verbosity: 1}).Addr)
+	}
+	return f, t.TempDir()
 }
 
 // names lists the wanted External and Managed Proxies, sorted.

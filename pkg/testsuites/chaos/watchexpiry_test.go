@@ -13,7 +13,6 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
-	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 // watchExpiredLine is what client-go's reflector logs (at -v=4) when a
@@ -29,22 +28,14 @@ const watchExpiredLine = `"Watch closed"`
 // again and converge on what was asked: nothing lost, no instance leaked or
 // duplicated, and nothing that did not change replaced or flipped.
 func TestWatchExpiryStorm(t *testing.T) {
-	ns := newNamespace(t)
-	stateDir := t.TempDir()
-	t.Cleanup(func() { killForwardProxies(t) })
-	target := proxytest.StartHTTPTarget(t).URL
-	var upstreams []string
-	for range 3 {
-		upstreams = append(upstreams, proxytest.StartInProcess(t, proxytest.Options{Verbosity: 1}).Addr)
-	}
+	f, stateDir := newFleet(t)
 	partition := operatortest.NewAPIPartition(t, shared.Get(t).Env)
 	// The partition and the restart together outlast the default renew
 	// deadline; a leader that cannot renew exits by design
 	// (TestLostLeaseExits). What is tested here is the informers' recovery.
-	op := startOperatorVia(t, partition.Kubeconfig, "operator", ns, "-v=4", "--providers=local", "--local-state-dir="+stateDir,
+	op := startOperatorVia(t, partition.Kubeconfig, "operator", f.ns, "-v=4", "--providers=local", "--local-state-dir="+stateDir,
 		"--leader-elect-lease-duration=2m", "--leader-elect-renew-deadline=90s")
 
-	f := &fleet{t: t, ns: ns, target: target, upstreams: upstreams, want: map[string]string{}}
 	f.apply(fleetChange{createExternal: scaled(20, 100), createManaged: 3})
 	f.waitConverged(stateDir, 2*time.Minute)
 	before := f.histories()
