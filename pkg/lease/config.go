@@ -57,6 +57,12 @@ type Config struct {
 	MaxLeasesPerOwner int
 	// Metrics receives measurements. Default: none.
 	Metrics Metrics
+	// LeadershipValidUntil, if set, says until when this replica surely
+	// still leads (on Clock's time): from then on the store grants and
+	// renews nothing, even in a term, until it moves on. It fences a leader
+	// cut off from the API server before a standby can take over
+	// (docs/decisions/0190-lease-store-fences-itself.md). Nil: never fenced.
+	LeadershipValidUntil func() time.Time
 }
 
 func (c Config) withDefaults() Config {

@@ -78,6 +78,7 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		}
 		writeError(w, http.StatusServiceUnavailable, code, unavailable.Reason.Error(), "")
 	case errors.Is(err, ErrNotLeader):
+		setRetryAfter(w, time.Second)
 		writeError(w, http.StatusServiceUnavailable, codeNotLeader, err.Error(), "")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errHorizon):
 		if errors.Is(err, errHorizon) {

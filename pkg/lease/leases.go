@@ -203,7 +203,7 @@ func outcomeOf(reason error) string {
 }
 
 func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now time.Time) (*lease, error) {
-	if !s.leading {
+	if !s.grantingLocked(now) {
 		return nil, ErrNotLeader
 	}
 	// Joining takes no capacity, so it needs no recovery: a session's next

@@ -42,7 +42,7 @@ func (s *Store) renewLocked(tok token, ttl time.Duration) (Lease, token, error) 
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	s.advanceLocked(now)
-	if !s.leading {
+	if !s.grantingLocked(now) {
 		return Lease{}, token{}, ErrNotLeader
 	}
 	l, err := s.findLocked(tok, now)

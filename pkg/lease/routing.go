@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"time"
 )
 
 // Routing: the API's routes on the standard library's ServeMux, and what
@@ -24,8 +25,10 @@ func (s *Server) routes() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.leading.Load() {
-			writeError(w, http.StatusServiceUnavailable, codeNotLeader, "this replica is not the leader", "")
+		// Fenced, it is unready too, so that the Service stops routing
+		// here before a standby leads.
+		if !s.leading.Load() || s.store.Fenced() {
+			writeNotLeading(w)
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "leading"})
@@ -64,6 +67,7 @@ func (s *Server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func writeNotLeading(w http.ResponseWriter) {
+	setRetryAfter(w, time.Second)
 	writeError(w, http.StatusServiceUnavailable, codeNotLeader, "this replica is not the leader of the lease API: retry through the Service, which routes to the leader", "")
 }
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
@@ -175,6 +176,7 @@ func (op *operator) addLeaderElection(o Options, cfg *rest.Config) error {
 		return fmt.Errorf("leader election client: %w", err)
 	}
 	op.electionWatchdog = leaderelection.NewLeaderHealthzAdaptor(leaderHealthzTolerance)
+	op.fence = newLeadershipFence(clock.RealClock{}, o.LeaderElectRenewDeadline)
 	return nil
 }
 
@@ -190,7 +192,7 @@ func (op *operator) addLeaseServer(ctx context.Context, o Options, c clients, pr
 		return fmt.Errorf("lease API authentication client: %w", err)
 	}
 	var feedSynced cache.InformerSynced
-	if op.leases, feedSynced, err = newLeaseServer(ctx, o, c.kube, authKube, proxyInformer, secretInformer.Lister(), op.metrics); err != nil {
+	if op.leases, feedSynced, err = newLeaseServer(ctx, o, c.kube, authKube, proxyInformer, secretInformer.Lister(), op.metrics, op.fence); err != nil {
 		return err
 	}
 	op.synced = append(op.synced, feedSynced)

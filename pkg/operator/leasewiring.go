@@ -17,8 +17,9 @@ import (
 
 // newLeaseServer builds the lease API: the store fed by the Proxy informer,
 // the authenticator of --lease-auth, credentials from the spec.auth Secrets,
-// and the horizon a successor reads after a leader change.
-func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.Interface, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics) (*lease.Server, cache.InformerSynced, error) {
+// the horizon a successor reads after a leader change, and the fence of the
+// leader election (nil without one).
+func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.Interface, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics, fence *leadershipFence) (*lease.Server, cache.InformerSynced, error) {
 	// Every replica signs and verifies lease IDs with one key, created by
 	// the first replica to start.
 	var key []byte
@@ -39,6 +40,8 @@ func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.In
 		MaxLeasesPerOwner: o.LeaseMaxPerIdentity,
 		MaxSessions:       o.LeaseMaxSessions,
 		MaxCooldowns:      o.LeaseMaxCooldowns,
+
+		LeadershipValidUntil: fence.validUntilFunc(),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("lease store: %w", err)

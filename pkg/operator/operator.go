@@ -149,6 +149,9 @@ type operator struct {
 	// electionWatchdog fails /healthz while this replica holds the leader
 	// lease but has stopped renewing it; nil without leader election.
 	electionWatchdog *leaderelection.HealthzAdaptor
+	// fence stops the lease store once this replica may no longer lead
+	// (fence.go); nil without leader election.
+	fence *leadershipFence
 }
 
 // run starts the informers, then runs the metrics server and the leader
@@ -248,11 +251,11 @@ func (op *operator) runElected(ctx context.Context) error {
 
 	started := make(chan struct{})
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
+		Lock: op.fence.wrap(&resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: op.opts.LeaderElectNamespace, Name: LeaseName},
 			Client:     op.electionClient.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-		},
+		}),
 		LeaseDuration:   op.opts.LeaderElectLeaseDuration,
 		RenewDeadline:   op.opts.LeaderElectRenewDeadline,
 		RetryPeriod:     op.opts.LeaderElectRetryPeriod,
