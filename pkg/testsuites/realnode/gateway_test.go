@@ -26,7 +26,9 @@ func gatewayKeepsASession(t *testing.T, s *suite) {
 	var seen []string
 	through := func() {
 		t.Helper()
-		body, err := curl("-x", gateway, "--proxy-user", "ns-"+crawlNamespace+"+pool-"+pool+"+session-e2e:"+s.token, target)
+		// A crawler retries a 503 after its Retry-After: the pool's members
+		// turned Ready just before, and a first acquire has met a 503 then.
+		body, err := curl("--retry", "5", "--retry-delay", "1", "-x", gateway, "--proxy-user", "ns-"+crawlNamespace+"+pool-"+pool+"+session-e2e:"+s.token, target)
 		if err != nil {
 			t.Fatal(err)
 		}

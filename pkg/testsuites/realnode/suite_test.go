@@ -191,6 +191,7 @@ func TestRealNode(t *testing.T) {
 		{"the kubelet, containerd, etcd and the API server restart under running proxies", nodeAgentsRestart},
 		{"the standby leads when the leader's Pod is deleted or its container killed", leaderFailover},
 		{"a leader cut off from the API server stops; the standby leads; nothing granted twice", leaderPartitioned},
+		{"an operator Pod over its memory request is evicted under memory pressure; a leader renews", operatorEvicted},
 		{"helm upgrade rolls the Pods one at a time, the lease lives on", upgradeRolls},
 		{"uninstall leaves no proxy Pods, Secrets or NetworkPolicies", uninstallLeavesNothing},
 		{"kubectl apply -k installs the same operator", kustomizeInstalls},
@@ -210,13 +211,15 @@ func (s *suite) clean(t *testing.T) {
 	_, _ = s.try("kubectl", "delete", "namespace", crawlNamespace, targetNamespace, operatorNamespace, "--timeout=90s", "--ignore-not-found")
 }
 
-// dumpState logs what explains a failure: Pods, events and the operator's logs.
+// dumpState logs what explains a failure: Pods, events, the operator's and
+// the gateways' logs.
 func (s *suite) dumpState(t *testing.T) {
 	for _, args := range [][]string{
 		{"get", "pods", "-A", "-o", "wide"},
 		{"get", "proxies,proxypools,secrets,networkpolicies", "-A", "-o", "wide"},
 		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
 		{"logs", "-n", operatorNamespace, "-l", operatorSelector, "--tail=60", "--prefix"},
+		{"logs", "-n", operatorNamespace, "-l", "app.kubernetes.io/name=proxy-operator-gateway", "--tail=30", "--prefix"},
 	} {
 		out, _ := s.try("kubectl", args...)
 		t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
