@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 )
 
@@ -91,17 +92,28 @@ func (n node) clientArgs(user string) []string {
 	return []string{"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc}
 }
 
+// kubelet reads its drop-in folder after its config: the eviction
+// thresholds live there, so that a test (the realnode suite's memory-pressure
+// step) can override them with a later file and a restart.
 func (n node) kubelet() component {
 	config := n.path("kubelet", "config.yaml")
+	eviction := n.path("kubelet", "config.d", "10-eviction.conf")
 	return component{Name: "kubelet", Bin: n.bin("kubelet"), Args: []string{
 		"--config=" + config,
+		"--config-dir=" + filepath.Dir(eviction),
 		"--kubeconfig=" + n.kubeconfig("kubelet"),
 		"--root-dir=" + n.path("kubelet", "root"),
 		"--cert-dir=" + n.path("kubelet", "pki"),
 		"--hostname-override=" + n.Name,
 		"--node-ip=" + n.IP.String(),
-	}, Files: map[string]string{config: n.kubeletConfig()}}
+	}, Files: map[string]string{config: n.kubeletConfig(), eviction: kubeletEviction}}
 }
+
+// kubeletEviction is the node's eviction drop-in (see kubelet).
+const kubeletEviction = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+evictionHard: {memory.available: 100Mi, nodefs.available: 2%, imagefs.available: 2%}
+`
 
 // kubeletConfig: the settings testenv-notes.md ("A real node") found necessary
 // on cgroup v1 without systemd, and nothing the node does not need.
@@ -126,7 +138,6 @@ func (n node) kubeletConfig() string {
 		"serializeImagePulls: false",
 		// Images are imported, never pulled: keep them however full the disk is.
 		"imageGCHighThresholdPercent: 100",
-		"evictionHard: {memory.available: 100Mi, nodefs.available: 2%, imagefs.available: 2%}",
 		"",
 	}, "\n")
 }

@@ -137,6 +137,8 @@ spec:
     image: ghcr.io/proxyfleet/echo:%[2]s
     imagePullPolicy: Never
     ports: [{containerPort: 8080}]
+    # Within its request, so that memory pressure evicts others first.
+    resources: {requests: {cpu: 10m, memory: 16Mi}}
 `, targetNamespace, s.version))
 	waitFor(t, time.Minute, "echo Pod Running", func(ctx context.Context) error {
 		p, err := s.kube.CoreV1().Pods(targetNamespace).Get(ctx, "echo", metav1.GetOptions{})
