@@ -71,17 +71,18 @@ type fencedLock struct {
 }
 
 func (l *fencedLock) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
-	sent := l.fence.clock.Now()
-	if err := l.Interface.Create(ctx, rec); err != nil {
-		return err
-	}
-	l.fence.record(sent, rec.HolderIdentity, l.Identity())
-	return nil
+	return l.tracked(rec, func() error { return l.Interface.Create(ctx, rec) })
 }
 
 func (l *fencedLock) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	return l.tracked(rec, func() error { return l.Interface.Update(ctx, rec) })
+}
+
+// tracked runs the write of rec and, if it succeeded, records it with the
+// time it was sent.
+func (l *fencedLock) tracked(rec resourcelock.LeaderElectionRecord, write func() error) error {
 	sent := l.fence.clock.Now()
-	if err := l.Interface.Update(ctx, rec); err != nil {
+	if err := write(); err != nil {
 		return err
 	}
 	l.fence.record(sent, rec.HolderIdentity, l.Identity())
