@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -128,6 +130,14 @@ func TestSessionRenewsWhileUsedAndLapsesWhenIdle(t *testing.T) {
 	if len(held) != 1 {
 		t.Fatalf("session holds %d leases", len(held))
 	}
+	// The session was last used when its connection left it, which may
+	// come after the answer was read: wait for that before moving the clock.
+	eventually.Check(t, 10*time.Second, 10*time.Millisecond, "the connection leaving its session", func(context.Context) error {
+		if n := u.gw.OpenSessionConnections(); n != 0 {
+			return fmt.Errorf("%d connections open", n)
+		}
+		return nil
+	})
 	// Past half the TTL, the janitor renews: the lease lives on past its first expiry.
 	u.clock.Step(20 * time.Second)
 	u.gw.Tidy(t.Context())
