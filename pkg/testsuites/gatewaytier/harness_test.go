@@ -251,18 +251,6 @@ func (s *tierSetup) sessionUpstream(ctx context.Context, session string) (string
 	return proxies[0], nil
 }
 
-// rotatingLeases counts the live leases without a session.
-func (s *tierSetup) rotatingLeases(ctx context.Context) (int, error) {
-	ls, err := s.leases(ctx)
-	n := 0
-	for _, l := range ls {
-		if l.Session == "" {
-			n++
-		}
-	}
-	return n, err
-}
-
 func poll(t *testing.T, what string, timeout time.Duration, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
