@@ -312,15 +312,15 @@ func (s *Store) Leading() bool {
 // Fenced reports whether the store refuses grants and renewals now because
 // this replica's leadership may have passed to another (see
 // Config.LeadershipValidUntil). It takes no lock.
-func (s *Store) Fenced() bool {
-	return s.cfg.LeadershipValidUntil != nil && !s.clock.Now().Before(s.cfg.LeadershipValidUntil())
+func (s *Store) Fenced() bool { return s.fencedAt(s.clock.Now()) }
+
+func (s *Store) fencedAt(now time.Time) bool {
+	return s.cfg.LeadershipValidUntil != nil && !now.Before(s.cfg.LeadershipValidUntil())
 }
 
 // grantingLocked reports whether the store may grant or renew at now: it is
 // in a term and not fenced.
-func (s *Store) grantingLocked(now time.Time) bool {
-	return s.leading && (s.cfg.LeadershipValidUntil == nil || now.Before(s.cfg.LeadershipValidUntil()))
-}
+func (s *Store) grantingLocked(now time.Time) bool { return s.leading && !s.fencedAt(now) }
 
 // Advance applies what time has done: expiries, ended cool-downs, the end
 // of recovery. Every operation does this first; a janitor calls it so that
