@@ -129,6 +129,15 @@ HEALTHAB
     echo
     go run ./pkg/testsuites/bench/leaseapi -baseline-ref "$fold_ab_ref"
     echo
+    cat <<'LEASEAB'
+What was kept and why (issue 34, [0171](decisions/0171-lease-path-plain-again.md)): each of the lease path's
+speed-ups, put back alone, saved under 10% of the operator's CPU per pair (routing none, the JSON encoder 4%,
+the decoder 7%, lease IDs and the store's free lists together 9%; docs/benchmarks-runs.md, "Issue 34's
+fold-back"), so all stay folded: encoding/json both ways, ServeMux patterns, HMAC-SHA256 lease IDs, a store
+without free lists. Together they cost what the A/B above shows. A plainer decoder (the body read whole,
+`json.Valid`, one walk) saved 3% and was not kept either (docs/benchmarks-runs.md, "The lease path again").
+LEASEAB
+    echo
     cat <<'STORY'
 #### Where the time went (the profile's story)
 
