@@ -7,13 +7,11 @@ package gce_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -110,42 +108,6 @@ func startVMProxy(t *testing.T, ip string) int32 {
 	return int32(l.Addr().(*net.TCPAddr).Port)
 }
 
-func (h *harness) waitProvisioned(name string) *crawlv1alpha1.Proxy {
-	h.T.Helper()
-	var p *crawlv1alpha1.Proxy
-	h.Eventually(30*time.Second, name+" provisioned", func() (bool, string) {
-		p = h.Get(name)
-		return meta.IsStatusConditionTrue(p.Status.Conditions, crawlv1alpha1.ConditionProvisioned), fmt.Sprintf("conditions %+v", p.Status.Conditions)
-	})
-	return p
-}
-
-// probe fetches the loopback target through the proxy at the Proxy's
-// status address, reports the verdict, and waits for the phase it implies.
-func (h *harness) probe(name string) *crawlv1alpha1.Proxy {
-	h.T.Helper()
-	p := h.Get(name)
-	addr := net.JoinHostPort(p.Status.IP, fmt.Sprint(p.Status.Port))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	start := time.Now()
-	res, err := proxytest.Fetch(ctx, &url.URL{Scheme: "http", Host: addr}, h.target+"/echo", nil)
-	if err != nil || res.Status != http.StatusOK {
-		h.T.Fatalf("request through %s: status %d, %v", addr, res.Status, err)
-	}
-	var echo proxytest.Echo
-	if err := json.Unmarshal(res.Body, &echo); err != nil || len(echo.Header.Values("Via")) == 0 {
-		h.T.Fatalf("the target saw no Via header (%v): the request did not go through the proxy: %s", err, res.Body)
-	}
-	h.Health.Set(h.Key(name), controller.HealthVerdict{Address: addr, Healthy: true, Message: "fetched through the proxy", Latency: time.Since(start), CheckedAt: time.Now()})
-	var got *crawlv1alpha1.Proxy
-	h.Eventually(20*time.Second, name+" Ready", func() (bool, string) {
-		got = h.Get(name)
-		return got.Status.Phase == crawlv1alpha1.PhaseReady, fmt.Sprintf("phase %q, conditions %+v", got.Status.Phase, got.Status.Conditions)
-	})
-	return got
-}
-
 func gceProxy(name string, port int32) *crawlv1alpha1.Proxy {
 	return &crawlv1alpha1.Proxy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -167,7 +129,7 @@ func TestControllerCreatesVMThatBecomesReady(t *testing.T) {
 	spec.Spec.GCE.Spot = true
 	created := h.Create(spec)
 
-	p := h.waitProvisioned("p1")
+	p := h.WaitProvisioned("p1")
 	name := provider.InstanceName(created.UID)
 	// status.providerID may carry the provider's name in front of the ID.
 	if want := gcetest.DefaultProject + "/" + defaultZone + "/" + name; !strings.HasSuffix(p.Status.ProviderID, want) {
@@ -176,7 +138,7 @@ func TestControllerCreatesVMThatBecomesReady(t *testing.T) {
 	if p.Status.IP != ip || p.Status.Port != port {
 		t.Errorf("status address %s:%d, want %s:%d", p.Status.IP, p.Status.Port, ip, port)
 	}
-	h.probe("p1")
+	h.ProbeReady("p1", h.target)
 
 	vm, ok := fake.Instance(gcetest.DefaultProject, defaultZone, name)
 	if !ok {
@@ -221,8 +183,8 @@ func TestControllerReplacesVMOnSpecChange(t *testing.T) {
 	h := startController(t, fake)
 	port := startVMProxy(t, ip)
 	created := h.Create(gceProxy("p1", port))
-	h.waitProvisioned("p1")
-	h.probe("p1")
+	h.WaitProvisioned("p1")
+	h.ProbeReady("p1", h.target)
 	name := provider.InstanceName(created.UID)
 
 	h.Update("p1", func(p *crawlv1alpha1.Proxy) { p.Spec.GCE.MachineType = "e2-medium" })
@@ -236,7 +198,7 @@ func TestControllerReplacesVMOnSpecChange(t *testing.T) {
 				meta.IsStatusConditionTrue(p.Status.Conditions, crawlv1alpha1.ConditionProvisioned),
 			fmt.Sprintf("VM %s %s, conditions %+v", vm.MachineType, vm.Status, p.Status.Conditions)
 	})
-	h.probe("p1")
+	h.ProbeReady("p1", h.target)
 	if n := len(fake.Instances()); n != 1 {
 		t.Errorf("%d VMs after the replace, want exactly 1", n)
 	}
@@ -270,8 +232,8 @@ func TestControllerQuotaExceededThenRecovers(t *testing.T) {
 	})
 
 	fake.SetFault(gcetest.MethodInsert, nil)
-	h.waitProvisioned("p1")
-	h.probe("p1")
+	h.WaitProvisioned("p1")
+	h.ProbeReady("p1", h.target)
 	if n := len(fake.Instances()); n != 1 {
 		t.Errorf("%d VMs, want 1", n)
 	}
@@ -287,8 +249,8 @@ func TestGCCollectsOrphanedVM(t *testing.T) {
 	h := startController(t, fake)
 	port := startVMProxy(t, ip)
 	live := h.Create(gceProxy("live", port))
-	h.waitProvisioned("live")
-	h.probe("live")
+	h.WaitProvisioned("live")
+	h.ProbeReady("live", h.target)
 	ctx := context.Background()
 
 	// An orphan left by a crash between Create and the status write of a
