@@ -32,6 +32,12 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=crawl.proxyfleet.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithKind("AWSImage"):
+		return &crawlv1alpha1.AWSImageApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("AWSProvider"):
+		return &crawlv1alpha1.AWSProviderApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("AWSSpot"):
+		return &crawlv1alpha1.AWSSpotApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CloudInit"):
 		return &crawlv1alpha1.CloudInitApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Endpoint"):

@@ -33,6 +33,9 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSImage":            schema_pkg_apis_crawl_v1alpha1_AWSImage(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider":         schema_pkg_apis_crawl_v1alpha1_AWSProvider(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSSpot":             schema_pkg_apis_crawl_v1alpha1_AWSSpot(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit":           schema_pkg_apis_crawl_v1alpha1_CloudInit(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint":            schema_pkg_apis_crawl_v1alpha1_Endpoint(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider":         schema_pkg_apis_crawl_v1alpha1_GCEProvider(ref),
@@ -363,6 +366,151 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		runtime.TypeMeta{}.OpenAPIModelName():                                              schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
 		runtime.Unknown{}.OpenAPIModelName():                                               schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
 		version.Info{}.OpenAPIModelName():                                                  schema_k8sio_apimachinery_pkg_version_Info(ref),
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_AWSImage(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AWSImage names an AMI: exactly one of id or ssmParameter.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"id": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ID is an AMI ID of the region, such as ami-0123456789abcdef0.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"ssmParameter": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SSMParameter is the name of an SSM parameter holding an AMI ID, such as the public /aws/service/debian/release/12/latest/amd64; EC2 resolves it at launch, so each new instance boots the latest image.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_AWSProvider(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AWSProvider holds the settings of an EC2 instance. An empty region falls back to the operator's --aws-region (docs/aws.md).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"region": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Region is the AWS Region, such as eu-west-1. Default: the operator's --aws-region.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"instanceTypes": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "InstanceTypes are tried in order: the next one when EC2 has no capacity for one (InsufficientInstanceCapacity) or does not offer it in the subnet's zone (Unsupported).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"subnetIDs": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "SubnetIDs are the subnets an instance may go to; each Proxy starts at one chosen from its UID, so a fleet spreads over the subnets (and their availability zones), and moves on to the next on a capacity error. Empty: EC2 picks a default subnet of the region's default VPC.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"securityGroupIDs": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "SecurityGroupIDs are attached to the instance. They must admit the proxy port from the operator and from the crawlers (docs/aws.md). Empty: the VPC's default security group.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"image": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Image is the AMI the instance boots. Default: the SSM public parameter of Debian 12 on amd64.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSImage"),
+						},
+					},
+					"spot": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spot asks for a Spot instance: cheaper, and interrupted when EC2 needs the capacity back (the operator then replaces it). Unset: on-demand.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSSpot"),
+						},
+					},
+					"port": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Port is the TCP port the proxy listens on in the instance (set up by cloud-init).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSImage", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSSpot"},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_AWSSpot(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AWSSpot holds the settings of a Spot instance.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"maxPrice": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxPrice is the most to pay per instance-hour, in US dollars, such as \"0.0050\". Unset: up to the on-demand price (AWS's recommendation).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
 	}
 }
 
@@ -1474,10 +1622,10 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 					},
 					"provider": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Provider creates the instance of a Managed proxy: kubernetes (a Pod), local (a process on the operator's host, for development) or gce (a Compute Engine VM). Required when mode is Managed, forbidden when External. Changing it replaces the instance.\n\nPossible enum values:\n - `\"gce\"` runs each instance as a Compute Engine VM.\n - `\"kubernetes\"` runs each instance as a Pod in the Proxy's namespace.\n - `\"local\"` runs each instance as a forward-proxy process on the operator's host (development).",
+							Description: "Provider creates the instance of a Managed proxy: kubernetes (a Pod), local (a process on the operator's host, for development), gce (a Compute Engine VM) or aws (an EC2 instance). Required when mode is Managed, forbidden when External. Changing it replaces the instance.\n\nPossible enum values:\n - `\"aws\"` runs each instance as an EC2 instance.\n - `\"gce\"` runs each instance as a Compute Engine VM.\n - `\"kubernetes\"` runs each instance as a Pod in the Proxy's namespace.\n - `\"local\"` runs each instance as a forward-proxy process on the operator's host (development).",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"gce", "kubernetes", "local"},
+							Enum:        []interface{}{"aws", "gce", "kubernetes", "local"},
 						},
 					},
 					"kubernetes": {
@@ -1496,6 +1644,12 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 						SchemaProps: spec.SchemaProps{
 							Description: "GCE holds settings for the gce provider.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider"),
+						},
+					},
+					"aws": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AWS holds settings for the aws provider.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider"),
 						},
 					},
 					"cloudInit": {
@@ -1540,7 +1694,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress"},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress"},
 	}
 }
 

@@ -75,6 +75,14 @@ func withDocumentedDefaults(s crawlv1alpha1.ProxySpec) crawlv1alpha1.ProxySpec {
 			g.Port = 3128
 		}
 	}
+	if a := s.AWS; a != nil {
+		if len(a.InstanceTypes) == 0 {
+			a.InstanceTypes = []string{"t3.micro"}
+		}
+		if a.Port == 0 {
+			a.Port = 3128
+		}
+	}
 	if c := s.CloudInit; c != nil && c.SecretRef != nil && c.SecretRef.Key == "" {
 		c.SecretRef.Key = "user-data"
 	}
@@ -188,6 +196,25 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 				Network:     "default", Subnetwork: "proxies", NetworkTags: []string{"proxy-3128"}, Spot: true, Port: 3129,
 			},
 			CloudInit:   &crawlv1alpha1.CloudInit{Inline: ptr.To("#cloud-config\n")},
+			HealthCheck: hc,
+			MaxLeases:   1,
+		}),
+		proxy("ec2", crawlv1alpha1.ProxySpec{
+			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderAWS,
+			AWS: &crawlv1alpha1.AWSProvider{
+				Region: "eu-west-1", InstanceTypes: []string{"t3.micro", "t3a.micro"},
+				SubnetIDs: []string{"subnet-0a0a0a0a0a0a0a0a0"}, SecurityGroupIDs: []string{"sg-0123456789abcdef0"},
+				Image: &crawlv1alpha1.AWSImage{ID: "ami-0123456789abcdef0"}, Spot: &crawlv1alpha1.AWSSpot{MaxPrice: "0.0040"}, Port: 3129,
+			},
+			CloudInit:   &crawlv1alpha1.CloudInit{Inline: ptr.To("#cloud-config\n")},
+			HealthCheck: hc,
+			MaxLeases:   1,
+		}),
+		proxy("ec2-ssm", crawlv1alpha1.ProxySpec{
+			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderAWS,
+			AWS: &crawlv1alpha1.AWSProvider{
+				InstanceTypes: []string{"t3.micro"}, Image: &crawlv1alpha1.AWSImage{SSMParameter: "/aws/service/debian/release/12/latest/amd64"}, Port: 3128,
+			},
 			HealthCheck: hc,
 			MaxLeases:   1,
 		}),

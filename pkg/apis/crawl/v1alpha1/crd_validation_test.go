@@ -39,7 +39,16 @@ func TestInvalidProxiesAreRejected(t *testing.T) {
 		"External without endpoint":        {spec: `{mode: External}`, wantField: "spec.endpoint"},
 		"Managed without provider":         {spec: `{mode: Managed}`, wantField: "spec.provider"},
 		"default mode without provider":    {spec: `{maxLeases: 2}`, wantField: "spec.provider"},
-		"unknown provider":                 {spec: `{provider: aws}`, wantField: "spec.provider"},
+		"unknown provider":                 {spec: `{provider: azure}`, wantField: "spec.provider"},
+		"aws block, gce provider":          {spec: `{provider: gce, aws: {region: eu-west-1}}`, wantField: "spec.aws"},
+		"aws region not a region":          {spec: `{provider: aws, aws: {region: Europe}}`, wantField: "spec.aws.region"},
+		"aws no instance types":            {spec: `{provider: aws, aws: {instanceTypes: []}}`, wantField: "spec.aws.instanceTypes"},
+		"aws instance type malformed":      {spec: `{provider: aws, aws: {instanceTypes: [t3.micro, "T3 micro"]}}`, wantField: "spec.aws.instanceTypes[1]"},
+		"aws subnet not a subnet ID":       {spec: `{provider: aws, aws: {subnetIDs: [vpc-0123456789abcdef0]}}`, wantField: "spec.aws.subnetIDs[0]"},
+		"aws security group not an ID":     {spec: `{provider: aws, aws: {securityGroupIDs: [default]}}`, wantField: "spec.aws.securityGroupIDs[0]"},
+		"aws image id and ssmParameter":    {spec: `{provider: aws, aws: {image: {id: ami-0123456789abcdef0, ssmParameter: /a/b}}}`, wantField: "spec.aws.image"},
+		"aws image id malformed":           {spec: `{provider: aws, aws: {image: {id: ubuntu}}}`, wantField: "spec.aws.image.id"},
+		"aws spot price not a number":      {spec: `{provider: aws, aws: {spot: {maxPrice: cheap}}}`, wantField: "spec.aws.spot.maxPrice"},
 		"External with provider":           {spec: `{mode: External, provider: local, endpoint: {host: h, port: 1}}`, wantField: "spec.provider"},
 		"External with cloudInit":          {spec: `{mode: External, endpoint: {host: h, port: 1}, cloudInit: {inline: x}}`, wantField: "spec.cloudInit"},
 		"Managed with endpoint":            {spec: `{provider: local, endpoint: {host: h, port: 1}}`, wantField: "spec.endpoint"},
@@ -108,6 +117,8 @@ func TestValidMinimalProxiesAreAccepted(t *testing.T) {
 	for name, spec := range map[string]string{
 		"external": validExternal, "managed": validManaged,
 		"managed-with-egress": `{provider: local, egress: {allowCIDRs: ["10.20.0.0/16", "fd00:1::/64"], denyCIDRs: ["10.20.3.0/24"]}}`,
+		"aws": `{provider: aws, aws: {region: eu-west-1, instanceTypes: [t3.micro, t3a.micro], subnetIDs: [subnet-0a0a0a0a0a0a0a0a0],
+			securityGroupIDs: [sg-0123456789abcdef0], image: {ssmParameter: /aws/service/debian/release/12/latest/amd64}, spot: {maxPrice: "0.0040"}}}`,
 	} {
 		if _, err := client.Create(ctx, proxyObject(t, name, spec), metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil {
 			t.Errorf("%s: %v", name, err)

@@ -58,6 +58,8 @@ const (
 	ProviderLocal ProviderName = "local"
 	// ProviderGCE runs each instance as a Compute Engine VM.
 	ProviderGCE ProviderName = "gce"
+	// ProviderAWS runs each instance as an EC2 instance.
+	ProviderAWS ProviderName = "aws"
 )
 
 // ProxySpec is the desired state of a Proxy.
@@ -71,6 +73,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.kubernetes) || (has(self.provider) && self.provider == 'kubernetes')",message="spec.kubernetes is only allowed when spec.provider is kubernetes",fieldPath=".kubernetes",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.local) || (has(self.provider) && self.provider == 'local')",message="spec.local is only allowed when spec.provider is local",fieldPath=".local",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.gce) || (has(self.provider) && self.provider == 'gce')",message="spec.gce is only allowed when spec.provider is gce",fieldPath=".gce",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.aws) || (has(self.provider) && self.provider == 'aws')",message="spec.aws is only allowed when spec.provider is aws",fieldPath=".aws",reason=FieldValueForbidden
 type ProxySpec struct {
 	// Mode says who runs the proxy: Managed (the operator creates the instance
 	// through spec.provider) or External (an existing proxy at spec.endpoint).
@@ -82,10 +85,10 @@ type ProxySpec struct {
 	Mode ProxyMode `json:"mode,omitempty"`
 
 	// Provider creates the instance of a Managed proxy: kubernetes (a Pod),
-	// local (a process on the operator's host, for development) or gce (a
-	// Compute Engine VM). Required when mode is Managed, forbidden when External.
-	// Changing it replaces the instance.
-	// +kubebuilder:validation:Enum=kubernetes;local;gce
+	// local (a process on the operator's host, for development), gce (a
+	// Compute Engine VM) or aws (an EC2 instance). Required when mode is
+	// Managed, forbidden when External. Changing it replaces the instance.
+	// +kubebuilder:validation:Enum=kubernetes;local;gce;aws
 	// +optional
 	Provider ProviderName `json:"provider,omitempty"`
 
@@ -100,6 +103,10 @@ type ProxySpec struct {
 	// GCE holds settings for the gce provider.
 	// +optional
 	GCE *GCEProvider `json:"gce,omitempty"`
+
+	// AWS holds settings for the aws provider.
+	// +optional
+	AWS *AWSProvider `json:"aws,omitempty"`
 
 	// CloudInit is the user-data that configures a Managed instance at boot.
 	// Its content is part of the instance's identity: changing it, or the

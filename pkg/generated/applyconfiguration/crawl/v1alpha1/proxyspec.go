@@ -32,9 +32,9 @@ type ProxySpecApplyConfiguration struct {
 	// Immutable.
 	Mode *crawlv1alpha1.ProxyMode `json:"mode,omitempty"`
 	// Provider creates the instance of a Managed proxy: kubernetes (a Pod),
-	// local (a process on the operator's host, for development) or gce (a
-	// Compute Engine VM). Required when mode is Managed, forbidden when External.
-	// Changing it replaces the instance.
+	// local (a process on the operator's host, for development), gce (a
+	// Compute Engine VM) or aws (an EC2 instance). Required when mode is
+	// Managed, forbidden when External. Changing it replaces the instance.
 	Provider *crawlv1alpha1.ProviderName `json:"provider,omitempty"`
 	// Kubernetes holds settings for the kubernetes provider.
 	Kubernetes *KubernetesProviderApplyConfiguration `json:"kubernetes,omitempty"`
@@ -42,6 +42,8 @@ type ProxySpecApplyConfiguration struct {
 	Local *crawlv1alpha1.LocalProvider `json:"local,omitempty"`
 	// GCE holds settings for the gce provider.
 	GCE *GCEProviderApplyConfiguration `json:"gce,omitempty"`
+	// AWS holds settings for the aws provider.
+	AWS *AWSProviderApplyConfiguration `json:"aws,omitempty"`
 	// CloudInit is the user-data that configures a Managed instance at boot.
 	// Its content is part of the instance's identity: changing it, or the
 	// Secret it names, replaces the instance. Forbidden when mode is External.
@@ -109,6 +111,14 @@ func (b *ProxySpecApplyConfiguration) WithLocal(value crawlv1alpha1.LocalProvide
 // If called multiple times, the GCE field is set to the value of the last call.
 func (b *ProxySpecApplyConfiguration) WithGCE(value *GCEProviderApplyConfiguration) *ProxySpecApplyConfiguration {
 	b.GCE = value
+	return b
+}
+
+// WithAWS sets the AWS field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the AWS field is set to the value of the last call.
+func (b *ProxySpecApplyConfiguration) WithAWS(value *AWSProviderApplyConfiguration) *ProxySpecApplyConfiguration {
+	b.AWS = value
 	return b
 }
 
