@@ -47,6 +47,9 @@ const (
 	DeletionPoll = 5 * time.Second
 	// DriftPoll: how often a running instance is re-checked (stopped, vanished).
 	DriftPoll = 2 * time.Minute
+	// InterruptiblePoll: how often a running instance that may get an
+	// interruption notice is re-checked; EC2 gives two minutes' notice.
+	InterruptiblePoll = 30 * time.Second
 	// QuotaRetry: the fixed retry of a create refused for quota; backoff
 	// would grow past the moment quota frees.
 	QuotaRetry = time.Minute

@@ -193,8 +193,20 @@ func (c *Controller) applyInstance(ctx context.Context, p *crawlv1alpha1.Proxy, 
 	switch inst.State {
 	case provider.StateRunning:
 		p.Status.IP, p.Status.Port = inst.IP, inst.Port
-		c.setProvisioned(p, metav1.ConditionTrue, ReasonCreated, fmt.Sprintf("instance %s is running at %s", id, proxyaccess.Address(inst.IP, inst.Port)))
+		msg := fmt.Sprintf("instance %s is running at %s", id, proxyaccess.Address(inst.IP, inst.Port))
+		if inst.Interruption != "" {
+			if err := c.drainInterrupted(ctx, p, inst.Interruption); err != nil {
+				return done, err
+			}
+			msg += fmt.Sprintf("; %s: draining, no new leases", inst.Interruption)
+		} else if err := c.undrainReplaced(ctx, p); err != nil {
+			return done, err
+		}
+		c.setProvisioned(p, metav1.ConditionTrue, ReasonCreated, msg)
 		c.applyHealth(ctx, p)
+		if inst.Interruptible {
+			return min(c.driftPoll, InterruptiblePoll), nil
+		}
 		return c.driftPoll, nil
 	case provider.StateStopped:
 		// Instances are cattle: a stopped one is deleted and created anew.
@@ -215,6 +227,40 @@ func (c *Controller) applyInstance(ctx context.Context, p *crawlv1alpha1.Proxy, 
 		c.setProvisioned(p, metav1.ConditionFalse, ReasonProvisioning, msg)
 		return c.provisioningPoll, nil
 	}
+}
+
+// drainInterrupted marks a Proxy whose instance has an interruption notice
+// as draining, as a pool marks a member it replaces: the lease API grants
+// no new lease on it while its live leases renew, and a pool makes a new
+// member in its place and deletes this one once drained. The instance is
+// not deleted here: it serves until the provider takes it.
+func (c *Controller) drainInterrupted(ctx context.Context, p *crawlv1alpha1.Proxy, notice string) error {
+	if _, ok := p.Annotations[crawlv1alpha1.DrainingAnnotation]; ok {
+		return nil
+	}
+	klog.FromContext(ctx).Info("Instance interrupted; draining the Proxy", "instance", p.Status.ProviderID, "notice", notice)
+	c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonInterrupted, "Instance %s: %s; no new leases on it until it is replaced", p.Status.ProviderID, notice)
+	return c.updateMetadata(ctx, p, func(p *crawlv1alpha1.Proxy) {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[crawlv1alpha1.DrainingAnnotation] = c.clock.Now().UTC().Format(time.RFC3339)
+		p.Annotations[crawlv1alpha1.DrainReasonAnnotation] = ReasonInterrupted
+	})
+}
+
+// undrainReplaced lifts the drain of an interruption from a standalone
+// Proxy whose instance runs without a notice: the interrupted one was
+// replaced. A pool member stays draining: its pool deletes it.
+func (c *Controller) undrainReplaced(ctx context.Context, p *crawlv1alpha1.Proxy) error {
+	if p.Annotations[crawlv1alpha1.DrainReasonAnnotation] != ReasonInterrupted || isPoolMember(p) {
+		return nil
+	}
+	klog.FromContext(ctx).Info("The interrupted instance was replaced; leasing the Proxy again", "instance", p.Status.ProviderID)
+	return c.updateMetadata(ctx, p, func(p *crawlv1alpha1.Proxy) {
+		delete(p.Annotations, crawlv1alpha1.DrainingAnnotation)
+		delete(p.Annotations, crawlv1alpha1.DrainReasonAnnotation)
+	})
 }
 
 // deleteUnlessGoing asks the provider to delete inst unless it is already

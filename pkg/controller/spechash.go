@@ -18,6 +18,7 @@ type hashedSpec struct {
 	Kubernetes *crawlv1alpha1.KubernetesProvider `json:"kubernetes,omitempty"`
 	Local      *crawlv1alpha1.LocalProvider      `json:"local,omitempty"`
 	GCE        *crawlv1alpha1.GCEProvider        `json:"gce,omitempty"`
+	AWS        *crawlv1alpha1.AWSProvider        `json:"aws,omitempty"`
 	Endpoint   *crawlv1alpha1.Endpoint           `json:"endpoint,omitempty"`
 	Auth       *crawlv1alpha1.ProxyAuth          `json:"auth,omitempty"`
 	// Egress is passed to the instance as flags: a change replaces it.
@@ -40,6 +41,7 @@ func specHash(spec crawlv1alpha1.ProxySpec, cloudInit []byte, credentialsDigest 
 		Kubernetes: spec.Kubernetes,
 		Local:      spec.Local,
 		GCE:        spec.GCE,
+		AWS:        spec.AWS,
 		Endpoint:   spec.Endpoint,
 		Auth:       spec.Auth,
 		Egress:     spec.Egress,

@@ -37,9 +37,12 @@ const (
 	ReasonDeleted          = "Deleted"
 	ReasonInstanceVanished = "InstanceVanished"
 	ReasonInstanceStopped  = "InstanceStopped"
-	ReasonProviderError    = "ProviderError"
-	ReasonHealthy          = "Healthy"
-	ReasonUnhealthy        = "Unhealthy"
+	// ReasonInterrupted is the event of an interruption notice, and the
+	// drain-reason annotation it writes.
+	ReasonInterrupted   = "Interrupted"
+	ReasonProviderError = "ProviderError"
+	ReasonHealthy       = "Healthy"
+	ReasonUnhealthy     = "Unhealthy"
 )
 
 // statusWriteTimeout bounds the one status write of a sync.

@@ -75,6 +75,13 @@ type Instance struct {
 	Tags map[string]string
 	// Message explains the state in a few words, for conditions and events.
 	Message string
+	// Interruption, when set, says the provider will take a Running instance
+	// away soon (a Spot interruption notice): it still serves, and the
+	// controller drains it as a pool drains a member it replaces.
+	Interruption string
+	// Interruptible: the instance may get such a notice (a Spot instance),
+	// so the controller polls it often enough to see one in time.
+	Interruptible bool
 	// SpecHash is the CreateRequest.SpecHash the instance was built from;
 	// "" when the provider cannot tell. Create is idempotent by name, so it
 	// may return an instance an earlier request made from an older spec.
