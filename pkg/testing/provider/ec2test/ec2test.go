@@ -1,0 +1,312 @@
+// Package ec2test is an in-process fake of the part of Amazon EC2 that
+// pkg/provider/aws uses, served by net/http/httptest on 127.0.0.1 and
+// spoken to by the real aws-sdk-go-v2 client (its BaseEndpoint): the EC2
+// Query protocol (form-encoded POSTs, Action and Version), XML answers as
+// the EC2 API reference documents them, and EC2's error bodies.
+//
+// It keeps state like EC2 where the provider can tell: RunInstances'
+// client tokens (the same token returns the same instance, a changed
+// request IdempotentParameterMismatch), instances that go pending → running
+// and shutting-down → terminated after the describes that show them
+// (WithSteps), terminated instances listed on, and EC2's eventual consistency (a
+// new instance unknown for its first WithInvisibleCalls describes and
+// terminates). Requests are validated (unknown AMI, SSM parameter, instance
+// type, subnet or security group; unknown filters) and authorized by an IAM
+// policy when one is set (iam.go). Tests inject faults (FailNext,
+// SetRandomFaults), lose or hold the answers of calls that took effect
+// (LoseNextAnswers, HoldAnswers), take capacity away (SetNoCapacity,
+// SetUnsupported) and change instances behind the provider's back
+// (SetState).
+//
+// Public addresses are 127.0.100.x, so nothing ever reaches past loopback.
+// It is not a simulation of EC2: there are no VPCs, volumes or prices.
+package ec2test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Defaults of a new Server.
+var (
+	// Regions and their availability zones.
+	DefaultZones = map[string][]string{"eu-west-1": {"eu-west-1a", "eu-west-1b"}, "us-east-1": {"us-east-1a"}}
+	// Subnets, each in a zone.
+	DefaultSubnets = map[string]string{
+		"subnet-0a0a0a0a0a0a0a0a0": "eu-west-1a",
+		"subnet-0b0b0b0b0b0b0b0b0": "eu-west-1b",
+		"subnet-0c0c0c0c0c0c0c0c0": "us-east-1a",
+	}
+	DefaultSecurityGroups = []string{"sg-0123456789abcdef0"}
+	DefaultInstanceTypes  = []string{"t3.micro", "t3a.micro", "t3.small", "c7i.large"}
+	DefaultImages         = []string{"ami-0123456789abcdef0"}
+	// DefaultSSMParameters: SSM parameter → the AMI it names.
+	DefaultSSMParameters = map[string]string{"/aws/service/debian/release/12/latest/amd64": "ami-0123456789abcdef0"}
+)
+
+// Test credentials: the SDK signs with them; the fake checks the key ID.
+const (
+	AccessKeyID     = "AKIAEC2TESTFAKE00001"
+	SecretAccessKey = "ec2test-secret-not-a-real-key"
+	AccountID       = "123456789012"
+)
+
+// Action names an EC2 API action.
+type Action string
+
+// The actions the fake serves.
+const (
+	RunInstances       Action = "RunInstances"
+	DescribeInstances  Action = "DescribeInstances"
+	TerminateInstances Action = "TerminateInstances"
+	// DescribeSpotInstanceRequests shows a Spot instance's request, where
+	// an interruption notice appears (Interrupt).
+	DescribeSpotInstanceRequests Action = "DescribeSpotInstanceRequests"
+)
+
+// Error is an EC2 error answer.
+type Error struct {
+	Status  int    `xml:"-"`
+	Code    string `xml:"Code"`
+	Message string `xml:"Message"`
+}
+
+// Common errors, as EC2 answers them.
+var (
+	ErrRequestLimitExceeded  = Error{Status: 503, Code: "RequestLimitExceeded", Message: "Request limit exceeded."}
+	ErrInternal              = Error{Status: 500, Code: "InternalError", Message: "An internal error has occurred."}
+	ErrInstanceLimitExceeded = Error{Status: 400, Code: "InstanceLimitExceeded", Message: "You have requested more instances than your current instance limit allows."}
+)
+
+// Server is the fake. Its methods are safe for concurrent use.
+type Server struct {
+	URL string
+
+	mu        sync.Mutex
+	opts      options
+	instances map[string]*instance // by ID
+	order     []string             // IDs in launch order
+	tokens    map[string]string    // region/client token → instance ID
+	faults    map[Action][]Error
+	noCap     map[string]bool // instance type / subnet
+	unsupp    map[string]bool // instance type
+	calls     map[Action]int
+	nextID    int
+	// Faults after the effect (LoseNextAnswers, HoldAnswers) and at random
+	// (SetRandomFaults).
+	lostAnswers map[Action]int
+	holds       map[Action]chan struct{}
+	random      *randomFaults
+}
+
+type options struct {
+	invisibleCalls int
+	steps          int
+	policy         *Policy
+	pageSize       int
+	publicIP       func(n int) string
+}
+
+// Option configures a Server.
+type Option func(*options)
+
+// WithInvisibleCalls hides a new instance from its first n describes and
+// terminates (EC2's eventual consistency). Default 0.
+func WithInvisibleCalls(n int) Option { return func(o *options) { o.invisibleCalls = n } }
+
+// WithSteps sets how many describes show an instance pending (or
+// shutting-down, or stopping) before it moves on. Default 1: the first
+// describe after the launch shows it pending, the next running.
+func WithSteps(n int) Option { return func(o *options) { o.steps = n } }
+
+// WithPolicy authorizes every request by an IAM policy (iam.go).
+func WithPolicy(p *Policy) Option { return func(o *options) { o.policy = p } }
+
+// WithPublicIP chooses the public IP of the n-th instance launched (from
+// 1). Default 127.0.100.n: tests that need a proxy there run one.
+func WithPublicIP(ip func(n int) string) Option { return func(o *options) { o.publicIP = ip } }
+
+// WithPageSize caps DescribeInstances' page (and its MaxResults). Default 1000.
+func WithPageSize(n int) Option { return func(o *options) { o.pageSize = n } }
+
+// instance is one instance's state.
+type instance struct {
+	id, region, zone, subnet, token, reservation string
+	request                                      string // canonical request, for IdempotentParameterMismatch
+	imageID, instanceType, userData              string
+	securityGroups                               []string
+	spot                                         bool
+	spotStatus                                   string // the Spot request's status code
+	httpTokens                                   string
+	hopLimit                                     int32
+	tags                                         map[string]string
+	state                                        string
+	reason                                       string
+	launched                                     time.Time
+	privateIP, publicIP                          string
+	invisible                                    int // calls left unknown
+	stepsLeft                                    int
+}
+
+// New starts a Server; it is closed when the test ends.
+func New(t testing.TB, opts ...Option) *Server {
+	o := options{steps: 1, pageSize: 1000, publicIP: func(n int) string { return fmt.Sprintf("127.0.100.%d", (n-1)%254+1) }}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s := &Server{
+		opts: o, instances: map[string]*instance{}, tokens: map[string]string{},
+		faults: map[Action][]Error{}, noCap: map[string]bool{}, unsupp: map[string]bool{}, calls: map[Action]int{},
+		lostAnswers: map[Action]int{}, holds: map[Action]chan struct{}{},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(srv.Close)
+	s.URL = srv.URL
+	return s
+}
+
+// FailNext makes the next len(errs) calls of action fail, in order.
+func (s *Server) FailNext(action Action, errs ...Error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults[action] = append(s.faults[action], errs...)
+}
+
+// SetNoCapacity makes launches of an instance type, or into a subnet, fail
+// with InsufficientInstanceCapacity (on false: succeed again).
+func (s *Server) SetNoCapacity(typeOrSubnet string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noCap[typeOrSubnet] = on
+}
+
+// SetUnsupported makes launches of an instance type fail with Unsupported.
+func (s *Server) SetUnsupported(instanceType string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unsupp[instanceType] = on
+}
+
+// Calls is how many requests of action the fake answered (faults included).
+func (s *Server) Calls(action Action) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[action]
+}
+
+// Instance is a test's view of one instance.
+type Instance struct {
+	ID, Region, Zone, Subnet, ClientToken  string
+	ImageID, InstanceType, UserData, State string
+	SecurityGroups                         []string
+	Spot                                   bool
+	HTTPTokens                             string
+	Tags                                   map[string]string
+	PublicIP                               string
+}
+
+// Instances are every instance ever launched, terminated ones included, in
+// launch order.
+func (s *Server) Instances() []Instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Instance, 0, len(s.order))
+	for _, id := range s.order {
+		in := s.instances[id]
+		tags := map[string]string{}
+		for k, v := range in.tags {
+			tags[k] = v
+		}
+		out = append(out, Instance{
+			ID: in.id, Region: in.region, Zone: in.zone, Subnet: in.subnet, ClientToken: in.token,
+			ImageID: in.imageID, InstanceType: in.instanceType, UserData: in.userData, State: in.state,
+			SecurityGroups: append([]string(nil), in.securityGroups...), Spot: in.spot, HTTPTokens: in.httpTokens,
+			Tags: tags, PublicIP: in.publicIP,
+		})
+	}
+	return out
+}
+
+// Live are the instances not terminated.
+func (s *Server) Live() []Instance {
+	var out []Instance
+	for _, in := range s.Instances() {
+		if in.State != "terminated" {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// SetState moves an instance to state (pending, running, stopping, stopped,
+// shutting-down, terminated) behind the provider's back, with reason as its
+// state reason (a spot interruption: "Server.SpotInstanceTermination").
+func (s *Server) SetState(id, state, reason string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in, ok := s.instances[id]
+	if !ok {
+		return fmt.Errorf("ec2test: no instance %s", id)
+	}
+	in.state, in.reason, in.stepsLeft, in.invisible = state, reason, s.opts.steps, 0
+	return nil
+}
+
+// Interrupt gives a Spot instance an interruption notice: its request's
+// status becomes marked-for-termination; the instance runs on until the
+// test ends it (SetState).
+func (s *Server) Interrupt(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in, ok := s.instances[id]
+	if !ok || !in.spot {
+		return fmt.Errorf("ec2test: no Spot instance %s", id)
+	}
+	in.spotStatus = "marked-for-termination"
+	return nil
+}
+
+// SetTag sets a tag of an instance behind the provider's back.
+func (s *Server) SetTag(id, key, value string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in, ok := s.instances[id]
+	if !ok {
+		return fmt.Errorf("ec2test: no instance %s", id)
+	}
+	in.tags[key] = value
+	return nil
+}
+
+// LoseNextAnswers makes the next n calls of action take effect and then
+// answer InternalError, as when EC2 acted but its answer was lost: the
+// SDK retries, and only a client token keeps a retried launch from making
+// a second instance.
+func (s *Server) LoseNextAnswers(action Action, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lostAnswers[action] += n
+}
+
+// HoldAnswers makes every call of action take effect and then wait,
+// unanswered, until release is called or the client goes away: the test
+// kills the operator between a launch and the status write that records it.
+func (s *Server) HoldAnswers(action Action) (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := make(chan struct{})
+	s.holds[action] = ch
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			delete(s.holds, action)
+			close(ch)
+		})
+	}
+}
