@@ -52,6 +52,10 @@ type Options struct {
 	// Configure adjusts the forwardproxy.Config of an in-process proxy.
 	Configure func(*forwardproxy.Config)
 
+	// ListenIP is the loopback address an in-process proxy listens on, such
+	// as a fake cloud's instance IP. Default 127.0.0.1.
+	ListenIP string
+
 	// Args are extra flags for the binary (later flags override earlier
 	// ones, so they may override the defaults used here).
 	Args []string
@@ -202,7 +206,7 @@ func StartInProcess(t testing.TB, opts Options) *Proxy {
 	if err != nil {
 		t.Fatalf("proxytest: forwardproxy.New: %v", err)
 	}
-	l := listenLoopback(t)
+	l := listenLoopback(t, opts.ListenIP)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	p := &Proxy{Impl: "inprocess", Addr: l.Addr().String(), Server: srv, logs: logs}

@@ -48,7 +48,7 @@ func StartHTTPTarget(t testing.TB) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(TargetHandler())
 	srv.Listener.Close()
-	srv.Listener = listenLoopback(t)
+	srv.Listener = listenLoopback(t, "")
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv
@@ -60,7 +60,7 @@ func StartHTTPSTarget(t testing.TB) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(TargetHandler())
 	srv.Listener.Close()
-	srv.Listener = listenLoopback(t)
+	srv.Listener = listenLoopback(t, "")
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	return srv
@@ -90,7 +90,7 @@ func ClosedAddr(t testing.TB) string {
 // to a process that binds it itself (racy: callers retry).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l := listenLoopback(t)
+	l := listenLoopback(t, "")
 	addr := l.Addr().String()
 	l.Close()
 	return addr
@@ -110,11 +110,14 @@ func Port(t testing.TB, addr string) int {
 	return n
 }
 
-func listenLoopback(t testing.TB) net.Listener {
+func listenLoopback(t testing.TB, ip string) net.Listener {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
-		t.Fatalf("proxytest: listen on 127.0.0.1: %v", err)
+		t.Fatalf("proxytest: listen on %s: %v", ip, err)
 	}
 	return l
 }
