@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/aws"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/gce"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
@@ -22,7 +24,47 @@ func BuiltinProviders() ProviderRegistry {
 		string(crawlv1alpha1.ProviderKubernetes): newKubernetesProvider,
 		string(crawlv1alpha1.ProviderLocal):      newLocalProvider,
 		string(crawlv1alpha1.ProviderGCE):        newGCEProvider,
+		string(crawlv1alpha1.ProviderAWS):        newAWSProvider,
 	}
+}
+
+// newAWSProvider uses the SDK's default credential chain, or the static
+// keys of the Secret --aws-credentials-secret names (read once, never
+// logged).
+func newAWSProvider(ctx context.Context, env ProviderEnv) (provider.Provider, error) {
+	opts := aws.Options{
+		Region: env.Options.AWSRegion, ClusterID: env.Options.AWSClusterID,
+		Secrets: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+			return env.KubeClient.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		},
+	}
+	if ref := env.Options.AWSCredentialsSecret; ref != "" {
+		secret, err := readSecret(ctx, env, "--aws-credentials-secret", ref)
+		if err != nil {
+			return nil, err
+		}
+		id, key := secret.Data["aws_access_key_id"], secret.Data["aws_secret_access_key"]
+		if len(id) == 0 || len(key) == 0 {
+			return nil, fmt.Errorf("--aws-credentials-secret %s: needs the keys aws_access_key_id and aws_secret_access_key", ref)
+		}
+		opts.Credentials = credentials.NewStaticCredentialsProvider(string(id), string(key), string(secret.Data["aws_session_token"]))
+	}
+	return aws.New(ctx, opts)
+}
+
+// readSecret reads the Secret a flag names as namespace/name, waiting for
+// the API server to answer.
+func readSecret(ctx context.Context, env ProviderEnv, flag, ref string) (*corev1.Secret, error) {
+	namespace, name, _ := strings.Cut(ref, "/")
+	var secret *corev1.Secret
+	err := untilAPIAnswers(ctx, flag, func(ctx context.Context) (err error) {
+		secret, err = env.KubeClient.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", flag, ref, err)
+	}
+	return secret, nil
 }
 
 // newGCEProvider uses Application Default Credentials, or the service-account
@@ -30,14 +72,9 @@ func BuiltinProviders() ProviderRegistry {
 func newGCEProvider(ctx context.Context, env ProviderEnv) (provider.Provider, error) {
 	var key []byte
 	if ref := env.Options.GCECredentialsSecret; ref != "" {
-		namespace, name, _ := strings.Cut(ref, "/")
-		var secret *corev1.Secret
-		err := untilAPIAnswers(ctx, "--gce-credentials-secret", func(ctx context.Context) (err error) {
-			secret, err = env.KubeClient.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
-			return err
-		})
+		secret, err := readSecret(ctx, env, "--gce-credentials-secret", ref)
 		if err != nil {
-			return nil, fmt.Errorf("--gce-credentials-secret %s: %w", ref, err)
+			return nil, err
 		}
 		if key = secret.Data[gce.CredentialsSecretKey]; len(key) == 0 {
 			return nil, fmt.Errorf("--gce-credentials-secret %s: no key %q", ref, gce.CredentialsSecretKey)

@@ -103,6 +103,12 @@ type Options struct {
 	// service-account key, empty for Application Default Credentials.
 	GCEProject, GCEZone  string
 	GCECredentialsSecret string
+	// AWSRegion is the default of spec.aws.region; AWSClusterID tags every
+	// EC2 instance (required with the aws provider);
+	// AWSCredentialsSecret ("namespace/name") holds static keys, empty for
+	// the SDK's default chain (docs/aws.md).
+	AWSRegion, AWSClusterID string
+	AWSCredentialsSecret    string
 	// LocalStateDir is where the local provider keeps its state.
 	LocalStateDir string
 	// GCInterval is how often orphaned provider instances are collected.
@@ -170,7 +176,7 @@ func DefaultOptions() Options {
 		// into their timeout); benchmarked at 10,000 proxies.
 		HealthWorkers:              health.DefaultWorkers,
 		HealthMaxProbesPerEndpoint: health.DefaultMaxProbesPerEndpoint,
-		// In a cluster, Pods; local and gce are opt-in. A Managed Proxy
+		// In a cluster, Pods; local, gce and aws are opt-in. A Managed Proxy
 		// naming a provider that is not enabled goes Failed.
 		Providers:              []string{string(crawlv1alpha1.ProviderKubernetes)},
 		KubernetesDefaultImage: kubernetesprovider.DefaultImage,
@@ -228,6 +234,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.GCEProject, "gce-project", o.GCEProject, "Google Cloud project of gce instances whose spec.gce.project is empty.")
 	fs.StringVar(&o.GCEZone, "gce-zone", o.GCEZone, "Compute Engine zone of gce instances whose spec.gce.zone is empty.")
 	fs.StringVar(&o.GCECredentialsSecret, "gce-credentials-secret", o.GCECredentialsSecret, "namespace/name of a Secret whose key.json is a service-account key for the gce provider; empty: Application Default Credentials.")
+	fs.StringVar(&o.AWSRegion, "aws-region", o.AWSRegion, "AWS Region of aws instances whose spec.aws.region is empty.")
+	fs.StringVar(&o.AWSClusterID, "aws-cluster-id", o.AWSClusterID, "Tag value that scopes every EC2 instance to this cluster, unique among the clusters sharing the AWS account (the cluster's name, say); required when --providers includes aws.")
+	fs.StringVar(&o.AWSCredentialsSecret, "aws-credentials-secret", o.AWSCredentialsSecret, "namespace/name of a Secret with aws_access_key_id and aws_secret_access_key (and optional aws_session_token) for the aws provider; empty: the AWS SDK's default credential chain.")
 	fs.StringVar(&o.LocalStateDir, "local-state-dir", o.LocalStateDir, "Directory where the local provider keeps its processes' state. Required when --providers includes local.")
 	fs.DurationVar(&o.GCInterval, "gc-interval", o.GCInterval, "How often provider instances whose Proxy is gone are collected.")
 	fs.StringVar(&o.PodName, "pod-name", o.PodName, "The operator's own Pod (default $POD_NAME); the leader labels it "+LeaderLabel+"=true for the lease Service.")
@@ -295,7 +304,7 @@ func (v *listValue) Set(s string) error {
 
 // knownProviders are the provider names the API accepts (spec.provider).
 func knownProviders() []string {
-	return []string{string(crawlv1alpha1.ProviderKubernetes), string(crawlv1alpha1.ProviderLocal), string(crawlv1alpha1.ProviderGCE)}
+	return []string{string(crawlv1alpha1.ProviderKubernetes), string(crawlv1alpha1.ProviderLocal), string(crawlv1alpha1.ProviderGCE), string(crawlv1alpha1.ProviderAWS)}
 }
 
 // Validate checks every option on its own and against the others; each error
@@ -433,10 +442,13 @@ func (o *Options) validateProviders(bad badFlag) {
 		}
 		seen[name] = true
 	}
-	if ref := o.GCECredentialsSecret; ref != "" {
-		if ns, name, ok := strings.Cut(ref, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-			bad("gce-credentials-secret", "must be namespace/name, got %q", ref)
+	for _, f := range []struct{ flag, ref string }{{"gce-credentials-secret", o.GCECredentialsSecret}, {"aws-credentials-secret", o.AWSCredentialsSecret}} {
+		if ns, name, ok := strings.Cut(f.ref, "/"); f.ref != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
+			bad(f.flag, "must be namespace/name, got %q", f.ref)
 		}
+	}
+	if seen[string(crawlv1alpha1.ProviderAWS)] && o.AWSClusterID == "" {
+		bad("aws-cluster-id", "must be set when --providers includes %s: a name unique to this cluster among those sharing the AWS account, such as the cluster's name", crawlv1alpha1.ProviderAWS)
 	}
 	if seen[string(crawlv1alpha1.ProviderLocal)] && o.LocalStateDir == "" {
 		bad("local-state-dir", "must be set when --providers includes %s", crawlv1alpha1.ProviderLocal)
