@@ -38,12 +38,7 @@ func TestOperatorKilledBetweenLaunchAndStatusWrite(t *testing.T) {
 			"--providers=aws", "--aws-region=eu-west-1", "--aws-cluster-id=chaos")
 		return operatortest.Start(t, operatortest.ProcessOptions{
 			Binary: shared.Get(t).Binary, Name: name, Args: append(args, shortLeaderElection...), LogsEnv: "CHAOS_LOGS",
-			Env: []string{
-				"AWS_ENDPOINT_URL_EC2=" + fake.URL,
-				"AWS_ACCESS_KEY_ID=" + ec2test.AccessKeyID, "AWS_SECRET_ACCESS_KEY=" + ec2test.SecretAccessKey,
-				// Never ask a metadata service: the test reaches loopback only.
-				"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
-			},
+			Env: fake.SDKEnv(),
 		})
 	}
 

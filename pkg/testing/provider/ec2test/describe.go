@@ -114,6 +114,7 @@ func (s *Server) terminateInstances(req request) (any, *Error) {
 		change := xmlStateChange{InstanceID: in.id, PreviousState: xmlState{Code: stateCodes[in.state], Name: in.state}}
 		if in.state != "terminated" && in.state != "shutting-down" {
 			in.state, in.stepsLeft, in.reason = "shutting-down", s.opts.steps, "Client.UserInitiatedShutdown"
+			in.haltIfDown()
 		}
 		change.CurrentState = xmlState{Code: stateCodes[in.state], Name: in.state}
 		resp.Instances = append(resp.Instances, change)

@@ -109,6 +109,7 @@ type options struct {
 	policy         *Policy
 	pageSize       int
 	publicIP       func(n int) string
+	boot           func(Instance) (halt func())
 }
 
 // Option configures a Server.
@@ -130,6 +131,12 @@ func WithPolicy(p *Policy) Option { return func(o *options) { o.policy = p } }
 // 1). Default 127.0.100.n: tests that need a proxy there run one.
 func WithPublicIP(ip func(n int) string) Option { return func(o *options) { o.publicIP = ip } }
 
+// WithBoot runs boot when an instance with a public IP is launched, and
+// the halt it returns when the instance shuts down, stops or is
+// terminated: a test runs there what the instance would (UserDataEnv reads
+// the settings the operator gave it). boot must not block.
+func WithBoot(boot func(Instance) (halt func())) Option { return func(o *options) { o.boot = boot } }
+
 // WithPageSize caps DescribeInstances' page (and its MaxResults). Default 1000.
 func WithPageSize(n int) Option { return func(o *options) { o.pageSize = n } }
 
@@ -150,6 +157,7 @@ type instance struct {
 	privateIP, publicIP                          string
 	invisible                                    int // calls left unknown
 	stepsLeft                                    int
+	halt                                         func() // WithBoot's, while it runs
 }
 
 // New starts a Server; it is closed when the test ends.
@@ -216,19 +224,31 @@ func (s *Server) Instances() []Instance {
 	defer s.mu.Unlock()
 	out := make([]Instance, 0, len(s.order))
 	for _, id := range s.order {
-		in := s.instances[id]
-		tags := map[string]string{}
-		for k, v := range in.tags {
-			tags[k] = v
-		}
-		out = append(out, Instance{
-			ID: in.id, Region: in.region, Zone: in.zone, Subnet: in.subnet, ClientToken: in.token,
-			ImageID: in.imageID, InstanceType: in.instanceType, UserData: in.userData, State: in.state,
-			SecurityGroups: append([]string(nil), in.securityGroups...), Spot: in.spot, HTTPTokens: in.httpTokens,
-			Tags: tags, PublicIP: in.publicIP,
-		})
+		out = append(out, s.instances[id].view())
 	}
 	return out
+}
+
+// view is the test's copy of in.
+func (in *instance) view() Instance {
+	tags := map[string]string{}
+	for k, v := range in.tags {
+		tags[k] = v
+	}
+	return Instance{
+		ID: in.id, Region: in.region, Zone: in.zone, Subnet: in.subnet, ClientToken: in.token,
+		ImageID: in.imageID, InstanceType: in.instanceType, UserData: in.userData, State: in.state,
+		SecurityGroups: append([]string(nil), in.securityGroups...), Spot: in.spot, HTTPTokens: in.httpTokens,
+		Tags: tags, PublicIP: in.publicIP,
+	}
+}
+
+// haltIfDown ends what WithBoot runs for in once in is no longer up.
+func (in *instance) haltIfDown() {
+	if in.halt != nil && in.state != "pending" && in.state != "running" {
+		go in.halt() // a server's shutdown may wait; s.mu is held
+		in.halt = nil
+	}
 }
 
 // Live are the instances not terminated.
@@ -253,6 +273,7 @@ func (s *Server) SetState(id, state, reason string) error {
 		return fmt.Errorf("ec2test: no instance %s", id)
 	}
 	in.state, in.reason, in.stepsLeft, in.invisible = state, reason, s.opts.steps, 0
+	in.haltIfDown()
 	return nil
 }
 
@@ -308,5 +329,17 @@ func (s *Server) HoldAnswers(action Action) (release func()) {
 			delete(s.holds, action)
 			close(ch)
 		})
+	}
+}
+
+// SDKEnv is the environment that points an aws-sdk-go-v2 program (the
+// operator binary) at the fake with its test credentials, with the
+// metadata service and the user's AWS files out of the way: a test's
+// program reaches loopback only.
+func (s *Server) SDKEnv() []string {
+	return []string{
+		"AWS_ENDPOINT_URL_EC2=" + s.URL,
+		"AWS_ACCESS_KEY_ID=" + AccessKeyID, "AWS_SECRET_ACCESS_KEY=" + SecretAccessKey,
+		"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
 	}
 }

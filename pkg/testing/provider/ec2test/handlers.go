@@ -262,6 +262,9 @@ func (s *Server) launch(in *instance, f url.Values) {
 	}
 	s.instances[in.id] = in
 	s.order = append(s.order, in.id)
+	if s.opts.boot != nil && in.publicIP != "" {
+		in.halt = s.opts.boot(in.view())
+	}
 }
 
 func (s *Server) reservation(in *instance) xmlReservation {
