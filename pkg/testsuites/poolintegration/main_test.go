@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,7 @@ type poolTest struct {
 	kube     kubernetes.Interface
 	crawl    versioned.Interface
 	flags    []string
+	env      []string // the operator's environment beyond flags (the aws provider's)
 	op       *operatortest.Process
 }
 
@@ -43,14 +45,27 @@ func newPoolTest(t *testing.T, extra ...string) *poolTest {
 	pt := &poolTest{t: t, kube: kube, crawl: crawl, stateDir: t.TempDir()}
 	pt.ns = operatortest.NewNamespace(t, kube)
 	t.Cleanup(pt.killInstances)
-	pt.flags = append([]string{"--providers=local", "--local-state-dir=" + pt.stateDir, "--lease-auth=none",
-		"--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms"}, extra...)
+	pt.flags = append([]string{"--providers=local", "--local-state-dir=" + pt.stateDir}, extra...)
+	return pt.start()
+}
+
+// start runs the first operator, with the suite's common flags in front.
+func (pt *poolTest) start() *poolTest {
+	pt.flags = append([]string{"--lease-auth=none",
+		"--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms"}, pt.flags...)
 	pt.op = pt.startOperator("operator-0")
 	return pt
 }
 
 func (pt *poolTest) startOperator(name string) *operatortest.Process {
-	return operatortest.StartOnNamespace(pt.t, shared.Get(pt.t).Env, shared.Get(pt.t).Binary, name, pt.ns, "POOL_LOGS", pt.flags...)
+	kubeconfig := filepath.Join(pt.t.TempDir(), "kubeconfig")
+	if err := shared.Get(pt.t).Env.WriteKubeconfig(kubeconfig); err != nil {
+		pt.t.Fatal(err)
+	}
+	return operatortest.Start(pt.t, operatortest.ProcessOptions{
+		Binary: shared.Get(pt.t).Binary, Name: name, Args: append(operatortest.NamespaceArgs(kubeconfig, pt.ns), pt.flags...),
+		Env: pt.env, LogsEnv: "POOL_LOGS",
+	})
 }
 
 // fastHealthCheck probes every second through the proxy to a loopback target.
