@@ -156,6 +156,44 @@ func TestControllerReplacesInstanceOnSpecChange(t *testing.T) {
 	}
 }
 
+// A changed cloud-init Secret replaces the instance: the new one carries
+// the new user-data, the old one is terminated.
+func TestControllerReplacesInstanceOnSecretChange(t *testing.T) {
+	t.Parallel()
+	h := startController(t, "127.0.0.37")
+	ctx := context.Background()
+	setUserData := func(doc string) {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-init"}, StringData: map[string]string{"user-data": doc}}
+		if _, err := h.Kube.CoreV1().Secrets(h.NS).Create(ctx, s, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+			_, err = h.Kube.CoreV1().Secrets(h.NS).Update(ctx, s, metav1.UpdateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	setUserData("#cloud-config\n# v1\n")
+	spec := h.awsProxy("p1")
+	spec.Spec.CloudInit = &crawlv1alpha1.CloudInit{SecretRef: &crawlv1alpha1.SecretKeyRef{Name: "cloud-init", Key: "user-data"}}
+	h.Create(spec)
+	first := h.WaitProvisioned("p1").Status.ProviderID
+	h.ProbeReady("p1", h.target)
+
+	setUserData("#cloud-config\n# v2\n")
+	h.Eventually(30*time.Second, "a replacement from the new Secret", func() (bool, string) {
+		p := h.Get("p1")
+		live := slices.DeleteFunc(h.fake.Live(), func(in ec2test.Instance) bool { return in.State == "shutting-down" })
+		return p.Status.ProviderID != first && len(live) == 1 && strings.HasSuffix(p.Status.ProviderID, live[0].ID) &&
+				strings.Contains(live[0].UserData, "# v2") && meta.IsStatusConditionTrue(p.Status.Conditions, crawlv1alpha1.ConditionProvisioned),
+			fmt.Sprintf("providerID %s, live %d, conditions %+v", p.Status.ProviderID, len(live), p.Status.Conditions)
+	})
+	h.ProbeReady("p1", h.target)
+	if all := h.fake.Instances(); len(all) != 2 || !strings.Contains(all[0].UserData, "# v1") {
+		t.Errorf("%d instances launched, want 2, the first from v1", len(all))
+	}
+}
+
 // A Spot interruption: the notice drains the Proxy (no new leases, the live
 // ones renew); then EC2 shuts the instance down behind the operator's back,
 // and the operator replaces it from the same spec with a new client token
