@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,9 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -150,7 +147,7 @@ func TestDocumentedSquidCloudInit(t *testing.T) {
 	}
 	squidConf = strings.Replace(squidConf, loopbackACL, "", 1)
 
-	proxyAddr := startSquid(t, squidConf, passwordsFile)
+	proxyAddr := proxytest.StartDocumentedSquid(t, squidConf, passwordsFile)
 	target := proxytest.StartHTTPTarget(t)
 	httpsTarget := proxytest.StartHTTPSTarget(t) // not on 443: CONNECT must be refused
 	withAuth := &url.URL{Scheme: "http", Host: proxyAddr, User: url.UserPassword(user, password)}
@@ -258,91 +255,4 @@ func runPasswordCommand(t *testing.T, cmd string, metadata map[string]string) st
 		t.Fatalf("the documented runcmd failed: %v\n%s", err, out)
 	}
 	return passwords
-}
-
-// startSquid runs squid in the foreground with the documented squid.conf,
-// made to listen on loopback, to read passwordsFile, and to keep its files in
-// a temporary directory.
-func startSquid(t *testing.T, conf, passwordsFile string) string {
-	t.Helper()
-	bin, err := exec.LookPath("squid")
-	if err != nil {
-		if _, statErr := os.Stat("/usr/sbin/squid"); statErr != nil {
-			t.Fatal("squid is not installed: run `make deps` (apt-get installs tinyproxy, squid and redis-server)")
-		}
-		bin = "/usr/sbin/squid"
-	}
-	dir, err := os.MkdirTemp("", "gce-squid-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	// squid started as root runs as the "proxy" user: it must read the
-	// files and write its log.
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	// squid (as the "proxy" user) reads it from the temporary directory.
-	passwordsContent, err := os.ReadFile(passwordsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	passwords := filepath.Join(dir, "passwords")
-	if err := os.WriteFile(passwords, passwordsContent, 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	l, err := net.Listen("tcp", "127.0.0.31:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-
-	local := regexp.MustCompile(`(?m)^http_port \d+$`).ReplaceAllString(conf, "http_port 127.0.0.31:"+port)
-	local = strings.ReplaceAll(local, "/etc/squid/passwords", passwords)
-	// Safety net: squid never connects beyond loopback from this test (with
-	// no peers, anything else is a 503), even if a documented rule broke.
-	local += "acl test_loopback dst 127.0.0.0/8\nnever_direct allow !test_loopback\n"
-	local += fmt.Sprintf("pid_filename %s\ncache_log %s\naccess_log none\ncoredump_dir %s\nshutdown_lifetime 0 seconds\n",
-		filepath.Join(dir, "squid.pid"), filepath.Join(dir, "cache.log"), dir)
-	confPath := filepath.Join(dir, "squid.conf")
-	if err := os.WriteFile(confPath, []byte(local), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	var out bytes.Buffer
-	cmd := exec.Command(bin, "-N", "-f", confPath)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		if t.Failed() {
-			log, _ := os.ReadFile(filepath.Join(dir, "cache.log"))
-			t.Logf("squid output:\n%s\ncache.log:\n%s", out.String(), log)
-		}
-	})
-	if err := proxytest.Poll(20*time.Second, func() bool {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	}); err != nil {
-		t.Fatalf("squid does not listen on %s: %v", addr, err)
-	}
-	return addr
 }
