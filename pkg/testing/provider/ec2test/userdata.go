@@ -15,37 +15,46 @@ import (
 // PROXY_AUTH_USERNAME, …), as cloud-init and then a shell would, so a
 // test can run the proxy the instance would run.
 func UserDataEnv(userData string) (map[string]string, error) {
+	content, err := UserDataEnvFile(userData)
+	if err != nil {
+		return nil, err
+	}
+	return parseEnv(content)
+}
+
+// UserDataEnvFile is the content of that settings file, as written.
+func UserDataEnvFile(userData string) (string, error) {
 	msg, err := mail.ReadMessage(strings.NewReader(userData))
 	if err != nil {
-		return nil, fmt.Errorf("user-data is no MIME message: %w", err)
+		return "", fmt.Errorf("user-data is no MIME message: %w", err)
 	}
 	_, params, err := mime.ParseMediaType(msg.Header.Get("Content-Type"))
 	if err != nil {
-		return nil, fmt.Errorf("user-data's Content-Type: %w", err)
+		return "", fmt.Errorf("user-data's Content-Type: %w", err)
 	}
 	parts := multipart.NewReader(msg.Body, params["boundary"])
 	for {
 		part, err := parts.NextPart()
 		if err == io.EOF {
-			return nil, fmt.Errorf("user-data has no proxy-operator.cfg part")
+			return "", fmt.Errorf("user-data has no proxy-operator.cfg part")
 		}
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		if part.FileName() != "proxy-operator.cfg" {
 			continue
 		}
 		body, err := io.ReadAll(part)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		var doc struct {
 			WriteFiles []struct{ Path, Content string } `json:"write_files"`
 		}
 		if err := json.Unmarshal([]byte(strings.TrimPrefix(string(body), "#cloud-config\n")), &doc); err != nil || len(doc.WriteFiles) != 1 {
-			return nil, fmt.Errorf("proxy-operator.cfg is not one write_files entry (%v)", err)
+			return "", fmt.Errorf("proxy-operator.cfg is not one write_files entry (%v)", err)
 		}
-		return parseEnv(doc.WriteFiles[0].Content)
+		return doc.WriteFiles[0].Content, nil
 	}
 }
 
