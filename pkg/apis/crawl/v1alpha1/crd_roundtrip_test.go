@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -347,7 +348,8 @@ func TestKubectl(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxies := versioned.NewForConfigOrDie(env.Config).CrawlV1alpha1().Proxies(ns)
-	p := fullProxies()[3] // External
+	all := fullProxies()
+	p := all[slices.IndexFunc(all, func(p *crawlv1alpha1.Proxy) bool { return p.Spec.Mode == crawlv1alpha1.ModeExternal })]
 	created, err := proxies.Create(ctx, p, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
