@@ -70,7 +70,7 @@ func filters(req request) (func(*instance) bool, *Error) {
 	var fs []filter
 	for i := 1; req.form.Has(fmt.Sprintf("Filter.%d.Name", i)); i++ {
 		f := filter{name: req.form.Get(fmt.Sprintf("Filter.%d.Name", i)), values: list(req.form, fmt.Sprintf("Filter.%d.Value", i))}
-		if f.name != "instance-state-name" && !strings.HasPrefix(f.name, "tag:") {
+		if f.name != "instance-state-name" && f.name != "instance.group-id" && !strings.HasPrefix(f.name, "tag:") {
 			return nil, invalid("The filter '%s' is invalid", f.name)
 		}
 		fs = append(fs, f)
@@ -79,9 +79,15 @@ func filters(req request) (func(*instance) bool, *Error) {
 		for _, f := range fs {
 			var v string
 			var ok bool
-			if key, isTag := strings.CutPrefix(f.name, "tag:"); isTag {
+			switch key, isTag := strings.CutPrefix(f.name, "tag:"); {
+			case isTag:
 				v, ok = in.tags[key]
-			} else {
+			case f.name == "instance.group-id":
+				if !slices.ContainsFunc(in.securityGroups, func(g string) bool { return slices.Contains(f.values, g) }) {
+					return false
+				}
+				continue
+			default:
 				v, ok = in.state, true
 			}
 			if !ok || !slices.Contains(f.values, v) {

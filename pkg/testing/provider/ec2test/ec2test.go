@@ -66,6 +66,13 @@ const (
 	// DescribeSpotInstanceRequests shows a Spot instance's request, where
 	// an interruption notice appears (Interrupt).
 	DescribeSpotInstanceRequests Action = "DescribeSpotInstanceRequests"
+	// The security group actions of spec.aws.allowFrom (groups.go).
+	DescribeSubnets               Action = "DescribeSubnets"
+	DescribeVpcs                  Action = "DescribeVpcs"
+	DescribeSecurityGroups        Action = "DescribeSecurityGroups"
+	CreateSecurityGroup           Action = "CreateSecurityGroup"
+	AuthorizeSecurityGroupIngress Action = "AuthorizeSecurityGroupIngress"
+	DeleteSecurityGroup           Action = "DeleteSecurityGroup"
 )
 
 // Error is an EC2 error answer.
@@ -101,6 +108,7 @@ type Server struct {
 	lostAnswers map[Action]int
 	holds       map[Action]chan struct{}
 	random      *randomFaults
+	groups      map[string]*group // created security groups, by ID
 }
 
 type options struct {
@@ -169,7 +177,7 @@ func New(t testing.TB, opts ...Option) *Server {
 	s := &Server{
 		opts: o, instances: map[string]*instance{}, tokens: map[string]string{},
 		faults: map[Action][]Error{}, noCap: map[string]bool{}, unsupp: map[string]bool{}, calls: map[Action]int{},
-		lostAnswers: map[Action]int{}, holds: map[Action]chan struct{}{},
+		lostAnswers: map[Action]int{}, holds: map[Action]chan struct{}{}, groups: map[string]*group{},
 	}
 	srv := httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(srv.Close)

@@ -87,6 +87,18 @@ func (s *Server) handle(req *request) (answer any, apiErr *Error, hold chan stru
 		answer, apiErr = s.terminateInstances(*req)
 	case DescribeSpotInstanceRequests:
 		answer, apiErr = s.describeSpotInstanceRequests(*req)
+	case DescribeSubnets:
+		answer, apiErr = s.describeSubnets(*req)
+	case DescribeVpcs:
+		answer, apiErr = s.describeVpcs(*req)
+	case DescribeSecurityGroups:
+		answer, apiErr = s.describeSecurityGroups(*req)
+	case CreateSecurityGroup:
+		answer, apiErr = s.createSecurityGroup(*req)
+	case AuthorizeSecurityGroupIngress:
+		answer, apiErr = s.authorizeIngress(*req)
+	case DeleteSecurityGroup:
+		answer, apiErr = s.deleteSecurityGroup(*req)
 	default:
 		apiErr = &Error{Status: 400, Code: "InvalidAction", Message: fmt.Sprintf("The action %s is not valid for this web service.", req.action)}
 	}
@@ -234,7 +246,7 @@ func (s *Server) validateRun(req request, in *instance) *Error {
 		in.zone = zone
 	}
 	for _, sg := range in.securityGroups {
-		if !slices.Contains(DefaultSecurityGroups, sg) {
+		if !s.groupExists(req.region, sg) {
 			return &Error{Status: 400, Code: "InvalidGroup.NotFound", Message: fmt.Sprintf("The security group '%s' does not exist", sg)}
 		}
 	}

@@ -220,3 +220,26 @@ func (s *Server) authorizeRun(in *instance, region string) *Error {
 	}
 	return nil
 }
+
+// authorizeCreateGroup is CreateSecurityGroup's authorization: the group
+// with its request tags, in its VPC, and the tags it is created with.
+func (s *Server) authorizeCreateGroup(g *group) *Error {
+	requestTags := map[string][]string{"aws:TagKeys": sortedKeys(g.tags)}
+	for k, v := range g.tags {
+		requestTags["aws:RequestTag/"+k] = []string{v}
+	}
+	arn := func(kind, id string) string {
+		return fmt.Sprintf("arn:aws:ec2:%s:%s:%s/%s", g.region, AccountID, kind, id)
+	}
+	if err := s.authorize("ec2:CreateSecurityGroup", requestTags, arn("security-group", "*")); err != nil {
+		return err
+	}
+	if err := s.authorize("ec2:CreateSecurityGroup", nil, arn("vpc", g.vpc)); err != nil {
+		return err
+	}
+	if len(g.tags) == 0 {
+		return nil
+	}
+	requestTags["ec2:CreateAction"] = []string{"CreateSecurityGroup"}
+	return s.authorize("ec2:CreateTags", requestTags, arn("security-group", "*"))
+}

@@ -112,3 +112,62 @@ type describeSpotInstanceRequestsResponse struct {
 	RequestID string           `xml:"requestId"`
 	Requests  []xmlSpotRequest `xml:"spotInstanceRequestSet>item"`
 }
+
+type xmlSubnet struct {
+	ID    string `xml:"subnetId"`
+	VpcID string `xml:"vpcId"`
+	Zone  string `xml:"availabilityZone"`
+	State string `xml:"state"`
+}
+
+type describeSubnetsResponse struct {
+	XMLName   xml.Name    `xml:"DescribeSubnetsResponse"`
+	Xmlns     string      `xml:"xmlns,attr"`
+	RequestID string      `xml:"requestId"`
+	Subnets   []xmlSubnet `xml:"subnetSet>item"`
+}
+
+type xmlVpc struct {
+	ID        string `xml:"vpcId"`
+	IsDefault bool   `xml:"isDefault"`
+	State     string `xml:"state"`
+}
+
+type describeVpcsResponse struct {
+	XMLName   xml.Name `xml:"DescribeVpcsResponse"`
+	Xmlns     string   `xml:"xmlns,attr"`
+	RequestID string   `xml:"requestId"`
+	Vpcs      []xmlVpc `xml:"vpcSet>item"`
+}
+
+type createSecurityGroupResponse struct {
+	XMLName   xml.Name `xml:"CreateSecurityGroupResponse"`
+	Xmlns     string   `xml:"xmlns,attr"`
+	RequestID string   `xml:"requestId"`
+	Return    bool     `xml:"return"`
+	GroupID   string   `xml:"groupId"`
+}
+
+// returnResponse is the answer of the actions that say only "true".
+type returnResponse struct {
+	XMLName   xml.Name
+	Xmlns     string `xml:"xmlns,attr"`
+	RequestID string `xml:"requestId"`
+	Return    bool   `xml:"return"`
+}
+
+type xmlGroup struct {
+	OwnerID     string   `xml:"ownerId"`
+	ID          string   `xml:"groupId"`
+	Name        string   `xml:"groupName"`
+	Description string   `xml:"groupDescription"`
+	VpcID       string   `xml:"vpcId"`
+	Tags        []xmlTag `xml:"tagSet>item"`
+}
+
+type describeSecurityGroupsResponse struct {
+	XMLName   xml.Name   `xml:"DescribeSecurityGroupsResponse"`
+	Xmlns     string     `xml:"xmlns,attr"`
+	RequestID string     `xml:"requestId"`
+	Groups    []xmlGroup `xml:"securityGroupInfo>item"`
+}
