@@ -233,6 +233,14 @@ func (c *Collector) collect(ctx context.Context, providerName crawlv1alpha1.Prov
 				"Deleted orphaned %s instance %s: %s", providerName, inst.ID, d.reason)
 		}
 	}
+	if s, ok := prov.(provider.Sweeper); ok {
+		n, err := s.Sweep(ctx)
+		c.metrics.ObserveProviderCall(string(providerName), "sweep", err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sweeping: %w", err))
+		}
+		deleted += n
+	}
 	return deleted, errors.Join(errs...)
 }
 

@@ -36,6 +36,14 @@ type Provider interface {
 	ListByTag(ctx context.Context, key, value string) ([]Instance, error)
 }
 
+// Sweeper is a provider that owns resources besides instances (the aws
+// provider's security groups). The orphan GC calls Sweep after listing the
+// provider's instances each round; it deletes what no instance uses any
+// longer and returns how many it deleted.
+type Sweeper interface {
+	Sweep(ctx context.Context) (int, error)
+}
+
 // CreateRequest is everything a provider needs to start an instance.
 type CreateRequest struct {
 	// Name is the instance name, derived from the Proxy UID (InstanceName).

@@ -455,7 +455,26 @@ func schema_pkg_apis_crawl_v1alpha1_AWSProvider(ref common.ReferenceCallback) co
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "SecurityGroupIDs are attached to the instance. They must admit the proxy port from the operator and from the crawlers (docs/aws.md). Empty: the VPC's default security group.",
+							Description: "SecurityGroupIDs are attached to the instance. They must admit the proxy port from the operator and from the crawlers (docs/aws.md). Empty, and allowFrom empty: the VPC's default security group.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"allowFrom": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "AllowFrom makes the operator create, own and attach a security group of its own, in the subnets' VPC, that admits the proxy port from these ranges only (the gateway's and the operator's egress) and nothing else (no SSH). Instead of securityGroupIDs. The group is deleted once no instance uses it.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{

@@ -104,6 +104,9 @@ type Provider struct {
 	// attempts: client-token prefix → the attempt that last launched, so a
 	// create after a replacement skips the spent tokens.
 	attempts map[string]int
+	// groups: region/VPC/name → ID of the security groups ownedGroup made
+	// or found, so a launch does not ask EC2 again.
+	groups map[string]string
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -131,7 +134,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	p := &Provider{
 		cfg: cfg, region: opts.Region, clusterID: opts.ClusterID, baseEndpoint: opts.BaseEndpoint,
 		clock: opts.Clock, secrets: opts.Secrets,
-		clients: map[string]*ec2.Client{}, launched: map[string]time.Time{}, attempts: map[string]int{},
+		clients: map[string]*ec2.Client{}, launched: map[string]time.Time{}, attempts: map[string]int{}, groups: map[string]string{},
 	}
 	if p.clock == nil {
 		p.clock = clock.RealClock{}
@@ -235,7 +238,11 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	}
 	var capacityErrs []error
 	for _, at := range launchOrder(awsSpec(req.Proxy), string(req.Proxy.UID)) {
-		inst, err := p.launch(ctx, region, req, ud, at)
+		groups, err := p.groupsAt(ctx, region, req.Proxy, at)
+		if err != nil {
+			return provider.Instance{}, fmt.Errorf("the security group of %s (%s) in region %s: %w", req.Name, placeName(at), region, classify(err))
+		}
+		inst, err := p.launch(ctx, region, req, ud, at, groups)
 		if err == nil {
 			return inst, nil
 		}
@@ -252,6 +259,21 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	return provider.Instance{}, provider.Quota(err)
 }
 
+// groupsAt are the security groups of an instance at one place: the
+// user's, or the one the operator owns for spec.aws.allowFrom in the
+// place's VPC.
+func (p *Provider) groupsAt(ctx context.Context, region string, proxy *crawlv1alpha1.Proxy, at launchSpec) ([]string, error) {
+	spec := awsSpec(proxy)
+	if len(spec.AllowFrom) == 0 {
+		return spec.SecurityGroupIDs, nil
+	}
+	id, err := p.ownedGroup(ctx, region, proxy, at.subnet)
+	if err != nil {
+		return nil, err
+	}
+	return []string{id}, nil
+}
+
 func placeName(at launchSpec) string {
 	if at.subnet == "" {
 		return at.instanceType
@@ -265,10 +287,12 @@ func allUnsupported(errs []error) bool {
 
 // launch runs the instance at one place, walking past client tokens whose
 // instance is already terminated.
-func (p *Provider) launch(ctx context.Context, region string, req provider.CreateRequest, ud string, at launchSpec) (provider.Instance, error) {
+func (p *Provider) launch(ctx context.Context, region string, req provider.CreateRequest, ud string, at launchSpec, groups []string) (provider.Instance, error) {
 	key := clientToken(req.Name, req.SpecHash, at, 0)
 	for attempt := p.firstAttempt(key); attempt < maxTokenAttempts; attempt++ {
-		out, err := p.client(region).RunInstances(ctx, runInput(req, p.clusterID, ud, at, attempt))
+		input := runInput(req, p.clusterID, ud, at, attempt)
+		input.NetworkInterfaces[0].Groups = groups
+		out, err := p.client(region).RunInstances(ctx, input)
 		if err != nil {
 			return provider.Instance{}, err
 		}

@@ -54,6 +54,22 @@ func TestDocumentedPolicyAllowsTheProvider(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Create under the documented policy: %v", err)
 	}
+	// The operator's own security group: created, tagged, opened, then
+	// swept once its instance is gone.
+	withGroup := testProxy(41, func(a *crawlv1alpha1.AWSProvider) { a.AllowFrom = []crawlv1alpha1.CIDR{"10.20.0.0/16"} })
+	grouped, err := p.Create(ctx, request(withGroup, "h"))
+	if err != nil {
+		t.Fatalf("Create with allowFrom under the documented policy: %v", err)
+	}
+	if err := p.Delete(ctx, grouped.ID); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if err := fake.SetState(grouped.ID[strings.LastIndex(grouped.ID, "/")+1:], "terminated", ""); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := p.Sweep(ctx); err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want the one group deleted", n, err)
+	}
 	if _, err := p.Get(ctx, inst.ID); err != nil {
 		t.Fatalf("Get: %v", err)
 	}
@@ -116,6 +132,26 @@ func TestDocumentedPolicyRefusesTheRest(t *testing.T) {
 			_, err = client.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{id}})
 			return err
 		}},
+		{"create a security group without the managed-by tag", func() error {
+			_, err := client.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{
+				GroupName: awssdk.String("not-ours"), Description: awssdk.String("x"), VpcId: awssdk.String(defaultVPC(t, client)),
+			})
+			return err
+		}},
+		{"delete a security group the operator does not own", func() error {
+			out, err := client.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{
+				GroupName: awssdk.String("was-ours"), Description: awssdk.String("x"), VpcId: awssdk.String(defaultVPC(t, client)),
+				TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeSecurityGroup, Tags: []types.Tag{{Key: awssdk.String(crawlv1alpha1.TagManagedBy), Value: awssdk.String(crawlv1alpha1.ManagedByValue)}}}},
+			})
+			if err != nil {
+				return err
+			}
+			if err := fake.SetGroupTag(*out.GroupId, crawlv1alpha1.TagManagedBy, "someone-else"); err != nil {
+				return err
+			}
+			_, err = client.DeleteSecurityGroup(ctx, &ec2.DeleteSecurityGroupInput{GroupId: out.GroupId})
+			return err
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
@@ -125,4 +161,14 @@ func TestDocumentedPolicyRefusesTheRest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// defaultVPC is the fake's default VPC, as EC2 names it.
+func defaultVPC(t *testing.T, client *ec2.Client) string {
+	t.Helper()
+	out, err := client.DescribeVpcs(context.Background(), &ec2.DescribeVpcsInput{Filters: []types.Filter{{Name: awssdk.String("is-default"), Values: []string{"true"}}}})
+	if err != nil || len(out.Vpcs) != 1 {
+		t.Fatalf("DescribeVpcs: %v", err)
+	}
+	return *out.Vpcs[0].VpcId
 }

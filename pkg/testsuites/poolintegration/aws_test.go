@@ -32,6 +32,7 @@ import (
 // operator's probe goes through the proxy its own launch configured. The
 // pool scales up, rotates onto another instance type within its surge and
 // unavailability bounds, scales down, and is deleted, leaving no instance.
+// Its members sit in the security group the operator owns for allowFrom.
 func TestAWSPoolScalesAndRotates(t *testing.T) {
 	fake := ec2test.New(t, ec2test.WithInvisibleCalls(1), ec2test.WithBoot(bootForwardProxy(t)))
 	kube, crawl := kubernetes.NewForConfigOrDie(shared.Get(t).Env.Config), versioned.NewForConfigOrDie(shared.Get(t).Env.Config)
@@ -44,10 +45,15 @@ func TestAWSPoolScalesAndRotates(t *testing.T) {
 	pt.create(newPool("ec2", 2, target.URL, func(p *crawlv1alpha1.ProxyPool) {
 		p.Spec.Template.Spec.Provider = crawlv1alpha1.ProviderAWS
 		p.Spec.Template.Spec.AWS = &crawlv1alpha1.AWSProvider{
-			SubnetIDs: []string{"subnet-0a0a0a0a0a0a0a0a0", "subnet-0b0b0b0b0b0b0b0b0"}, SecurityGroupIDs: ec2test.DefaultSecurityGroups,
+			SubnetIDs: []string{"subnet-0a0a0a0a0a0a0a0a0", "subnet-0b0b0b0b0b0b0b0b0"}, AllowFrom: []crawlv1alpha1.CIDR{"127.0.0.0/8"},
 		}
 	}))
 	eventually.Check(t, 2*time.Minute, interval, "2 Ready members", func(ctx context.Context) error { return pt.awsSettled(ctx, fake, 2, "t3.micro") })
+	// The members share the one security group the operator made for
+	// their allowFrom: the proxy port from loopback, nothing else.
+	if groups := fake.SecurityGroups(); len(groups) != 1 || !slices.Equal(groups[0].Ingress, []string{"tcp/3128/127.0.0.0/8"}) {
+		t.Errorf("security groups %+v, want one admitting tcp/3128 from 127.0.0.0/8", groups)
+	}
 
 	pt.updatePool("ec2", func(p *crawlv1alpha1.ProxyPool) { p.Spec.Replicas = ptr.To[int32](3) })
 	eventually.Check(t, 2*time.Minute, interval, "3 Ready members", func(ctx context.Context) error { return pt.awsSettled(ctx, fake, 3, "t3.micro") })

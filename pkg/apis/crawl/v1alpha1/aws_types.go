@@ -2,6 +2,7 @@ package v1alpha1
 
 // AWSProvider holds the settings of an EC2 instance. An empty region falls
 // back to the operator's --aws-region (docs/aws.md).
+// +kubebuilder:validation:XValidation:rule="!has(self.allowFrom) || !has(self.securityGroupIDs)",message="spec.aws.allowFrom and spec.aws.securityGroupIDs are exclusive: the operator's own security group, or yours",fieldPath=".allowFrom",reason=FieldValueForbidden
 type AWSProvider struct {
 	// Region is the AWS Region, such as eu-west-1. Default: the operator's --aws-region.
 	// +kubebuilder:validation:MaxLength=32
@@ -33,12 +34,23 @@ type AWSProvider struct {
 
 	// SecurityGroupIDs are attached to the instance. They must admit the
 	// proxy port from the operator and from the crawlers (docs/aws.md).
-	// Empty: the VPC's default security group.
+	// Empty, and allowFrom empty: the VPC's default security group.
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=5
 	// +kubebuilder:validation:items:Pattern=`^sg-[0-9a-f]{8,17}$`
 	// +optional
 	SecurityGroupIDs []string `json:"securityGroupIDs,omitempty"`
+
+	// AllowFrom makes the operator create, own and attach a security group
+	// of its own, in the subnets' VPC, that admits the proxy port from these
+	// ranges only (the gateway's and the operator's egress) and nothing else
+	// (no SSH). Instead of securityGroupIDs. The group is deleted once no
+	// instance uses it.
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	AllowFrom []CIDR `json:"allowFrom,omitempty"`
 
 	// Image is the AMI the instance boots. Default: the SSM public parameter
 	// of Debian 12 on amd64.

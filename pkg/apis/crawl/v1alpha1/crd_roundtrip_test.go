@@ -215,6 +215,7 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderAWS,
 			AWS: &crawlv1alpha1.AWSProvider{
 				InstanceTypes: []string{"t3.micro"}, Image: &crawlv1alpha1.AWSImage{SSMParameter: "/aws/service/debian/release/12/latest/amd64"}, Port: 3128,
+				AllowFrom: []crawlv1alpha1.CIDR{"10.20.0.0/16"},
 			},
 			HealthCheck: hc,
 			MaxLeases:   1,

@@ -49,6 +49,8 @@ func TestInvalidProxiesAreRejected(t *testing.T) {
 		"aws image id and ssmParameter":    {spec: `{provider: aws, aws: {image: {id: ami-0123456789abcdef0, ssmParameter: /a/b}}}`, wantField: "spec.aws.image"},
 		"aws image id malformed":           {spec: `{provider: aws, aws: {image: {id: ubuntu}}}`, wantField: "spec.aws.image.id"},
 		"aws spot price not a number":      {spec: `{provider: aws, aws: {spot: {maxPrice: cheap}}}`, wantField: "spec.aws.spot.maxPrice"},
+		"aws allowFrom and groups":         {spec: `{provider: aws, aws: {allowFrom: [10.0.0.0/16], securityGroupIDs: [sg-0123456789abcdef0]}}`, wantField: "spec.aws.allowFrom"},
+		"aws allowFrom not a CIDR":         {spec: `{provider: aws, aws: {allowFrom: [10.0.0.0/16, gateway]}}`, wantField: "spec.aws.allowFrom[1]"},
 		"External with provider":           {spec: `{mode: External, provider: local, endpoint: {host: h, port: 1}}`, wantField: "spec.provider"},
 		"External with cloudInit":          {spec: `{mode: External, endpoint: {host: h, port: 1}, cloudInit: {inline: x}}`, wantField: "spec.cloudInit"},
 		"Managed with endpoint":            {spec: `{provider: local, endpoint: {host: h, port: 1}}`, wantField: "spec.endpoint"},
@@ -117,6 +119,7 @@ func TestValidMinimalProxiesAreAccepted(t *testing.T) {
 	for name, spec := range map[string]string{
 		"external": validExternal, "managed": validManaged,
 		"managed-with-egress": `{provider: local, egress: {allowCIDRs: ["10.20.0.0/16", "fd00:1::/64"], denyCIDRs: ["10.20.3.0/24"]}}`,
+		"aws-owned-group":     `{provider: aws, aws: {subnetIDs: [subnet-0a0a0a0a0a0a0a0a0], allowFrom: [10.20.0.0/16, "2001:db8::/32"]}}`,
 		"aws": `{provider: aws, aws: {region: eu-west-1, instanceTypes: [t3.micro, t3a.micro], subnetIDs: [subnet-0a0a0a0a0a0a0a0a0],
 			securityGroupIDs: [sg-0123456789abcdef0], image: {ssmParameter: /aws/service/debian/release/12/latest/amd64}, spot: {maxPrice: "0.0040"}}}`,
 	} {

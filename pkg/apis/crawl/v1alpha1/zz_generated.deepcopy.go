@@ -62,6 +62,11 @@ func (in *AWSProvider) DeepCopyInto(out *AWSProvider) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.AllowFrom != nil {
+		in, out := &in.AllowFrom, &out.AllowFrom
+		*out = make([]CIDR, len(*in))
+		copy(*out, *in)
+	}
 	if in.Image != nil {
 		in, out := &in.Image, &out.Image
 		*out = new(AWSImage)

@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+import (
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+)
+
 // AWSProviderApplyConfiguration represents a declarative configuration of the AWSProvider type for use
 // with apply.
 //
@@ -37,8 +41,14 @@ type AWSProviderApplyConfiguration struct {
 	SubnetIDs []string `json:"subnetIDs,omitempty"`
 	// SecurityGroupIDs are attached to the instance. They must admit the
 	// proxy port from the operator and from the crawlers (docs/aws.md).
-	// Empty: the VPC's default security group.
+	// Empty, and allowFrom empty: the VPC's default security group.
 	SecurityGroupIDs []string `json:"securityGroupIDs,omitempty"`
+	// AllowFrom makes the operator create, own and attach a security group
+	// of its own, in the subnets' VPC, that admits the proxy port from these
+	// ranges only (the gateway's and the operator's egress) and nothing else
+	// (no SSH). Instead of securityGroupIDs. The group is deleted once no
+	// instance uses it.
+	AllowFrom []crawlv1alpha1.CIDR `json:"allowFrom,omitempty"`
 	// Image is the AMI the instance boots. Default: the SSM public parameter
 	// of Debian 12 on amd64.
 	Image *AWSImageApplyConfiguration `json:"image,omitempty"`
@@ -89,6 +99,16 @@ func (b *AWSProviderApplyConfiguration) WithSubnetIDs(values ...string) *AWSProv
 func (b *AWSProviderApplyConfiguration) WithSecurityGroupIDs(values ...string) *AWSProviderApplyConfiguration {
 	for i := range values {
 		b.SecurityGroupIDs = append(b.SecurityGroupIDs, values[i])
+	}
+	return b
+}
+
+// WithAllowFrom adds the given value to the AllowFrom field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the AllowFrom field.
+func (b *AWSProviderApplyConfiguration) WithAllowFrom(values ...crawlv1alpha1.CIDR) *AWSProviderApplyConfiguration {
+	for i := range values {
+		b.AllowFrom = append(b.AllowFrom, values[i])
 	}
 	return b
 }
