@@ -60,42 +60,62 @@ func (s *Server) describeInstances(req request) (any, *Error) {
 	return resp, nil
 }
 
-// filters parses Filter.N.Name / Filter.N.Value.M into a predicate; the
-// filters the provider uses are known, any other is refused as EC2 does.
+// filters are DescribeInstances' filters the provider uses.
 func filters(req request) (func(*instance) bool, *Error) {
-	type filter struct {
-		name   string
-		values []string
-	}
-	var fs []filter
-	for i := 1; req.form.Has(fmt.Sprintf("Filter.%d.Name", i)); i++ {
-		f := filter{name: req.form.Get(fmt.Sprintf("Filter.%d.Name", i)), values: list(req.form, fmt.Sprintf("Filter.%d.Value", i))}
-		if f.name != "instance-state-name" && f.name != "instance.group-id" && !strings.HasPrefix(f.name, "tag:") {
-			return nil, invalid("The filter '%s' is invalid", f.name)
-		}
-		fs = append(fs, f)
+	fs, err := parseFilters(req, "instance-state-name", "instance.group-id")
+	if err != nil {
+		return nil, err
 	}
 	return func(in *instance) bool {
-		for _, f := range fs {
-			var v string
-			var ok bool
-			switch key, isTag := strings.CutPrefix(f.name, "tag:"); {
-			case isTag:
-				v, ok = in.tags[key]
-			case f.name == "instance.group-id":
-				if !slices.ContainsFunc(in.securityGroups, func(g string) bool { return slices.Contains(f.values, g) }) {
-					return false
-				}
-				continue
-			default:
-				v, ok = in.state, true
+		return fs.match(in.tags, func(name string) []string {
+			if name == "instance.group-id" {
+				return in.securityGroups
 			}
-			if !ok || !slices.Contains(f.values, v) {
-				return false
-			}
-		}
-		return true
+			return []string{in.state}
+		})
 	}, nil
+}
+
+// filterSet is a request's Filter.N.Name / Filter.N.Value.M.
+type filterSet []struct {
+	name   string
+	values []string
+}
+
+// parseFilters reads a request's filters; tag:KEY and the names given are
+// known, any other is refused as EC2 does.
+func parseFilters(req request, known ...string) (filterSet, *Error) {
+	var fs filterSet
+	for i := 1; req.form.Has(fmt.Sprintf("Filter.%d.Name", i)); i++ {
+		name := req.form.Get(fmt.Sprintf("Filter.%d.Name", i))
+		if !slices.Contains(known, name) && !strings.HasPrefix(name, "tag:") {
+			return nil, invalid("The filter '%s' is invalid", name)
+		}
+		fs = append(fs, struct {
+			name   string
+			values []string
+		}{name, list(req.form, fmt.Sprintf("Filter.%d.Value", i))})
+	}
+	return fs, nil
+}
+
+// match: for every filter, one of the resource's values (a tag's, or what
+// valuesOf gives for other names) is among the filter's.
+func (fs filterSet) match(tags map[string]string, valuesOf func(name string) []string) bool {
+	for _, f := range fs {
+		var have []string
+		if key, isTag := strings.CutPrefix(f.name, "tag:"); isTag {
+			if v, ok := tags[key]; ok {
+				have = []string{v}
+			}
+		} else {
+			have = valuesOf(f.name)
+		}
+		if !slices.ContainsFunc(have, func(v string) bool { return slices.Contains(f.values, v) }) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) terminateInstances(req request) (any, *Error) {

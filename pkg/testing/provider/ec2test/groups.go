@@ -205,29 +205,14 @@ func (s *Server) describeSecurityGroups(req request) (any, *Error) {
 
 // groupFilters are DescribeSecurityGroups' filters the provider uses.
 func groupFilters(req request) (func(*group) bool, *Error) {
-	type filter struct {
-		name   string
-		values []string
-	}
-	var fs []filter
-	for i := 1; req.form.Has(fmt.Sprintf("Filter.%d.Name", i)); i++ {
-		f := filter{name: req.form.Get(fmt.Sprintf("Filter.%d.Name", i)), values: list(req.form, fmt.Sprintf("Filter.%d.Value", i))}
-		if f.name != "group-name" && f.name != "vpc-id" && !strings.HasPrefix(f.name, "tag:") {
-			return nil, invalid("The filter '%s' is invalid", f.name)
-		}
-		fs = append(fs, f)
+	fs, err := parseFilters(req, "group-name", "vpc-id")
+	if err != nil {
+		return nil, err
 	}
 	return func(g *group) bool {
-		for _, f := range fs {
-			v, ok := map[string]string{"group-name": g.name, "vpc-id": g.vpc}[f.name]
-			if key, isTag := strings.CutPrefix(f.name, "tag:"); isTag {
-				v, ok = g.tags[key]
-			}
-			if !ok || !slices.Contains(f.values, v) {
-				return false
-			}
-		}
-		return true
+		return fs.match(g.tags, func(name string) []string {
+			return []string{map[string]string{"group-name": g.name, "vpc-id": g.vpc}[name]}
+		})
 	}, nil
 }
 
