@@ -17,7 +17,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -150,39 +149,19 @@ func TestDocumentedSquidCloudInit(t *testing.T) {
 	target := proxytest.StartHTTPTarget(t)
 	httpsTarget := proxytest.StartHTTPSTarget(t) // not on 443: CONNECT must be refused
 	withAuth := &url.URL{Scheme: "http", Host: addr, User: url.UserPassword(user, password)}
-	tests := map[string]struct {
-		proxy                   *url.URL
-		target                  string
-		wantStatus, wantConnect int
-	}{
-		"authenticated":             {proxy: withAuth, target: target.URL + "/generate_204", wantStatus: http.StatusNoContent},
-		"no credentials":            {proxy: &url.URL{Scheme: "http", Host: addr}, target: target.URL + "/generate_204", wantStatus: http.StatusProxyAuthRequired},
-		"wrong password":            {proxy: &url.URL{Scheme: "http", Host: addr, User: url.UserPassword(user, "wrong")}, target: target.URL + "/generate_204", wantStatus: http.StatusProxyAuthRequired},
-		"username in lower case":    {proxy: &url.URL{Scheme: "http", Host: addr, User: url.UserPassword(strings.ToLower(user), password)}, target: target.URL + "/generate_204", wantStatus: http.StatusProxyAuthRequired},
-		"CONNECT to a port but 443": {proxy: withAuth, target: httpsTarget.URL + "/generate_204", wantConnect: http.StatusForbidden},
+	proxytest.CheckFetches(t, map[string]proxytest.FetchCase{
+		"authenticated":             {Proxy: withAuth, Target: target.URL + "/generate_204", WantStatus: http.StatusNoContent},
+		"no credentials":            {Proxy: &url.URL{Scheme: "http", Host: addr}, Target: target.URL + "/generate_204", WantStatus: http.StatusProxyAuthRequired},
+		"wrong password":            {Proxy: &url.URL{Scheme: "http", Host: addr, User: url.UserPassword(user, "wrong")}, Target: target.URL + "/generate_204", WantStatus: http.StatusProxyAuthRequired},
+		"username in lower case":    {Proxy: &url.URL{Scheme: "http", Host: addr, User: url.UserPassword(strings.ToLower(user), password)}, Target: target.URL + "/generate_204", WantStatus: http.StatusProxyAuthRequired},
+		"CONNECT to a port but 443": {Proxy: withAuth, Target: httpsTarget.URL + "/generate_204", WantConnect: http.StatusForbidden},
 		// Refused before squid connects; StartDocumentedSquid's safety net
 		// makes a broken rule a 503, never a connection beyond loopback.
-		"metadata service":            {proxy: withAuth, target: "http://169.254.169.254/latest/meta-data/", wantStatus: http.StatusForbidden},
-		"metadata service by name":    {proxy: withAuth, target: "http://instance-data/latest/meta-data/", wantStatus: http.StatusForbidden},
-		"metadata service over IPv6":  {proxy: withAuth, target: "http://[fd00:ec2::254]/latest/meta-data/", wantStatus: http.StatusForbidden},
-		"CONNECT to metadata service": {proxy: withAuth, target: "https://169.254.169.254/", wantConnect: http.StatusForbidden},
-		"private range":               {proxy: withAuth, target: "http://10.0.0.1/", wantStatus: http.StatusForbidden},
-		"internal name":               {proxy: withAuth, target: "http://ip-10-0-0-1.eu-west-1.compute.internal/", wantStatus: http.StatusForbidden},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			res, err := proxytest.Fetch(ctx, tc.proxy, tc.target, proxytest.RootCAs(httpsTarget))
-			if tc.wantConnect != 0 {
-				if res.ConnectStatus != tc.wantConnect {
-					t.Errorf("CONNECT status %d (%v), want %d", res.ConnectStatus, err, tc.wantConnect)
-				}
-				return
-			}
-			if err != nil || res.Status != tc.wantStatus {
-				t.Errorf("status %d (%v), want %d", res.Status, err, tc.wantStatus)
-			}
-		})
-	}
+		"metadata service":            {Proxy: withAuth, Target: "http://169.254.169.254/latest/meta-data/", WantStatus: http.StatusForbidden},
+		"metadata service by name":    {Proxy: withAuth, Target: "http://instance-data/latest/meta-data/", WantStatus: http.StatusForbidden},
+		"metadata service over IPv6":  {Proxy: withAuth, Target: "http://[fd00:ec2::254]/latest/meta-data/", WantStatus: http.StatusForbidden},
+		"CONNECT to metadata service": {Proxy: withAuth, Target: "https://169.254.169.254/", WantConnect: http.StatusForbidden},
+		"private range":               {Proxy: withAuth, Target: "http://10.0.0.1/", WantStatus: http.StatusForbidden},
+		"internal name":               {Proxy: withAuth, Target: "http://ip-10-0-0-1.eu-west-1.compute.internal/", WantStatus: http.StatusForbidden},
+	}, proxytest.RootCAs(httpsTarget))
 }

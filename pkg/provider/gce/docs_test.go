@@ -18,7 +18,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -151,42 +150,21 @@ func TestDocumentedSquidCloudInit(t *testing.T) {
 	target := proxytest.StartHTTPTarget(t)
 	httpsTarget := proxytest.StartHTTPSTarget(t) // not on 443: CONNECT must be refused
 	withAuth := &url.URL{Scheme: "http", Host: proxyAddr, User: url.UserPassword(user, password)}
-	tests := map[string]struct {
-		proxy       *url.URL
-		target      string
-		wantStatus  int
-		wantConnect int
-	}{
-		"authenticated":             {proxy: withAuth, target: target.URL + "/generate_204", wantStatus: http.StatusNoContent},
-		"no credentials":            {proxy: &url.URL{Scheme: "http", Host: proxyAddr}, target: target.URL + "/generate_204", wantStatus: http.StatusProxyAuthRequired},
-		"wrong password":            {proxy: &url.URL{Scheme: "http", Host: proxyAddr, User: url.UserPassword(user, "wrong")}, target: target.URL + "/generate_204", wantStatus: http.StatusProxyAuthRequired},
-		"CONNECT to a port but 443": {proxy: withAuth, target: httpsTarget.URL + "/generate_204", wantConnect: http.StatusForbidden},
+	proxytest.CheckFetches(t, map[string]proxytest.FetchCase{
+		"authenticated":             {Proxy: withAuth, Target: target.URL + "/generate_204", WantStatus: http.StatusNoContent},
+		"no credentials":            {Proxy: &url.URL{Scheme: "http", Host: proxyAddr}, Target: target.URL + "/generate_204", WantStatus: http.StatusProxyAuthRequired},
+		"wrong password":            {Proxy: &url.URL{Scheme: "http", Host: proxyAddr, User: url.UserPassword(user, "wrong")}, Target: target.URL + "/generate_204", WantStatus: http.StatusProxyAuthRequired},
+		"CONNECT to a port but 443": {Proxy: withAuth, Target: httpsTarget.URL + "/generate_204", WantConnect: http.StatusForbidden},
 		// Refused by squid before it connects; startSquid's safety net makes
 		// a broken rule a 503, never a connection beyond loopback.
-		"metadata server":            {proxy: withAuth, target: "http://169.254.169.254/computeMetadata/v1/", wantStatus: http.StatusForbidden},
-		"metadata server by name":    {proxy: withAuth, target: "http://metadata.google.internal/computeMetadata/v1/", wantStatus: http.StatusForbidden},
-		"CONNECT to metadata server": {proxy: withAuth, target: "https://169.254.169.254/", wantConnect: http.StatusForbidden},
-		"private range":              {proxy: withAuth, target: "http://10.0.0.1/", wantStatus: http.StatusForbidden},
-		"CGNAT":                      {proxy: withAuth, target: "http://100.64.0.1/", wantStatus: http.StatusForbidden},
-		"IPv6 loopback":              {proxy: withAuth, target: "http://[::1]:80/", wantStatus: http.StatusForbidden},
-		"unique local IPv6":          {proxy: withAuth, target: "https://[fd00::1]/", wantConnect: http.StatusForbidden},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			res, err := proxytest.Fetch(ctx, tc.proxy, tc.target, proxytest.RootCAs(httpsTarget))
-			if tc.wantConnect != 0 {
-				if res.ConnectStatus != tc.wantConnect {
-					t.Errorf("CONNECT status %d (%v), want %d", res.ConnectStatus, err, tc.wantConnect)
-				}
-				return
-			}
-			if err != nil || res.Status != tc.wantStatus {
-				t.Errorf("status %d (%v), want %d", res.Status, err, tc.wantStatus)
-			}
-		})
-	}
+		"metadata server":            {Proxy: withAuth, Target: "http://169.254.169.254/computeMetadata/v1/", WantStatus: http.StatusForbidden},
+		"metadata server by name":    {Proxy: withAuth, Target: "http://metadata.google.internal/computeMetadata/v1/", WantStatus: http.StatusForbidden},
+		"CONNECT to metadata server": {Proxy: withAuth, Target: "https://169.254.169.254/", WantConnect: http.StatusForbidden},
+		"private range":              {Proxy: withAuth, Target: "http://10.0.0.1/", WantStatus: http.StatusForbidden},
+		"CGNAT":                      {Proxy: withAuth, Target: "http://100.64.0.1/", WantStatus: http.StatusForbidden},
+		"IPv6 loopback":              {Proxy: withAuth, Target: "http://[::1]:80/", WantStatus: http.StatusForbidden},
+		"unique local IPv6":          {Proxy: withAuth, Target: "https://[fd00::1]/", WantConnect: http.StatusForbidden},
+	}, proxytest.RootCAs(httpsTarget))
 }
 
 // vmMetadata creates the VM of p through the gce provider (against the fake

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"testing"
+	"time"
 )
 
 // maxBody bounds the response bodies Fetch keeps.
@@ -73,4 +75,36 @@ func Fetch(ctx context.Context, proxyURL *url.URL, target string, roots *x509.Ce
 		return res, fmt.Errorf("reading body: %w", err)
 	}
 	return res, nil
+}
+
+// FetchCase is one request through a proxy and what must come of it: the
+// status of the target's answer, or (WantConnect) the proxy's answer to
+// CONNECT for an https target.
+type FetchCase struct {
+	Proxy       *url.URL
+	Target      string
+	WantStatus  int
+	WantConnect int
+}
+
+// CheckFetches runs each case as a subtest, with roots trusted for https
+// targets: the docs tests' tables of what a documented proxy admits.
+func CheckFetches(t *testing.T, cases map[string]FetchCase, roots *x509.CertPool) {
+	t.Helper()
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			res, err := Fetch(ctx, tc.Proxy, tc.Target, roots)
+			if tc.WantConnect != 0 {
+				if res.ConnectStatus != tc.WantConnect {
+					t.Errorf("CONNECT status %d (%v), want %d", res.ConnectStatus, err, tc.WantConnect)
+				}
+				return
+			}
+			if err != nil || res.Status != tc.WantStatus {
+				t.Errorf("status %d (%v), want %d", res.Status, err, tc.WantStatus)
+			}
+		})
+	}
 }
