@@ -73,18 +73,21 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, c caller)
 		g.fail(w, r, http.StatusBadGateway, ReasonUpstreamRefused, fmt.Sprintf("the upstream refused the tunnel (and so did the next one tried): %v", lastErr), 0)
 		return
 	}
-	defer u.done()
-
 	client, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		upstream.Close()
+		u.done()
 		g.fail(w, r, http.StatusInternalServerError, ReasonUpstreamFailed, "cannot tunnel on this connection", 0)
 		return
 	}
 	if !g.trackTunnel(client, upstream) {
+		u.done()
 		return
 	}
 	defer g.untrackTunnel(client, upstream)
+	// Runs before untrackTunnel: a shutdown waits for a tunnel until its
+	// lease is given back, or the process could exit mid-release.
+	defer u.done()
 	g.cfg.Metrics.ObserveGatewayConnection(u.mode, http.MethodConnect)
 	g.cfg.Metrics.AddGatewayActive(1)
 	defer g.cfg.Metrics.AddGatewayActive(-1)
