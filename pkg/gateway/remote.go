@@ -145,11 +145,14 @@ func (r *Remote) call(ctx context.Context, fn func(*client.Client) error) error 
 	return lease.ErrNotLeader
 }
 
-// notLeader is a standby's answer or a URL that cannot be reached now.
+// notLeader is a standby's answer, a URL that cannot be reached now, or an
+// answer that is not the lease API's (no error code: a Service without a
+// ready endpoint can send the call to whatever the node's default route
+// reaches, which answered an empty 404 in the real-node suite).
 func notLeader(err error) bool {
 	var apiErr *client.Error
 	if errors.As(err, &apiErr) {
-		return apiErr.Code == "NotLeader"
+		return apiErr.Code == "NotLeader" || apiErr.Code == ""
 	}
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
@@ -256,13 +259,14 @@ func leaseError(err error) error {
 	case "NotLeader":
 		return lease.ErrNotLeader
 	}
+	// The API's own words stay in the error, for the gateway's log.
 	switch apiErr.StatusCode {
 	case http.StatusNotFound:
-		return lease.ErrUnknownLease
+		return fmt.Errorf("%w (%v)", lease.ErrUnknownLease, apiErr)
 	case http.StatusConflict:
-		return lease.ErrSuperseded
+		return fmt.Errorf("%w (%v)", lease.ErrSuperseded, apiErr)
 	case http.StatusGone:
-		return lease.ErrRevoked
+		return fmt.Errorf("%w (%v)", lease.ErrRevoked, apiErr)
 	case http.StatusBadRequest:
 		return &lease.FieldError{Field: apiErr.Field, Message: apiErr.Message}
 	}

@@ -194,3 +194,31 @@ func TestRemoteHoldsAcquiresWhileNoLeaderAnswers(t *testing.T) {
 		t.Error("LeaderReachable with no leader")
 	}
 }
+
+// TestRemoteTakesAForeignAnswerForNoLeader: an answer without the lease
+// API's error body (an empty 404 from whatever a Service without ready
+// endpoints reached) is not the API saying the lease is unknown: the call
+// waits for a leader like a refused connection does.
+func TestRemoteTakesAForeignAnswerForNoLeader(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	for name, h := range map[string]http.Handler{
+		"empty 404": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNotFound) }),
+		"html 502": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "<html>bad gateway</html>", http.StatusBadGateway)
+		}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			foreign := httptest.NewServer(h)
+			defer foreign.Close()
+			remote, err := gateway.NewRemote(gateway.RemoteConfig{URLs: []string{foreign.URL}, LeaderWait: time.Second,
+				Token: func(context.Context) (string, error) { return tierGatewayToken, nil }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = remote.Acquire(ctx, lease.User{Name: "u"}, lease.AcquireRequest{Holder: "h"})
+			if !errors.Is(err, lease.ErrNotLeader) {
+				t.Fatalf("Acquire answered by %s: err = %v, want ErrNotLeader (held, then no leader)", name, err)
+			}
+		})
+	}
+}
