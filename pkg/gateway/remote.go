@@ -130,6 +130,12 @@ func (r *Remote) call(ctx context.Context, fn func(*client.Client) error) error 
 	for i := range r.clients {
 		idx := (first + i) % len(r.clients)
 		err := fn(r.clients[idx])
+		if foreignAnswer(err) {
+			// The kept-alive connection leads somewhere else (dialed before
+			// kube-proxy had the Service's rule): dial afresh next time.
+			klog.FromContext(ctx).V(2).Info("A lease API URL answered as no lease API does; dropping its connections", "url", r.cfg.URLs[idx], "answer", err.Error())
+			r.cfg.HTTP.CloseIdleConnections()
+		}
 		if err != nil && notLeader(err) {
 			last = err
 			continue
@@ -145,16 +151,24 @@ func (r *Remote) call(ctx context.Context, fn func(*client.Client) error) error 
 	return lease.ErrNotLeader
 }
 
-// notLeader is a standby's answer, a URL that cannot be reached now, or an
-// answer that is not the lease API's (no error code: a Service without a
-// ready endpoint can send the call to whatever the node's default route
-// reaches, which answered an empty 404 in the real-node suite).
+// notLeader is a standby's answer, a URL that cannot be reached now, or a
+// foreign answer.
 func notLeader(err error) bool {
 	var apiErr *client.Error
 	if errors.As(err, &apiErr) {
 		return apiErr.Code == "NotLeader" || apiErr.Code == ""
 	}
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// foreignAnswer is an HTTP answer without the lease API's error body. In
+// the real-node suite a gateway Pod that started with the lease Service
+// dialed its ClusterIP before kube-proxy had a rule for it: the connection
+// left by the node's default route, something there answered an empty
+// 404, and every call reused that kept-alive connection.
+func foreignAnswer(err error) bool {
+	var apiErr *client.Error
+	return errors.As(err, &apiErr) && apiErr.Code == ""
 }
 
 // Acquire holds the connection up to LeaderWait while there is no leader.
@@ -230,7 +244,7 @@ func selectorString(s labels.Selector) string {
 func leaseOf(user lease.User, l *client.Lease) lease.Lease {
 	return lease.Lease{
 		ID: l.ID, Holder: l.Holder, Owner: user.Identity(),
-		Proxy:   lease.LeasedProxy{Key: cache.ObjectName{Namespace: l.Proxy.Namespace, Name: l.Proxy.Name}, URL: l.Proxy.URL, LatencyMillis: l.Proxy.LatencyMillis},
+		Proxy:   lease.LeasedProxy{Key: cache.ObjectName{Namespace: l.Proxy.Namespace, Name: l.Proxy.Name}, URL: l.Proxy.URL, LatencyMillis: l.Proxy.LatencyMillis, Pool: l.Proxy.Pool},
 		Session: l.Session, Domain: l.Domain, GrantedAt: l.GrantedAt, ExpiresAt: l.ExpiresAt, TTL: l.TTL,
 	}
 }

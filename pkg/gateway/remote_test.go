@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,7 +199,8 @@ func TestRemoteHoldsAcquiresWhileNoLeaderAnswers(t *testing.T) {
 // TestRemoteTakesAForeignAnswerForNoLeader: an answer without the lease
 // API's error body (an empty 404 from whatever a Service without ready
 // endpoints reached) is not the API saying the lease is unknown: the call
-// waits for a leader like a refused connection does.
+// waits for a leader like a refused connection does, and dials afresh for
+// each try instead of reusing the connection that led astray.
 func TestRemoteTakesAForeignAnswerForNoLeader(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	for name, h := range map[string]http.Handler{
@@ -208,7 +210,14 @@ func TestRemoteTakesAForeignAnswerForNoLeader(t *testing.T) {
 		}),
 	} {
 		t.Run(name, func(t *testing.T) {
-			foreign := httptest.NewServer(h)
+			foreign := httptest.NewUnstartedServer(h)
+			var dials atomic.Int32
+			foreign.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+				if state == http.StateNew {
+					dials.Add(1)
+				}
+			}
+			foreign.Start()
 			defer foreign.Close()
 			remote, err := gateway.NewRemote(gateway.RemoteConfig{URLs: []string{foreign.URL}, LeaderWait: time.Second,
 				Token: func(context.Context) (string, error) { return tierGatewayToken, nil }})
@@ -218,6 +227,12 @@ func TestRemoteTakesAForeignAnswerForNoLeader(t *testing.T) {
 			_, _, err = remote.Acquire(ctx, lease.User{Name: "u"}, lease.AcquireRequest{Holder: "h"})
 			if !errors.Is(err, lease.ErrNotLeader) {
 				t.Fatalf("Acquire answered by %s: err = %v, want ErrNotLeader (held, then no leader)", name, err)
+			}
+			if n := dials.Load(); n < 2 {
+				t.Errorf("the held acquire dialed %d connection(s), want a new one per try", n)
+			}
+			if remote.LeaderReachable() {
+				t.Error("LeaderReachable after foreign answers only")
 			}
 		})
 	}
