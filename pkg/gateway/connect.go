@@ -100,16 +100,16 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, c caller)
 		if _, err := client.Write(pending); err != nil {
 			return
 		}
-		g.cfg.Metrics.AddGatewayBytes(DirectionDown, int64(len(pending)))
+		g.cfg.Metrics.AddGatewayBytes(DirectionDown, u.h.proxy.Namespace, u.h.pool, int64(len(pending)))
 	}
 	if n := brw.Reader.Buffered(); n > 0 { // what the client sent right behind its CONNECT
 		early, _ := brw.Reader.Peek(n)
 		if _, err := upstream.Write(early); err != nil {
 			return
 		}
-		g.cfg.Metrics.AddGatewayBytes(DirectionUp, int64(n))
+		g.cfg.Metrics.AddGatewayBytes(DirectionUp, u.h.proxy.Namespace, u.h.pool, int64(n))
 	}
-	g.splice(client, upstream)
+	g.splice(client, upstream, u.h)
 	if v := logger.V(4); v.Enabled() { // the arguments would escape even when not logged
 		v.Info("Tunnel closed", "proxy", u.h.proxy, "target", authority, "mode", u.mode)
 	}
@@ -183,25 +183,26 @@ func (g *Gateway) dialConnect(ctx context.Context, upstream *url.URL, authority 
 // half-closes its destination where it can, so that request-then-EOF
 // protocols work. The downstream direction runs on the calling (the
 // connection's) goroutine: one goroutine per tunnel, not two.
-func (g *Gateway) splice(client, upstream net.Conn) {
+func (g *Gateway) splice(client, upstream net.Conn, h *holding) {
 	upDone := make(chan struct{})
 	go func() {
 		defer close(upDone)
-		g.pipe(upstream, client, DirectionUp)
+		g.pipe(upstream, client, DirectionUp, h)
 	}()
-	g.pipe(client, upstream, DirectionDown)
+	g.pipe(client, upstream, DirectionDown, h)
 	<-upDone
 }
 
-// pipe copies src to dst until src ends, then half-closes dst.
-func (g *Gateway) pipe(dst, src net.Conn, direction string) {
+// pipe copies src to dst until src ends, then half-closes dst; the bytes
+// count for h's pool.
+func (g *Gateway) pipe(dst, src net.Conn, direction string, h *holding) {
 	for {
 		// io.CopyN over a *net.TCPConn pair is splice(2): the bytes never
 		// enter this process's memory (net.TCPConn.ReadFrom unwraps the
 		// *io.LimitedReader; any other wrapper would defeat it).
 		n, err := io.CopyN(dst, src, copyChunk)
 		if n > 0 {
-			g.cfg.Metrics.AddGatewayBytes(direction, n)
+			g.cfg.Metrics.AddGatewayBytes(direction, h.proxy.Namespace, h.pool, n)
 		}
 		if err != nil {
 			break

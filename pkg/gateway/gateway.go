@@ -69,7 +69,10 @@ type Metrics interface {
 	// ObserveGatewayConnection counts a CONNECT tunnel or plain request that got an upstream.
 	ObserveGatewayConnection(mode, method string)
 	AddGatewayActive(delta int)
-	AddGatewayBytes(direction string, n int64)
+	// AddGatewayBytes counts bytes moved in one direction through a member
+	// of pool in namespace (pool "" for a proxy of no pool): proxy
+	// networks bill per GB.
+	AddGatewayBytes(direction, namespace, pool string, n int64)
 	SetGatewaySessions(n int)
 	ObserveGatewayError(reason string)
 }
@@ -77,11 +80,11 @@ type Metrics interface {
 // NoMetrics discards every measurement.
 type NoMetrics struct{}
 
-func (NoMetrics) ObserveGatewayConnection(string, string) {}
-func (NoMetrics) AddGatewayActive(int)                    {}
-func (NoMetrics) AddGatewayBytes(string, int64)           {}
-func (NoMetrics) SetGatewaySessions(int)                  {}
-func (NoMetrics) ObserveGatewayError(string)              {}
+func (NoMetrics) ObserveGatewayConnection(string, string)       {}
+func (NoMetrics) AddGatewayActive(int)                          {}
+func (NoMetrics) AddGatewayBytes(string, string, string, int64) {}
+func (NoMetrics) SetGatewaySessions(int)                        {}
+func (NoMetrics) ObserveGatewayError(string)                    {}
 
 // Config configures a Gateway.
 type Config struct {

@@ -18,6 +18,8 @@ import (
 // same session) or a rotating connection's (released at its close).
 type holding struct {
 	proxy cache.ObjectName
+	// pool is the proxy's ProxyPool ("" if none), for the bytes metric.
+	pool string
 	// user is who the lease was acquired for.
 	user lease.User
 	// upstream is the proxy's URL with its credentials in User: never
@@ -40,7 +42,7 @@ func newHolding(user lease.User, l lease.Lease, creds *lease.Credentials) (*hold
 	if creds != nil {
 		u.User = url.UserPassword(creds.Username, creds.Password)
 	}
-	return &holding{proxy: l.Proxy.Key, user: user, upstream: u, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL}, nil
+	return &holding{proxy: l.Proxy.Key, pool: l.Proxy.Pool, user: user, upstream: u, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL}, nil
 }
 
 // live reports whether the lease is still ours. When the store cannot tell

@@ -106,7 +106,7 @@ func (g *Gateway) servePlain(w http.ResponseWriter, r *http.Request, c caller) {
 		}
 		g.cfg.Metrics.ObserveGatewayConnection(u.mode, r.Method)
 		g.cfg.Metrics.AddGatewayActive(1)
-		g.copyResponse(w, resp)
+		g.copyResponse(w, resp, u.h)
 		g.cfg.Metrics.AddGatewayActive(-1)
 		u.done()
 		return
@@ -117,7 +117,7 @@ func (g *Gateway) servePlain(w http.ResponseWriter, r *http.Request, c caller) {
 func (g *Gateway) roundTrip(out *http.Request, u *use) (*http.Response, error) {
 	req := out.WithContext(context.WithValue(out.Context(), upstreamKey{}, u.h.upstream))
 	if out.Body != nil {
-		req.Body = countingReader{out.Body, g.cfg.Metrics}
+		req.Body = countingReader{out.Body, g.cfg.Metrics, u.h}
 	}
 	resp, err := g.transport.RoundTrip(req)
 	if err != nil {
@@ -127,7 +127,7 @@ func (g *Gateway) roundTrip(out *http.Request, u *use) (*http.Response, error) {
 	return resp, nil
 }
 
-func (g *Gateway) copyResponse(w http.ResponseWriter, resp *http.Response) {
+func (g *Gateway) copyResponse(w http.ResponseWriter, resp *http.Response, h *holding) {
 	defer resp.Body.Close()
 	removeHopHeaders(resp.Header)
 	for k, v := range resp.Header {
@@ -135,7 +135,7 @@ func (g *Gateway) copyResponse(w http.ResponseWriter, resp *http.Response) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	n, _ := io.Copy(flushWriter{w}, resp.Body)
-	g.cfg.Metrics.AddGatewayBytes(DirectionDown, n)
+	g.cfg.Metrics.AddGatewayBytes(DirectionDown, h.proxy.Namespace, h.pool, n)
 }
 
 // redact removes an upstream's password from a message, should a library
@@ -154,11 +154,12 @@ func redact(msg string, u *url.URL) string {
 type countingReader struct {
 	r io.ReadCloser
 	m Metrics
+	h *holding
 }
 
 func (c countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
-	c.m.AddGatewayBytes(DirectionUp, int64(n))
+	c.m.AddGatewayBytes(DirectionUp, c.h.proxy.Namespace, c.h.pool, int64(n))
 	return n, err
 }
 

@@ -250,6 +250,7 @@ func leaseWireFrom(l Lease, creds *Credentials) wire.Lease {
 		Holder: l.Holder,
 		Proxy: wire.ProxyRef{
 			Namespace: l.Proxy.Key.Namespace, Name: l.Proxy.Key.Name, URL: l.Proxy.URL, LatencyMillis: l.Proxy.LatencyMillis,
+			Pool: l.Proxy.Pool,
 		},
 		Session:   l.Session,
 		Domain:    l.Domain,

@@ -66,6 +66,8 @@ type LeasedProxy struct {
 	LatencyMillis int64
 	// CredentialsSecret names the Secret of its credentials (ProxyInfo's), "" if none.
 	CredentialsSecret string
+	// Pool is the ProxyPool the proxy is a member of, "" if none.
+	Pool string
 }
 
 // ProxyStatus is a Ready proxy as discovery shows it.

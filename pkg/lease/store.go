@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 )
 
 // ProxyInfo is what the store knows of a Proxy; the feed derives it from
@@ -358,6 +360,7 @@ func viewOfLocked(l *lease) (Lease, token) {
 			Proxy: LeasedProxy{
 				Key: l.proxyKey, URL: l.proxy.info.URL, LatencyMillis: l.proxy.info.LatencyMillis,
 				CredentialsSecret: l.proxy.info.CredentialsSecret,
+				Pool:              l.proxy.info.Labels[crawlv1alpha1.PoolLabel],
 			},
 			Session:   l.session,
 			Domain:    l.domain,

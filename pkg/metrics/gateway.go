@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"net/http"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -20,10 +21,13 @@ type Gateway struct {
 
 	// The children every tunnel touches, looked up once: WithLabelValues
 	// hashes the labels and takes the vector's lock on every call.
-	connectByMode      map[string]prometheus.Counter
-	bytesUp, bytesDown prometheus.Counter
-	errorByReason      map[string]prometheus.Counter
+	connectByMode map[string]prometheus.Counter
+	errorByReason map[string]prometheus.Counter
+	bytesByPool   sync.Map // bytesKey -> prometheus.Counter
 }
+
+// bytesKey names one child of gateway_bytes_total.
+type bytesKey struct{ direction, namespace, pool string }
 
 func newGatewayMetrics() *Gateway {
 	g := &Gateway{
@@ -40,8 +44,8 @@ func newGatewayMetrics() *Gateway {
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "gateway_bytes_total",
-			Help:      "Bytes the gateway moved, by direction: up (client to upstream) and down (upstream to client). Tunnels add in chunks of up to 4 MiB.",
-		}, []string{"direction"}),
+			Help:      "Bytes the gateway moved, by direction (up: client to upstream, down: upstream to client) and by the leased proxy's namespace and pool (pool empty for a proxy of no pool): proxy networks bill per GB. Tunnels add in chunks of up to 4 MiB.",
+		}, []string{"direction", "namespace", "pool"}),
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "gateway_sessions",
@@ -57,7 +61,6 @@ func newGatewayMetrics() *Gateway {
 	for _, mode := range []string{gateway.ModeSession, gateway.ModeRotating} {
 		g.connectByMode[mode] = g.connections.WithLabelValues(mode, "CONNECT")
 	}
-	g.bytesUp, g.bytesDown = g.bytes.WithLabelValues(gateway.DirectionUp), g.bytes.WithLabelValues(gateway.DirectionDown)
 	g.errorByReason = map[string]prometheus.Counter{}
 	for _, r := range gateway.ErrorReasons {
 		g.errorByReason[r] = g.errors.WithLabelValues(r)
@@ -81,16 +84,15 @@ func (g *Gateway) ObserveGatewayConnection(mode, method string) {
 // AddGatewayActive moves the open-connections gauge.
 func (g *Gateway) AddGatewayActive(delta int) { g.active.Add(float64(delta)) }
 
-// AddGatewayBytes counts bytes moved in one direction.
-func (g *Gateway) AddGatewayBytes(direction string, n int64) {
-	switch direction {
-	case gateway.DirectionUp:
-		g.bytesUp.Add(float64(n))
-	case gateway.DirectionDown:
-		g.bytesDown.Add(float64(n))
-	default:
-		g.bytes.WithLabelValues(direction).Add(float64(n))
+// AddGatewayBytes counts bytes moved in one direction through a leased
+// proxy of pool in namespace: the labels are as many as the pools.
+func (g *Gateway) AddGatewayBytes(direction, namespace, pool string, n int64) {
+	key := bytesKey{direction, namespace, pool}
+	c, ok := g.bytesByPool.Load(key)
+	if !ok {
+		c, _ = g.bytesByPool.LoadOrStore(key, g.bytes.WithLabelValues(direction, namespace, pool))
 	}
+	c.(prometheus.Counter).Add(float64(n))
 }
 
 // SetGatewaySessions sets the sessions gauge.

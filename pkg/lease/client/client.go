@@ -132,6 +132,8 @@ type LeasedProxy struct {
 	Name          string
 	URL           string
 	LatencyMillis int64
+	// Pool is the ProxyPool the proxy is a member of, "" if none.
+	Pool string
 }
 
 // Credentials are the proxy's basic-auth credentials.
@@ -377,7 +379,7 @@ func leaseFrom(j wire.Lease) (*Lease, error) {
 	l := &Lease{
 		ID:        j.ID,
 		Holder:    j.Holder,
-		Proxy:     LeasedProxy{Namespace: j.Proxy.Namespace, Name: j.Proxy.Name, URL: j.Proxy.URL, LatencyMillis: j.Proxy.LatencyMillis},
+		Proxy:     LeasedProxy{Namespace: j.Proxy.Namespace, Name: j.Proxy.Name, URL: j.Proxy.URL, LatencyMillis: j.Proxy.LatencyMillis, Pool: j.Proxy.Pool},
 		Session:   j.Session,
 		Domain:    j.Domain,
 		TTL:       ttl,

@@ -46,6 +46,8 @@ type ProxyRef struct {
 	Name          string `json:"name"`
 	URL           string `json:"url"`
 	LatencyMillis int64  `json:"latencyMillis"`
+	// Pool is the ProxyPool the proxy is a member of, omitted if none.
+	Pool string `json:"pool,omitempty"`
 }
 
 // Credentials are a proxy's basic-auth credentials.
