@@ -88,6 +88,8 @@ type HealthVerdict struct {
 	// Message says why in a few words; it never holds a credential.
 	Message string
 	Latency time.Duration
+	// ExitIP is the address the health check's target saw (healthCheck.exitIPFromBody), "" if not measured.
+	ExitIP string
 	// CheckedAt is when the probe behind this verdict ran.
 	CheckedAt time.Time
 }
@@ -402,6 +404,10 @@ func indexBySecret(obj any) ([]string, error) {
 	// one), so that a change to a generated Secret requeues its Proxy too.
 	if name := proxyaccess.CredentialsSecret(p); name != "" && (len(keys) == 0 || name != p.Spec.CloudInit.SecretRef.Name) {
 		keys = append(keys, cache.NewObjectName(p.Namespace, name).String())
+	}
+	// The account's password, which the generated Secret copies.
+	if isUpstream(p) {
+		keys = append(keys, cache.NewObjectName(p.Namespace, p.Spec.Upstream.CredentialsSecretRef.Name).String())
 	}
 	return keys, nil
 }

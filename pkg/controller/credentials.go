@@ -49,6 +49,14 @@ const (
 // A Secret of that name that this Proxy does not control is an error, never
 // overwritten.
 func (c *Controller) ensureGeneratedCredentials(ctx context.Context, p *crawlv1alpha1.Proxy) (created bool, err error) {
+	// An upstream session's credentials are not random: they must be the
+	// network's (upstream.go).
+	var want *proxyaccess.Credentials
+	if isUpstream(p) {
+		if want, err = c.upstreamCredentials(p); err != nil {
+			return false, err
+		}
+	}
 	name := proxyaccess.GeneratedCredentialsSecret(p)
 	existing, err := c.secrets.Secrets(p.Namespace).Get(name)
 	switch {
@@ -56,13 +64,17 @@ func (c *Controller) ensureGeneratedCredentials(ctx context.Context, p *crawlv1a
 		if !metav1.IsControlledBy(existing, p) {
 			return false, &proxyaccess.CredentialsError{Secret: name, Problem: "exists but is not controlled by this Proxy; delete it, or set spec.auth"}
 		}
-		return false, nil
+		return false, c.updateCredentials(ctx, existing, want)
 	case !apierrors.IsNotFound(err):
 		return false, fmt.Errorf("reading credentials Secret %q: %w", name, err)
 	}
 	secret, err := generatedCredentialsSecret(p)
 	if err != nil {
 		return false, err
+	}
+	if want != nil {
+		secret.Data[crawlv1alpha1.AuthUsernameKey] = []byte(want.Username)
+		secret.Data[crawlv1alpha1.AuthPasswordKey] = []byte(want.Password)
 	}
 	_, err = c.kube.CoreV1().Secrets(p.Namespace).Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager})
 	if apierrors.IsAlreadyExists(err) {
@@ -75,6 +87,25 @@ func (c *Controller) ensureGeneratedCredentials(ctx context.Context, p *crawlv1a
 	}
 	klog.FromContext(ctx).Info("Generated credentials for a Proxy without spec.auth", "secret", name)
 	return true, nil
+}
+
+// updateCredentials writes want into the generated Secret when it holds
+// something else (nil want: nothing to keep current).
+func (c *Controller) updateCredentials(ctx context.Context, existing *corev1.Secret, want *proxyaccess.Credentials) error {
+	if want == nil || (string(existing.Data[crawlv1alpha1.AuthUsernameKey]) == want.Username &&
+		string(existing.Data[crawlv1alpha1.AuthPasswordKey]) == want.Password) {
+		return nil
+	}
+	updated := existing.DeepCopy()
+	updated.Data = map[string][]byte{
+		crawlv1alpha1.AuthUsernameKey: []byte(want.Username),
+		crawlv1alpha1.AuthPasswordKey: []byte(want.Password),
+	}
+	if _, err := c.kube.CoreV1().Secrets(existing.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("updating credentials Secret %q: %w", existing.Name, err)
+	}
+	klog.FromContext(ctx).Info("Updated the generated credentials of an upstream session", "secret", existing.Name)
+	return nil
 }
 
 // generatedCredentialsSecret is a new credentials Secret for p with random

@@ -121,6 +121,9 @@ func (c *Controller) applyHealth(ctx context.Context, p *crawlv1alpha1.Proxy) {
 	was := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionHealthy)
 	c.setCondition(p, crawlv1alpha1.ConditionHealthy, status, reason, v.Message)
 	p.Status.LatencyMillis = v.Latency.Milliseconds()
+	if v.Healthy {
+		p.Status.ExitIP = v.ExitIP
+	}
 	checked := metav1.NewTime(v.CheckedAt.Truncate(time.Second))
 	p.Status.LastHealthCheckTime = &checked
 
@@ -171,5 +174,6 @@ func clearInstance(p *crawlv1alpha1.Proxy) {
 func clearHealth(p *crawlv1alpha1.Proxy) {
 	meta.RemoveStatusCondition(&p.Status.Conditions, crawlv1alpha1.ConditionHealthy)
 	p.Status.LatencyMillis = 0
+	p.Status.ExitIP = ""
 	p.Status.LastHealthCheckTime = nil
 }

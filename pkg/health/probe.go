@@ -40,6 +40,9 @@ type Target struct {
 	InsecureSkipVerify bool
 	ServerName         string
 	RootCAs            *x509.CertPool
+	// ExitIPFromBody: URL answers with the client's address as its body;
+	// a successful probe reads it into Result.ExitIP.
+	ExitIPFromBody bool
 }
 
 // Result is the outcome of one probe.
@@ -54,6 +57,9 @@ type Result struct {
 	// Latency is the time until the response headers arrived (or the
 	// failure): the dial, CONNECT and TLS included.
 	Latency time.Duration
+	// ExitIP is the address the target saw the probe come from
+	// (Target.ExitIPFromBody), "" when not asked for.
+	ExitIP string
 }
 
 // Probe fetches t.URL through t.Proxy once, on a fresh connection, and
@@ -88,13 +94,23 @@ func Probe(ctx context.Context, t Target) Result {
 		class, msg := describeError(err, p.stage, t.Timeout)
 		return Result{Class: class, Message: redact(msg, t.Proxy), Latency: latency}
 	}
+	var exitIP string
+	if t.ExitIPFromBody && resp.StatusCode == t.ExpectedStatus {
+		exitIP = readExitIP(resp.Body)
+	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 
 	res := Result{Status: resp.StatusCode, Latency: latency}
 	switch {
+	case t.ExitIPFromBody && resp.StatusCode == t.ExpectedStatus && exitIP == "":
+		res.Class = ResultUnexpectedStatus
+		res.Message = fmt.Sprintf("target answered %d without an IP address as its body (spec.healthCheck.exitIPFromBody)", resp.StatusCode)
 	case resp.StatusCode == t.ExpectedStatus:
-		res.OK, res.Class = true, ResultSuccess
+		res.OK, res.Class, res.ExitIP = true, ResultSuccess, exitIP
 		res.Message = fmt.Sprintf("target answered %d in %s", resp.StatusCode, roundLatency(latency))
+		if exitIP != "" {
+			res.Message += " from exit IP " + exitIP
+		}
 	case resp.StatusCode == http.StatusProxyAuthRequired:
 		// Only a proxy sends 407 (to an http target; to CONNECT it is a
 		// proxyAnswerError).
@@ -447,4 +463,22 @@ func redact(msg string, proxy *url.URL) string {
 		msg = strings.ReplaceAll(msg, pass, "***")
 	}
 	return msg
+}
+
+// maxExitIPBody bounds what is read of an echo's answer: an IPv6 address
+// and a newline fit.
+const maxExitIPBody = 64
+
+// readExitIP reads an echo's answer: an IP address, alone in the body
+// (surrounding space allowed); "" for anything else.
+func readExitIP(body io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(body, maxExitIPBody+1))
+	if len(b) > maxExitIPBody {
+		return ""
+	}
+	ip := net.ParseIP(strings.TrimSpace(string(b)))
+	if ip == nil {
+		return ""
+	}
+	return ip.String()
 }

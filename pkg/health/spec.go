@@ -31,6 +31,9 @@ type check struct {
 	// mustRefuseAnonymous: a Managed instance, which the operator starts with
 	// credentials, must refuse a request without them (docs/decisions/0140-managed-instance-must-refuse-request-without.md).
 	mustRefuseAnonymous bool
+	// upstream: a proxy network's session (spec.provider upstream), whose
+	// refusals name the username template.
+	upstream bool
 }
 
 // proxyAddress is the host:port the proxy is probed at, from its status
@@ -70,8 +73,11 @@ func checkFor(p *crawlv1alpha1.Proxy, address string, rootCAs *x509.CertPool) ch
 		c.target.InsecureSkipVerify = hc.TLS.InsecureSkipVerify
 		c.target.ServerName = hc.TLS.ServerName
 	}
+	c.target.ExitIPFromBody = hc.ExitIPFromBody
 	c.authSecret = proxyaccess.CredentialsSecret(p)
-	c.mustRefuseAnonymous = c.authSecret != "" && p.Spec.Mode != crawlv1alpha1.ModeExternal
+	// A proxy network's super proxy is not ours to prove closed.
+	c.upstream = p.Spec.Provider == crawlv1alpha1.ProviderUpstream
+	c.mustRefuseAnonymous = c.authSecret != "" && p.Spec.Mode != crawlv1alpha1.ModeExternal && !c.upstream
 	return c
 }
 

@@ -144,6 +144,7 @@ func seedFromStatus(p *crawlv1alpha1.Proxy, address string) (counters, *controll
 		Healthy:   healthy,
 		Message:   cond.Message,
 		Latency:   time.Duration(p.Status.LatencyMillis) * time.Millisecond,
+		ExitIP:    p.Status.ExitIP,
 		CheckedAt: checkedAt,
 	}, checkedAt
 }

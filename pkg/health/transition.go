@@ -107,6 +107,7 @@ const (
 	reportFirstVerdict = "first_verdict"
 	reportFlip         = "flip"
 	reportLatency      = "latency_change"
+	reportExitIP       = "exit_ip_change"
 )
 
 // minLatencyChange is the smallest latency change worth a status write.
@@ -140,4 +141,12 @@ func reportReason(reported *controller.HealthVerdict, reportedAt time.Time, c co
 		return ""
 	}
 	return reportLatency
+}
+
+// exitIPChanged: a healthy proxy's successful probe saw another exit IP
+// than the one reported. Always worth a write, without the latency's
+// persistence: a pool re-rolls a member whose exit IP another has, and the
+// IP a lease would get is what kubectl get shows.
+func exitIPChanged(reported *controller.HealthVerdict, c counters, r Result) bool {
+	return reported != nil && reported.Healthy && c.verdict == verdictHealthy && r.OK && r.ExitIP != reported.ExitIP
 }

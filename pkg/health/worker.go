@@ -54,6 +54,9 @@ func (e *Engine) runCheck(ctx context.Context, j job) Result {
 	proxyURL.User = url.UserPassword(creds.Username, creds.Password)
 	withAuth.Proxy = &proxyURL
 	r := e.probe(ctx, withAuth)
+	if r.Class == ResultProxyRefused && j.check.upstream {
+		r.Message += fmt.Sprintf(": the proxy network refused the username or the password; check spec.upstream.usernameTemplate and the password in spec.upstream.credentialsSecretRef (copied into Secret %q)", j.check.authSecret)
+	}
 	if !r.OK || !j.proveClosed {
 		return r
 	}
@@ -90,6 +93,9 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 	if why == reportLatency && !e.latencyBudget.AllowN(now, 1) {
 		why = "" // over the fleet's budget: a later probe reports it
 	}
+	if why == "" && exitIPChanged(st.reported, st.counters, r) {
+		why = reportExitIP
+	}
 	// Made only when reported: most probes report nothing (docs/decisions/0164-engine-own-work-probe-measured-alone.md).
 	var v *controller.HealthVerdict
 	if why != "" {
@@ -101,6 +107,7 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 		}
 		if v.Healthy {
 			v.Latency = r.Latency // a failed probe's duration is not a latency
+			v.ExitIP = r.ExitIP
 		}
 		st.reported, st.reportedAt = v, now
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider/gce"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 )
 
 // BuiltinProviders are the providers compiled into the operator binary;
@@ -25,6 +26,9 @@ func BuiltinProviders() ProviderRegistry {
 		string(crawlv1alpha1.ProviderLocal):      newLocalProvider,
 		string(crawlv1alpha1.ProviderGCE):        newGCEProvider,
 		string(crawlv1alpha1.ProviderAWS):        newAWSProvider,
+		string(crawlv1alpha1.ProviderUpstream): func(context.Context, ProviderEnv) (provider.Provider, error) {
+			return upstream.New(), nil
+		},
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 )
 
 func (c *Controller) createMember(ctx context.Context, pool *crawlv1alpha1.ProxyPool, revision string) error {
@@ -67,6 +68,10 @@ func (c *Controller) drainMember(ctx context.Context, pool *crawlv1alpha1.ProxyP
 	}
 	c.metrics.ObservePoolRemoval(pool.Namespace, pool.Name, string(r.Reason))
 	c.noteRecycle(ctx, pool, p, r.Reason, r.Evidence)
+	if r.Reason == ReasonDuplicateExitIP {
+		// Told on the member too: kubectl describe px shows why it goes.
+		c.recorder.Eventf(p, corev1.EventTypeNormal, string(ReasonDuplicateExitIP), "Re-rolled by pool %s: %s; a new member replaces it", pool.Name, r.Evidence)
+	}
 	leases := "an unknown number of leases (the lease API is not leading)"
 	if r.Leases >= 0 {
 		leases = fmt.Sprintf("%d lease(s)", r.Leases)
@@ -108,7 +113,12 @@ func describeReason(r Reason, p *crawlv1alpha1.Proxy, pool *crawlv1alpha1.ProxyP
 	case ReasonOutOfDate:
 		return fmt.Sprintf("replaced because out of date (revision %s, current %s)", p.Labels[crawlv1alpha1.PoolRevisionLabel], pool.Status.Revision)
 	case ReasonTooOld:
+		if up := pool.Spec.Template.Spec.Upstream; up != nil && (pool.Spec.MaxAge == nil || upstream.RecycleAge(up) < pool.Spec.MaxAge.Duration) {
+			return fmt.Sprintf("replaced before its session's lifetime ends (created %s, spec.template.spec.upstream.sessionLifetime %s)", p.CreationTimestamp.UTC().Format(time.RFC3339), upstream.SessionLifetime(up))
+		}
 		return fmt.Sprintf("replaced because too old (created %s, maxAge %s)", p.CreationTimestamp.UTC().Format(time.RFC3339), pool.Spec.MaxAge.Duration)
+	case ReasonDuplicateExitIP:
+		return fmt.Sprintf("re-rolled: its exit IP %s is an older member's too", p.Status.ExitIP)
 	case ReasonUnhealthy:
 		return fmt.Sprintf("replaced because Unhealthy longer than unhealthyTimeout %s", pool.Spec.Remediation.UnhealthyTimeout.Duration)
 	case ReasonScaledDown:

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -20,6 +21,9 @@ const (
 	ReasonTooOld     Reason = "TooOld"
 	ReasonUnhealthy  Reason = "Unhealthy"
 	ReasonScaledDown Reason = "ScaledDown"
+	// ReasonDuplicateExitIP: an older member leaves from the same exit IP,
+	// so the two are one IP to the sites; the younger is re-rolled.
+	ReasonDuplicateExitIP Reason = "DuplicateExitIP"
 )
 
 // Member is what the plan needs to know of one member.
@@ -49,6 +53,9 @@ type Member struct {
 	// member's instance, for spec.recycle (recycle.go); zero when unknown.
 	Served        int64
 	BannedDomains int
+	// ExitIP is the address sites see it come from (status.exitIP), "" if
+	// not measured.
+	ExitIP string
 }
 
 func (m Member) draining() bool  { return !m.DrainingSince.IsZero() }
@@ -258,6 +265,7 @@ func drained(pol Policy, members []Member, now time.Time, next *wakeup) []Deleti
 // ones to replace (out of date, too old, unhealthy too long, or burned),
 // each in victim order, and counts the out-of-date and updated ones.
 func sortActive(pol Policy, members []Member, now time.Time, remediationPaused bool, c *Counts, next *wakeup) (keep, stale []candidate) {
+	duplicates := duplicateExitIPs(members)
 	for _, m := range members {
 		if !m.active() {
 			continue
@@ -269,6 +277,8 @@ func sortActive(pol Policy, members []Member, now time.Time, remediationPaused b
 			c.OutOfDate++
 		case pol.MaxAge > 0 && now.Sub(m.Created) >= AgeLimit(m.Name, pol.MaxAge):
 			reason = ReasonTooOld
+		case duplicates[m.Name]:
+			reason = ReasonDuplicateExitIP
 		case m.unhealthy() && !remediationPaused && now.Sub(m.UnhealthySince) >= pol.UnhealthyTimeout:
 			reason = ReasonUnhealthy
 		default:
@@ -356,4 +366,30 @@ func victimOrder(a, b Member) int {
 		return c
 	}
 	return cmp.Compare(a.Name, b.Name)
+}
+
+// duplicateExitIPs names the active Ready members whose exit IP an older
+// one (by creation, then name) has already: to a site they are one IP.
+func duplicateExitIPs(members []Member) map[string]bool {
+	var measured []Member
+	for _, m := range members {
+		if m.active() && m.Ready && m.ExitIP != "" {
+			measured = append(measured, m)
+		}
+	}
+	slices.SortFunc(measured, func(a, b Member) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	seen := map[string]bool{}
+	dup := map[string]bool{}
+	for _, m := range measured {
+		if seen[m.ExitIP] {
+			dup[m.Name] = true
+		}
+		seen[m.ExitIP] = true
+	}
+	return dup
 }

@@ -83,6 +83,8 @@ func RecycleEvidence(r RecyclePolicy, reason Reason, m Member) string {
 		return fmt.Sprintf("burned: %d distinct domains banned it within %s (maxBannedDomains %d)", m.BannedDomains, r.Window, r.MaxBannedDomains)
 	case ReasonUsedUp:
 		return fmt.Sprintf("used up: served %d leases (maxLeases %d)", m.Served, r.MaxLeases)
+	case ReasonDuplicateExitIP:
+		return fmt.Sprintf("exit IP %s is an older member's too", m.ExitIP)
 	}
 	return ""
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 )
 
 // sync reconciles one pool: it reads the members, asks Decide, acts on the
@@ -197,6 +198,7 @@ func memberOf(p *crawlv1alpha1.Proxy) Member {
 		Created:  p.CreationTimestamp.Time,
 		Deleting: p.DeletionTimestamp != nil,
 		Ready:    p.Status.Phase == crawlv1alpha1.PhaseReady && p.DeletionTimestamp == nil,
+		ExitIP:   p.Status.ExitIP,
 	}
 	switch p.Status.Phase {
 	case crawlv1alpha1.PhaseUnhealthy:
@@ -270,6 +272,13 @@ func policyOf(pool *crawlv1alpha1.ProxyPool, revision string) (Policy, error) {
 	}
 	if d := pool.Spec.MaxAge; d != nil {
 		pol.MaxAge = d.Duration
+	}
+	// A proxy network's session leaves before the network moves it to
+	// another IP (docs/decisions/0194-upstream-member-is-a-session.md).
+	if up := pool.Spec.Template.Spec.Upstream; up != nil && pool.Spec.Template.Spec.Provider == crawlv1alpha1.ProviderUpstream {
+		if age := upstream.RecycleAge(up); pol.MaxAge == 0 || age < pol.MaxAge {
+			pol.MaxAge = age
+		}
 	}
 	if pol.Recycle, err = recyclePolicyOf(pool.Spec.Recycle); err != nil {
 		return Policy{}, err

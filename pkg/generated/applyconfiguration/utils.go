@@ -90,6 +90,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.SecretKeyRefApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TemplateMetadata"):
 		return &crawlv1alpha1.TemplateMetadataApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("UpstreamProvider"):
+		return &crawlv1alpha1.UpstreamProviderApplyConfiguration{}
 
 	}
 	return nil

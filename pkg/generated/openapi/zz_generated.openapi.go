@@ -65,6 +65,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTemplate":       schema_pkg_apis_crawl_v1alpha1_ProxyTemplate(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.SecretKeyRef":        schema_pkg_apis_crawl_v1alpha1_SecretKeyRef(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.TemplateMetadata":    schema_pkg_apis_crawl_v1alpha1_TemplateMetadata(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.UpstreamProvider":    schema_pkg_apis_crawl_v1alpha1_UpstreamProvider(ref),
 		v1.AWSElasticBlockStoreVolumeSource{}.OpenAPIModelName():                           schema_k8sio_api_core_v1_AWSElasticBlockStoreVolumeSource(ref),
 		v1.Affinity{}.OpenAPIModelName():                                                   schema_k8sio_api_core_v1_Affinity(ref),
 		v1.AppArmorProfile{}.OpenAPIModelName():                                            schema_k8sio_api_core_v1_AppArmorProfile(ref),
@@ -738,6 +739,13 @@ func schema_pkg_apis_crawl_v1alpha1_HealthCheck(ref common.ReferenceCallback) co
 						SchemaProps: spec.SchemaProps{
 							Description: "TLS tunes certificate checks of an https url (and of an https endpoint).",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheckTLS"),
+						},
+					},
+					"exitIPFromBody": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExitIPFromBody says that url answers with the client's address as its body (an echo such as https://api.ipify.org): each successful probe records it in status.exitIP, and a pool re-rolls a member whose exit IP another member has already.",
+							Type:        []string{"boolean"},
+							Format:      "",
 						},
 					},
 				},
@@ -1641,10 +1649,10 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 					},
 					"provider": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Provider creates the instance of a Managed proxy: kubernetes (a Pod), local (a process on the operator's host, for development), gce (a Compute Engine VM) or aws (an EC2 instance). Required when mode is Managed, forbidden when External. Changing it replaces the instance.\n\nPossible enum values:\n - `\"aws\"` runs each instance as an EC2 instance.\n - `\"gce\"` runs each instance as a Compute Engine VM.\n - `\"kubernetes\"` runs each instance as a Pod in the Proxy's namespace.\n - `\"local\"` runs each instance as a forward-proxy process on the operator's host (development).",
+							Description: "Provider creates the instance of a Managed proxy: kubernetes (a Pod), local (a process on the operator's host, for development), gce (a Compute Engine VM), aws (an EC2 instance) or upstream (a session of a proxy network's super proxy). Required when mode is Managed, forbidden when External. Changing it replaces the instance.\n\nPossible enum values:\n - `\"aws\"` runs each instance as an EC2 instance.\n - `\"gce\"` runs each instance as a Compute Engine VM.\n - `\"kubernetes\"` runs each instance as a Pod in the Proxy's namespace.\n - `\"local\"` runs each instance as a forward-proxy process on the operator's host (development).\n - `\"upstream\"` makes the Proxy a sticky session of a commercial proxy network's super proxy (upstream_types.go).",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"aws", "gce", "kubernetes", "local"},
+							Enum:        []interface{}{"aws", "gce", "kubernetes", "local", "upstream"},
 						},
 					},
 					"kubernetes": {
@@ -1669,6 +1677,12 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 						SchemaProps: spec.SchemaProps{
 							Description: "AWS holds settings for the aws provider.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider"),
+						},
+					},
+					"upstream": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Upstream holds settings for the upstream provider.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.UpstreamProvider"),
 						},
 					},
 					"cloudInit": {
@@ -1713,7 +1727,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress"},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.UpstreamProvider"},
 	}
 }
 
@@ -1751,6 +1765,13 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyStatus(ref common.ReferenceCallback) co
 							Description: "Port is the port crawlers reach the proxy at.",
 							Type:        []string{"integer"},
 							Format:      "int32",
+						},
+					},
+					"exitIP": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExitIP is the address sites see requests through the proxy come from, as the health check's target last answered it (spec.healthCheck.exitIPFromBody); empty when not measured. For a proxy network's session it differs from ip, which is the super proxy.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 					"conditions": {
@@ -1901,6 +1922,69 @@ func schema_pkg_apis_crawl_v1alpha1_TemplateMetadata(ref common.ReferenceCallbac
 				},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_UpstreamProvider(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "UpstreamProvider makes the Proxy one sticky session of a commercial proxy network (docs/upstreams.md): the network sells one \"super proxy\" address, and the username chooses the IP behind it. The Proxy's session id derives from its UID, so each Proxy (each pool member) is one exit IP; a new member is a new session and so a new IP. Nothing is provisioned.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"endpoint": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Endpoint is the network's super proxy, reached with HTTP (CONNECT for https targets).",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint"),
+						},
+					},
+					"credentialsSecretRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CredentialsSecretRef names a Secret in the Proxy's namespace whose key `password` is the account's password. It is copied into each member's generated credentials Secret, never into status, logs or events.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalSecretRef"),
+						},
+					},
+					"usernameTemplate": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UsernameTemplate is the username the network expects, with placeholders: {session} (required: the member's session id, 16 lowercase hex digits), {country} (one of countries) and {lifetimeMinutes} (sessionLifetime in whole minutes). For example customer-acme-zone-res-country-{country}-session-{session}.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"countries": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Countries are the values of {country}; each member uses one, chosen from its UID, so a pool spreads over them.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"sessionLifetime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SessionLifetime is how long the network keeps a session on one IP. A pool recycles its members before their session's lifetime ends (as for maxAge: a new member, leases drained first); a standalone Proxy keeps its session and the network may move it to another IP, which status.exitIP then shows.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"endpoint", "credentialsSecretRef", "usernameTemplate"},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalSecretRef", metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 

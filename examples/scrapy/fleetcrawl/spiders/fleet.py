@@ -11,4 +11,6 @@ class FleetSpider(scrapy.Spider):
             yield scrapy.Request(url, dont_filter=True)
 
     def parse(self, response):
-        yield {"url": response.url, "status": response.status}
+        # The start of the body: an echo target's answer says which exit IP
+        # the request left from.
+        yield {"url": response.url, "status": response.status, "body": response.text[:100].strip()}

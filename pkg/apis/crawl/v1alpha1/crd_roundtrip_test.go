@@ -84,6 +84,14 @@ func withDocumentedDefaults(s crawlv1alpha1.ProxySpec) crawlv1alpha1.ProxySpec {
 			a.Port = 3128
 		}
 	}
+	if u := s.Upstream; u != nil {
+		if u.Endpoint.Scheme == "" {
+			u.Endpoint.Scheme = crawlv1alpha1.SchemeHTTP
+		}
+		if u.SessionLifetime == nil {
+			u.SessionLifetime = &metav1.Duration{Duration: 10 * time.Minute}
+		}
+	}
 	if c := s.CloudInit; c != nil && c.SecretRef != nil && c.SecretRef.Key == "" {
 		c.SecretRef.Key = "user-data"
 	}
@@ -224,6 +232,18 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderLocal,
 			Local: &crawlv1alpha1.LocalProvider{}, HealthCheck: hc, MaxLeases: 1,
 		}),
+		proxy("session", crawlv1alpha1.ProxySpec{
+			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderUpstream,
+			Upstream: &crawlv1alpha1.UpstreamProvider{
+				Endpoint:             crawlv1alpha1.Endpoint{Host: "super.example.test", Port: 22225, Scheme: crawlv1alpha1.SchemeHTTP},
+				CredentialsSecretRef: crawlv1alpha1.LocalSecretRef{Name: "vendor"},
+				UsernameTemplate:     "customer-acme-country-{country}-session-{session}-t-{lifetimeMinutes}",
+				Countries:            []string{"us", "de"},
+				SessionLifetime:      &metav1.Duration{Duration: 30 * time.Minute},
+			},
+			HealthCheck: func() crawlv1alpha1.HealthCheck { h := hc; h.ExitIPFromBody = true; return h }(),
+			MaxLeases:   1,
+		}),
 		proxy("outside", crawlv1alpha1.ProxySpec{
 			Mode:        crawlv1alpha1.ModeExternal,
 			Endpoint:    &crawlv1alpha1.Endpoint{Host: "proxy.example.test", Port: 3128, Scheme: crawlv1alpha1.SchemeHTTPS},
@@ -241,7 +261,7 @@ func fullStatus(now metav1.Time) crawlv1alpha1.ProxyStatus {
 			{Type: crawlv1alpha1.ConditionProvisioned, Status: metav1.ConditionTrue, Reason: "Created", Message: "instance running", LastTransitionTime: now, ObservedGeneration: 1},
 			{Type: crawlv1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: "ProbeSucceeded", Message: "204 in 12ms", LastTransitionTime: now, ObservedGeneration: 1},
 		},
-		ObservedGeneration: 1, LatencyMillis: 12, LastHealthCheckTime: &now,
+		ObservedGeneration: 1, LatencyMillis: 12, LastHealthCheckTime: &now, ExitIP: "203.0.113.7",
 	}
 }
 
@@ -378,10 +398,10 @@ func TestKubectl(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("kubectl get px printed %d lines, want header + 1:\n%s", len(lines), table)
 	}
-	if got, want := strings.Fields(lines[0]), []string{"NAME", "MODE", "PROVIDER", "PHASE", "IP", "LATENCY", "AGE"}; !cmp.Equal(got, want) {
+	if got, want := strings.Fields(lines[0]), []string{"NAME", "MODE", "PROVIDER", "PHASE", "IP", "EXIT-IP", "LATENCY", "AGE"}; !cmp.Equal(got, want) {
 		t.Errorf("columns = %v, want %v", got, want)
 	}
-	row := regexp.MustCompile(`^outside\s+External\s+Ready\s+127\.0\.0\.9\s+42\s+\S+$`)
+	row := regexp.MustCompile(`^outside\s+External\s+Ready\s+127\.0\.0\.9\s+203\.0\.113\.7\s+42\s+\S+$`)
 	if !row.MatchString(lines[1]) {
 		t.Errorf("row %q does not match %s", lines[1], row)
 	}

@@ -14,6 +14,7 @@ import (
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.ip`
+// +kubebuilder:printcolumn:name="Exit-IP",type=string,JSONPath=`.status.exitIP`
 // +kubebuilder:printcolumn:name="Latency",type=integer,JSONPath=`.status.latencyMillis`,description="Latency of the latest reported health probe, in milliseconds"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
@@ -60,6 +61,9 @@ const (
 	ProviderGCE ProviderName = "gce"
 	// ProviderAWS runs each instance as an EC2 instance.
 	ProviderAWS ProviderName = "aws"
+	// ProviderUpstream makes the Proxy a sticky session of a commercial
+	// proxy network's super proxy (upstream_types.go).
+	ProviderUpstream ProviderName = "upstream"
 )
 
 // ProxySpec is the desired state of a Proxy.
@@ -74,6 +78,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.local) || (has(self.provider) && self.provider == 'local')",message="spec.local is only allowed when spec.provider is local",fieldPath=".local",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.gce) || (has(self.provider) && self.provider == 'gce')",message="spec.gce is only allowed when spec.provider is gce",fieldPath=".gce",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.aws) || (has(self.provider) && self.provider == 'aws')",message="spec.aws is only allowed when spec.provider is aws",fieldPath=".aws",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.upstream) || (has(self.provider) && self.provider == 'upstream')",message="spec.upstream is only allowed when spec.provider is upstream",fieldPath=".upstream",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'upstream' || has(self.upstream)",message="spec.upstream is required when spec.provider is upstream",fieldPath=".upstream",reason=FieldValueRequired
+// +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'upstream' || (!has(self.auth) && !has(self.cloudInit) && !has(self.egress))",message="spec.auth, spec.cloudInit and spec.egress must not be set when spec.provider is upstream (the network's username and password come from spec.upstream)",fieldPath=".provider",reason=FieldValueForbidden
 type ProxySpec struct {
 	// Mode says who runs the proxy: Managed (the operator creates the instance
 	// through spec.provider) or External (an existing proxy at spec.endpoint).
@@ -86,9 +93,10 @@ type ProxySpec struct {
 
 	// Provider creates the instance of a Managed proxy: kubernetes (a Pod),
 	// local (a process on the operator's host, for development), gce (a
-	// Compute Engine VM) or aws (an EC2 instance). Required when mode is
-	// Managed, forbidden when External. Changing it replaces the instance.
-	// +kubebuilder:validation:Enum=kubernetes;local;gce;aws
+	// Compute Engine VM), aws (an EC2 instance) or upstream (a session of a
+	// proxy network's super proxy). Required when mode is Managed, forbidden
+	// when External. Changing it replaces the instance.
+	// +kubebuilder:validation:Enum=kubernetes;local;gce;aws;upstream
 	// +optional
 	Provider ProviderName `json:"provider,omitempty"`
 
@@ -107,6 +115,10 @@ type ProxySpec struct {
 	// AWS holds settings for the aws provider.
 	// +optional
 	AWS *AWSProvider `json:"aws,omitempty"`
+
+	// Upstream holds settings for the upstream provider.
+	// +optional
+	Upstream *UpstreamProvider `json:"upstream,omitempty"`
 
 	// CloudInit is the user-data that configures a Managed instance at boot.
 	// Its content is part of the instance's identity: changing it, or the
@@ -375,6 +387,13 @@ type HealthCheck struct {
 	// TLS tunes certificate checks of an https url (and of an https endpoint).
 	// +optional
 	TLS *HealthCheckTLS `json:"tls,omitempty"`
+
+	// ExitIPFromBody says that url answers with the client's address as
+	// its body (an echo such as https://api.ipify.org): each successful
+	// probe records it in status.exitIP, and a pool re-rolls a member
+	// whose exit IP another member has already.
+	// +optional
+	ExitIPFromBody bool `json:"exitIPFromBody,omitempty"`
 }
 
 // HealthCheckTLS tunes TLS verification of probes.
@@ -427,6 +446,13 @@ type ProxyStatus struct {
 	// Port is the port crawlers reach the proxy at.
 	// +optional
 	Port int32 `json:"port,omitempty"`
+
+	// ExitIP is the address sites see requests through the proxy come
+	// from, as the health check's target last answered it
+	// (spec.healthCheck.exitIPFromBody); empty when not measured. For a
+	// proxy network's session it differs from ip, which is the super proxy.
+	// +optional
+	ExitIP string `json:"exitIP,omitempty"`
 
 	// Conditions: Provisioned (the instance exists and runs) and Healthy
 	// (probes through the proxy succeed).

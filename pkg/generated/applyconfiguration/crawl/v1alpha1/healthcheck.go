@@ -44,6 +44,11 @@ type HealthCheckApplyConfiguration struct {
 	FailureThreshold *int32 `json:"failureThreshold,omitempty"`
 	// TLS tunes certificate checks of an https url (and of an https endpoint).
 	TLS *HealthCheckTLSApplyConfiguration `json:"tls,omitempty"`
+	// ExitIPFromBody says that url answers with the client's address as
+	// its body (an echo such as https://api.ipify.org): each successful
+	// probe records it in status.exitIP, and a pool re-rolls a member
+	// whose exit IP another member has already.
+	ExitIPFromBody *bool `json:"exitIPFromBody,omitempty"`
 }
 
 // HealthCheckApplyConfiguration constructs a declarative configuration of the HealthCheck type for use with
@@ -105,5 +110,13 @@ func (b *HealthCheckApplyConfiguration) WithFailureThreshold(value int32) *Healt
 // If called multiple times, the TLS field is set to the value of the last call.
 func (b *HealthCheckApplyConfiguration) WithTLS(value *HealthCheckTLSApplyConfiguration) *HealthCheckApplyConfiguration {
 	b.TLS = value
+	return b
+}
+
+// WithExitIPFromBody sets the ExitIPFromBody field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ExitIPFromBody field is set to the value of the last call.
+func (b *HealthCheckApplyConfiguration) WithExitIPFromBody(value bool) *HealthCheckApplyConfiguration {
+	b.ExitIPFromBody = &value
 	return b
 }

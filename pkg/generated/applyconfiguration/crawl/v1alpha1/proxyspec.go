@@ -33,8 +33,9 @@ type ProxySpecApplyConfiguration struct {
 	Mode *crawlv1alpha1.ProxyMode `json:"mode,omitempty"`
 	// Provider creates the instance of a Managed proxy: kubernetes (a Pod),
 	// local (a process on the operator's host, for development), gce (a
-	// Compute Engine VM) or aws (an EC2 instance). Required when mode is
-	// Managed, forbidden when External. Changing it replaces the instance.
+	// Compute Engine VM), aws (an EC2 instance) or upstream (a session of a
+	// proxy network's super proxy). Required when mode is Managed, forbidden
+	// when External. Changing it replaces the instance.
 	Provider *crawlv1alpha1.ProviderName `json:"provider,omitempty"`
 	// Kubernetes holds settings for the kubernetes provider.
 	Kubernetes *KubernetesProviderApplyConfiguration `json:"kubernetes,omitempty"`
@@ -44,6 +45,8 @@ type ProxySpecApplyConfiguration struct {
 	GCE *GCEProviderApplyConfiguration `json:"gce,omitempty"`
 	// AWS holds settings for the aws provider.
 	AWS *AWSProviderApplyConfiguration `json:"aws,omitempty"`
+	// Upstream holds settings for the upstream provider.
+	Upstream *UpstreamProviderApplyConfiguration `json:"upstream,omitempty"`
 	// CloudInit is the user-data that configures a Managed instance at boot.
 	// Its content is part of the instance's identity: changing it, or the
 	// Secret it names, replaces the instance. Forbidden when mode is External.
@@ -119,6 +122,14 @@ func (b *ProxySpecApplyConfiguration) WithGCE(value *GCEProviderApplyConfigurati
 // If called multiple times, the AWS field is set to the value of the last call.
 func (b *ProxySpecApplyConfiguration) WithAWS(value *AWSProviderApplyConfiguration) *ProxySpecApplyConfiguration {
 	b.AWS = value
+	return b
+}
+
+// WithUpstream sets the Upstream field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Upstream field is set to the value of the last call.
+func (b *ProxySpecApplyConfiguration) WithUpstream(value *UpstreamProviderApplyConfiguration) *ProxySpecApplyConfiguration {
+	b.Upstream = value
 	return b
 }
 

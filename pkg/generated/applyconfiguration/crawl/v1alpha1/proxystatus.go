@@ -38,6 +38,11 @@ type ProxyStatusApplyConfiguration struct {
 	IP *string `json:"ip,omitempty"`
 	// Port is the port crawlers reach the proxy at.
 	Port *int32 `json:"port,omitempty"`
+	// ExitIP is the address sites see requests through the proxy come
+	// from, as the health check's target last answered it
+	// (spec.healthCheck.exitIPFromBody); empty when not measured. For a
+	// proxy network's session it differs from ip, which is the super proxy.
+	ExitIP *string `json:"exitIP,omitempty"`
 	// Conditions: Provisioned (the instance exists and runs) and Healthy
 	// (probes through the proxy succeed).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
@@ -87,6 +92,14 @@ func (b *ProxyStatusApplyConfiguration) WithIP(value string) *ProxyStatusApplyCo
 // If called multiple times, the Port field is set to the value of the last call.
 func (b *ProxyStatusApplyConfiguration) WithPort(value int32) *ProxyStatusApplyConfiguration {
 	b.Port = &value
+	return b
+}
+
+// WithExitIP sets the ExitIP field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ExitIP field is set to the value of the last call.
+func (b *ProxyStatusApplyConfiguration) WithExitIP(value string) *ProxyStatusApplyConfiguration {
+	b.ExitIP = &value
 	return b
 }
 

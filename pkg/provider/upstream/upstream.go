@@ -1,0 +1,155 @@
+// Package upstream is the provider of sessions of a commercial proxy
+// network (docs/upstreams.md). Such a network sells one super proxy
+// address; the username picks the exit IP behind it, and a session id in
+// the username keeps one IP for a while. A Proxy of this provider is one
+// session: its "instance" is the super proxy's address plus the session
+// id, so creating, observing and deleting it calls nothing, and nothing
+// can leak. The session id derives from the Proxy's UID, so a new Proxy
+// (a pool's new member) is a new session and a new IP
+// (docs/decisions/0194-upstream-member-is-a-session.md).
+package upstream
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
+)
+
+// DefaultSessionLifetime is spec.upstream.sessionLifetime's default: what
+// most networks keep a sticky session for.
+const DefaultSessionLifetime = 10 * time.Minute
+
+// deletedFor is how long Get reports a deleted session gone: long enough
+// for the controller to see it (it polls every few seconds), short enough
+// that the record stays small. After an operator restart a Proxy still
+// being deleted calls Delete again, which records it anew.
+const deletedFor = time.Hour
+
+// Provider implements provider.Provider for spec.provider: upstream.
+type Provider struct {
+	clock func() time.Time
+
+	mu      sync.Mutex
+	deleted map[string]time.Time // session ID -> when Delete was called
+}
+
+// New returns the provider; it needs nothing.
+func New() *Provider { return &Provider{clock: time.Now, deleted: map[string]time.Time{}} }
+
+var _ provider.Provider = (*Provider)(nil)
+
+// Create returns the session's instance: the super proxy with the session
+// id of the Proxy's UID. The same Proxy always gets the same ID, so Create
+// is idempotent by name as the contract asks.
+func (p *Provider) Create(_ context.Context, req provider.CreateRequest) (provider.Instance, error) {
+	spec := req.Proxy.Spec.Upstream
+	if spec == nil {
+		return provider.Instance{}, provider.Permanent(errors.New("upstream provider: spec.upstream is required"))
+	}
+	id := net.JoinHostPort(spec.Endpoint.Host, strconv.Itoa(int(spec.Endpoint.Port))) + "/" + SessionID(req.Proxy.UID)
+	inst, err := instanceOf(id)
+	inst.SpecHash = req.SpecHash
+	p.mu.Lock()
+	delete(p.deleted, id) // a replace deletes and creates the same session
+	p.mu.Unlock()
+	return inst, err
+}
+
+// Get parses the ID back: a session is there to be used until Delete.
+func (p *Provider) Get(_ context.Context, id string) (provider.Instance, error) {
+	p.mu.Lock()
+	_, gone := p.deleted[id]
+	p.mu.Unlock()
+	if gone {
+		return provider.Instance{}, provider.ErrNotFound
+	}
+	return instanceOf(id)
+}
+
+// Delete has nothing to call: a session the network no longer sees used
+// lapses there on its own. It is remembered, so that Get says it is gone.
+func (p *Provider) Delete(_ context.Context, id string) error {
+	now := p.clock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for old, at := range p.deleted {
+		if now.Sub(at) > deletedFor {
+			delete(p.deleted, old)
+		}
+	}
+	p.deleted[id] = now
+	return nil
+}
+
+// ListByTag lists nothing: there is nothing to orphan.
+func (*Provider) ListByTag(context.Context, string, string) ([]provider.Instance, error) {
+	return nil, nil
+}
+
+// instanceOf is the running instance of an ID "host:port/session".
+func instanceOf(id string) (provider.Instance, error) {
+	addr, session, ok := strings.Cut(id, "/")
+	host, portText, err := net.SplitHostPort(addr)
+	port, perr := strconv.ParseUint(portText, 10, 16)
+	if !ok || err != nil || perr != nil || session == "" || port == 0 {
+		return provider.Instance{}, provider.Permanent(fmt.Errorf("upstream provider: malformed instance ID %q (want host:port/session)", id))
+	}
+	return provider.Instance{
+		ID: id, State: provider.StateRunning, IP: host, Port: int32(port),
+		Message: "session " + session + " of the super proxy " + addr,
+	}, nil
+}
+
+// SessionID is the session id of the Proxy with uid: 16 lowercase hex
+// digits, which every network's session parameter accepts.
+func SessionID(uid types.UID) string {
+	sum := sha256.Sum256([]byte(uid))
+	return hex.EncodeToString(sum[:8])
+}
+
+// Username renders spec's username template for the Proxy with uid.
+func Username(spec *crawlv1alpha1.UpstreamProvider, uid types.UID) string {
+	return strings.NewReplacer(
+		"{session}", SessionID(uid),
+		"{country}", Country(spec, uid),
+		"{lifetimeMinutes}", strconv.Itoa(int(SessionLifetime(spec)/time.Minute)),
+	).Replace(spec.UsernameTemplate)
+}
+
+// Country is the member's country: one of spec.countries chosen from its
+// UID, so that a pool spreads over them; "" without countries.
+func Country(spec *crawlv1alpha1.UpstreamProvider, uid types.UID) string {
+	if len(spec.Countries) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256([]byte("country/" + uid))
+	return spec.Countries[binary.BigEndian.Uint64(sum[:8])%uint64(len(spec.Countries))]
+}
+
+// SessionLifetime is spec.sessionLifetime or its default.
+func SessionLifetime(spec *crawlv1alpha1.UpstreamProvider) time.Duration {
+	if spec.SessionLifetime != nil && spec.SessionLifetime.Duration > 0 {
+		return spec.SessionLifetime.Duration
+	}
+	return DefaultSessionLifetime
+}
+
+// RecycleAge is the age at which a pool replaces a member of spec: four
+// fifths of the session's lifetime, so that its leases drain before the
+// network moves the session to another IP.
+func RecycleAge(spec *crawlv1alpha1.UpstreamProvider) time.Duration {
+	return SessionLifetime(spec) * 4 / 5
+}
