@@ -61,6 +61,11 @@ func newGatewayMetrics() *Gateway {
 	for _, mode := range []string{gateway.ModeSession, gateway.ModeRotating} {
 		g.connectByMode[mode] = g.connections.WithLabelValues(mode, "CONNECT")
 	}
+	// The family is exported from the start (for dashboards and the
+	// metrics test), as a zero series without a namespace or pool.
+	for _, d := range []string{gateway.DirectionUp, gateway.DirectionDown} {
+		g.bytes.WithLabelValues(d, "", "")
+	}
 	g.errorByReason = map[string]prometheus.Counter{}
 	for _, r := range gateway.ErrorReasons {
 		g.errorByReason[r] = g.errors.WithLabelValues(r)
