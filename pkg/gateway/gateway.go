@@ -43,6 +43,7 @@ const (
 	ReasonAuthUnavailable = "auth_unavailable"
 	ReasonNotLeader       = "not_leader"
 	ReasonNoneFree        = "none_free"
+	ReasonDomainLimited   = "domain_limited"
 	ReasonUnavailable     = "unavailable"
 	ReasonUpstreamRefused = "upstream_refused"
 	ReasonUpstreamFailed  = "upstream_failed"
@@ -50,7 +51,7 @@ const (
 
 // ErrorReasons lists every reason, for pre-declared metrics.
 var ErrorReasons = []string{ReasonBadUsername, ReasonBadRequest, ReasonUnauthenticated, ReasonForbidden,
-	ReasonAuthUnavailable, ReasonNotLeader, ReasonNoneFree, ReasonUnavailable, ReasonUpstreamRefused, ReasonUpstreamFailed}
+	ReasonAuthUnavailable, ReasonNotLeader, ReasonNoneFree, ReasonDomainLimited, ReasonUnavailable, ReasonUpstreamRefused, ReasonUpstreamFailed}
 
 // Modes, the label of the connections metric.
 const (
@@ -297,7 +298,7 @@ func proxyStatusError(status int) string {
 	switch status {
 	case http.StatusBadRequest:
 		return "http_request_error"
-	case http.StatusProxyAuthRequired, http.StatusForbidden:
+	case http.StatusProxyAuthRequired, http.StatusForbidden, http.StatusTooManyRequests:
 		return "http_request_denied"
 	case http.StatusServiceUnavailable:
 		return "proxy_internal_error"
@@ -445,6 +446,8 @@ func (g *Gateway) acquireError(w http.ResponseWriter, r *http.Request, err error
 	var unavailable *lease.UnavailableError
 	var field *lease.FieldError
 	switch {
+	case errors.As(err, &unavailable) && errors.Is(err, lease.ErrDomainLimited):
+		g.fail(w, r, http.StatusTooManyRequests, ReasonDomainLimited, unavailable.Reason.Error(), unavailable.RetryAfter)
 	case errors.As(err, &unavailable):
 		g.fail(w, r, http.StatusServiceUnavailable, ReasonNoneFree, unavailable.Reason.Error(), unavailable.RetryAfter)
 	case errors.As(err, &field):

@@ -270,6 +270,8 @@ func leaseError(err error) error {
 		return &lease.UnavailableError{Reason: lease.ErrCoolingDown, RetryAfter: apiErr.RetryAfter}
 	case "Recovering":
 		return &lease.UnavailableError{Reason: lease.ErrRecovering, RetryAfter: apiErr.RetryAfter}
+	case "DomainLimited":
+		return &lease.UnavailableError{Reason: lease.ErrDomainLimited, RetryAfter: apiErr.RetryAfter}
 	case "NotLeader":
 		return lease.ErrNotLeader
 	}

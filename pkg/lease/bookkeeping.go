@@ -15,6 +15,7 @@ func (s *Store) installLocked(l *lease) {
 	s.relistLocked(l.proxy, false)
 	s.leases[l.key] = l
 	heap.Push(&s.expiries, l)
+	s.chargeLocked(l)
 	s.live++
 	if l.owner != "" {
 		s.owned[l.owner]++
@@ -47,6 +48,7 @@ func (s *Store) freeLocked(l *lease, end string, at time.Time) {
 	p.slots[l.slot] = nil
 	p.held--
 	l.proxy = nil
+	s.unchargeLocked(l)
 	s.live--
 	if l.owner != "" {
 		if s.owned[l.owner]--; s.owned[l.owner] <= 0 {

@@ -51,6 +51,9 @@ type Config struct {
 	// cannot grow the leader without limit (see bounded.go for what is
 	// evicted). Zero takes the defaults.
 	MaxSessions, MaxCooldowns int
+	// MaxDomainBudgets bounds the crawl policies' default-rule budgets, one
+	// per domain (politeness.go). Zero takes DefaultMaxDomainBudgets.
+	MaxDomainBudgets int
 	// MaxLeasesPerOwner caps the live leases one authenticated identity
 	// holds (AcquireRequest.Owner); 0: no cap. Leases without an owner
 	// (in-process callers) are not capped.

@@ -25,6 +25,7 @@ const (
 	codeHeadersTooLarge        = "HeadersTooLarge"
 	codeRequestTimeout         = "RequestTimeout"
 	codeTooManyLeases          = "TooManyLeases"
+	codeDomainLimited          = "DomainLimited"
 	codeUnauthorized           = "Unauthorized"
 	codeForbidden              = "Forbidden"
 	codeNotFound               = "NotFound"
@@ -61,6 +62,10 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		writeError(w, http.StatusBadRequest, codeInvalid, err.Error(), "")
 	case errors.Is(err, ErrTooManyLeases):
 		writeError(w, http.StatusTooManyRequests, codeTooManyLeases, err.Error(), "")
+	case errors.As(err, &unavailable) && errors.Is(err, ErrDomainLimited):
+		// The caller asks too often, not the fleet too little: 429.
+		setRetryAfter(w, unavailable.RetryAfter)
+		writeError(w, http.StatusTooManyRequests, codeDomainLimited, ErrDomainLimited.Error()+"; retry after Retry-After, or acquire with wait", "")
 	case errors.Is(err, ErrUnknownLease):
 		writeError(w, http.StatusNotFound, codeNotFound, "no such lease: unknown, released or expired; acquire a new one", "")
 	case errors.Is(err, ErrRevoked):

@@ -37,6 +37,9 @@ var (
 type UnavailableError struct {
 	Reason     error
 	RetryAfter time.Duration
+	// budget is the crawl policy budget behind ErrDomainLimited, counted
+	// when the acquire waits or is refused.
+	budget *budget
 }
 
 func (e *UnavailableError) Error() string {

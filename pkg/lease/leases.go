@@ -123,6 +123,9 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 			if unavailable != nil {
 				s.metrics.ObserveAcquire(outcomeOf(unavailable.Reason))
 				refused = s.noteRefusalLocked(req.Namespace, req.Selector, req.Holder, unavailable, now) // demand.go
+				if unavailable.budget != nil {
+					s.notePoliteLocked(unavailable.budget, true)
+				}
 			}
 			s.mu.Unlock()
 			if refused {
@@ -130,7 +133,18 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 			}
 			return Lease{}, err
 		}
-		if err := s.waitForCapacity(ctx, &req, now, deadline, !waited); err != nil {
+		wake := deadline
+		if unavailable.budget != nil {
+			// An interval ends at a known time; a release wakes us anyway.
+			if t := now.Add(unavailable.RetryAfter); t.Before(wake) {
+				wake = t
+			}
+			if !waited {
+				s.notePoliteLocked(unavailable.budget, false)
+			}
+		}
+		// A wait for a domain's budget is no demand for more proxies.
+		if err := s.waitForCapacity(ctx, &req, now, wake, !waited, unavailable.budget == nil); err != nil {
 			return Lease{}, err
 		}
 		waited = true
@@ -162,16 +176,19 @@ func (s *Store) normalizeAcquire(req *AcquireRequest) (time.Duration, error) {
 // Ready proxy (changed), an expiry, a cool-down or the recovery ending
 // (nextEventLocked), or the deadline. The error is ctx's; first tells the
 // pool autoscaler about a new waiter.
-func (s *Store) waitForCapacity(ctx context.Context, req *AcquireRequest, now, deadline time.Time, first bool) error {
+func (s *Store) waitForCapacity(ctx context.Context, req *AcquireRequest, now, deadline time.Time, first, demand bool) error {
 	wake := deadline
 	if next := s.nextEventLocked(); !next.IsZero() && next.Before(wake) {
 		wake = next
 	}
 	changed := s.changed
 	s.waiting++
-	waiter := s.addWaiterLocked(req.Namespace, req.Selector, req.Holder) // demand.go: the pool autoscaler counts it
+	var waiter uint64
+	if demand {
+		waiter = s.addWaiterLocked(req.Namespace, req.Selector, req.Holder) // demand.go: the pool autoscaler counts it
+	}
 	s.mu.Unlock()
-	if first {
+	if first && demand {
 		s.notifyDemand(req.Namespace, req.Selector)
 	}
 
@@ -184,7 +201,9 @@ func (s *Store) waitForCapacity(ctx context.Context, req *AcquireRequest, now, d
 	timer.Stop()
 	s.mu.Lock()
 	s.waiting--
-	s.removeWaiterLocked(waiter)
+	if demand {
+		s.removeWaiterLocked(waiter)
+	}
 	s.mu.Unlock()
 	if ctx.Err() != nil {
 		s.metrics.ObserveAcquire(AcquireCanceled)
@@ -199,6 +218,8 @@ func outcomeOf(reason error) string {
 		return AcquireCoolingDown
 	case errors.Is(reason, ErrRecovering):
 		return AcquireRecovering
+	case errors.Is(reason, ErrDomainLimited):
+		return AcquireDomainLimited
 	default:
 		return AcquireNoneFree
 	}
@@ -249,6 +270,7 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 		readySince:   p.info.ReadySince,
 	}
 	s.installLocked(l)
+	noteGrantLocked(l, now)
 	p.burn.served++
 	if req.Session != "" {
 		s.useSessionLocked(sessionKey{req.Namespace, req.Session}, p.info.Key, now)
@@ -299,11 +321,14 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time) (*proxyState, e
 	acceptable := func(p *proxyState) bool {
 		return p.free() && !p.info.Draining && req.Selector.Matches(labels.Set(p.info.Labels))
 	}
+	polite := s.politeCheckLocked(req.Domain, now)
 	if req.Session != "" {
 		if sess := s.sessions[sessionKey{req.Namespace, req.Session}]; sess != nil {
 			if p := s.proxies[sess.proxy]; p != nil && p.ready() && acceptable(p) && p.coolingFor(req.Domain) == nil &&
 				(req.Namespace == "" || p.info.Key.Namespace == req.Namespace) {
-				return p, nil
+				if until, _ := polite.until(p); until.IsZero() {
+					return p, nil
+				}
 			}
 		}
 	}
@@ -313,7 +338,8 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time) (*proxyState, e
 			return nil, &UnavailableError{Reason: ErrNoneFree, RetryAfter: time.Second}
 		}
 	}
-	var coolingUntil time.Time
+	var coolingUntil, politeUntil time.Time
+	var limitedBy *budget
 	for p := order.front; p != nil; p = order.next(p) {
 		if !acceptable(p) {
 			continue
@@ -324,7 +350,16 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time) (*proxyState, e
 			}
 			continue
 		}
+		if until, b := polite.until(p); !until.IsZero() {
+			if politeUntil.IsZero() || until.Before(politeUntil) {
+				politeUntil, limitedBy = until, b
+			}
+			continue
+		}
 		return p, nil
+	}
+	if !politeUntil.IsZero() {
+		return nil, &UnavailableError{Reason: ErrDomainLimited, RetryAfter: politeUntil.Sub(now), budget: limitedBy}
 	}
 	if !coolingUntil.IsZero() {
 		return nil, &UnavailableError{Reason: ErrCoolingDown, RetryAfter: coolingUntil.Sub(now)}

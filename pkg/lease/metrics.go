@@ -18,10 +18,12 @@ const (
 	AcquireCanceled = "canceled"
 	// AcquireOwnerLimit: the caller's identity held MaxLeasesPerOwner leases (429).
 	AcquireOwnerLimit = "owner_limit"
+	// AcquireDomainLimited: a crawl policy's budget for the domain was used up (429).
+	AcquireDomainLimited = "domain_limited"
 )
 
 // AcquireOutcomes lists every acquire outcome, for pre-declaring series.
-var AcquireOutcomes = []string{AcquireGranted, AcquireWaited, AcquireNoneFree, AcquireCoolingDown, AcquireRecovering, AcquireCanceled, AcquireOwnerLimit}
+var AcquireOutcomes = []string{AcquireGranted, AcquireWaited, AcquireNoneFree, AcquireCoolingDown, AcquireRecovering, AcquireCanceled, AcquireOwnerLimit, AcquireDomainLimited}
 
 // How a lease ended, the label values of Metrics.ObserveLeaseEnd.
 const (
@@ -66,6 +68,9 @@ func (NoMetrics) SetRecovering(bool)                    {}
 const (
 	StateSessions  = "sessions"
 	StateCooldowns = "cooldowns"
+	// StateDomainBudgets: the crawl policies' default-rule budgets, one
+	// per domain (politeness.go).
+	StateDomainBudgets = "domain_budgets"
 )
 
 // StateMetrics, when a Metrics implements it too, receives the size of the

@@ -78,6 +78,9 @@ type lease struct {
 	expiresAt    time.Time
 	ttl          time.Duration
 	urlHash      uint64
+	// budget is the crawl policy budget the live lease is charged to, nil
+	// for none (politeness.go).
+	budget *budget
 	// readySince is the proxy's ReadySince at the grant.
 	readySince time.Time
 	index      int // in leaseHeap
@@ -143,6 +146,9 @@ type Store struct {
 	// What pools' autoscalers count: waiters and recent refusals (demand.go).
 	demand demandState
 
+	// The crawl policies and their budgets (politeness.go).
+	polite politeness
+
 	// The term: whether it leads, the epoch that names the term and the
 	// serial that numbers its grants, the recovery after a leader change
 	// (no grants before recoverUntil, see Lead), and the horizon no lease
@@ -176,6 +182,7 @@ func NewStore(cfg Config) (*Store, error) {
 		sessionLRU:  list.New(),
 		owned:       map[string]int{},
 		changed:     make(chan struct{}),
+		polite:      newPoliteness(cfg.MaxDomainBudgets),
 	}, nil
 }
 

@@ -10,6 +10,9 @@ import (
 type leaseStateMetrics struct {
 	entries   *prometheus.GaugeVec
 	evictions *prometheus.CounterVec
+	// The crawl policies' budgets (pkg/lease.PolicyMetrics).
+	policyInUse   *prometheus.GaugeVec
+	policyLimited *prometheus.CounterVec
 }
 
 func newLeaseStateMetrics() leaseStateMetrics {
@@ -17,15 +20,31 @@ func newLeaseStateMetrics() leaseStateMetrics {
 		entries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "lease_state_entries",
-			Help:      "Entries of the lease store's bounded state on this replica, by kind: sessions (sticky sessions), cooldowns ((proxy, domain) cool-down entries, in force or remembered).",
+			Help:      "Entries of the lease store's bounded state on this replica, by kind: sessions (sticky sessions), cooldowns ((proxy, domain) cool-down entries, in force or remembered), domain_budgets (crawl policies' default-rule budgets, one per domain).",
 		}, []string{"kind"}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "lease_state_evictions_total",
-			Help:      "Entries evicted because --lease-max-sessions or --lease-max-cooldowns was reached, by kind.",
+			Help:      "Entries evicted because --lease-max-sessions, --lease-max-cooldowns or --lease-max-domain-budgets was reached, by kind.",
 		}, []string{"kind"}),
+		policyInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "crawl_policy_in_use",
+			Help:      "Live leases a CrawlPolicy rule's budget holds, by namespace, policy and rule (the rule's host; * for the default rule, summed over its domains).",
+		}, []string{"namespace", "policy", "rule"}),
+		policyLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "crawl_policy_limited_total",
+			Help:      "Acquires a CrawlPolicy rule's budget made wait (outcome waited) or refused with 429 (outcome refused), by namespace, policy and rule.",
+		}, []string{"namespace", "policy", "rule", "outcome"}),
 	}
-	for _, kind := range []string{lease.StateSessions, lease.StateCooldowns} {
+	// Exported from the start as zero series with empty labels, for
+	// dashboards (and the metrics test) before any policy is applied.
+	l.policyInUse.WithLabelValues("", "", "")
+	for _, outcome := range []string{"waited", "refused"} {
+		l.policyLimited.WithLabelValues("", "", "", outcome)
+	}
+	for _, kind := range []string{lease.StateSessions, lease.StateCooldowns, lease.StateDomainBudgets} {
 		l.entries.WithLabelValues(kind)
 		l.evictions.WithLabelValues(kind)
 	}
@@ -33,7 +52,7 @@ func newLeaseStateMetrics() leaseStateMetrics {
 }
 
 func (l leaseStateMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{l.entries, l.evictions}
+	return []prometheus.Collector{l.entries, l.evictions, l.policyInUse, l.policyLimited}
 }
 
 // SetStateEntries records the size of one kind of the lease store's bounded state.
@@ -47,3 +66,15 @@ func (m *Metrics) ObserveStateEviction(kind string) {
 }
 
 var _ lease.StateMetrics = (*Metrics)(nil)
+
+// SetDomainBudgetInUse records the live leases a policy rule's budget holds.
+func (m *Metrics) SetDomainBudgetInUse(namespace, policy, rule string, n int) {
+	m.leaseState.policyInUse.WithLabelValues(namespace, policy, rule).Set(float64(n))
+}
+
+// ObserveDomainLimited counts an acquire a policy rule made wait or refused.
+func (m *Metrics) ObserveDomainLimited(namespace, policy, rule, outcome string) {
+	m.leaseState.policyLimited.WithLabelValues(namespace, policy, rule, outcome).Inc()
+}
+
+var _ lease.PolicyMetrics = (*Metrics)(nil)

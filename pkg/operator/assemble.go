@@ -20,6 +20,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/crawlpolicy"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlscheme "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/scheme"
@@ -196,6 +197,20 @@ func (op *operator) addLeaseServer(ctx context.Context, o Options, c clients, pr
 		return err
 	}
 	op.synced = append(op.synced, feedSynced)
+	return op.addCrawlPolicies(c)
+}
+
+// addCrawlPolicies feeds the CrawlPolicies to the lease store (on every
+// replica, so that a standby leads with them) and makes the leader's
+// status writer.
+func (op *operator) addCrawlPolicies(c clients) error {
+	policies := op.crawlInformers.Crawl().V1alpha1().CrawlPolicies()
+	synced, err := crawlpolicy.NewFeed(op.leases.Store(), policies)
+	if err != nil {
+		return err
+	}
+	op.synced = append(op.synced, synced)
+	op.policyStatus = &crawlpolicy.StatusWriter{Client: c.crawl, Lister: policies.Lister(), Store: op.leases.Store()}
 	return nil
 }
 

@@ -40,6 +40,7 @@ func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.In
 		MaxLeasesPerOwner: o.LeaseMaxPerIdentity,
 		MaxSessions:       o.LeaseMaxSessions,
 		MaxCooldowns:      o.LeaseMaxCooldowns,
+		MaxDomainBudgets:  o.LeaseMaxDomainBudgets,
 
 		LeadershipValidUntil: fence.validUntilFunc(),
 	})

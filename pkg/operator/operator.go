@@ -34,6 +34,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/crawlpolicy"
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
@@ -152,6 +153,8 @@ type operator struct {
 	// fence stops the lease store once this replica may no longer lead
 	// (fence.go); nil without leader election.
 	fence *leadershipFence
+	// policyStatus writes the CrawlPolicies' status on the leader.
+	policyStatus *crawlpolicy.StatusWriter
 }
 
 // run starts the informers, then runs the metrics server and the leader
@@ -324,6 +327,7 @@ func (op *operator) runElected(ctx context.Context) error {
 //   - the health engine (pkg/health, --health-workers), reporting to
 //     op.controller.Enqueue;
 //   - orphan collection every --gc-interval (pkg/gc);
+//   - the CrawlPolicies' status (pkg/crawlpolicy);
 //   - the lease API's leader side (pkg/lease, --lease-auth): it is served
 //     on --lease-addr by every replica, and answers /v1 calls and its
 //     /readyz only while this one leads (docs/decisions/0027-lease-api-serves-every-replica.md).
@@ -375,6 +379,10 @@ func (op *operator) runLeader(ctx context.Context) error {
 	g.Go(func() error {
 		defer logger.V(2).Info("Garbage collection stopped")
 		return op.collector.Run(ctx)
+	})
+	g.Go(func() error {
+		defer logger.V(2).Info("Crawl policy status stopped")
+		return op.policyStatus.Run(ctx)
 	})
 	err := g.Wait()
 	logger.V(2).Info("Leader loops stopped")

@@ -80,6 +80,9 @@ type Options struct {
 	LeaseAuthQPS                                             float32
 	LeaseAuthBurst                                           int
 	LeaseMaxPerIdentity, LeaseMaxSessions, LeaseMaxCooldowns int
+	// LeaseMaxDomainBudgets bounds the crawl policies' per-domain budgets
+	// of default rules.
+	LeaseMaxDomainBudgets int
 
 	// MetricsAddr serves /metrics, /healthz and /readyz on every replica.
 	MetricsAddr string
@@ -171,6 +174,7 @@ func DefaultOptions() Options {
 		LeaseAuthBurst:           100,
 		LeaseMaxSessions:         lease.DefaultMaxSessions,
 		LeaseMaxCooldowns:        lease.DefaultMaxCooldowns,
+		LeaseMaxDomainBudgets:    lease.DefaultMaxDomainBudgets,
 		MetricsAddr:              ":9090",
 		// Sized in pkg/health (Little's law with room for probes that run
 		// into their timeout); benchmarked at 10,000 proxies.
@@ -223,6 +227,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.LeaseMaxPerIdentity, "lease-max-per-identity", o.LeaseMaxPerIdentity, "Most live leases one authenticated identity (user and UID) may hold; an acquire beyond it is a 429 TooManyLeases. 0: no cap.")
 	fs.IntVar(&o.LeaseMaxSessions, "lease-max-sessions", o.LeaseMaxSessions, "Most sticky sessions the lease API remembers; beyond it the least recently used is forgotten.")
 	fs.IntVar(&o.LeaseMaxCooldowns, "lease-max-cooldowns", o.LeaseMaxCooldowns, "Most (proxy, domain) cool-down entries the lease API keeps; beyond it the one whose end or expiry is nearest goes.")
+	fs.IntVar(&o.LeaseMaxDomainBudgets, "lease-max-domain-budgets", o.LeaseMaxDomainBudgets, "Most per-domain budgets of CrawlPolicy default rules the lease API keeps; beyond it idle ones go, least recently used first.")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz, on every replica.")
 	fs.IntVar(&o.HealthWorkers, "health-workers", o.HealthWorkers, "How many health probes run at once.")
 	fs.IntVar(&o.HealthMaxProbesPerEndpoint, "health-max-probes-per-endpoint", o.HealthMaxProbesPerEndpoint,
@@ -408,6 +413,9 @@ func (o *Options) validateLeases(bad badFlag) {
 	}
 	if o.LeaseMaxSessions < 1 {
 		bad("lease-max-sessions", "must be at least 1, got %d", o.LeaseMaxSessions)
+	}
+	if o.LeaseMaxDomainBudgets < 1 {
+		bad("lease-max-domain-budgets", "must be at least 1, got %d", o.LeaseMaxDomainBudgets)
 	}
 	if o.LeaseMaxCooldowns < 1 {
 		bad("lease-max-cooldowns", "must be at least 1, got %d", o.LeaseMaxCooldowns)

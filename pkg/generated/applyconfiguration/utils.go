@@ -40,6 +40,18 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.AWSSpotApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CloudInit"):
 		return &crawlv1alpha1.CloudInitApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CrawlPolicy"):
+		return &crawlv1alpha1.CrawlPolicyApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CrawlPolicySpec"):
+		return &crawlv1alpha1.CrawlPolicySpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CrawlPolicyStatus"):
+		return &crawlv1alpha1.CrawlPolicyStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("DomainLimits"):
+		return &crawlv1alpha1.DomainLimitsApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("DomainRule"):
+		return &crawlv1alpha1.DomainRuleApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("DomainRuleStatus"):
+		return &crawlv1alpha1.DomainRuleStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Endpoint"):
 		return &crawlv1alpha1.EndpointApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("GCEProvider"):

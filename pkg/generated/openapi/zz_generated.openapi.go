@@ -37,6 +37,13 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider":         schema_pkg_apis_crawl_v1alpha1_AWSProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSSpot":             schema_pkg_apis_crawl_v1alpha1_AWSSpot(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit":           schema_pkg_apis_crawl_v1alpha1_CloudInit(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CrawlPolicy":         schema_pkg_apis_crawl_v1alpha1_CrawlPolicy(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CrawlPolicyList":     schema_pkg_apis_crawl_v1alpha1_CrawlPolicyList(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CrawlPolicySpec":     schema_pkg_apis_crawl_v1alpha1_CrawlPolicySpec(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CrawlPolicyStatus":   schema_pkg_apis_crawl_v1alpha1_CrawlPolicyStatus(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainLimits":        schema_pkg_apis_crawl_v1alpha1_DomainLimits(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainRule":          schema_pkg_apis_crawl_v1alpha1_DomainRule(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainRuleStatus":    schema_pkg_apis_crawl_v1alpha1_DomainRuleStatus(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint":            schema_pkg_apis_crawl_v1alpha1_Endpoint(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider":         schema_pkg_apis_crawl_v1alpha1_GCEProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck":         schema_pkg_apis_crawl_v1alpha1_HealthCheck(ref),
@@ -559,6 +566,341 @@ func schema_pkg_apis_crawl_v1alpha1_CloudInit(ref common.ReferenceCallback) comm
 		},
 		Dependencies: []string{
 			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.SecretKeyRef"},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_CrawlPolicy(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CrawlPolicy makes the fleet crawl a domain like one careful client: the lease store grants a lease for a domain only within the budget of the rule that matches it (at most so many leases at once, no two grants closer than an interval), whichever worker asks and whichever proxy it gets. It binds leases on the proxies of its own namespace (docs/politeness.md).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec is the rules.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CrawlPolicySpec"),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status is how the budgets are used, as the lease store's leader last reported it.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CrawlPolicyStatus"),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CrawlPolicySpec", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CrawlPolicyStatus", metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_CrawlPolicyList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CrawlPolicyList is a list of CrawlPolicies.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Items are the policies.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CrawlPolicy"),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CrawlPolicy", metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_CrawlPolicySpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CrawlPolicySpec is the per-domain rules.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"rules": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"host",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Rules bind the domains they match: an exact host (shop.example.com) or a suffix (*.example.com: example.com and every subdomain), one budget for everything a rule matches. The most specific rule wins: an exact host, then the longest suffix.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainRule"),
+									},
+								},
+							},
+						},
+					},
+					"default": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Default binds every domain no rule matches, each domain with a budget of its own. Unset: such domains are not limited.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainLimits"),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainLimits", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainRule"},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_CrawlPolicyStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CrawlPolicyStatus is the budgets' use.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"observedGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ObservedGeneration is the spec generation the lease store applies.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"ruleCount": {
+						SchemaProps: spec.SchemaProps{
+							Description: "RuleCount is how many rules the store applies, the default included.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"inUse": {
+						SchemaProps: spec.SchemaProps{
+							Description: "InUse, Waited and Refused sum Rules.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"waited": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"integer"},
+							Format: "int64",
+						},
+					},
+					"refused": {
+						SchemaProps: spec.SchemaProps{
+							Type:   []string{"integer"},
+							Format: "int64",
+						},
+					},
+					"rules": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"host",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Rules is each rule's use; the default rule's host is \"*\".",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainRuleStatus"),
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainRuleStatus"},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_DomainLimits(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "DomainLimits is one budget. Unset limits do not bind.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"maxConcurrent": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxConcurrent is how many live leases for the domain the fleet holds at most.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"minInterval": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MinInterval is the least time between two grants for the domain, fleet-wide (Go duration).",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"minIntervalPerProxy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MinIntervalPerProxy is the least time between two grants for the domain on one proxy (Go duration).",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Duration{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_DomainRule(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "DomainRule is the limits of the domains that match host.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"host": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Host is an exact host name or *.suffix; lower case, no port.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"maxConcurrent": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxConcurrent is how many live leases for the domain the fleet holds at most.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"minInterval": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MinInterval is the least time between two grants for the domain, fleet-wide (Go duration).",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"minIntervalPerProxy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MinIntervalPerProxy is the least time between two grants for the domain on one proxy (Go duration).",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"host"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Duration{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_DomainRuleStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "DomainRuleStatus is one rule's use since the leader started.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"host": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Host is the rule's host, \"*\" for the default rule.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"inUse": {
+						SchemaProps: spec.SchemaProps{
+							Description: "InUse is the live leases the rule's budget holds now.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"waited": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Waited counts acquires that waited for the budget.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"refused": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Refused counts acquires refused (429) for the budget.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"host", "inUse", "waited", "refused"},
+			},
+		},
 	}
 }
 

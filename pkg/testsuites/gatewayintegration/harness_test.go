@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/crawlpolicy"
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
@@ -105,6 +106,10 @@ func startHarness(t *testing.T, ns string, opts harnessOptions) *harness {
 		t.Fatal(err)
 	}
 	secretsSynced := secrets.Informer().HasSynced
+	policiesSynced, err := crawlpolicy.NewFeed(store, factory.Crawl().V1alpha1().CrawlPolicies())
+	if err != nil {
+		t.Fatal(err)
+	}
 	factory.Start(ctx.Done())
 	kubeFactory.Start(ctx.Done())
 	auth := lease.NewKubernetesAuth(h.kube, lease.KubernetesAuthOptions{CacheTTL: time.Second})
@@ -116,7 +121,7 @@ func startHarness(t *testing.T, ns string, opts harnessOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "informers synced", func() bool { return feed.HasSynced() && secretsSynced() })
+	poll(t, "informers synced", func() bool { return feed.HasSynced() && secretsSynced() && policiesSynced() })
 	if err := srv.StartLeading(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -152,6 +152,14 @@ func TestExamplesAreAcceptedWithDefaults(t *testing.T) {
 				if _, err := crawl.CrawlV1alpha1().ProxyPools(ns).Create(ctx, &p, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil {
 					t.Errorf("%s: creating ProxyPool %s: %v", file, p.Name, err)
 				}
+			case "CrawlPolicy":
+				var p crawlv1alpha1.CrawlPolicy
+				if err := yaml.UnmarshalStrict(doc, &p); err != nil {
+					t.Fatalf("%s doc %d: %v", file, i, err)
+				}
+				if _, err := crawl.CrawlV1alpha1().CrawlPolicies(ns).Create(ctx, &p, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil {
+					t.Errorf("%s: creating CrawlPolicy %s: %v", file, p.Name, err)
+				}
 			default:
 				t.Errorf("%s doc %d: unexpected kind %q in examples", file, i, meta.Kind)
 			}

@@ -39,6 +39,16 @@ func Parser() *typed.Parser {
 var parserOnce sync.Once
 var parser *typed.Parser
 var schemaYAML = typed.YAMLObject(`types:
+- name: com.github.proxyfleet.proxy-operator.pkg.apis.crawl.v1alpha1.CrawlPolicy
+  scalar: untyped
+  list:
+    elementType:
+      namedType: __untyped_atomic_
+    elementRelationship: atomic
+  map:
+    elementType:
+      namedType: __untyped_deduced_
+    elementRelationship: separable
 - name: com.github.proxyfleet.proxy-operator.pkg.apis.crawl.v1alpha1.Proxy
   scalar: untyped
   list:

@@ -53,6 +53,8 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=crawl.proxyfleet.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("crawlpolicies"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Crawl().V1alpha1().CrawlPolicies().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("proxies"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Crawl().V1alpha1().Proxies().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("proxypools"):

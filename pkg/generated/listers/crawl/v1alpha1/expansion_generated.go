@@ -18,6 +18,14 @@ limitations under the License.
 
 package v1alpha1
 
+// CrawlPolicyListerExpansion allows custom methods to be added to
+// CrawlPolicyLister.
+type CrawlPolicyListerExpansion interface{}
+
+// CrawlPolicyNamespaceListerExpansion allows custom methods to be added to
+// CrawlPolicyNamespaceLister.
+type CrawlPolicyNamespaceListerExpansion interface{}
+
 // ProxyListerExpansion allows custom methods to be added to
 // ProxyLister.
 type ProxyListerExpansion interface{}

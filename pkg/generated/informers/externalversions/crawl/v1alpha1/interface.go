@@ -24,6 +24,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// CrawlPolicies returns a CrawlPolicyInformer.
+	CrawlPolicies() TypedCrawlPolicyInformer
 	// Proxies returns a ProxyInformer.
 	Proxies() TypedProxyInformer
 	// ProxyPools returns a ProxyPoolInformer.
@@ -39,6 +41,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// CrawlPolicies returns a TypedCrawlPolicyInformer.
+func (v *version) CrawlPolicies() TypedCrawlPolicyInformer {
+	return &crawlPolicyInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // Proxies returns a TypedProxyInformer.

@@ -28,6 +28,7 @@ import (
 
 type CrawlV1alpha1Interface interface {
 	RESTClient() rest.Interface
+	CrawlPoliciesGetter
 	ProxiesGetter
 	ProxyPoolsGetter
 }
@@ -35,6 +36,10 @@ type CrawlV1alpha1Interface interface {
 // CrawlV1alpha1Client is used to interact with features provided by the crawl.proxyfleet.io group.
 type CrawlV1alpha1Client struct {
 	restClient rest.Interface
+}
+
+func (c *CrawlV1alpha1Client) CrawlPolicies(namespace string) CrawlPolicyInterface {
+	return newCrawlPolicies(c, namespace)
 }
 
 func (c *CrawlV1alpha1Client) Proxies(namespace string) ProxyInterface {

@@ -18,6 +18,8 @@ limitations under the License.
 
 package v1alpha1
 
+type CrawlPolicyExpansion interface{}
+
 type ProxyExpansion interface{}
 
 type ProxyPoolExpansion interface{}

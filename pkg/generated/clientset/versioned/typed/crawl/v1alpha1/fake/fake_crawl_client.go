@@ -28,6 +28,10 @@ type FakeCrawlV1alpha1 struct {
 	*testing.Fake
 }
 
+func (c *FakeCrawlV1alpha1) CrawlPolicies(namespace string) v1alpha1.CrawlPolicyInterface {
+	return newFakeCrawlPolicies(c, namespace)
+}
+
 func (c *FakeCrawlV1alpha1) Proxies(namespace string) v1alpha1.ProxyInterface {
 	return newFakeProxies(c, namespace)
 }

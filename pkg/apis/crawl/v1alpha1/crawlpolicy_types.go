@@ -1,0 +1,145 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=cpol,categories=crawl
+// +kubebuilder:printcolumn:name="Rules",type=integer,JSONPath=`.status.ruleCount`,description="Rules, the default one included"
+// +kubebuilder:printcolumn:name="In-use",type=integer,JSONPath=`.status.inUse`,description="Leases the rules' budgets hold now"
+// +kubebuilder:printcolumn:name="Waited",type=integer,JSONPath=`.status.waited`,description="Acquires that had to wait for a rule's budget"
+// +kubebuilder:printcolumn:name="Refused",type=integer,JSONPath=`.status.refused`,description="Acquires refused with 429 for a rule's budget"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// CrawlPolicy makes the fleet crawl a domain like one careful client: the
+// lease store grants a lease for a domain only within the budget of the
+// rule that matches it (at most so many leases at once, no two grants
+// closer than an interval), whichever worker asks and whichever proxy it
+// gets. It binds leases on the proxies of its own namespace
+// (docs/politeness.md).
+type CrawlPolicy struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the rules.
+	Spec CrawlPolicySpec `json:"spec"`
+
+	// Status is how the budgets are used, as the lease store's leader last
+	// reported it.
+	// +optional
+	Status CrawlPolicyStatus `json:"status,omitempty"`
+}
+
+// CrawlPolicySpec is the per-domain rules.
+// +kubebuilder:validation:XValidation:rule="has(self.rules) || has(self.default)",message="spec: set rules, default, or both"
+type CrawlPolicySpec struct {
+	// Rules bind the domains they match: an exact host (shop.example.com)
+	// or a suffix (*.example.com: example.com and every subdomain), one
+	// budget for everything a rule matches. The most specific rule wins:
+	// an exact host, then the longest suffix.
+	// +listType=map
+	// +listMapKey=host
+	// +kubebuilder:validation:MaxItems=256
+	// +optional
+	Rules []DomainRule `json:"rules,omitempty"`
+
+	// Default binds every domain no rule matches, each domain with a
+	// budget of its own. Unset: such domains are not limited.
+	// +optional
+	Default *DomainLimits `json:"default,omitempty"`
+}
+
+// DomainRule is the limits of the domains that match host.
+type DomainRule struct {
+	// Host is an exact host name or *.suffix; lower case, no port.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Host string `json:"host"`
+
+	DomainLimits `json:",inline"`
+}
+
+// DomainLimits is one budget. Unset limits do not bind.
+// +kubebuilder:validation:XValidation:rule="has(self.maxConcurrent) || has(self.minInterval) || has(self.minIntervalPerProxy)",message="set maxConcurrent, minInterval or minIntervalPerProxy"
+type DomainLimits struct {
+	// MaxConcurrent is how many live leases for the domain the fleet holds
+	// at most.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	// +optional
+	MaxConcurrent *int32 `json:"maxConcurrent,omitempty"`
+
+	// MinInterval is the least time between two grants for the domain,
+	// fleet-wide (Go duration).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('24h')",message="must be between 1ms and 24h"
+	// +optional
+	MinInterval *metav1.Duration `json:"minInterval,omitempty"`
+
+	// MinIntervalPerProxy is the least time between two grants for the
+	// domain on one proxy (Go duration).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('24h')",message="must be between 1ms and 24h"
+	// +optional
+	MinIntervalPerProxy *metav1.Duration `json:"minIntervalPerProxy,omitempty"`
+}
+
+// CrawlPolicyStatus is the budgets' use.
+type CrawlPolicyStatus struct {
+	// ObservedGeneration is the spec generation the lease store applies.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// RuleCount is how many rules the store applies, the default included.
+	// +optional
+	RuleCount int32 `json:"ruleCount,omitempty"`
+
+	// InUse, Waited and Refused sum Rules.
+	// +optional
+	InUse int64 `json:"inUse,omitempty"`
+	// +optional
+	Waited int64 `json:"waited,omitempty"`
+	// +optional
+	Refused int64 `json:"refused,omitempty"`
+
+	// Rules is each rule's use; the default rule's host is "*".
+	// +listType=map
+	// +listMapKey=host
+	// +optional
+	Rules []DomainRuleStatus `json:"rules,omitempty"`
+}
+
+// DomainRuleStatus is one rule's use since the leader started.
+type DomainRuleStatus struct {
+	// Host is the rule's host, "*" for the default rule.
+	Host string `json:"host"`
+	// InUse is the live leases the rule's budget holds now.
+	InUse int64 `json:"inUse"`
+	// Waited counts acquires that waited for the budget.
+	Waited int64 `json:"waited"`
+	// Refused counts acquires refused (429) for the budget.
+	Refused int64 `json:"refused"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+
+// CrawlPolicyList is a list of CrawlPolicies.
+type CrawlPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// Items are the policies.
+	Items []CrawlPolicy `json:"items"`
+}

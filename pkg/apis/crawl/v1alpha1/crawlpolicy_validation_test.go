@@ -1,0 +1,52 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+)
+
+// TestCrawlPolicyValidation sends one spec per schema rule to the real API
+// server: each bad one is refused with a message naming the field; the
+// good ones are accepted.
+func TestCrawlPolicyValidation(t *testing.T) {
+	env := apiServer.Get(t)
+	policies := versioned.NewForConfigOrDie(env.Config).CrawlV1alpha1().CrawlPolicies(newNamespace(t))
+	for name, tc := range map[string]struct {
+		spec      string
+		wantField string // "" : accepted
+	}{
+		"rules and default":    {spec: `{rules: [{host: shop.example, maxConcurrent: 3}, {host: "*.example.com", minInterval: 200ms}], default: {maxConcurrent: 20}}`},
+		"default only":         {spec: `{default: {minIntervalPerProxy: 5s}}`},
+		"empty":                {spec: `{}`, wantField: "spec"},
+		"rule without limits":  {spec: `{rules: [{host: shop.example}]}`, wantField: "spec.rules[0]"},
+		"host with a port":     {spec: `{rules: [{host: "shop.example:443", maxConcurrent: 1}]}`, wantField: "spec.rules[0].host"},
+		"host upper case":      {spec: `{rules: [{host: Shop.Example, maxConcurrent: 1}]}`, wantField: "spec.rules[0].host"},
+		"wildcard inside":      {spec: `{rules: [{host: "a.*.example", maxConcurrent: 1}]}`, wantField: "spec.rules[0].host"},
+		"maxConcurrent zero":   {spec: `{rules: [{host: shop.example, maxConcurrent: 0}]}`, wantField: "spec.rules[0].maxConcurrent"},
+		"minInterval too long": {spec: `{rules: [{host: shop.example, minInterval: 48h}]}`, wantField: "spec.rules[0].minInterval"},
+		"host twice":           {spec: `{rules: [{host: a.example, maxConcurrent: 1}, {host: a.example, maxConcurrent: 2}]}`, wantField: "spec.rules[1]"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := &crawlv1alpha1.CrawlPolicy{ObjectMeta: metav1.ObjectMeta{Name: strings.ReplaceAll(name, " ", "-")}}
+			if err := yaml.Unmarshal([]byte(tc.spec), &p.Spec); err != nil {
+				t.Fatal(err)
+			}
+			_, err := policies.Create(context.Background(), p, metav1.CreateOptions{})
+			switch {
+			case tc.wantField == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.wantField != "" && err == nil:
+				t.Errorf("accepted, want it refused naming %s", tc.wantField)
+			case tc.wantField != "" && !strings.Contains(err.Error(), tc.wantField):
+				t.Errorf("refused with %q, want it to name %s", err, tc.wantField)
+			}
+		})
+	}
+}

@@ -1,0 +1,82 @@
+package crawlpolicy
+
+import (
+	"context"
+	"time"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/lease"
+)
+
+// DefaultStatusInterval is how often the leader writes the policies'
+// status when it changed: counts are news, not events.
+const DefaultStatusInterval = 5 * time.Second
+
+// StatusWriter writes each CrawlPolicy's status from the store's counts.
+type StatusWriter struct {
+	Client   versioned.Interface
+	Lister   crawllisters.CrawlPolicyLister
+	Store    Store
+	Interval time.Duration
+}
+
+// Run writes the status of every policy whose counts changed, every
+// Interval, until ctx ends. Run it on the leader: only its store counts.
+func (w *StatusWriter) Run(ctx context.Context) error {
+	interval := w.Interval
+	if interval <= 0 {
+		interval = DefaultStatusInterval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		w.writeAll(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (w *StatusWriter) writeAll(ctx context.Context) {
+	policies, err := w.Lister.List(labels.Everything())
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing crawl policies")
+		return
+	}
+	for _, p := range policies {
+		want := StatusFrom(p.Generation, w.Store.CrawlPolicyStats(cache.MetaObjectToName(p)))
+		if apiequality.Semantic.DeepEqual(p.Status, want) {
+			continue
+		}
+		updated := p.DeepCopy()
+		updated.Status = want
+		_, err := w.Client.CrawlV1alpha1().CrawlPolicies(p.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			// The next round tries again; a conflict is a newer object.
+			klog.FromContext(ctx).Error(err, "Writing crawl policy status", "policy", klog.KObj(p))
+		}
+	}
+}
+
+// StatusFrom is a policy's status from its rules' counts.
+func StatusFrom(generation int64, stats []lease.RuleStats) crawlv1alpha1.CrawlPolicyStatus {
+	st := crawlv1alpha1.CrawlPolicyStatus{ObservedGeneration: generation, RuleCount: int32(len(stats))}
+	for _, r := range stats {
+		st.Rules = append(st.Rules, crawlv1alpha1.DomainRuleStatus{Host: r.Host, InUse: r.InUse, Waited: r.Waited, Refused: r.Refused})
+		st.InUse += r.InUse
+		st.Waited += r.Waited
+		st.Refused += r.Refused
+	}
+	return st
+}
