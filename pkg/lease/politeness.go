@@ -66,8 +66,9 @@ type budget struct {
 	elem   *list.Element // in politeness.domainLRU, default-rule budgets only
 }
 
-// ruleCounts are a rule's waits and refusals; they outlive its budgets.
-type ruleCounts struct{ waited, refused int64 }
+// ruleCounts are a rule's live leases (over all its budgets: the default
+// rule has one per domain), waits and refusals; they outlive its budgets.
+type ruleCounts struct{ inUse, waited, refused int64 }
 
 // ruleOf is a budget's rule: the key without the default rule's domain.
 func (k budgetKey) ruleOf() budgetKey { k.domain = ""; return k }
@@ -123,11 +124,12 @@ func (s *Store) rechargeLocked(namespace string) {
 			s.dropBudgetLocked(b)
 		}
 	}
-	for k := range s.polite.counts {
+	for k, c := range s.polite.counts {
 		if k.namespace == namespace {
 			if _, _, _, ok := ruleNamed(s.polite.policies[namespace], k.policy, k.rule); !ok {
 				delete(s.polite.counts, k)
 			}
+			c.inUse = 0 // counted again below
 		}
 	}
 	for _, l := range s.leases {
@@ -218,40 +220,52 @@ func ruleNamed(policies []*CrawlPolicy, policy, rule string) (string, string, Do
 }
 
 // politeCheck answers, for one selection, when a grant for its domain on
-// a proxy fits the proxy's namespace's budget. It looks each namespace's
-// budget up once: a selection may walk thousands of proxies.
+// a proxy fits the proxy's namespace's budget. It looks a namespace's
+// budget up once: a selection may walk thousands of proxies, most often
+// of one namespace (kept without a map, so a check allocates nothing).
 type politeCheck struct {
 	s      *Store
 	domain string
 	now    time.Time
-	memo   map[string]*budget // by namespace; nil until first needed
+	ns     string  // the namespace last looked up
+	b      *budget // its budget, nil for none
+	looked bool
+	memo   map[string]*budget // the others, once a second namespace shows up
 }
 
-func (s *Store) politeCheckLocked(domain string, now time.Time) *politeCheck {
+// politeCheckLocked is a check for domain; its zero value (no domain, or
+// no policy anywhere) lets every grant through.
+func (s *Store) politeCheckLocked(domain string, now time.Time) politeCheck {
 	if domain == "" || len(s.polite.policies) == 0 {
-		return nil
+		return politeCheck{}
 	}
-	return &politeCheck{s: s, domain: domain, now: now}
+	return politeCheck{s: s, domain: domain, now: now}
 }
 
-// until is zero when a grant on p fits now; a nil check always fits.
+// until is zero when a grant on p fits now, else when it will, and the
+// budget that holds it back.
 func (c *politeCheck) until(p *proxyState) (time.Time, *budget) {
-	if c == nil {
+	if c.s == nil {
 		return time.Time{}, nil
 	}
 	ns := p.info.Key.Namespace
-	b, seen := c.memo[ns]
-	if !seen {
-		b = c.s.budgetLocked(ns, c.domain, false)
-		if c.memo == nil {
-			c.memo = map[string]*budget{}
+	if !c.looked || ns != c.ns {
+		if c.looked {
+			if c.memo == nil {
+				c.memo = map[string]*budget{}
+			}
+			c.memo[c.ns] = c.b
 		}
-		c.memo[ns] = b
+		b, seen := c.memo[ns]
+		if !seen {
+			b = c.s.budgetLocked(ns, c.domain, false)
+		}
+		c.ns, c.b, c.looked = ns, b, true
 	}
-	if b == nil {
+	if c.b == nil {
 		return time.Time{}, nil
 	}
-	return politeUntilLocked(b, p.info.Key, c.now), b
+	return politeUntilLocked(c.b, p.info.Key, c.now), c.b
 }
 
 // politeUntilLocked is when b lets a grant on proxy happen: zero for now,
@@ -283,12 +297,13 @@ func (s *Store) chargeLocked(l *lease) {
 	}
 	l.budget = b
 	b.inUse++
+	b.counts.inUse++
 	s.observeInUseLocked(b)
 }
 
 func (s *Store) observeInUseLocked(b *budget) {
 	if m, ok := s.metrics.(PolicyMetrics); ok {
-		m.SetDomainBudgetInUse(b.key.namespace, b.key.policy, b.key.rule, s.ruleInUseLocked(b.key))
+		m.SetDomainBudgetInUse(b.key.namespace, b.key.policy, b.key.rule, int(b.counts.inUse))
 	}
 }
 
@@ -322,24 +337,8 @@ func (s *Store) unchargeLocked(l *lease) {
 	}
 	l.budget = nil
 	b.inUse--
+	b.counts.inUse--
 	s.observeInUseLocked(b)
-}
-
-// ruleInUseLocked sums a rule's budgets (one, but for the default rule).
-func (s *Store) ruleInUseLocked(k budgetKey) int {
-	if k.domain == "" {
-		if b := s.polite.budgets[k]; b != nil {
-			return b.inUse
-		}
-		return 0
-	}
-	n := 0
-	for bk, b := range s.polite.budgets {
-		if bk.namespace == k.namespace && bk.policy == k.policy && bk.rule == k.rule {
-			n += b.inUse
-		}
-	}
-	return n
 }
 
 // evictDomainsLocked drops idle default-rule budgets beyond the cap, least
@@ -407,14 +406,9 @@ func (s *Store) CrawlPolicyStats(key cache.ObjectName) []RuleStats {
 	for i := range out {
 		byRule[out[i].Host] = &out[i]
 	}
-	for k, b := range s.polite.budgets {
-		if r := byRule[k.rule]; r != nil && k.namespace == key.Namespace && k.policy == key.Name {
-			r.InUse += int64(b.inUse)
-		}
-	}
 	for k, c := range s.polite.counts {
 		if r := byRule[k.rule]; r != nil && k.namespace == key.Namespace && k.policy == key.Name {
-			r.Waited, r.Refused = c.waited, c.refused
+			r.InUse, r.Waited, r.Refused = c.inUse, c.waited, c.refused
 		}
 	}
 	return out
