@@ -115,6 +115,16 @@ HEALTHAB
     go test -run '^$' -bench 'BenchmarkLeaseAPI/(http-lease|http-lease-domain|http-lease-policy|http-trivial|redis)$' -benchtime 3s ./pkg/lease | grep -E '^Benchmark'
     echo '```'
     echo
+    echo "### Memory per 10,000 domains"
+    echo
+    echo "\`go test -run '^\$' -bench 'BenchmarkStoreMemoryPer10kDomains' -benchtime 3x ./pkg/lease\`: the live heap a"
+    echo "store adds for 10,000 domains with a 1 KiB session state each (states), or a CrawlPolicy default-rule budget each"
+    echo "(budgets): both are capped (--lease-max-state-bytes, --lease-max-domain-budgets)."
+    echo
+    echo '```text'
+    go test -run '^$' -bench 'BenchmarkStoreMemoryPer10kDomains' -benchtime 3x ./pkg/lease | grep -E '^Benchmark'
+    echo '```'
+    echo
     echo "### Over HTTP, on the operator binary"
     echo
     echo "\`go run ./pkg/testsuites/bench/leaseapi\`: cmd/proxy-operator (no -race) with --lease-auth=none on a real"

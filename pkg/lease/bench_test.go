@@ -475,3 +475,50 @@ func (c *respConn) del(key string) error {
 	}
 	return err
 }
+
+// BenchmarkStoreMemoryPer10kDomains is the leader's heap for 10,000
+// domains (issue 40): "states" keeps a 1 KiB session state for each
+// (proxy, domain), "budgets" a CrawlPolicy default-rule budget for each.
+// One op fills a fresh store; the metric is the live heap it added.
+func BenchmarkStoreMemoryPer10kDomains(b *testing.B) {
+	const domains, blob = 10_000, 1 << 10
+	for _, kind := range []string{"states", "budgets"} {
+		b.Run(kind, func(b *testing.B) {
+			var added uint64
+			for b.Loop() {
+				store := newBenchStore(b, 100)
+				if kind == "budgets" {
+					store.SetCrawlPolicy(lease.CrawlPolicy{Key: cache.NewObjectName("crawl", "polite"), Default: &lease.DomainLimits{MaxConcurrent: 100}})
+				}
+				before := liveHeap()
+				state := make([]byte, blob)
+				for i := range domains {
+					l, err := store.Acquire(context.Background(), lease.AcquireRequest{Holder: "w", Owner: "o", Domain: "d" + strconv.Itoa(i) + ".example"})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if kind == "states" {
+						if err := store.PutStateAs("o", l.ID, state); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if err := store.ReleaseAs("o", l.ID, lease.OutcomeOK, ""); err != nil {
+						b.Fatal(err)
+					}
+				}
+				added = liveHeap() - before
+				runtime.KeepAlive(store)
+			}
+			b.ReportMetric(float64(added)/(1<<20), "MiB/10k-domains")
+			b.ReportMetric(float64(added)/domains, "B/domain")
+		})
+	}
+}
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}

@@ -54,6 +54,9 @@ type Config struct {
 	// MaxDomainBudgets bounds the crawl policies' default-rule budgets, one
 	// per domain (politeness.go). Zero takes DefaultMaxDomainBudgets.
 	MaxDomainBudgets int
+	// MaxStateBytes bounds the session state blobs kept (sessionstate.go).
+	// Zero takes DefaultMaxStateBytes.
+	MaxStateBytes int
 	// MaxLeasesPerOwner caps the live leases one authenticated identity
 	// holds (AcquireRequest.Owner); 0: no cap. Leases without an owner
 	// (in-process callers) are not capped.

@@ -49,10 +49,15 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		tooLarge    *http.MaxBytesError
 		readErr     *bodyReadError
 		unavailable *UnavailableError
+		// stateTooLarge is checked before tooLarge: a state body is read
+		// one byte past the cap, to say by how much.
+		stateTooLarge *StateTooLargeError
 	)
 	switch {
 	case errors.As(err, &field):
 		writeError(w, http.StatusBadRequest, codeInvalid, err.Error(), field.Field)
+	case errors.As(err, &stateTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, codeRequestTooLarge, err.Error(), "state")
 	case errors.As(err, &tooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, codeRequestTooLarge, fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit), "")
 	case errors.As(err, &readErr) && readErr.timeout:

@@ -254,6 +254,7 @@ func leaseWireFrom(l Lease, creds *Credentials) wire.Lease {
 		},
 		Session:   l.Session,
 		Domain:    l.Domain,
+		State:     l.State,
 		TTL:       l.TTL.String(),
 		GrantedAt: l.GrantedAt.UTC(),
 		ExpiresAt: l.ExpiresAt.UTC(),

@@ -57,6 +57,9 @@ type Lease struct {
 	TTL       time.Duration
 	// Slot is which of the proxy's MaxLeases places the lease holds.
 	Slot int32
+	// State is the session state kept for the proxy and domain, set in a
+	// grant only (sessionstate.go). Secret to the holder: never log it.
+	State []byte
 }
 
 // LeasedProxy is the proxy a lease holds.
@@ -114,6 +117,7 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 				s.metrics.ObserveAcquire(AcquireGranted)
 			}
 			view, tok := viewOfLocked(l)
+			view.State = s.stateLocked(l)
 			s.mu.Unlock()
 			return s.withID(view, tok), nil
 		}

@@ -17,10 +17,12 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/leases", s.leaderOnly(s.acquire))
 	s.mux.HandleFunc("POST /v1/leases/{id}/renew", s.leaderOnly(s.renew))
 	s.mux.HandleFunc("DELETE /v1/leases/{id}", s.leaderOnly(s.release))
+	s.mux.HandleFunc("PUT /v1/leases/{id}/state", s.leaderOnly(s.putState)) // sessionstate_handler.go
 	s.mux.HandleFunc("GET /v1/leases", s.leaderOnly(s.list))
 	s.mux.HandleFunc("GET /v1/leases/{id}", s.leaderOnly(s.get))
 	s.mux.HandleFunc("GET /v1/proxies", s.leaderOnly(s.proxies))
 	s.mux.HandleFunc("DELETE /v1/sessions/{session}", s.leaderOnly(s.releaseSession)) // sessions.go
+	s.mux.HandleFunc("PUT /v1/sessions/{session}/state", s.leaderOnly(s.putSessionState))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

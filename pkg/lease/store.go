@@ -148,6 +148,8 @@ type Store struct {
 
 	// The crawl policies and their budgets (politeness.go).
 	polite politeness
+	// Session state blobs by (proxy, domain) (sessionstate.go).
+	states sessionStates
 
 	// The term: whether it leads, the epoch that names the term and the
 	// serial that numbers its grants, the recovery after a leader change
@@ -183,6 +185,7 @@ func NewStore(cfg Config) (*Store, error) {
 		owned:       map[string]int{},
 		changed:     make(chan struct{}),
 		polite:      newPoliteness(cfg.MaxDomainBudgets),
+		states:      newSessionStates(cfg.MaxStateBytes),
 	}, nil
 }
 

@@ -20,12 +20,12 @@ func newLeaseStateMetrics() leaseStateMetrics {
 		entries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "lease_state_entries",
-			Help:      "Entries of the lease store's bounded state on this replica, by kind: sessions (sticky sessions), cooldowns ((proxy, domain) cool-down entries, in force or remembered), domain_budgets (crawl policies' default-rule budgets, one per domain).",
+			Help:      "Entries of the lease store's bounded state on this replica, by kind: sessions (sticky sessions), cooldowns ((proxy, domain) cool-down entries, in force or remembered), domain_budgets (crawl policies' default-rule budgets, one per domain), session_states (kept session state blobs).",
 		}, []string{"kind"}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "lease_state_evictions_total",
-			Help:      "Entries evicted because --lease-max-sessions, --lease-max-cooldowns or --lease-max-domain-budgets was reached, by kind.",
+			Help:      "Entries evicted because --lease-max-sessions, --lease-max-cooldowns, --lease-max-domain-budgets or --lease-max-state-bytes was reached, by kind.",
 		}, []string{"kind"}),
 		policyInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
@@ -44,7 +44,7 @@ func newLeaseStateMetrics() leaseStateMetrics {
 	for _, outcome := range []string{"waited", "refused"} {
 		l.policyLimited.WithLabelValues("", "", "", outcome)
 	}
-	for _, kind := range []string{lease.StateSessions, lease.StateCooldowns, lease.StateDomainBudgets} {
+	for _, kind := range []string{lease.StateSessions, lease.StateCooldowns, lease.StateDomainBudgets, lease.StateSessionStates} {
 		l.entries.WithLabelValues(kind)
 		l.evictions.WithLabelValues(kind)
 	}

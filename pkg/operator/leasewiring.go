@@ -41,6 +41,7 @@ func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.In
 		MaxSessions:       o.LeaseMaxSessions,
 		MaxCooldowns:      o.LeaseMaxCooldowns,
 		MaxDomainBudgets:  o.LeaseMaxDomainBudgets,
+		MaxStateBytes:     o.LeaseMaxStateBytes,
 
 		LeadershipValidUntil: fence.validUntilFunc(),
 	})

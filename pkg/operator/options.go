@@ -83,6 +83,8 @@ type Options struct {
 	// LeaseMaxDomainBudgets bounds the crawl policies' per-domain budgets
 	// of default rules.
 	LeaseMaxDomainBudgets int
+	// LeaseMaxStateBytes bounds the session state blobs the leader keeps.
+	LeaseMaxStateBytes int
 
 	// MetricsAddr serves /metrics, /healthz and /readyz on every replica.
 	MetricsAddr string
@@ -175,6 +177,7 @@ func DefaultOptions() Options {
 		LeaseMaxSessions:         lease.DefaultMaxSessions,
 		LeaseMaxCooldowns:        lease.DefaultMaxCooldowns,
 		LeaseMaxDomainBudgets:    lease.DefaultMaxDomainBudgets,
+		LeaseMaxStateBytes:       lease.DefaultMaxStateBytes,
 		MetricsAddr:              ":9090",
 		// Sized in pkg/health (Little's law with room for probes that run
 		// into their timeout); benchmarked at 10,000 proxies.
@@ -227,6 +230,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.LeaseMaxPerIdentity, "lease-max-per-identity", o.LeaseMaxPerIdentity, "Most live leases one authenticated identity (user and UID) may hold; an acquire beyond it is a 429 TooManyLeases. 0: no cap.")
 	fs.IntVar(&o.LeaseMaxSessions, "lease-max-sessions", o.LeaseMaxSessions, "Most sticky sessions the lease API remembers; beyond it the least recently used is forgotten.")
 	fs.IntVar(&o.LeaseMaxCooldowns, "lease-max-cooldowns", o.LeaseMaxCooldowns, "Most (proxy, domain) cool-down entries the lease API keeps; beyond it the one whose end or expiry is nearest goes.")
+	fs.IntVar(&o.LeaseMaxStateBytes, "lease-max-state-bytes", o.LeaseMaxStateBytes, "Most bytes of session state (PUT .../state, up to 64 KiB per proxy and domain) the lease API keeps; beyond it the least recently used go.")
 	fs.IntVar(&o.LeaseMaxDomainBudgets, "lease-max-domain-budgets", o.LeaseMaxDomainBudgets, "Most per-domain budgets of CrawlPolicy default rules the lease API keeps; beyond it idle ones go, least recently used first.")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz, on every replica.")
 	fs.IntVar(&o.HealthWorkers, "health-workers", o.HealthWorkers, "How many health probes run at once.")
@@ -413,6 +417,9 @@ func (o *Options) validateLeases(bad badFlag) {
 	}
 	if o.LeaseMaxSessions < 1 {
 		bad("lease-max-sessions", "must be at least 1, got %d", o.LeaseMaxSessions)
+	}
+	if o.LeaseMaxStateBytes < lease.MaxStateSize {
+		bad("lease-max-state-bytes", "must be at least %d (one state), got %d", lease.MaxStateSize, o.LeaseMaxStateBytes)
 	}
 	if o.LeaseMaxDomainBudgets < 1 {
 		bad("lease-max-domain-budgets", "must be at least 1, got %d", o.LeaseMaxDomainBudgets)

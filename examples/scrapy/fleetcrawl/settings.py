@@ -9,6 +9,7 @@ project runs against `make run` and a cluster:
   GATEWAY_POOL       the pool- term: a ProxyPool's members (optional)
   LEASE_API          base URL of the lease API, for ban reports (e.g. http://proxy-operator-leases.proxy-operator:8080)
   START_URLS         space-separated URLs to crawl
+  SESSION_STATE      "1": each slot's cookie jar travels with its IP (docs/sessionstate.md)
 """
 import os
 
@@ -24,6 +25,7 @@ START_URLS = os.environ.get("START_URLS", "").split()
 # How often one request is retried on another proxy after a ban.
 GATEWAY_BAN_RETRIES = 2
 GATEWAY_BAN_STATUSES = [403, 429]
+GATEWAY_SESSION_STATE = os.environ.get("SESSION_STATE", "") == "1"
 
 DOWNLOADER_MIDDLEWARES = {
     # After RetryMiddleware (550) sees responses, before HttpProxyMiddleware

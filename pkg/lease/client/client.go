@@ -121,9 +121,12 @@ type Lease struct {
 	Credentials *Credentials
 	Session     string
 	Domain      string
-	TTL         time.Duration
-	GrantedAt   time.Time
-	ExpiresAt   time.Time
+	// State is what PutState kept for this proxy and domain (a cookie
+	// jar, say), set by Acquire when there is some.
+	State     []byte
+	TTL       time.Duration
+	GrantedAt time.Time
+	ExpiresAt time.Time
 }
 
 // LeasedProxy is the proxy a lease holds.
@@ -193,6 +196,14 @@ func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (*Leas
 		return nil, err
 	}
 	return leaseFrom(out)
+}
+
+// PutState keeps state (at most 64 KiB; empty drops it) for the lease's
+// proxy and domain: the next Acquire that gets this proxy for this domain
+// receives it in Lease.State. A ban for the domain, or a new instance of
+// the proxy, drops it.
+func (c *Client) PutState(ctx context.Context, id string, state []byte) error {
+	return c.do(ctx, http.MethodPut, "/v1/leases/"+url.PathEscape(id)+"/state", nil, state, http.StatusNoContent, nil)
 }
 
 // Release ends a lease. OutcomeBanned makes the proxy cool down for domain
@@ -271,20 +282,27 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in a
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
-	var body io.Reader
-	if in != nil {
+	var (
+		body        io.Reader
+		contentType string
+	)
+	switch v := in.(type) {
+	case nil:
+	case []byte: // session state: sent as it is
+		body, contentType = bytes.NewReader(v), "application/octet-stream"
+	default:
 		b, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("lease API %s %s: %w", method, path, err)
 		}
-		body = bytes.NewReader(b)
+		body, contentType = bytes.NewReader(b), "application/json"
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, body)
 	if err != nil {
 		return fmt.Errorf("lease API %s: %w", method, err)
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	req.Header.Set("Accept", "application/json")
 	for k, v := range c.actFor {
@@ -382,6 +400,7 @@ func leaseFrom(j wire.Lease) (*Lease, error) {
 		Proxy:     LeasedProxy{Namespace: j.Proxy.Namespace, Name: j.Proxy.Name, URL: j.Proxy.URL, LatencyMillis: j.Proxy.LatencyMillis, Pool: j.Proxy.Pool},
 		Session:   j.Session,
 		Domain:    j.Domain,
+		State:     j.State,
 		TTL:       ttl,
 		GrantedAt: j.GrantedAt,
 		ExpiresAt: j.ExpiresAt,

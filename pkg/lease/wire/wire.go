@@ -35,9 +35,12 @@ type Lease struct {
 	Credentials *Credentials `json:"credentials,omitempty"`
 	Session     string       `json:"session,omitempty"`
 	Domain      string       `json:"domain,omitempty"`
-	TTL         string       `json:"ttl"`
-	GrantedAt   time.Time    `json:"grantedAt"`
-	ExpiresAt   time.Time    `json:"expiresAt"`
+	// State is the session state kept for the proxy and domain, in the
+	// grant only (base64 in JSON).
+	State     []byte    `json:"state,omitempty"`
+	TTL       string    `json:"ttl"`
+	GrantedAt time.Time `json:"grantedAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
 }
 
 // ProxyRef is the proxy a lease holds.

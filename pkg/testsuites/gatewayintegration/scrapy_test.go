@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 const scrapyBin = "/usr/bin/scrapy" // Debian's python3-scrapy
@@ -78,4 +83,69 @@ func TestScrapyCrawlThroughTheGateway(t *testing.T) {
 		t.Errorf("the middleware did not report the ban through the session call:\n%s", logs.String())
 	}
 	h.noCredentials(t, ups, logs.String(), string(data))
+}
+
+// TestScrapyKeepsItsJarWithTheIP runs examples/scrapy twice with
+// SESSION_STATE=1 against a site that sets a cookie on the first visit:
+// the second crawl, a new process whose slot gets the same proxy for the
+// same domain, sends the first crawl's cookie on its first request.
+func TestScrapyKeepsItsJarWithTheIP(t *testing.T) {
+	requireBinary(t, scrapyBin)
+	h := startHarness(t, "gw-scrapy-jar", harnessOptions{wait: 30 * time.Second, sessionIdle: time.Minute})
+	h.fleet(t, "crawl", 2, false)
+	token := h.crawler(t, "crawler", true)
+	var seq atomic.Int32
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, err := r.Cookie("sid"); err == nil {
+			fmt.Fprintf(w, "sid=%s", c.Value)
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: "sid", Value: fmt.Sprintf("visitor-%d", seq.Add(1)), Path: "/"})
+		fmt.Fprint(w, "no cookie")
+	}))
+	t.Cleanup(site.Close)
+
+	var lastLogs string
+	crawl := func() []string {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "items.json")
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, scrapyBin, "crawl", "fleet", "-O", out)
+		cmd.Dir = filepath.Join(testenv.RepoRoot(t), "examples", "scrapy")
+		cmd.Env = append(os.Environ(), "GATEWAY="+h.gatewayAddr, "GATEWAY_TOKEN="+token, "GATEWAY_NAMESPACE="+h.ns,
+			"GATEWAY_POOL=crawl", "LEASE_API="+h.leaseURL, "START_URLS="+site.URL+"/", "SESSION_STATE=1", "PYTHONDONTWRITEBYTECODE=1")
+		logs, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("scrapy crawl: %v\n%s", err, logs)
+		}
+		lastLogs = string(logs)
+		if strings.Contains(string(logs), "visitor-1") {
+			t.Errorf("the cookie's value appears in Scrapy's log:\n%s", logs)
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var items []struct {
+			Body string `json:"body"`
+		}
+		if err := json.Unmarshal(data, &items); err != nil {
+			t.Fatalf("items %s: %v\n%s", data, err, logs)
+		}
+		var bodies []string
+		for _, it := range items {
+			bodies = append(bodies, it.Body)
+		}
+		return bodies
+	}
+	if got := crawl(); !slices.Equal(got, []string{"no cookie"}) {
+		t.Fatalf("first crawl saw %q, want a first visit", got)
+	}
+	if got := crawl(); !slices.Equal(got, []string{"sid=visitor-1"}) {
+		t.Errorf("second crawl saw %q, want the first crawl's cookie back with the IP; its log:\n%s", got, lastLogs)
+	}
+	if strings.Contains(h.logs.String(), "visitor-1") {
+		t.Error("the jar appears in the lease API's or the gateway's logs")
+	}
 }
