@@ -60,16 +60,7 @@ func BenchmarkLeaseAPI(b *testing.B) {
 		})
 	})
 	b.Run("http-lease", func(b *testing.B) {
-		srv := newBenchServer(b, proxies)
-		ln := listen(b)
-		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().V(1)))
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ctx, ln) }()
-		b.Cleanup(func() {
-			cancel()
-			<-served
-		})
-		benchHTTP(b, "http://"+ln.Addr().String(), clients, "")
+		benchHTTP(b, serveBench(b, newBenchServer(b, proxies)), clients, "")
 	})
 	// One crawl policy rule in force (issue 40: at least 0.9x the pairs/s of
 	// the same acquires without it): every acquire names the rule's domain,
@@ -85,15 +76,7 @@ func BenchmarkLeaseAPI(b *testing.B) {
 				srv.Store().SetCrawlPolicy(lease.CrawlPolicy{Key: cache.NewObjectName("crawl", "polite"),
 					Rules: map[string]lease.DomainLimits{"shop.example": {MaxConcurrent: 100_000}}})
 			}
-			ln := listen(b)
-			ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().V(1)))
-			served := make(chan error, 1)
-			go func() { served <- srv.Serve(ctx, ln) }()
-			b.Cleanup(func() {
-				cancel()
-				<-served
-			})
-			benchHTTP(b, "http://"+ln.Addr().String(), clients, "shop.example")
+			benchHTTP(b, serveBench(b, srv), clients, "shop.example")
 		})
 	}
 	b.Run("http-trivial", func(b *testing.B) {
@@ -259,6 +242,20 @@ func newBenchStore(b *testing.B, proxies int) *lease.Store {
 	}
 	store.Lead(time.Time{}, time.Time{})
 	return store
+}
+
+// serveBench serves srv on loopback until the benchmark ends; it returns
+// the base URL.
+func serveBench(b *testing.B, srv *lease.Server) string {
+	ln := listen(b)
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().V(1)))
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	b.Cleanup(func() {
+		cancel()
+		<-served
+	})
+	return "http://" + ln.Addr().String()
 }
 
 // newBenchServer is a leading lease API with no auth on a bench store.
