@@ -23,19 +23,20 @@ type Store interface {
 }
 
 // NewFeed registers handlers that apply every CrawlPolicy of the informer
-// to store; it returns whether the initial list has been applied.
-func NewFeed(store Store, policies crawlinformers.CrawlPolicyInformer) (cache.InformerSynced, error) {
+// to store, then call changed (nil: nothing; the status writer's Poke);
+// it returns whether the initial list has been applied.
+func NewFeed(store Store, policies crawlinformers.CrawlPolicyInformer, changed func()) (cache.InformerSynced, error) {
+	apply := func(obj any) {
+		if p, ok := obj.(*crawlv1alpha1.CrawlPolicy); ok {
+			store.SetCrawlPolicy(Resolve(p))
+			if changed != nil {
+				changed()
+			}
+		}
+	}
 	reg, err := policies.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if p, ok := obj.(*crawlv1alpha1.CrawlPolicy); ok {
-				store.SetCrawlPolicy(Resolve(p))
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if p, ok := obj.(*crawlv1alpha1.CrawlPolicy); ok {
-				store.SetCrawlPolicy(Resolve(p))
-			}
-		},
+		AddFunc:    apply,
+		UpdateFunc: func(_, obj any) { apply(obj) },
 		DeleteFunc: func(obj any) {
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj

@@ -58,7 +58,7 @@ func TestStatusWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := statsStore{stats: []lease.RuleStats{{Host: "shop.example", InUse: 2, Waited: 5, Refused: 1}, {Host: "*", InUse: 1, Waited: 0, Refused: 3}}}
-	w := &StatusWriter{Client: client, Lister: informer.Lister(), Store: store}
+	w := NewStatusWriter(client, informer.Lister(), store, 0)
 	w.writeAll(context.Background())
 	got, err := client.CrawlV1alpha1().CrawlPolicies("crawl").Get(context.Background(), "polite", metav1.GetOptions{})
 	if err != nil {

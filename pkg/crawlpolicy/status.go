@@ -23,20 +23,36 @@ const DefaultStatusInterval = 5 * time.Second
 
 // StatusWriter writes each CrawlPolicy's status from the store's counts.
 type StatusWriter struct {
-	Client   versioned.Interface
-	Lister   crawllisters.CrawlPolicyLister
-	Store    Store
-	Interval time.Duration
+	client   versioned.Interface
+	lister   crawllisters.CrawlPolicyLister
+	store    Store
+	interval time.Duration
+	pokes    chan struct{}
 }
 
-// Run writes the status of every policy whose counts changed, every
-// Interval, until ctx ends. Run it on the leader: only its store counts.
-func (w *StatusWriter) Run(ctx context.Context) error {
-	interval := w.Interval
+// NewStatusWriter writes every interval (0: DefaultStatusInterval), and
+// soon after Poke.
+func NewStatusWriter(client versioned.Interface, lister crawllisters.CrawlPolicyLister, store Store, interval time.Duration) *StatusWriter {
 	if interval <= 0 {
 		interval = DefaultStatusInterval
 	}
-	t := time.NewTicker(interval)
+	return &StatusWriter{client: client, lister: lister, store: store, interval: interval, pokes: make(chan struct{}, 1)}
+}
+
+// Poke asks for a write now: a policy was added or changed, and its
+// observedGeneration should say so without waiting for the interval.
+func (w *StatusWriter) Poke() {
+	select {
+	case w.pokes <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+// Run writes the status of every policy whose counts changed, every
+// interval and when poked, until ctx ends. Run it on the leader: only its
+// store counts.
+func (w *StatusWriter) Run(ctx context.Context) error {
+	t := time.NewTicker(w.interval)
 	defer t.Stop()
 	for {
 		w.writeAll(ctx)
@@ -44,24 +60,25 @@ func (w *StatusWriter) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-w.pokes:
 		}
 	}
 }
 
 func (w *StatusWriter) writeAll(ctx context.Context) {
-	policies, err := w.Lister.List(labels.Everything())
+	policies, err := w.lister.List(labels.Everything())
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Listing crawl policies")
 		return
 	}
 	for _, p := range policies {
-		want := StatusFrom(p.Generation, w.Store.CrawlPolicyStats(cache.MetaObjectToName(p)))
+		want := StatusFrom(p.Generation, w.store.CrawlPolicyStats(cache.MetaObjectToName(p)))
 		if apiequality.Semantic.DeepEqual(p.Status, want) {
 			continue
 		}
 		updated := p.DeepCopy()
 		updated.Status = want
-		_, err := w.Client.CrawlV1alpha1().CrawlPolicies(p.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+		_, err := w.client.CrawlV1alpha1().CrawlPolicies(p.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
 		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			// The next round tries again; a conflict is a newer object.
 			klog.FromContext(ctx).Error(err, "Writing crawl policy status", "policy", klog.KObj(p))

@@ -205,12 +205,12 @@ func (op *operator) addLeaseServer(ctx context.Context, o Options, c clients, pr
 // status writer.
 func (op *operator) addCrawlPolicies(c clients) error {
 	policies := op.crawlInformers.Crawl().V1alpha1().CrawlPolicies()
-	synced, err := crawlpolicy.NewFeed(op.leases.Store(), policies)
+	op.policyStatus = crawlpolicy.NewStatusWriter(c.crawl, policies.Lister(), op.leases.Store(), 0)
+	synced, err := crawlpolicy.NewFeed(op.leases.Store(), policies, op.policyStatus.Poke)
 	if err != nil {
 		return err
 	}
 	op.synced = append(op.synced, synced)
-	op.policyStatus = &crawlpolicy.StatusWriter{Client: c.crawl, Lister: policies.Lister(), Store: op.leases.Store()}
 	return nil
 }
 

@@ -106,7 +106,7 @@ func startHarness(t *testing.T, ns string, opts harnessOptions) *harness {
 		t.Fatal(err)
 	}
 	secretsSynced := secrets.Informer().HasSynced
-	policiesSynced, err := crawlpolicy.NewFeed(store, factory.Crawl().V1alpha1().CrawlPolicies())
+	policiesSynced, err := crawlpolicy.NewFeed(store, factory.Crawl().V1alpha1().CrawlPolicies(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
