@@ -86,22 +86,28 @@ func (l *eventLog) all() []event {
 	return slices.Clone(l.events)
 }
 
-// metricLog records ObserveCollected and signals every call.
+// metricLog records ObserveCollected and signals once per provider and
+// round.
 type metricLog struct {
 	mu        sync.Mutex
-	collected map[string]int
+	collected map[string]int // provider → count, every reason
+	byReason  map[string]int // "provider/reason" → count
 	calls     map[string]int // "provider/op" → count
 	observed  chan string
 }
 
 func newMetricLog() *metricLog {
-	return &metricLog{collected: map[string]int{}, calls: map[string]int{}, observed: make(chan string, 100)}
+	return &metricLog{collected: map[string]int{}, byReason: map[string]int{}, calls: map[string]int{}, observed: make(chan string, 100)}
 }
 
-func (m *metricLog) ObserveCollected(providerName string, n int) {
+func (m *metricLog) ObserveCollected(providerName, reason string, n int) {
 	m.mu.Lock()
 	m.collected[providerName] += n
+	m.byReason[providerName+"/"+reason] += n
 	m.mu.Unlock()
+	if reason != gc.CollectedOrphaned {
+		return
+	}
 	select {
 	case m.observed <- providerName:
 	default:

@@ -3,13 +3,14 @@ package gc
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
 // action is what a round does with one instance.
@@ -29,23 +30,48 @@ type decision struct {
 	reason string
 }
 
-// liveRead is what the API server said about the instance's Proxy: its UID,
-// or the error of the read.
+// proxyRecord is what the collector needs of a Proxy: its UID and the
+// instance its status names, as recordedInstance spells it.
+type proxyRecord struct {
+	uid      types.UID
+	instance string
+}
+
+// liveRead is what the API server said about the instance's Proxy: its
+// record, or the error of the read.
 type liveRead struct {
-	uid types.UID
+	proxyRecord
 	err error
+}
+
+// recordedInstance is the instance p's status names, as a ProviderID
+// ("aws://eu-west-1/i-…"); "" for none. An ID recorded before IDs named
+// their provider is read as spec.provider's, as the controller reads it.
+func recordedInstance(p *crawlv1alpha1.Proxy) string {
+	id := p.Status.ProviderID
+	if id == "" {
+		return ""
+	}
+	if _, _, ok := provider.SplitProviderID(id); ok {
+		return id
+	}
+	return provider.ProviderID(string(p.Spec.Provider), id)
+}
+
+func recordOf(p *crawlv1alpha1.Proxy) proxyRecord {
+	return proxyRecord{uid: p.UID, instance: recordedInstance(p)}
 }
 
 // orphaned decides about an instance from its tags, the UIDs of the Proxies
 // in the cache, and the live read of its Proxy (nil before one was made).
 // It deletes only on proof: NotFound for that very Proxy, or that Proxy name
 // holding another UID. It is pure.
-func orphaned(tags map[string]string, cached sets.Set[types.UID], live *liveRead) decision {
+func orphaned(tags map[string]string, cached map[types.UID]proxyRecord, live *liveRead) decision {
 	uid := types.UID(tags[crawlv1alpha1.TagProxyUID])
 	if uid == "" {
 		return decision{actionKeep, "no proxy-uid tag"}
 	}
-	if cached.Has(uid) {
+	if _, ok := cached[uid]; ok {
 		return decision{actionKeep, "its Proxy is in the cache"}
 	}
 	ns, name := tags[crawlv1alpha1.TagProxyNamespace], tags[crawlv1alpha1.TagProxyName]
@@ -65,6 +91,37 @@ func orphaned(tags map[string]string, cached sets.Set[types.UID], live *liveRead
 	default:
 		return decision{actionKeep, fmt.Sprintf("cannot confirm that Proxy %s/%s is gone: %v", ns, name, live.err)}
 	}
+}
+
+// duplicate decides about an instance of a Proxy that exists: is it a
+// second instance beside the one the Proxy's status names? That happens
+// when a cloud launch whose answer was lost is retried at another place
+// (another instance, not the same one), and nothing else would ever delete
+// it. It deletes only on proof: a live read of the Proxy (same UID) naming
+// another instance, and the instance older than grace, so that a launch in
+// flight, whose status write is still to come, is never taken for one. An
+// instance whose age the provider cannot tell is never a duplicate, nor is
+// one of a Proxy that names no instance yet (its create adopts it). self
+// is the instance as a ProviderID; named what the cache's copy of the
+// Proxy names; live nil before a live read. It is pure.
+func duplicate(self string, createdAt, now time.Time, grace time.Duration, uid types.UID, named string, live *liveRead) decision {
+	switch {
+	case createdAt.IsZero():
+		return decision{actionKeep, "its provider does not tell its age"}
+	case now.Sub(createdAt) < grace:
+		return decision{actionKeep, fmt.Sprintf("younger than the duplicate grace period (%s): a launch may be in flight", grace)}
+	case named == "" || named == self:
+		return decision{actionKeep, "its Proxy names it or none"}
+	case live == nil:
+		return decision{actionConfirm, fmt.Sprintf("its Proxy names another instance (%s)", named)}
+	case live.err != nil:
+		return decision{actionKeep, fmt.Sprintf("cannot confirm that its Proxy names another instance: %v", live.err)}
+	case live.uid != uid:
+		return decision{actionKeep, "its Proxy was recreated; the orphan check collects it"}
+	case live.instance == "" || live.instance == self:
+		return decision{actionKeep, "its Proxy names it or none (the cache is behind)"}
+	}
+	return decision{actionDelete, fmt.Sprintf("a duplicate: its Proxy names instance %s", live.instance)}
 }
 
 // notFoundFor is true only for the API server's own NotFound about the

@@ -3,13 +3,13 @@ package gc
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 )
@@ -81,7 +81,7 @@ func TestOrphaned(t *testing.T) {
 			want: decision{actionKeep, "no proxy-namespace/proxy-name tags to confirm it by"},
 		},
 		"live: exists (stale cache)": {
-			tags: tagsOf(uidA), live: &liveRead{uid: uidA},
+			tags: tagsOf(uidA), live: &liveRead{proxyRecord: proxyRecord{uid: uidA}},
 			want: decision{actionKeep, "its Proxy exists (the cache is behind)"},
 		},
 		"live: NotFound": {
@@ -89,7 +89,7 @@ func TestOrphaned(t *testing.T) {
 			want: decision{actionDelete, "Proxy crawl/p1 (uid " + string(uidA) + ") no longer exists"},
 		},
 		"live: recreated with another UID": {
-			tags: tagsOf(uidA), live: &liveRead{uid: uidB},
+			tags: tagsOf(uidA), live: &liveRead{proxyRecord: proxyRecord{uid: uidB}},
 			want: decision{actionDelete, "Proxy crawl/p1 was recreated (uid " + string(uidB) + ", the instance's is " + string(uidA) + ")"},
 		},
 		"live: NotFound about another name proves nothing": {
@@ -123,9 +123,106 @@ func TestOrphaned(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := orphaned(tc.tags, sets.New(tc.cached...), tc.live)
+			got := orphaned(tc.tags, cachedOf(tc.cached...), tc.live)
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(decision{})); diff != "" {
 				t.Errorf("orphaned (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// cachedOf is a cache holding Proxies of these UIDs.
+func cachedOf(uids ...types.UID) map[types.UID]proxyRecord {
+	out := map[types.UID]proxyRecord{}
+	for _, uid := range uids {
+		out[uid] = proxyRecord{uid: uid}
+	}
+	return out
+}
+
+func TestDuplicate(t *testing.T) {
+	const (
+		self  = "aws://eu-west-1/i-0000000000000000b"
+		other = "aws://eu-west-1/i-0000000000000000a"
+		grace = 10 * time.Minute
+	)
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	old := now.Add(-grace - time.Second)
+	names := func(instance string) *liveRead {
+		return &liveRead{proxyRecord: proxyRecord{uid: uidA, instance: instance}}
+	}
+	tests := map[string]struct {
+		createdAt time.Time
+		named     string // what the cached Proxy names
+		live      *liveRead
+		want      decision
+	}{
+		"age unknown (Pods, processes): never a duplicate": {
+			named: other, live: names(other),
+			want: decision{actionKeep, "its provider does not tell its age"},
+		},
+		"young: a launch may be in flight": {
+			createdAt: now.Add(-time.Minute), named: other, live: names(other),
+			want: decision{actionKeep, "younger than the duplicate grace period (10m0s): a launch may be in flight"},
+		},
+		"the one the Proxy names": {
+			createdAt: old, named: self,
+			want: decision{actionKeep, "its Proxy names it or none"},
+		},
+		"the Proxy names none yet: its create adopts it": {
+			createdAt: old, named: "",
+			want: decision{actionKeep, "its Proxy names it or none"},
+		},
+		"old, the cache names another: confirm": {
+			createdAt: old, named: other,
+			want: decision{actionConfirm, "its Proxy names another instance (" + other + ")"},
+		},
+		"old, the live read names another: collect": {
+			createdAt: old, named: other, live: names(other),
+			want: decision{actionDelete, "a duplicate: its Proxy names instance " + other},
+		},
+		"old, the live read names it (the cache is behind)": {
+			createdAt: old, named: other, live: names(self),
+			want: decision{actionKeep, "its Proxy names it or none (the cache is behind)"},
+		},
+		"old, the live read names none": {
+			createdAt: old, named: other, live: names(""),
+			want: decision{actionKeep, "its Proxy names it or none (the cache is behind)"},
+		},
+		"old, the live read fails: keep": {
+			createdAt: old, named: other, live: &liveRead{err: apierrors.NewInternalError(errors.New("etcd down"))},
+			want: decision{actionKeep, "cannot confirm that its Proxy names another instance: Internal error occurred: etcd down"},
+		},
+		"old, the Proxy was recreated meanwhile": {
+			createdAt: old, named: other, live: &liveRead{proxyRecord: proxyRecord{uid: uidB, instance: other}},
+			want: decision{actionKeep, "its Proxy was recreated; the orphan check collects it"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := duplicate(self, tc.createdAt, now, grace, uidA, tc.named, tc.live)
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(decision{})); diff != "" {
+				t.Errorf("duplicate (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRecordedInstance(t *testing.T) {
+	tests := map[string]struct {
+		provider crawlv1alpha1.ProviderName
+		recorded string
+		want     string
+	}{
+		"none":                      {provider: crawlv1alpha1.ProviderAWS, want: ""},
+		"named by its provider":     {provider: crawlv1alpha1.ProviderGCE, recorded: "aws://eu-west-1/i-1", want: "aws://eu-west-1/i-1"},
+		"recorded before IDs named": {provider: crawlv1alpha1.ProviderGCE, recorded: "proj/zone/px-1", want: "gce://proj/zone/px-1"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := &crawlv1alpha1.Proxy{Spec: crawlv1alpha1.ProxySpec{Provider: tc.provider}, Status: crawlv1alpha1.ProxyStatus{ProviderID: tc.recorded}}
+			if got := recordedInstance(p); got != tc.want {
+				t.Errorf("recordedInstance = %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -12,6 +12,13 @@
 // outcome (a read error, missing tags) keeps the instance. Instances without
 // a proxy-uid tag are never touched.
 //
+// It also collects duplicates: a second instance of a Proxy that exists,
+// beside the one its status names (a cloud launch retried at another place
+// after its answer was lost). Only instances whose provider tells their age
+// (Instance.CreatedAt: the cloud VMs) are judged, only when older than a
+// grace period that covers a launch in flight, and only on a live read of
+// the Proxy that names another instance (decide.go, duplicate).
+//
 // It is not the deletion path of a Proxy (the controller's finalizer is),
 // and it does not watch instances: it lists them through the Provider
 // interface.
@@ -29,7 +36,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -41,17 +47,37 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
-// ReasonOrphanDeleted is the reason of the event recorded for a collected
-// instance.
-const ReasonOrphanDeleted = "OrphanDeleted"
+// The reasons of the events recorded for a collected instance.
+const (
+	ReasonOrphanDeleted    = "OrphanDeleted"
+	ReasonDuplicateDeleted = "DuplicateDeleted"
+)
+
+// Why a round deleted something: the reason label of
+// proxy_operator_gc_collected_total.
+const (
+	CollectedOrphaned  = "orphaned"
+	CollectedDuplicate = "duplicate"
+	// CollectedSwept: resources besides instances that no instance uses
+	// any longer (provider.Sweeper).
+	CollectedSwept = "swept"
+)
+
+// CollectedReasons are every reason label, for metrics to predeclare.
+var CollectedReasons = []string{CollectedOrphaned, CollectedDuplicate, CollectedSwept}
+
+// DefaultDuplicateGrace is the age below which an instance is never a
+// duplicate: far longer than a launch and its status write take, and than
+// the five minutes EC2 may hide a new instance from its describes.
+const DefaultDuplicateGrace = 10 * time.Minute
 
 // liveReadTimeout bounds one confirmation read from the API server.
 const liveReadTimeout = 30 * time.Second
 
-// Metrics receives how many instances each round deleted, per provider;
-// see pkg/metrics.
+// Metrics receives how many instances each round deleted, per provider
+// and reason (CollectedOrphaned, ...); see pkg/metrics.
 type Metrics interface {
-	ObserveCollected(provider string, n int)
+	ObserveCollected(provider, reason string, n int)
 	// ObserveProviderCall counts a provider call (op "list" or "delete") and
 	// its error class, beside the controller's calls.
 	ObserveProviderCall(provider, op string, err error)
@@ -59,7 +85,7 @@ type Metrics interface {
 
 type noMetrics struct{}
 
-func (noMetrics) ObserveCollected(string, int)              {}
+func (noMetrics) ObserveCollected(string, string, int)      {}
 func (noMetrics) ObserveProviderCall(string, string, error) {}
 
 // Config is what a Collector needs.
@@ -76,6 +102,9 @@ type Config struct {
 	Live versioned.Interface
 	// Interval is the time between rounds; a round is also cut off after it.
 	Interval time.Duration
+	// DuplicateGrace is the age below which no instance is judged a
+	// duplicate. Default DefaultDuplicateGrace.
+	DuplicateGrace time.Duration
 	// Recorder, optional, records an OrphanDeleted event per deletion.
 	Recorder record.EventRecorder
 	// Metrics, optional, counts deletions.
@@ -91,6 +120,7 @@ type Collector struct {
 	synced    cache.InformerSynced
 	live      versioned.Interface
 	interval  time.Duration
+	grace     time.Duration
 	recorder  record.EventRecorder
 	metrics   Metrics
 	clock     clock.WithTicker
@@ -112,6 +142,7 @@ func New(cfg Config) (*Collector, error) {
 		synced:    cfg.ProxiesSynced,
 		live:      cfg.Live,
 		interval:  cfg.Interval,
+		grace:     cfg.DuplicateGrace,
 		recorder:  cfg.Recorder,
 		metrics:   cfg.Metrics,
 		clock:     cfg.Clock,
@@ -121,6 +152,9 @@ func New(cfg Config) (*Collector, error) {
 	}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
+	}
+	if c.grace <= 0 {
+		c.grace = DefaultDuplicateGrace
 	}
 	return c, nil
 }
@@ -159,20 +193,22 @@ func (c *Collector) round(ctx context.Context) {
 }
 
 // CollectOnce runs one round over every provider and returns how many
-// instances it deleted. The error joins everything that went wrong (a
-// provider that could not be listed, an instance that could not be
-// confirmed or deleted); the round goes on past each.
+// instances (and swept resources) it deleted. The error joins everything
+// that went wrong (a provider that could not be listed, an instance that
+// could not be confirmed or deleted); the round goes on past each.
 func (c *Collector) CollectOnce(ctx context.Context) (int, error) {
-	cached, err := c.cachedUIDs()
+	cached, err := c.cachedRecords()
 	if err != nil {
 		return 0, err
 	}
 	total := 0
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(c.providers)) {
-		n, err := c.collect(ctx, name, c.providers[name], cached)
-		total += n
-		c.metrics.ObserveCollected(string(name), n)
+		counts, err := c.collect(ctx, name, c.providers[name], cached)
+		for _, reason := range CollectedReasons {
+			total += counts[reason]
+			c.metrics.ObserveCollected(string(name), reason, counts[reason])
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("provider %s: %w", name, err))
 		}
@@ -180,41 +216,37 @@ func (c *Collector) CollectOnce(ctx context.Context) (int, error) {
 	return total, errors.Join(errs...)
 }
 
-// cachedUIDs is the set of Proxy UIDs in the informer cache, taken once per
-// round: instances are matched by UID, whatever their other tags say.
-func (c *Collector) cachedUIDs() (sets.Set[types.UID], error) {
+// cachedRecords are the Proxies in the informer cache by UID, taken once
+// per round: instances are matched by UID, whatever their other tags say.
+func (c *Collector) cachedRecords() (map[types.UID]proxyRecord, error) {
 	proxies, err := c.proxies.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("gc: listing cached Proxies: %w", err)
 	}
-	uids := sets.New[types.UID]()
+	records := make(map[types.UID]proxyRecord, len(proxies))
 	for _, p := range proxies {
-		uids.Insert(p.UID)
+		records[p.UID] = recordOf(p)
 	}
-	return uids, nil
+	return records, nil
 }
 
-// collect runs one round over one provider.
-func (c *Collector) collect(ctx context.Context, providerName crawlv1alpha1.ProviderName, prov provider.Provider, cached sets.Set[types.UID]) (int, error) {
+// collect runs one round over one provider and counts what it deleted by
+// reason.
+func (c *Collector) collect(ctx context.Context, providerName crawlv1alpha1.ProviderName, prov provider.Provider, cached map[types.UID]proxyRecord) (map[string]int, error) {
 	logger := klog.FromContext(ctx).WithValues("provider", providerName)
+	counts := map[string]int{}
 	instances, err := prov.ListByTag(ctx, crawlv1alpha1.TagManagedBy, crawlv1alpha1.ManagedByValue)
 	c.metrics.ObserveProviderCall(string(providerName), "list", err)
 	if err != nil {
-		return 0, fmt.Errorf("listing instances: %w", err)
+		return counts, fmt.Errorf("listing instances: %w", err)
 	}
-	deleted := 0
 	var errs []error
 	for _, inst := range instances {
-		d := orphaned(inst.Tags, cached, nil)
-		var live *liveRead
-		if d.action == actionConfirm {
-			live = c.readLive(ctx, inst.Tags)
-			d = orphaned(inst.Tags, cached, live)
-		}
+		d, reason, unconfirmed := c.decide(ctx, providerName, inst, cached)
 		proxyRef := klog.KRef(inst.Tags[crawlv1alpha1.TagProxyNamespace], inst.Tags[crawlv1alpha1.TagProxyName])
 		if d.action != actionDelete {
 			logger.V(5).Info("Keeping instance", "instance", inst.ID, "proxy", proxyRef, "reason", d.reason)
-			if live != nil && live.err != nil {
+			if unconfirmed {
 				errs = append(errs, fmt.Errorf("instance %s kept: %s", inst.ID, d.reason))
 			}
 			continue
@@ -222,16 +254,11 @@ func (c *Collector) collect(ctx context.Context, providerName crawlv1alpha1.Prov
 		err := prov.Delete(ctx, inst.ID)
 		c.metrics.ObserveProviderCall(string(providerName), "delete", err)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("deleting orphaned instance %s: %w", inst.ID, err))
+			errs = append(errs, fmt.Errorf("deleting %s instance %s: %w", reason, inst.ID, err))
 			continue
 		}
-		deleted++
-		logger.Info("Deleted orphaned instance", "instance", inst.ID, "proxy", proxyRef,
-			"proxyUID", inst.Tags[crawlv1alpha1.TagProxyUID], "reason", d.reason)
-		if c.recorder != nil {
-			c.recorder.Eventf(orphanRef(inst.Tags), corev1.EventTypeNormal, ReasonOrphanDeleted,
-				"Deleted orphaned %s instance %s: %s", providerName, inst.ID, d.reason)
-		}
+		counts[reason]++
+		c.report(ctx, providerName, inst, reason, d.reason)
 	}
 	if s, ok := prov.(provider.Sweeper); ok {
 		n, err := s.Sweep(ctx)
@@ -239,9 +266,50 @@ func (c *Collector) collect(ctx context.Context, providerName crawlv1alpha1.Prov
 		if err != nil {
 			errs = append(errs, fmt.Errorf("sweeping: %w", err))
 		}
-		deleted += n
+		counts[CollectedSwept] += n
 	}
-	return deleted, errors.Join(errs...)
+	return counts, errors.Join(errs...)
+}
+
+// decide is what to do with one instance, and why it would go
+// (CollectedOrphaned or CollectedDuplicate). It reads the instance's Proxy
+// from the API server when the cache cannot vouch; unconfirmed is true
+// when that read failed.
+func (c *Collector) decide(ctx context.Context, providerName crawlv1alpha1.ProviderName, inst provider.Instance, cached map[types.UID]proxyRecord) (d decision, reason string, unconfirmed bool) {
+	d = orphaned(inst.Tags, cached, nil)
+	if d.action == actionConfirm {
+		live := c.readLive(ctx, inst.Tags)
+		return orphaned(inst.Tags, cached, live), CollectedOrphaned, live.err != nil
+	}
+	uid := types.UID(inst.Tags[crawlv1alpha1.TagProxyUID])
+	rec, ok := cached[uid]
+	if !ok {
+		return d, CollectedOrphaned, false
+	}
+	self := provider.ProviderID(string(providerName), inst.ID)
+	now := c.clock.Now()
+	d = duplicate(self, inst.CreatedAt, now, c.grace, uid, rec.instance, nil)
+	if d.action == actionConfirm {
+		live := c.readLive(ctx, inst.Tags)
+		d = duplicate(self, inst.CreatedAt, now, c.grace, uid, rec.instance, live)
+		return d, CollectedDuplicate, live.err != nil
+	}
+	return d, CollectedDuplicate, false
+}
+
+// report logs a deletion and records its event.
+func (c *Collector) report(ctx context.Context, providerName crawlv1alpha1.ProviderName, inst provider.Instance, reason, detail string) {
+	proxyRef := klog.KRef(inst.Tags[crawlv1alpha1.TagProxyNamespace], inst.Tags[crawlv1alpha1.TagProxyName])
+	what, eventReason := "orphaned", ReasonOrphanDeleted
+	if reason == CollectedDuplicate {
+		what, eventReason = "duplicate", ReasonDuplicateDeleted
+	}
+	klog.FromContext(ctx).Info("Deleted "+what+" instance", "provider", providerName, "instance", inst.ID, "proxy", proxyRef,
+		"proxyUID", inst.Tags[crawlv1alpha1.TagProxyUID], "reason", detail)
+	if c.recorder != nil {
+		c.recorder.Eventf(orphanRef(inst.Tags), corev1.EventTypeNormal, eventReason,
+			"Deleted %s %s instance %s: %s", what, providerName, inst.ID, detail)
+	}
 }
 
 // readLive reads the instance's Proxy from the API server (a quorum read,
@@ -254,13 +322,15 @@ func (c *Collector) readLive(ctx context.Context, tags map[string]string) *liveR
 	if err != nil {
 		return &liveRead{err: err}
 	}
-	return &liveRead{uid: p.UID}
+	return &liveRead{proxyRecord: recordOf(p)}
 }
 
-// orphanRef is the involved object of the OrphanDeleted event: the vanished
-// Proxy itself, by namespace, name and the UID the instance was tagged with.
-// The event lands in the Proxy's namespace (kubectl get events -n), and the
-// old UID keeps it out of `kubectl describe` of a successor of the same name.
+// orphanRef is the involved object of the OrphanDeleted and
+// DuplicateDeleted events: the Proxy, by namespace, name and the UID the
+// instance was tagged with. The event lands in the Proxy's namespace
+// (kubectl get events -n); for a duplicate it shows in `kubectl describe`
+// of the Proxy, and for an orphan the old UID keeps it out of a
+// successor's of the same name.
 func orphanRef(tags map[string]string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{
 		APIVersion: crawlv1alpha1.SchemeGroupVersion.String(),

@@ -90,8 +90,8 @@ func New() *Metrics {
 		gcCollected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "gc_collected_total",
-			Help:      "Orphaned instances deleted by garbage collection, by provider: instances whose Proxy is confirmed gone by a live read.",
-		}, []string{"provider"}),
+			Help:      "Instances (and other provider resources) deleted by garbage collection, by provider and reason: orphaned (its Proxy confirmed gone by a live read), duplicate (a second instance of a Proxy whose status names another, confirmed by a live read), swept (a resource no instance uses any longer, such as an owned security group).",
+		}, []string{"provider", "reason"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "leader",
@@ -134,9 +134,10 @@ func New() *Metrics {
 	return m
 }
 
-// ObserveCollected counts instances garbage collection deleted (pkg/gc).
-func (m *Metrics) ObserveCollected(providerName string, n int) {
-	m.gcCollected.WithLabelValues(providerName).Add(float64(n))
+// ObserveCollected counts what garbage collection deleted, by reason
+// (pkg/gc's Collected* constants).
+func (m *Metrics) ObserveCollected(providerName, reason string, n int) {
+	m.gcCollected.WithLabelValues(providerName, reason).Add(float64(n))
 }
 
 // Handler serves the registry in the Prometheus exposition formats, for /metrics.

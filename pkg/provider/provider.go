@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -94,6 +95,13 @@ type Instance struct {
 	// "" when the provider cannot tell. Create is idempotent by name, so it
 	// may return an instance an earlier request made from an older spec.
 	SpecHash string
+	// CreatedAt is when the provider made the instance. Providers whose
+	// instances are not unique by name (cloud VMs: a launch retried at
+	// another place is another instance) set it, and the orphan collector
+	// then deletes an old instance of a live Proxy that is not the one the
+	// Proxy's status names (pkg/gc, duplicates). Zero: never judged a
+	// duplicate (Pods and processes are unique by name).
+	CreatedAt time.Time
 }
 
 // InstanceName derives the instance name from the Proxy UID: stable across

@@ -238,6 +238,11 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	}
 	var capacityErrs []error
 	for _, at := range launchOrder(awsSpec(req.Proxy), string(req.Proxy.UID)) {
+		// A new place is a new client token: adopt what an earlier attempt
+		// launched rather than launch a second instance (adopt.go).
+		if inst, ok, err := p.adoptLaunched(ctx, region, req); err != nil || ok {
+			return inst, err
+		}
 		groups, err := p.groupsAt(ctx, region, req.Proxy, at)
 		if err != nil {
 			return provider.Instance{}, fmt.Errorf("the security group of %s (%s) in region %s: %w", req.Name, placeName(at), region, classify(err))
@@ -301,7 +306,12 @@ func (p *Provider) launch(ctx context.Context, region string, req provider.Creat
 		}
 		in := out.Instances[0]
 		if in.State != nil && (in.State.Name == types.InstanceStateNameTerminated || in.State.Name == types.InstanceStateNameShuttingDown) {
-			continue // this token's instance was replaced: the next token
+			// This token's instance was replaced: the next token, unless
+			// another attempt already launched one (adopt.go).
+			if inst, ok, err := p.adoptLaunched(ctx, region, req); err != nil || ok {
+				return inst, err
+			}
+			continue
 		}
 		inst, _ := toInstance(region, in)
 		p.remember(key, attempt, inst.ID)

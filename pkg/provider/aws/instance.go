@@ -23,9 +23,10 @@ func toInstance(region string, in types.Instance) (inst provider.Instance, found
 		tags[awssdk.ToString(t.Key)] = awssdk.ToString(t.Value)
 	}
 	inst = provider.Instance{
-		ID:       instanceID(region, awssdk.ToString(in.InstanceId)),
-		Tags:     tags,
-		SpecHash: tags[TagSpecHash],
+		ID:        instanceID(region, awssdk.ToString(in.InstanceId)),
+		Tags:      tags,
+		SpecHash:  tags[TagSpecHash],
+		CreatedAt: awssdk.ToTime(in.LaunchTime),
 	}
 	delete(inst.Tags, TagName)
 	delete(inst.Tags, TagSpecHash)

@@ -81,6 +81,29 @@ func startController(t *testing.T, ip string, opts ...ec2test.Option) *harness {
 	}
 }
 
+// newCollector returns an orphan collector of the harness's aws provider
+// with cfg's settings, its Proxy cache synced; the cache stops with the
+// test.
+func (h *harness) newCollector(t *testing.T, cfg gc.Config) *gc.Collector {
+	t.Helper()
+	factory := crawlinformers.NewSharedInformerFactoryWithOptions(h.Crawl, 0, crawlinformers.WithNamespace(h.NS))
+	proxies := factory.Crawl().V1alpha1().Proxies()
+	informer := proxies.Informer() // registered before Start, or Start starts nothing
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop); factory.Shutdown() })
+	factory.Start(stop)
+	if !cache.WaitForCacheSync(stop, informer.HasSynced) {
+		t.Fatal("cache did not sync")
+	}
+	cfg.Providers = map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderAWS: h.aws}
+	cfg.Proxies, cfg.ProxiesSynced, cfg.Live = proxies.Lister(), informer.HasSynced, h.Crawl
+	collector, err := gc.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return collector
+}
+
 func (h *harness) awsProxy(name string) *crawlv1alpha1.Proxy {
 	return &crawlv1alpha1.Proxy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -286,24 +309,7 @@ func TestGCCollectsOnlyItsClustersOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	factory := crawlinformers.NewSharedInformerFactoryWithOptions(h.Crawl, 0, crawlinformers.WithNamespace(h.NS))
-	proxies := factory.Crawl().V1alpha1().Proxies()
-	informer := proxies.Informer() // registered before Start, or Start starts nothing
-	stop := make(chan struct{})
-	defer func() { close(stop); factory.Shutdown() }()
-	factory.Start(stop)
-	if !cache.WaitForCacheSync(stop, informer.HasSynced) {
-		t.Fatal("cache did not sync")
-	}
-	collector, err := gc.New(gc.Config{
-		Providers: map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderAWS: h.aws},
-		Proxies:   proxies.Lister(),
-		Live:      h.Crawl,
-		Interval:  time.Minute,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	collector := h.newCollector(t, gc.Config{Interval: time.Minute})
 	if deleted, err := collector.CollectOnce(ctx); err != nil || deleted != 1 {
 		t.Fatalf("CollectOnce = %d, %v; want 1 orphan deleted", deleted, err)
 	}

@@ -99,7 +99,10 @@ func TestCreateRunsThenDeleteTerminates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := provider.Instance{ID: inst.ID, State: provider.StateRunning, IP: "127.0.100.1", Port: 8080, Tags: provider.Tags(proxy), SpecHash: "hash-1"}
+	if got.CreatedAt.IsZero() || time.Since(got.CreatedAt) > time.Minute {
+		t.Errorf("Get = CreatedAt %v, want the launch time", got.CreatedAt)
+	}
+	want := provider.Instance{ID: inst.ID, State: provider.StateRunning, IP: "127.0.100.1", Port: 8080, Tags: provider.Tags(proxy), SpecHash: "hash-1", CreatedAt: got.CreatedAt}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Get (-want +got):\n%s", diff)
 	}
@@ -174,6 +177,82 @@ func TestCreateIsIdempotentAcrossRestarts(t *testing.T) {
 	if third.ID != replacement.ID || len(fake.Live()) != 1 || len(fake.Instances()) != 2 {
 		t.Errorf("create after another restart = %s, %d live of %d; want %s, 1 of 2", third.ID, len(fake.Live()), len(fake.Instances()), replacement.ID)
 	}
+}
+
+// A create that walks to another place launches under another client
+// token: it must first adopt what an earlier attempt launched. Here the
+// first operator launched in the second subnet (the first had no
+// capacity) and died before its status write; its successor finds the
+// first subnet has room again, and must not launch there.
+func TestCreateAdoptsWhatAnEarlierAttemptLaunched(t *testing.T) {
+	subnets := []string{"subnet-0a0a0a0a0a0a0a0a0", "subnet-0b0b0b0b0b0b0b0b0"}
+	ctx := context.Background()
+	fake := ec2test.New(t)
+	proxy := testProxy(6, func(a *crawlv1alpha1.AWSProvider) { a.SubnetIDs = subnets })
+	first := launchOrderSubnet(t, proxy)
+	fake.SetNoCapacity(first, true)
+	launched, err := newProvider(t, fake).Create(ctx, request(proxy, "hash-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.SetNoCapacity(first, false)
+
+	adopted, err := newProvider(t, fake).Create(ctx, request(proxy, "hash-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adopted.ID != launched.ID || len(fake.Instances()) != 1 {
+		t.Errorf("create after a restart = %s (%d instances launched); want %s, the one launched before, and no other", adopted.ID, len(fake.Instances()), launched.ID)
+	}
+}
+
+// Two live instances of one Proxy (one from an older spec): a create
+// adopts the one of its spec and terminates the other.
+func TestCreateTerminatesASecondInstance(t *testing.T) {
+	ctx := context.Background()
+	fake := ec2test.New(t, ec2test.WithInvisibleCalls(1))
+	proxy := testProxy(7)
+	old, err := newProvider(t, fake).Create(ctx, request(proxy, "hash-old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Launched while the first was still hidden from describes.
+	current, err := newProvider(t, fake).Create(ctx, request(proxy, "hash-new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fake.Live()) != 2 {
+		t.Fatalf("%d live instances, want the two the test set up", len(fake.Live()))
+	}
+	p := newProvider(t, fake)
+	if _, err := p.ListByTag(ctx, crawlv1alpha1.TagManagedBy, crawlv1alpha1.ManagedByValue); err != nil { // both visible from now on
+		t.Fatal(err)
+	}
+	adopted, err := p.Create(ctx, request(proxy, "hash-new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if adopted.ID != current.ID {
+		t.Errorf("create adopted %s, want %s (built from the current spec), not %s", adopted.ID, current.ID, old.ID)
+	}
+	states := map[string]string{}
+	for _, in := range fake.Instances() {
+		states[region+"/"+in.ID] = in.State
+	}
+	if states[old.ID] != "shutting-down" || len(fake.Instances()) != 2 {
+		t.Errorf("instances %v: want %s terminated and nothing launched", states, old.ID)
+	}
+}
+
+// launchOrderSubnet is the subnet a create of proxy tries first, found by
+// launching it on a scratch fake.
+func launchOrderSubnet(t *testing.T, proxy *crawlv1alpha1.Proxy) string {
+	t.Helper()
+	scratch := ec2test.New(t)
+	if _, err := newProvider(t, scratch).Create(context.Background(), request(proxy, "scratch")); err != nil {
+		t.Fatal(err)
+	}
+	return scratch.Live()[0].Subnet
 }
 
 func TestCreateFallsBackOverInstanceTypesAndSubnets(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/aws"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/ec2test"
 )
@@ -18,15 +19,24 @@ import (
 // TestFaultStormLeaksAndDuplicatesNothing: a fleet of aws Proxies is
 // created, edited and deleted while EC2 throttles, fails, runs out of
 // capacity, loses the answers of launches it made and hides new instances
-// from its describes. Once the faults stop the fleet converges: every
-// Proxy provisioned on exactly one live instance, its own, from its current
-// spec; no instance of a deleted Proxy left; no Proxy that was never edited
-// launched twice (the client token turns a retried launch into the same
-// instance); and deleting the rest leaves nothing running.
+// from its describes, with the orphan collector running as on the leader.
+// Once the faults stop the fleet converges: every Proxy provisioned on
+// exactly one live instance, its own, from its current spec; no instance of
+// a deleted Proxy left; no Proxy that was never edited launched twice (the
+// client token turns a retried launch into the same instance); and from
+// then on no sample ever shows a second instance of a Proxy. Deleting the
+// rest leaves nothing running.
+//
+// The fake keeps EC2's order where it matters: a random capacity error
+// comes only after the client token is found new, so the retry of a launch
+// whose answer was lost gets that instance back (EC2's idempotency), while
+// throttling and internal errors may come first (ec2test/faults.go).
 func TestFaultStormLeaksAndDuplicatesNothing(t *testing.T) {
 	t.Parallel()
 	const n = 20
 	h := startController(t, "127.0.0.36", ec2test.WithInvisibleCalls(2), ec2test.WithSteps(2))
+	collector := h.newCollector(t, gc.Config{Interval: 500 * time.Millisecond, DuplicateGrace: 3 * time.Second})
+	go func() { _ = collector.Run(h.Ctx) }()
 	h.fake.SetRandomFaults(0.2, 20261204)
 	h.fake.LoseNextAnswers(ec2test.RunInstances, 3)
 
@@ -71,12 +81,30 @@ func TestFaultStormLeaksAndDuplicatesNothing(t *testing.T) {
 		return true, ""
 	})
 
+	// Converged: from now on every sample, one every quarter second over
+	// five seconds (ten collector rounds), holds one instance per Proxy.
+	samples := time.NewTicker(250 * time.Millisecond)
+	defer samples.Stop()
+	for i := range 20 {
+		live := liveByUID(h.fake)
+		for name, uid := range uids {
+			if len(live[uid]) > 1 {
+				t.Fatalf("sample %d after convergence: %s has %d live instances: %+v", i, name, len(live[uid]), live[uid])
+			}
+		}
+		<-samples.C
+	}
+
 	launched := map[string]int{}
 	for _, in := range h.fake.Instances() {
 		launched[in.Tags[crawlv1alpha1.TagProxyUID]]++
 	}
 	for name, uid := range uids {
-		if !slices.Contains(edited, name) && launched[uid] != 1 {
+		switch {
+		case slices.Contains(deleted, name) && launched[uid] > 1:
+			// Deleted early, it may never have launched at all.
+			t.Errorf("%s was deleted and launched %d instances, want at most 1", name, launched[uid])
+		case !slices.Contains(edited, name) && !slices.Contains(deleted, name) && launched[uid] != 1:
 			t.Errorf("%s was never edited and launched %d instances, want 1", name, launched[uid])
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
@@ -249,6 +250,9 @@ func toInstance(project, zone string, vm *compute.Instance) provider.Instance {
 		Message: strings.ToLower(vm.Status),
 	}
 	inst.SpecHash, _ = metadataValue(vm, MetadataSpecHash)
+	// The orphan collector judges duplicates by age (provider.Instance);
+	// an unparsable timestamp leaves it zero: never judged.
+	inst.CreatedAt, _ = time.Parse(time.RFC3339, vm.CreationTimestamp)
 	if vm.StatusMessage != "" {
 		inst.Message += ": " + vm.StatusMessage
 	}

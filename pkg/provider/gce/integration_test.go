@@ -81,6 +81,29 @@ func startController(t *testing.T, fake *gcetest.Server) *harness {
 	}
 }
 
+// newCollector returns an orphan collector of the harness's gce provider
+// with cfg's settings, its Proxy cache synced; the cache stops with the
+// test.
+func (h *harness) newCollector(t *testing.T, cfg gc.Config) *gc.Collector {
+	t.Helper()
+	factory := crawlinformers.NewSharedInformerFactoryWithOptions(h.Crawl, 0, crawlinformers.WithNamespace(h.NS))
+	proxies := factory.Crawl().V1alpha1().Proxies()
+	informer := proxies.Informer() // registered before Start, or Start starts nothing
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop); factory.Shutdown() })
+	factory.Start(stop)
+	if !cache.WaitForCacheSync(stop, informer.HasSynced) {
+		t.Fatal("cache did not sync")
+	}
+	cfg.Providers = map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderGCE: h.gce}
+	cfg.Proxies, cfg.ProxiesSynced, cfg.Live = proxies.Lister(), informer.HasSynced, h.Crawl
+	collector, err := gc.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return collector
+}
+
 // startVMProxy runs a real forward proxy at ip (a loopback address the fake
 // hands out as a VM's natIP) and returns its port.
 func startVMProxy(t *testing.T, ip string) int32 {
@@ -280,24 +303,7 @@ func TestGCCollectsOrphanedVM(t *testing.T) {
 	// Not the operator's.
 	fake.Put(gcetest.DefaultProject, defaultZone, labelledVM("someone-elses", map[string]string{"team": "search"}))
 
-	factory := crawlinformers.NewSharedInformerFactoryWithOptions(h.Crawl, 0, crawlinformers.WithNamespace(h.NS))
-	proxies := factory.Crawl().V1alpha1().Proxies()
-	lister := proxies.Lister()
-	stop := make(chan struct{})
-	defer func() { close(stop); factory.Shutdown() }()
-	factory.Start(stop)
-	if !cache.WaitForCacheSync(stop, proxies.Informer().HasSynced) {
-		t.Fatal("cache did not sync")
-	}
-	collector, err := gc.New(gc.Config{
-		Providers: map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderGCE: h.gce},
-		Proxies:   lister,
-		Live:      h.Crawl,
-		Interval:  time.Minute,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	collector := h.newCollector(t, gc.Config{Interval: time.Minute})
 	deleted, err := collector.CollectOnce(ctx)
 	if err != nil || deleted != 2 {
 		t.Fatalf("CollectOnce = %d, %v; want 2 orphans deleted", deleted, err)

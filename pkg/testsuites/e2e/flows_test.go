@@ -618,7 +618,7 @@ func (r *operatorRun) gcFlow() flow {
 			if _, err := r.s.kube.CoreV1().Pods(r.proxies).Get(ctx, r.orphan, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("orphan Pod still there (%v)", err)
 			}
-			n, err := r.op.metric(ctx, "proxy_operator_gc_collected_total", map[string]string{"provider": "kubernetes"})
+			n, err := r.op.metric(ctx, "proxy_operator_gc_collected_total", map[string]string{"provider": "kubernetes", "reason": gc.CollectedOrphaned})
 			if err != nil || n < 1 {
 				return fmt.Errorf("this operator collected %v instances (%v)", n, err)
 			}

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
@@ -200,7 +201,7 @@ var sane = map[string]func(operatortest.Scraped) error{
 			map[string]string{"provider": "kubernetes", "op": "create", "class": "transient"})
 	},
 	"proxy_operator_gc_collected_total": func(s operatortest.Scraped) error {
-		return exactly(s, "proxy_operator_gc_collected_total", map[string]string{"provider": "kubernetes"}, 1)
+		return exactly(s, "proxy_operator_gc_collected_total", map[string]string{"provider": "kubernetes", "reason": gc.CollectedOrphaned}, 1)
 	},
 	"proxy_operator_leader": func(s operatortest.Scraped) error {
 		return exactly(s, "proxy_operator_leader", nil, 1)

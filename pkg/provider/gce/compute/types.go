@@ -29,6 +29,8 @@ type Instance struct {
 	StatusMessage string `json:"statusMessage,omitempty"`
 	// Zone is the URL of the VM's zone.
 	Zone string `json:"zone,omitempty"`
+	// CreationTimestamp is when the VM was inserted (RFC 3339).
+	CreationTimestamp string `json:"creationTimestamp,omitempty"`
 }
 
 // Metadata is the VM's key/value metadata.

@@ -26,20 +26,27 @@ func (s *Server) SetRandomFaults(rate float64, seed uint64) {
 }
 
 // randomFault draws one call's fault (under s.mu): an error to answer
-// instead of acting (before), or one to answer after acting (after).
-func (s *Server) randomFault(action Action) (before, after *Error) {
+// instead of acting (before), one to answer after acting (after), or, for
+// a launch, no capacity.
+//
+// The order is EC2's where it matters: throttling and internal errors may
+// come before anything else, but a launch's capacity is judged only after
+// its client token: a retry of a launch that took effect (its answer lost)
+// gets that instance back, never InsufficientInstanceCapacity, as EC2's
+// idempotency guarantees (runInstances).
+func (s *Server) randomFault(action Action) (before, after *Error, noCapacity bool) {
 	f := s.random
 	if f == nil || f.rng.Float64() >= f.rate {
-		return nil, nil
+		return nil, nil, false
 	}
 	switch n := f.rng.IntN(4); {
 	case n == 0:
-		return &ErrRequestLimitExceeded, nil
+		return &ErrRequestLimitExceeded, nil, false
 	case n == 1 && action == RunInstances:
-		return &ErrInsufficientCapacity, nil
+		return nil, nil, true
 	case n == 2:
-		return nil, &ErrInternal
+		return nil, &ErrInternal, false
 	default:
-		return &ErrInternal, nil
+		return &ErrInternal, nil, false
 	}
 }

@@ -21,6 +21,9 @@ type request struct {
 	region    string
 	form      url.Values
 	requestID string
+	// noCapacity: a random fault fails the launch for capacity, once its
+	// client token is known to be new (faults.go).
+	noCapacity bool
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
@@ -71,7 +74,8 @@ func (s *Server) handle(req *request) (answer any, apiErr *Error, hold chan stru
 		s.faults[req.action] = errs[1:]
 		return nil, &errs[0], nil
 	}
-	before, after := s.randomFault(req.action)
+	before, after, noCapacity := s.randomFault(req.action)
+	req.noCapacity = noCapacity
 	if before != nil {
 		return nil, before, nil
 	}
@@ -184,6 +188,9 @@ func (s *Server) runInstances(req request) (any, *Error) {
 			return nil, &Error{Status: 400, Code: "IdempotentParameterMismatch", Message: "Client token " + in.token + " was used with different parameters."}
 		}
 		return runInstancesResponse{Xmlns: namespace, RequestID: req.requestID, xmlReservation: s.reservation(old)}, nil
+	}
+	if req.noCapacity {
+		return nil, &ErrInsufficientCapacity
 	}
 	if err := s.validateRun(req, in); err != nil {
 		return nil, err

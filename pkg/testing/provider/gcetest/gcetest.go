@@ -12,7 +12,8 @@
 // [{"reason","message","domain"}]}}); requests are validated (an unknown
 // project or zone in the path is a 404, a bad label or name a 400, an unknown
 // machine type a 400, an unknown image a 404, an existing name a 409).
-// Tests program faults (FailNext, SetFault, FailNextInsertAsync), choose
+// Tests program faults (FailNext, SetFault, FailNextInsertAsync, and at
+// random or after the effect: SetRandomFaults, LoseNextAnswers), choose
 // the external IP of VMs (WithAddress, SetNatIP: by default 127.0.100.x, so
 // nothing ever reaches past loopback) and change VMs behind the provider's
 // back (Put, SetStatus, Remove).
@@ -154,6 +155,9 @@ type Server struct {
 	calls      []Call
 	serial     uint64
 	addresses  int
+	// Faults besides the programmed ones (faults.go).
+	random      *randomFaults
+	lostAnswers map[Method]int
 }
 
 type vmKey struct{ project, zone, name string }
@@ -195,6 +199,7 @@ func New(t testing.TB, opts ...Option) *Server {
 		operations:   map[opKey]*operation{},
 		faults:       map[Method][]*APIError{},
 		sticky:       map[Method]*APIError{},
+		lostAnswers:  map[Method]int{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -204,11 +209,11 @@ func New(t testing.TB, opts ...Option) *Server {
 	}
 	mux := http.NewServeMux()
 	for _, prefix := range []string{"", "/compute/v1"} {
-		mux.HandleFunc("POST "+prefix+"/projects/{project}/zones/{zone}/instances", s.insert)
-		mux.HandleFunc("GET "+prefix+"/projects/{project}/zones/{zone}/instances/{name}", s.get)
-		mux.HandleFunc("DELETE "+prefix+"/projects/{project}/zones/{zone}/instances/{name}", s.delete)
-		mux.HandleFunc("GET "+prefix+"/projects/{project}/aggregated/instances", s.aggregatedList)
-		mux.HandleFunc("GET "+prefix+"/projects/{project}/zones/{zone}/operations/{operation}", s.getOperation)
+		mux.HandleFunc("POST "+prefix+"/projects/{project}/zones/{zone}/instances", s.withFaults(MethodInsert, s.insert))
+		mux.HandleFunc("GET "+prefix+"/projects/{project}/zones/{zone}/instances/{name}", s.withFaults(MethodGet, s.get))
+		mux.HandleFunc("DELETE "+prefix+"/projects/{project}/zones/{zone}/instances/{name}", s.withFaults(MethodDelete, s.delete))
+		mux.HandleFunc("GET "+prefix+"/projects/{project}/aggregated/instances", s.withFaults(MethodAggregatedList, s.aggregatedList))
+		mux.HandleFunc("GET "+prefix+"/projects/{project}/zones/{zone}/operations/{operation}", s.withFaults(MethodOperationGet, s.getOperation))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &APIError{Code: http.StatusNotFound, Reason: "notFound", Message: "The requested URL " + r.URL.Path + " was not found on this server."})
