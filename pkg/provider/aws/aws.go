@@ -376,6 +376,11 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 		return provider.Instance{}, fmt.Errorf("instance %s: %w", id, provider.ErrNotFound)
 	}
 	p.seen(id)
+	if cluster := clusterOf(found[0]); cluster != p.clusterID {
+		// Another cluster's instance does not exist for this one: handed
+		// its ID, the controller makes its own rather than adopt it.
+		return provider.Instance{}, fmt.Errorf("instance %s belongs to cluster %q, not %q: %w", id, cluster, p.clusterID, provider.ErrNotFound)
+	}
 	inst, ok := toInstance(region, found[0])
 	if !ok {
 		return provider.Instance{}, fmt.Errorf("instance %s is terminated: %w", id, provider.ErrNotFound)
@@ -411,17 +416,35 @@ func (p *Provider) spotInterruption(ctx context.Context, region, request string)
 	return "", nil
 }
 
-// Delete terminates the instance. One that is gone is fine; one that EC2
-// does not know yet is retried, or it would run on unowned.
+// Delete terminates the instance, if it is this cluster's. One that is
+// gone is fine; one that EC2 does not know yet is retried, or it would run
+// on unowned. Another cluster's instance is never terminated (nor seen by
+// Get): the documented IAM policy refuses it too (docs/aws.md).
 func (p *Provider) Delete(ctx context.Context, id string) error {
 	region, ec2ID, ok := strings.Cut(id, "/")
 	if !ok || !strings.HasPrefix(ec2ID, "i-") {
 		return nil
 	}
-	_, err := p.client(region).TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{ec2ID}})
+	out, err := p.client(region).DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{ec2ID}})
+	var found []types.Instance
+	if err == nil {
+		for _, r := range out.Reservations {
+			found = append(found, r.Instances...)
+		}
+	}
 	switch {
-	case isNotFound(err) && p.recentlyLaunched(id):
+	case err != nil && !isNotFound(err):
+		return fmt.Errorf("describing instance %s before terminating it: %w", id, classify(err))
+	case len(found) == 0 && p.recentlyLaunched(id):
 		return provider.Transient(fmt.Errorf("terminating instance %s: EC2 does not know it yet; retrying", id))
+	case len(found) == 0:
+		return nil
+	case clusterOf(found[0]) != p.clusterID:
+		klog.FromContext(ctx).Info("Not terminating an instance of another cluster", "instance", id, "cluster", clusterOf(found[0]))
+		return nil
+	}
+	_, err = p.client(region).TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{ec2ID}})
+	switch {
 	case isNotFound(err):
 		return nil
 	case err != nil:

@@ -17,7 +17,7 @@ import (
 // restart), admitting the proxy port from those ranges only, and sweeps
 // once unused; another cluster's group is never touched.
 func TestOwnedSecurityGroup(t *testing.T) {
-	fake := ec2test.New(t, ec2test.WithPolicy(documentedPolicy(t)))
+	fake := ec2test.New(t, ec2test.WithPolicy(documentedPolicy(t)), ec2test.WithPrincipal(otherClusterKey, documentedPolicyFor(t, "cluster-b")))
 	ctx := context.Background()
 	allowFrom := func(cidrs ...crawlv1alpha1.CIDR) func(*crawlv1alpha1.AWSProvider) {
 		return func(a *crawlv1alpha1.AWSProvider) {
@@ -62,7 +62,7 @@ func TestOwnedSecurityGroup(t *testing.T) {
 	if n := len(fake.SecurityGroups()); n != 2 {
 		t.Errorf("%d security groups, want 2 (one per setting)", n)
 	}
-	other := newProvider(t, fake, func(o *aws.Options) { o.ClusterID = "cluster-b" })
+	other := newProvider(t, fake, asOtherCluster)
 	if _, err := other.Create(ctx, request(testProxy(63, allowFrom("10.20.0.0/16")), "h")); err != nil {
 		t.Fatal(err)
 	}

@@ -57,6 +57,16 @@ func toInstance(region string, in types.Instance) (inst provider.Instance, found
 	return inst, true
 }
 
+// clusterOf is the instance's TagClusterID, "" for none.
+func clusterOf(in types.Instance) string {
+	for _, t := range in.Tags {
+		if awssdk.ToString(t.Key) == TagClusterID {
+			return awssdk.ToString(t.Value)
+		}
+	}
+	return ""
+}
+
 // instancePort is the proxy port recorded on the instance (TagPort), or
 // DefaultPort.
 func instancePort(in types.Instance) int32 {

@@ -283,7 +283,7 @@ func TestControllerOutOfCapacityThenRecovers(t *testing.T) {
 // cluster's orphan and an instance that is not the operator's are not.
 func TestGCCollectsOnlyItsClustersOrphans(t *testing.T) {
 	t.Parallel()
-	h := startController(t, "127.0.0.35")
+	h := startController(t, "127.0.0.35", ec2test.WithPrincipal(otherClusterKey, documentedPolicyFor(t, "cluster-b")))
 	live := h.Create(h.awsProxy("live"))
 	h.WaitProvisioned("live")
 	h.ProbeReady("live", h.target)
@@ -302,7 +302,7 @@ func TestGCCollectsOnlyItsClustersOrphans(t *testing.T) {
 	if _, err := h.aws.Create(ctx, request(gone, "h")); err != nil {
 		t.Fatal(err)
 	}
-	other := newProvider(t, h.fake, func(o *aws.Options) { o.ClusterID = "cluster-b" })
+	other := newProvider(t, h.fake, asOtherCluster)
 	otherOrphan := testProxy(51)
 	otherOrphan.UID = uuid.NewUUID()
 	if _, err := other.Create(ctx, request(otherOrphan, "h")); err != nil {

@@ -3,6 +3,7 @@ package aws_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -14,11 +15,20 @@ import (
 	"github.com/aws/smithy-go"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/aws"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/ec2test"
 )
 
-// documentedPolicy is the IAM policy of docs/aws.md §1, the first json block.
+// documentedPolicy is the IAM policy of docs/aws.md §1, the first json
+// block, for the tests' cluster.
 func documentedPolicy(t *testing.T) *ec2test.Policy {
+	t.Helper()
+	return documentedPolicyFor(t, clusterID)
+}
+
+// documentedPolicyFor is the documented policy template filled in for
+// cluster, as its docs say to.
+func documentedPolicyFor(t *testing.T, cluster string) *ec2test.Policy {
 	t.Helper()
 	page, err := os.ReadFile("../../../docs/aws.md")
 	if err != nil {
@@ -33,7 +43,10 @@ func documentedPolicy(t *testing.T) *ec2test.Policy {
 	if !ok || !ok2 {
 		t.Fatal("docs/aws.md §1 has no json block")
 	}
-	policy, err := ec2test.ParsePolicy([]byte(block))
+	if !strings.Contains(block, "CLUSTER_ID") {
+		t.Fatal("docs/aws.md §1's policy does not name CLUSTER_ID: it would let one cluster's operator touch another's instances")
+	}
+	policy, err := ec2test.ParsePolicy([]byte(strings.ReplaceAll(block, "CLUSTER_ID", cluster)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,22 +97,36 @@ func TestDocumentedPolicyAllowsTheProvider(t *testing.T) {
 // The documented policy refuses what the operator must never do, as AWS
 // would evaluate it; the calls go through the SDK, not the provider.
 func TestDocumentedPolicyRefusesTheRest(t *testing.T) {
-	fake := ec2test.New(t, ec2test.WithPolicy(documentedPolicy(t)))
-	client := ec2.New(ec2.Options{
-		Region: region, BaseEndpoint: awssdk.String(fake.URL),
-		Credentials: credentials.NewStaticCredentialsProvider(ec2test.AccessKeyID, ec2test.SecretAccessKey, ""),
-	})
+	fake := ec2test.New(t, ec2test.WithPolicy(documentedPolicy(t)), ec2test.WithPrincipal(otherClusterKey, documentedPolicyFor(t, "cluster-b")))
+	clientOf := func(keyID string) *ec2.Client {
+		return ec2.New(ec2.Options{
+			Region: region, BaseEndpoint: awssdk.String(fake.URL),
+			Credentials: credentials.NewStaticCredentialsProvider(keyID, ec2test.SecretAccessKey, ""),
+		})
+	}
+	client, otherCluster := clientOf(ec2test.AccessKeyID), clientOf(otherClusterKey)
 	ctx := context.Background()
-	owned := []types.TagSpecification{{ResourceType: types.ResourceTypeInstance, Tags: []types.Tag{{Key: awssdk.String(crawlv1alpha1.TagManagedBy), Value: awssdk.String(crawlv1alpha1.ManagedByValue)}}}}
-	run := func(change func(*ec2.RunInstancesInput)) error {
+	ownedBy := func(cluster string) []types.TagSpecification {
+		return []types.TagSpecification{{ResourceType: types.ResourceTypeInstance, Tags: []types.Tag{
+			{Key: awssdk.String(crawlv1alpha1.TagManagedBy), Value: awssdk.String(crawlv1alpha1.ManagedByValue)},
+			{Key: awssdk.String(aws.TagClusterID), Value: awssdk.String(cluster)},
+		}}}
+	}
+	launch := func(c *ec2.Client, change func(*ec2.RunInstancesInput)) (*ec2.RunInstancesOutput, error) {
 		in := &ec2.RunInstancesInput{
 			MinCount: awssdk.Int32(1), MaxCount: awssdk.Int32(1), ImageId: awssdk.String(ec2test.DefaultImages[0]), InstanceType: types.InstanceTypeT3Micro,
 			MetadataOptions:   &types.InstanceMetadataOptionsRequest{HttpTokens: types.HttpTokensStateRequired},
-			TagSpecifications: owned,
+			TagSpecifications: ownedBy(clusterID),
 		}
 		change(in)
-		_, err := client.RunInstances(ctx, in)
+		return c.RunInstances(ctx, in)
+	}
+	run := func(change func(*ec2.RunInstancesInput)) error {
+		_, err := launch(client, change)
 		return err
+	}
+	if _, err := launch(client, func(*ec2.RunInstancesInput) {}); err != nil {
+		t.Fatalf("the base launch of the cases below is refused: %v", err)
 	}
 	for _, tc := range []struct {
 		name string
@@ -114,14 +141,21 @@ func TestDocumentedPolicyRefusesTheRest(t *testing.T) {
 		{"launch from an SSM parameter outside /aws/service/", func() error {
 			return run(func(in *ec2.RunInstancesInput) { in.ImageId = awssdk.String("resolve:ssm:/team/golden-ami") })
 		}},
+		{"launch tagged for another cluster", func() error {
+			return run(func(in *ec2.RunInstancesInput) { in.TagSpecifications = ownedBy("cluster-b") })
+		}},
+		{"terminate another cluster's instance", func() error {
+			out, err := launch(otherCluster, func(in *ec2.RunInstancesInput) { in.TagSpecifications = ownedBy("cluster-b") })
+			if err != nil {
+				return fmt.Errorf("the other cluster's own launch: %w", err)
+			}
+			_, err = client.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: []string{*out.Instances[0].InstanceId}})
+			return err
+		}},
 		{"terminate an instance the operator does not own", func() error {
 			// Launched with a tag set the policy allows, then its
 			// ownership tag is taken away behind the operator's back.
-			out, err := client.RunInstances(ctx, &ec2.RunInstancesInput{
-				MinCount: awssdk.Int32(1), MaxCount: awssdk.Int32(1), ImageId: awssdk.String(ec2test.DefaultImages[0]), InstanceType: types.InstanceTypeT3Micro,
-				MetadataOptions:   &types.InstanceMetadataOptionsRequest{HttpTokens: types.HttpTokensStateRequired},
-				TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeInstance, Tags: []types.Tag{{Key: awssdk.String(crawlv1alpha1.TagManagedBy), Value: awssdk.String(crawlv1alpha1.ManagedByValue)}}}},
-			})
+			out, err := launch(client, func(*ec2.RunInstancesInput) {})
 			if err != nil {
 				return err
 			}
@@ -138,10 +172,21 @@ func TestDocumentedPolicyRefusesTheRest(t *testing.T) {
 			})
 			return err
 		}},
+		{"delete another cluster's security group", func() error {
+			out, err := otherCluster.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{
+				GroupName: awssdk.String("cluster-b"), Description: awssdk.String("x"), VpcId: awssdk.String(defaultVPC(t, otherCluster)),
+				TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeSecurityGroup, Tags: ownedBy("cluster-b")[0].Tags}},
+			})
+			if err != nil {
+				return fmt.Errorf("the other cluster's own group: %w", err)
+			}
+			_, err = client.DeleteSecurityGroup(ctx, &ec2.DeleteSecurityGroupInput{GroupId: out.GroupId})
+			return err
+		}},
 		{"delete a security group the operator does not own", func() error {
 			out, err := client.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{
 				GroupName: awssdk.String("was-ours"), Description: awssdk.String("x"), VpcId: awssdk.String(defaultVPC(t, client)),
-				TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeSecurityGroup, Tags: []types.Tag{{Key: awssdk.String(crawlv1alpha1.TagManagedBy), Value: awssdk.String(crawlv1alpha1.ManagedByValue)}}}},
+				TagSpecifications: []types.TagSpecification{{ResourceType: types.ResourceTypeSecurityGroup, Tags: ownedBy(clusterID)[0].Tags}},
 			})
 			if err != nil {
 				return err

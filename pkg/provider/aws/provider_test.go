@@ -37,6 +37,18 @@ func testSecrets(_ context.Context, namespace, name string) (*corev1.Secret, err
 	}, nil
 }
 
+// otherClusterKey signs the calls of a second cluster's operator in the
+// same account; tests under the documented policy give it that cluster's
+// copy of the policy (ec2test.WithPrincipal).
+const otherClusterKey = "AKIAEC2TESTCLUSTERB1"
+
+// asOtherCluster makes a Provider the operator of cluster-b, with its own
+// identity.
+func asOtherCluster(o *aws.Options) {
+	o.ClusterID = "cluster-b"
+	o.Credentials = credentials.NewStaticCredentialsProvider(otherClusterKey, ec2test.SecretAccessKey, "")
+}
+
 func newProvider(t *testing.T, fake *ec2test.Server, change ...func(*aws.Options)) *aws.Provider {
 	t.Helper()
 	opts := aws.Options{
@@ -241,6 +253,27 @@ func TestCreateTerminatesASecondInstance(t *testing.T) {
 	}
 	if states[old.ID] != "shutting-down" || len(fake.Instances()) != 2 {
 		t.Errorf("instances %v: want %s terminated and nothing launched", states, old.ID)
+	}
+}
+
+// Handed the ID of another cluster's instance (sharing the account), the
+// provider neither sees nor terminates it.
+func TestAnotherClustersInstanceIsNeverTouched(t *testing.T) {
+	ctx := context.Background()
+	fake := ec2test.New(t, ec2test.WithPrincipal(otherClusterKey, nil))
+	theirs, err := newProvider(t, fake, asOtherCluster).Create(ctx, request(testProxy(8), "h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := newProvider(t, fake)
+	if _, err := ours.Get(ctx, theirs.ID); !errors.Is(err, provider.ErrNotFound) || !strings.Contains(err.Error(), `cluster "cluster-b"`) {
+		t.Errorf("Get of another cluster's instance = %v, want ErrNotFound naming its cluster", err)
+	}
+	if err := ours.Delete(ctx, theirs.ID); err != nil {
+		t.Errorf("Delete of another cluster's instance = %v, want nil (nothing of ours to delete)", err)
+	}
+	if live := fake.Live(); len(live) != 1 || live[0].State == "shutting-down" {
+		t.Errorf("live %+v: another cluster's Delete terminated it", live)
 	}
 }
 

@@ -109,12 +109,18 @@ type Server struct {
 	holds       map[Action]chan struct{}
 	random      *randomFaults
 	groups      map[string]*group // created security groups, by ID
+	// caller is the policy of the call being handled (handle holds mu
+	// throughout a call); nil allows everything.
+	caller *Policy
 }
 
 type options struct {
 	invisibleCalls int
 	steps          int
 	policy         *Policy
+	// principals are the access keys besides AccessKeyID, each with its
+	// own policy (nil: allowed everything).
+	principals map[string]*Policy
 	pageSize       int
 	publicIP       func(n int) string
 	boot           func(Instance) (halt func())
@@ -132,8 +138,21 @@ func WithInvisibleCalls(n int) Option { return func(o *options) { o.invisibleCal
 // describe after the launch shows it pending, the next running.
 func WithSteps(n int) Option { return func(o *options) { o.steps = n } }
 
-// WithPolicy authorizes every request by an IAM policy (iam.go).
+// WithPolicy authorizes every request of AccessKeyID by an IAM policy
+// (iam.go).
 func WithPolicy(p *Policy) Option { return func(o *options) { o.policy = p } }
+
+// WithPrincipal adds an identity of the same account: requests signed
+// with accessKeyID (any secret) are authorized by p, as a second cluster's
+// operator sharing the account would be by its own role's policy.
+func WithPrincipal(accessKeyID string, p *Policy) Option {
+	return func(o *options) {
+		if o.principals == nil {
+			o.principals = map[string]*Policy{}
+		}
+		o.principals[accessKeyID] = p
+	}
+}
 
 // WithPublicIP chooses the public IP of the n-th instance launched (from
 // 1). Default 127.0.100.n: tests that need a proxy there run one.

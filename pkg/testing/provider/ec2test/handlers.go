@@ -24,6 +24,8 @@ type request struct {
 	// noCapacity: a random fault fails the launch for capacity, once its
 	// client token is known to be new (faults.go).
 	noCapacity bool
+	// policy authorizes the call: its signer's (nil: everything).
+	policy *Policy
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
@@ -32,12 +34,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := request{action: Action(r.PostForm.Get("Action")), form: r.PostForm}
-	region, err := credentialRegion(r.Header.Get("Authorization"))
+	keyID, region, err := credentialScope(r.Header.Get("Authorization"))
+	policy, known := s.opts.policy, keyID == AccessKeyID
+	if p, ok := s.opts.principals[keyID]; ok {
+		policy, known = p, true
+	}
+	if err == nil && !known {
+		err = fmt.Errorf("AWS was not able to validate the provided access credentials")
+	}
 	if err != nil {
 		writeError(w, Error{Status: 401, Code: "AuthFailure", Message: err.Error()}, "")
 		return
 	}
-	req.region = region
+	req.region, req.policy = region, policy
 	if v := r.PostForm.Get("Version"); v != "2016-11-15" {
 		writeError(w, Error{Status: 400, Code: "InvalidParameterValue", Message: fmt.Sprintf("Version %q is not 2016-11-15", v)}, "")
 		return
@@ -70,6 +79,7 @@ func (s *Server) handle(req *request) (answer any, apiErr *Error, hold chan stru
 	s.nextID++
 	req.requestID = fmt.Sprintf("00000000-0000-4000-8000-%012d", s.nextID)
 	s.calls[req.action]++
+	s.caller = req.policy
 	if errs := s.faults[req.action]; len(errs) > 0 {
 		s.faults[req.action] = errs[1:]
 		return nil, &errs[0], nil
@@ -116,23 +126,20 @@ func (s *Server) handle(req *request) (answer any, apiErr *Error, hold chan stru
 	return answer, apiErr, s.holds[req.action]
 }
 
-// credentialRegion checks a SigV4 Authorization header's credential scope
-// (key ID/date/region/ec2/aws4_request) and returns its region. The
-// signature itself is the SDK's business; the fake checks who signed.
-func credentialRegion(auth string) (string, error) {
+// credentialScope checks a SigV4 Authorization header's credential scope
+// (key ID/date/region/ec2/aws4_request) and returns its key ID and region.
+// The signature itself is the SDK's business; the fake checks who signed.
+func credentialScope(auth string) (keyID, region string, err error) {
 	rest, ok := strings.CutPrefix(auth, "AWS4-HMAC-SHA256 Credential=")
 	if !ok {
-		return "", fmt.Errorf("not a SigV4 Authorization header")
+		return "", "", fmt.Errorf("not a SigV4 Authorization header")
 	}
 	scope, _, _ := strings.Cut(rest, ",")
 	parts := strings.Split(scope, "/")
-	switch {
-	case len(parts) != 5 || parts[3] != "ec2" || parts[4] != "aws4_request":
-		return "", fmt.Errorf("credential scope %q is not key/date/region/ec2/aws4_request", scope)
-	case parts[0] != AccessKeyID:
-		return "", fmt.Errorf("AWS was not able to validate the provided access credentials")
+	if len(parts) != 5 || parts[3] != "ec2" || parts[4] != "aws4_request" {
+		return "", "", fmt.Errorf("credential scope %q is not key/date/region/ec2/aws4_request", scope)
 	}
-	return parts[2], nil
+	return parts[0], parts[2], nil
 }
 
 func writeError(w http.ResponseWriter, e Error, requestID string) {

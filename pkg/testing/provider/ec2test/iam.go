@@ -144,7 +144,7 @@ func matchesAny(patterns []string, s string) bool {
 // authorize checks one action on every resource of the fake's account and
 // region, "*" standing for actions without resource-level permissions.
 func (s *Server) authorize(action string, ctx map[string][]string, resources ...string) *Error {
-	p := s.opts.policy
+	p := s.caller
 	if p == nil {
 		return nil
 	}
