@@ -382,7 +382,7 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 		return &use{h: h, mode: ModeRotating, done: drop(lease.OutcomeOK), refused: drop(lease.OutcomeError)}, nil
 	}
 
-	key := sessionKey{namespace: c.target.Namespace, pool: c.target.Pool, id: c.target.Session}
+	key := sessionKeyOf(c)
 	g.mu.Lock()
 	s := g.sessions[key]
 	if s == nil {

@@ -1,0 +1,54 @@
+package gatewayintegration
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// One tenant never reaches another through the gateway tier (issue 48):
+// each test runs a gateway as a gateway-tier replica (harnessOptions.tier)
+// against the lease API, both on the real API server.
+
+// TestSessionBelongsToItsCaller: a second identity sending the same
+// session- term gets a session and a lease of its own, on another
+// upstream, instead of riding the first caller's lease and credentials;
+// the first caller's session keeps its upstream.
+func TestSessionBelongsToItsCaller(t *testing.T) {
+	h := startHarness(t, "gw-owner", harnessOptions{tier: true})
+	ups := []*upstream{h.namedUpstream(t, "owner-a", "own", 10), h.namedUpstream(t, "owner-b", "own", 20)}
+	alice, bob := h.crawler(t, "alice", true), h.crawler(t, "bob", true)
+	target := startTarget(t)
+
+	const username = "ns-gw-owner+pool-own+session-shared"
+	var got []string
+	for _, token := range []string{alice, bob, alice} {
+		f := h.fetchFrom(t, "127.0.0.1", username, token, target.URL+"/echo", nil)
+		if f.status != http.StatusOK {
+			t.Fatalf("GET through the gateway: %v", f)
+		}
+		got = append(got, servedVia(ups, f))
+	}
+	// owner-a first: both are free and it is the faster.
+	if diff := cmp.Diff([]string{"owner-a", "owner-b", "owner-a"}, got); diff != "" {
+		t.Errorf("upstreams of alice, bob, alice on one session name (-want +got):\n%s", diff)
+	}
+	owners := map[string]string{}
+	for _, l := range h.gatewayLeases(t) {
+		name, _, _ := strings.Cut(l.Owner, "\x00")
+		owners[name] += l.Proxy.Key.Name
+	}
+	want := map[string]string{
+		"system:serviceaccount:gw-owner:alice": "owner-a",
+		"system:serviceaccount:gw-owner:bob":   "owner-b",
+	}
+	if diff := cmp.Diff(want, owners); diff != "" {
+		t.Errorf("the gateway's leases by owner (-want +got):\n%s", diff)
+	}
+	if n := h.gw.Sessions(); n != 2 {
+		t.Errorf("the gateway keeps %d sessions, want 2 (one per caller)", n)
+	}
+	h.noCredentials(t, ups)
+}
