@@ -1,11 +1,14 @@
 package gatewayintegration
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease"
 )
 
 // One tenant never reaches another through the gateway tier (issue 48):
@@ -49,6 +52,48 @@ func TestSessionBelongsToItsCaller(t *testing.T) {
 	}
 	if n := h.gw.Sessions(); n != 2 {
 		t.Errorf("the gateway keeps %d sessions, want 2 (one per caller)", n)
+	}
+	h.noCredentials(t, ups)
+}
+
+// TestReviewBudgetIsPerSourceAddress: a client with no credentials that
+// sends invented tokens spends the TokenReview budget of its own address
+// only, whatever address it claims in headers; a crawler connecting from
+// another address gets its new token reviewed.
+func TestReviewBudgetIsPerSourceAddress(t *testing.T) {
+	h := startHarness(t, "gw-budget", harnessOptions{tier: true, gatewayAuth: lease.KubernetesAuthOptions{
+		// Three new tokens per address, not refilled within the test; the
+		// overall budget out of the way.
+		TokenReviewPerSourceQPS: 0.001, TokenReviewPerSourceBurst: 3,
+		TokenReviewQPS: 1000, TokenReviewBurst: 1000,
+	}})
+	ups := []*upstream{h.namedUpstream(t, "budget-a", "budget", 10)}
+	crawler := h.crawler(t, "crawler", true)
+	target := startTarget(t).URL + "/echo"
+	const username = "ns-gw-budget+pool-budget"
+	// The attacker claims the crawler's address in every header a proxy
+	// in front might set.
+	claims := http.Header{"X-Forwarded-For": {"127.0.0.3"}, "X-Real-Ip": {"127.0.0.3"}, "Forwarded": {"for=127.0.0.3"}}
+
+	var got []int
+	for i := range 5 {
+		got = append(got, h.fetchFrom(t, "127.0.0.2", username, fmt.Sprintf("invented-token-%d", i), target, claims).status)
+	}
+	crawled := h.fetchFrom(t, "127.0.0.3", username, crawler, target, nil)
+	got = append(got, crawled.status)
+	got = append(got, h.fetchFrom(t, "127.0.0.2", username, "invented-token-5", target, claims).status)
+	want := []int{
+		// 127.0.0.2's three reviews (each rejects the token), then its
+		// share is spent.
+		http.StatusProxyAuthRequired, http.StatusProxyAuthRequired, http.StatusProxyAuthRequired,
+		http.StatusServiceUnavailable, http.StatusServiceUnavailable,
+		// The crawler, from 127.0.0.3: its own share.
+		http.StatusOK,
+		// 127.0.0.2 still has none.
+		http.StatusServiceUnavailable,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s\nthe crawler's answer: %v", diff, crawled)
 	}
 	h.noCredentials(t, ups)
 }
