@@ -1,14 +1,19 @@
 package gatewayintegration
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 )
 
 // One tenant never reaches another through the gateway tier (issue 48):
@@ -95,5 +100,57 @@ func TestReviewBudgetIsPerSourceAddress(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("statuses (-want +got):\n%s\nthe crawler's answer: %v", diff, crawled)
 	}
+	h.noCredentials(t, ups)
+}
+
+// TestActForNeedsItsOwnGrant: act-for is not granted by any wildcard on
+// proxies, nor by one over all of crawl.proxyfleet.io; the gateway's role
+// of artifacts/rbac grants it, and the whole tier runs on that role.
+func TestActForNeedsItsOwnGrant(t *testing.T) {
+	h := startHarness(t, "gw-actfor", harnessOptions{tier: true})
+	ups := []*upstream{h.namedUpstream(t, "actfor-a", "actfor", 10)}
+	crawler := h.crawler(t, "crawler", true)
+	// The crawler as the gateway's TokenReview finds it.
+	const user = "system:serviceaccount:gw-actfor:crawler"
+	groups := []string{"system:serviceaccounts", "system:serviceaccounts:gw-actfor", "system:authenticated"}
+	actingFor := func(t *testing.T, token string) error {
+		c, err := client.New(h.leaseURL, client.WithToken(func(context.Context) (string, error) { return token, nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.ActingFor(user, "", groups).Acquire(t.Context(), client.AcquireRequest{Holder: "act-for-test", Namespace: "gw-actfor"})
+		if err == nil {
+			err = c.ActingFor(user, "", groups).Release(t.Context(), l.ID, client.OutcomeOK, "")
+		}
+		return err
+	}
+	// Each of these granted act-for when it was a verb on proxies/leases.
+	// (RBAC has no "proxies/*": a subresource wildcard is "*/leases".)
+	for _, tc := range []struct {
+		name, slug string
+		rule       rbacv1.PolicyRule
+	}{
+		{"every verb on proxies/leases", "proxies-leases", rbacv1.PolicyRule{APIGroups: []string{"crawl.proxyfleet.io"}, Resources: []string{"proxies/leases"}, Verbs: []string{"*"}}},
+		{"every verb on every leases", "any-leases", rbacv1.PolicyRule{APIGroups: []string{"crawl.proxyfleet.io"}, Resources: []string{"*/leases"}, Verbs: []string{"*"}}},
+		{"everything of crawl.proxyfleet.io", "whole-group", rbacv1.PolicyRule{APIGroups: []string{"crawl.proxyfleet.io"}, Resources: []string{"*"}, Verbs: []string{"*"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "gw-actfor-" + tc.slug}, Rules: []rbacv1.PolicyRule{tc.rule}}
+			err := actingFor(t, h.clusterServiceAccount(t, tc.slug, role))
+			var apiErr *client.Error
+			if !errors.As(err, &apiErr) || apiErr.Code != "Forbidden" || !strings.Contains(apiErr.Message, "may not act-for") {
+				t.Errorf("acting for the crawler with %v: %v, want 403 Forbidden naming act-for", tc.rule, err)
+			}
+		})
+	}
+	t.Run("the gateway's role", func(t *testing.T) {
+		if err := actingFor(t, h.clusterServiceAccount(t, "gateway", artifactRole(t, "gateway-role.yaml"))); err != nil {
+			t.Errorf("acting for the crawler with artifacts/rbac/gateway-role.yaml: %v", err)
+		}
+		// And the tier's gateway, on that role, serves the crawler.
+		if f := h.fetchFrom(t, "127.0.0.1", "ns-gw-actfor+pool-actfor", crawler, startTarget(t).URL+"/echo", nil); f.status != http.StatusOK {
+			t.Errorf("GET through the tier's gateway: %v", f)
+		}
+	})
 	h.noCredentials(t, ups)
 }
