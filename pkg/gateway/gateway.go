@@ -224,10 +224,14 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request) (caller, bool) {
 		return caller{}, false
 	}
 	ctx := r.Context()
-	user, err := g.cfg.Authenticator.Authenticate(ctx, token)
+	user, err := g.cfg.Authenticator.Authenticate(lease.WithClientAddr(ctx, sourceAddr(r)), token)
 	switch {
 	case errors.Is(err, lease.ErrUnauthenticated):
 		g.challenge(w, r, "the password must be a valid bearer token: "+err.Error())
+		return caller{}, false
+	case errors.Is(err, lease.ErrReviewBudget):
+		// Expected under a flood of new tokens: not an error to log.
+		g.fail(w, r, http.StatusServiceUnavailable, ReasonAuthUnavailable, "too many new bearer tokens to review now (from this address, or from all); retry", time.Second)
 		return caller{}, false
 	case err != nil:
 		klog.FromContext(ctx).Error(err, "Authenticating a gateway connection")
@@ -253,6 +257,19 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request) (caller, bool) {
 		return caller{}, false
 	}
 	return caller{user: user, target: target}, true
+}
+
+// sourceAddr is the caller's address for the TokenReview budget: the TCP
+// peer's host, as net/http sets RemoteAddr from the accepted connection.
+// Never a header (X-Forwarded-For, Forwarded): a client writes those, and
+// could then spend another address's share or get a fresh one per request
+// (docs/decisions/0221-gateway-review-budget-per-source-address.md).
+func sourceAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // proxyBasicAuth decodes "Basic base64(user:password)".
@@ -382,7 +399,7 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 		return &use{h: h, mode: ModeRotating, done: drop(lease.OutcomeOK), refused: drop(lease.OutcomeError)}, nil
 	}
 
-	key := sessionKey{namespace: c.target.Namespace, pool: c.target.Pool, id: c.target.Session}
+	key := sessionKeyOf(c)
 	g.mu.Lock()
 	s := g.sessions[key]
 	if s == nil {

@@ -57,7 +57,7 @@ func (l serverLeases) ReleaseSession(_ context.Context, user lease.User, scope, 
 			errs = append(errs, err)
 		}
 	}
-	store.ForgetSession(scope, session)
+	store.ForgetSession(user.Identity(), scope, session)
 	return errors.Join(errs...)
 }
 

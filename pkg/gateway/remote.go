@@ -35,7 +35,7 @@ type RemoteConfig struct {
 	// as the leader: the leases Service, or every replica's address.
 	URLs []string
 	// Token is the gateway's own bearer token; it must allow act-for on
-	// proxies/leases (the chart's gateway ClusterRole).
+	// callers.gateway.crawl.proxyfleet.io (the chart's gateway ClusterRole).
 	Token client.TokenFunc
 	// HTTP is the client of the calls. Default: newHTTPClient.
 	HTTP *http.Client

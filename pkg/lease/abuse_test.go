@@ -393,8 +393,9 @@ func TestAbuseStateIsBounded(t *testing.T) {
 		t.Fatal("release")
 	}
 	ls.store.mu.Lock()
-	_, newest := ls.store.sessions[sessionKey{"crawl", fmt.Sprintf("s%d", cycles-1)}]
-	_, oldest := ls.store.sessions[sessionKey{"crawl", "s0"}]
+	owner := User{Name: "crawler"}.Identity() // goodToken's
+	_, newest := ls.store.sessions[sessionKey{owner, "crawl", fmt.Sprintf("s%d", cycles-1)}]
+	_, oldest := ls.store.sessions[sessionKey{owner, "crawl", "s0"}]
 	ls.store.mu.Unlock()
 	if !newest || oldest {
 		t.Errorf("newest session kept: %v, oldest kept: %v; want true, false", newest, oldest)

@@ -34,14 +34,25 @@ const (
 	VerbList   = "list"   // leases, proxies
 	// VerbActFor lets a caller (the gateway tier's identity) make calls as
 	// the users it authenticated (requests.go); only the gateway's role
-	// grants it.
+	// grants it. It is checked on a resource of its own, ActForResource
+	// in ActForGroup, cluster-wide: no rule on proxies, wildcard verbs or
+	// resources included, and no wildcard over crawl.proxyfleet.io grants
+	// it (docs/decisions/0222-act-for-is-its-own-api-group.md).
 	VerbActFor = "act-for"
 )
 
-// The resource every lease call is authorized on.
+// The resource every lease call but act-for is authorized on.
 const (
 	authResource    = "proxies"
 	authSubresource = "leases"
+)
+
+// The resource act-for is authorized on: an API group that serves nothing
+// and holds nothing else, so that only a rule naming it (or apiGroups "*")
+// grants it. `kubectl auth can-i act-for callers.gateway.crawl.proxyfleet.io`.
+const (
+	ActForGroup    = "gateway.crawl.proxyfleet.io"
+	ActForResource = "callers"
 )
 
 // Defaults of KubernetesAuthOptions.
@@ -374,17 +385,10 @@ func (a *KubernetesAuth) Authorize(ctx context.Context, user User, attrs Attribu
 		return d.allowed, d.reason, nil
 	}
 	spec := authorizationv1.SubjectAccessReviewSpec{
-		User:   user.Name,
-		UID:    user.UID,
-		Groups: user.Groups,
-		ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Namespace:   attrs.Namespace,
-			Verb:        attrs.Verb,
-			Group:       crawlv1alpha1.SchemeGroupVersion.Group,
-			Version:     crawlv1alpha1.SchemeGroupVersion.Version,
-			Resource:    authResource,
-			Subresource: authSubresource,
-		},
+		User:               user.Name,
+		UID:                user.UID,
+		Groups:             user.Groups,
+		ResourceAttributes: resourceAttributes(attrs),
 	}
 	if len(user.Extra) > 0 {
 		spec.Extra = make(map[string]authorizationv1.ExtraValue, len(user.Extra))
@@ -399,6 +403,24 @@ func (a *KubernetesAuth) Authorize(ctx context.Context, user User, attrs Attribu
 	d := decision{allowed: review.Status.Allowed && !review.Status.Denied, reason: review.Status.Reason}
 	a.decisions.Add(key, d, a.ttl)
 	return d.allowed, d.reason, nil
+}
+
+// resourceAttributes is what a SubjectAccessReview asks about attrs:
+// act-for on ActForResource in ActForGroup across the cluster (the
+// namespace is ignored: acting for users is never namespaced), every other
+// verb on crawl.proxyfleet.io proxies/leases in attrs.Namespace.
+func resourceAttributes(attrs Attributes) *authorizationv1.ResourceAttributes {
+	if attrs.Verb == VerbActFor {
+		return &authorizationv1.ResourceAttributes{Verb: VerbActFor, Group: ActForGroup, Resource: ActForResource}
+	}
+	return &authorizationv1.ResourceAttributes{
+		Namespace:   attrs.Namespace,
+		Verb:        attrs.Verb,
+		Group:       crawlv1alpha1.SchemeGroupVersion.Group,
+		Version:     crawlv1alpha1.SchemeGroupVersion.Version,
+		Resource:    authResource,
+		Subresource: authSubresource,
+	}
 }
 
 // decisionKey hashes everything a SubjectAccessReview depends on. Every

@@ -159,6 +159,45 @@ func TestKubernetesAuthorize(t *testing.T) {
 	}
 }
 
+// act-for is asked about a resource of its own, in an API group that holds
+// nothing else, across the cluster: no rule on proxies (wildcards included)
+// and no wildcard over crawl.proxyfleet.io matches it
+// (docs/decisions/0222-act-for-is-its-own-api-group.md).
+func TestSubjectAccessReviewAttributes(t *testing.T) {
+	for name, tc := range map[string]struct {
+		attrs Attributes
+		want  authorizationv1.ResourceAttributes
+	}{
+		"acquire": {
+			attrs: Attributes{Verb: VerbCreate, Namespace: "crawl"},
+			want:  authorizationv1.ResourceAttributes{Namespace: "crawl", Verb: "create", Group: "crawl.proxyfleet.io", Version: "v1alpha1", Resource: "proxies", Subresource: "leases"},
+		},
+		"list across namespaces": {
+			attrs: Attributes{Verb: VerbList},
+			want:  authorizationv1.ResourceAttributes{Verb: "list", Group: "crawl.proxyfleet.io", Version: "v1alpha1", Resource: "proxies", Subresource: "leases"},
+		},
+		"act-for": {
+			attrs: Attributes{Verb: VerbActFor},
+			want:  authorizationv1.ResourceAttributes{Verb: "act-for", Group: "gateway.crawl.proxyfleet.io", Resource: "callers"},
+		},
+		"act-for is never namespaced": {
+			attrs: Attributes{Verb: VerbActFor, Namespace: "crawl"},
+			want:  authorizationv1.ResourceAttributes{Verb: "act-for", Group: "gateway.crawl.proxyfleet.io", Resource: "callers"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := &reviewer{allowed: func(authorizationv1.SubjectAccessReviewSpec) bool { return true }}
+			auth := NewKubernetesAuth(r.client(), KubernetesAuthOptions{Clock: clocktesting.NewFakeClock(t0)})
+			if _, _, err := auth.Authorize(context.Background(), User{Name: "gw"}, tc.attrs); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(&tc.want, r.lastAccess.ResourceAttributes); diff != "" {
+				t.Errorf("SubjectAccessReview's resource attributes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestDecisionKeyIsUnambiguous(t *testing.T) {
 	keys := map[[32]byte]string{}
 	for name, u := range map[string]User{

@@ -277,7 +277,7 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 	noteGrantLocked(l, now)
 	p.burn.served++
 	if req.Session != "" {
-		s.useSessionLocked(sessionKey{req.Namespace, req.Session}, p.info.Key, now)
+		s.useSessionLocked(sessionKey{req.Owner, req.Namespace, req.Session}, p.info.Key, now)
 	}
 	return l, nil
 }
@@ -289,7 +289,7 @@ func (s *Store) sessionLeaseLocked(req *AcquireRequest) *lease {
 	if req.Session == "" {
 		return nil
 	}
-	sess := s.sessions[sessionKey{req.Namespace, req.Session}]
+	sess := s.sessions[sessionKey{req.Owner, req.Namespace, req.Session}]
 	if sess == nil {
 		return nil
 	}
@@ -315,7 +315,7 @@ func (s *Store) joinLocked(l *lease, ttl time.Duration, now time.Time) error {
 		l.expiresAt, l.ttl = expiresAt, ttl
 		heap.Fix(&s.expiries, l.index)
 	}
-	s.useSessionLocked(sessionKey{l.sessionScope, l.session}, l.proxyKey, now)
+	s.useSessionLocked(sessionKey{l.owner, l.sessionScope, l.session}, l.proxyKey, now)
 	return nil
 }
 
@@ -327,7 +327,7 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time) (*proxyState, e
 	}
 	polite := s.politeCheckLocked(req.Domain, now)
 	if req.Session != "" {
-		if sess := s.sessions[sessionKey{req.Namespace, req.Session}]; sess != nil {
+		if sess := s.sessions[sessionKey{req.Owner, req.Namespace, req.Session}]; sess != nil {
 			if p := s.proxies[sess.proxy]; p != nil && p.ready() && acceptable(p) && p.coolingFor(req.Domain) == nil &&
 				(req.Namespace == "" || p.info.Key.Namespace == req.Namespace) {
 				if until, _ := polite.until(p); until.IsZero() {

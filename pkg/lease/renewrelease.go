@@ -60,7 +60,7 @@ func (s *Store) renewLocked(tok token, ttl time.Duration) (Lease, token, error) 
 	l.expiresAt, l.ttl = expiresAt, ttl
 	heap.Fix(&s.expiries, l.index)
 	if l.session != "" {
-		if sess := s.sessions[sessionKey{l.sessionScope, l.session}]; sess != nil && sess.proxy == l.proxyKey {
+		if sess := s.sessions[sessionKey{l.owner, l.sessionScope, l.session}]; sess != nil && sess.proxy == l.proxyKey {
 			s.useSessionLocked(sess.key, sess.proxy, now)
 		}
 	}
@@ -210,7 +210,7 @@ func (s *Store) findLocked(tok token, now time.Time) (*lease, error) {
 	s.installLocked(l)
 	// The session's lease is known again, so that its next acquire joins
 	// it (unless the session has chosen anew on this leader already).
-	if key := (sessionKey{l.sessionScope, l.session}); l.session != "" && s.sessions[key] == nil {
+	if key := (sessionKey{l.owner, l.sessionScope, l.session}); l.session != "" && s.sessions[key] == nil {
 		s.useSessionLocked(key, l.proxyKey, now)
 	}
 	return l, nil

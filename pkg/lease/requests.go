@@ -121,11 +121,14 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, user User, at
 		return false
 	}
 	if !allowed {
-		where := "in namespace " + attrs.Namespace
-		if attrs.Namespace == "" {
-			where = "across all namespaces"
+		where := "proxies/leases (crawl.proxyfleet.io) in namespace " + attrs.Namespace
+		switch {
+		case attrs.Verb == VerbActFor:
+			where = ActForResource + " (" + ActForGroup + ")"
+		case attrs.Namespace == "":
+			where = "proxies/leases (crawl.proxyfleet.io) across all namespaces"
 		}
-		msg := fmt.Sprintf("user %q may not %s proxies/leases (crawl.proxyfleet.io) %s", user.Name, attrs.Verb, where)
+		msg := fmt.Sprintf("user %q may not %s %s", user.Name, attrs.Verb, where)
 		if reason != "" {
 			msg += ": " + reason
 		}

@@ -74,6 +74,38 @@ func TestSessionAcquireJoinsTheSessionsLiveLease(t *testing.T) {
 	}
 }
 
+// A session is its caller's: another identity naming the same session
+// neither follows the first one's sticky proxy nor, by the session call's
+// ForgetSession, moves it (docs/decisions/0220-gateway-session-belongs-to-its-caller.md).
+func TestStickySessionIsPerIdentity(t *testing.T) {
+	// The selection order without a sticky choice: least recently
+	// released first (never leased before all), then by name.
+	s, clk, _ := newTestStore(t, []ProxyInfo{newProxy("p1", inNamespace("crawl")), newProxy("p2", inNamespace("crawl"))})
+	use := func(owner, session string) string {
+		l := acquire(t, s, AcquireRequest{Owner: owner, Session: session, Namespace: "crawl"})
+		clk.Step(time.Second)
+		if err := s.ReleaseAs(owner, l.ID, OutcomeOK, ""); err != nil {
+			t.Fatal(err)
+		}
+		return l.Proxy.Key.Name
+	}
+	var got []string
+	got = append(got, use("alice", "s1"))
+	got = append(got, use("bob", "s1"))
+	got = append(got, use("carol", "")) // p1 becomes the most recently released
+	s.ForgetSession("bob", "crawl", "s1")
+	got = append(got, use("alice", "s1"))
+	want := []string{
+		"p1", // alice: by the order (a tie, by name)
+		"p2", // bob: by the order, not alice's sticky p1
+		"p1", // carol: by the order
+		"p1", // alice: her sticky p1 against the order, although bob forgot "his" s1
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("proxies chosen (-want +got):\n%s", diff)
+	}
+}
+
 // A new leader knows a session's lease from its renewal, so the session's
 // next acquire there joins it instead of taking another proxy, even while
 // the new leader recovers and grants nothing new.

@@ -39,12 +39,13 @@ func (s *Store) SessionLeases(owner, scope, session string) []Lease {
 	return out
 }
 
-// ForgetSession drops the sticky choice of session in scope, so that its
-// next acquire chooses afresh.
-func (s *Store) ForgetSession(scope, session string) {
+// ForgetSession drops owner's sticky choice of session in scope, so that
+// its next acquire chooses afresh. Another identity's session of the same
+// name is not touched.
+func (s *Store) ForgetSession(owner, scope, session string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if sess := s.sessions[sessionKey{scope, session}]; sess != nil {
+	if sess := s.sessions[sessionKey{owner, scope, session}]; sess != nil {
 		s.dropSessionLocked(sess)
 	}
 }
@@ -113,7 +114,7 @@ func (s *Server) releaseSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.store.ForgetSession(q.namespace, session)
+	s.store.ForgetSession(user.Identity(), q.namespace, session)
 	klog.FromContext(r.Context()).V(4).Info("Session released", "session", session, "namespace", q.namespace,
 		"outcome", q.release.outcome, "leases", len(leases), "user", user.Name)
 	w.WriteHeader(http.StatusNoContent)

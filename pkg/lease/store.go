@@ -86,7 +86,13 @@ type lease struct {
 	index      int // in leaseHeap
 }
 
+// sessionKey names a sticky session: the identity that acquired with it
+// (AcquireRequest.Owner), the acquire's namespace, and the session name. A
+// name is chosen by the client, so another identity using the same one has
+// a session of its own: it neither follows nor moves the first one's
+// (docs/decisions/0220-gateway-session-belongs-to-its-caller.md).
 type sessionKey struct {
+	owner     string
 	namespace string
 	session   string
 }

@@ -76,8 +76,8 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 
 // ActingFor returns a client whose calls are made as user (name, UID and
 // groups as a TokenReview found them). The server refuses them unless this
-// client's own token may act-for on proxies/leases: it is the gateway
-// tier's door, not a crawler's.
+// client's own token may act-for on callers.gateway.crawl.proxyfleet.io:
+// it is the gateway tier's door, not a crawler's.
 func (c *Client) ActingFor(name, uid string, groups []string) *Client {
 	h := http.Header{}
 	h.Set(wire.HeaderActForUser, name)

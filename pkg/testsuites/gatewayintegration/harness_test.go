@@ -80,6 +80,11 @@ type harness struct {
 type harnessOptions struct {
 	wait        time.Duration
 	sessionIdle time.Duration
+	// tier runs the gateway as a gateway-tier replica does (tierDoors)
+	// instead of on the leader's own doors; gatewayAuth tunes its review
+	// budgets.
+	tier        bool
+	gatewayAuth lease.KubernetesAuthOptions
 }
 
 func startHarness(t *testing.T, ns string, opts harnessOptions) *harness {
@@ -130,9 +135,13 @@ func startHarness(t *testing.T, ns string, opts harnessOptions) *harness {
 	api.Start()
 	h.leaseURL = api.URL
 
+	leases := gateway.FromServer(srv)
 	authn, authz := srv.Auth()
+	if opts.tier {
+		leases, authn, authz = h.tierDoors(t, opts.gatewayAuth)
+	}
 	h.gw, err = gateway.New(gateway.Config{
-		Leases: gateway.FromServer(srv), Authenticator: authn, Authorizer: authz,
+		Leases: leases, Authenticator: authn, Authorizer: authz,
 		Wait: opts.wait, SessionIdle: opts.sessionIdle, JanitorInterval: 100 * time.Millisecond,
 	})
 	if err != nil {
@@ -263,7 +272,7 @@ func (h *harness) crawler(t *testing.T, name string, bound bool) string {
 	if !bound {
 		return token
 	}
-	role := crawlerRole(t)
+	role := artifactRole(t, "crawler-role.yaml")
 	if _, err := h.kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -284,9 +293,10 @@ func (h *harness) crawler(t *testing.T, name string, bound bool) string {
 	return token
 }
 
-func crawlerRole(t *testing.T) *rbacv1.ClusterRole {
+// artifactRole is a ClusterRole of artifacts/rbac.
+func artifactRole(t *testing.T, file string) *rbacv1.ClusterRole {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "artifacts", "rbac", "crawler-role.yaml"))
+	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "artifacts", "rbac", file))
 	if err != nil {
 		t.Fatal(err)
 	}

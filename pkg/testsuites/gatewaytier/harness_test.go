@@ -21,6 +21,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
@@ -134,9 +135,10 @@ func serviceAccount(t *testing.T, env *testenv.Environment, kube kubernetes.Inte
 	}
 	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}
-	verb, where := "create", ns
+	// What the lease API will ask about this account (lease.Attributes).
+	attrs := authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: crawlv1alpha1.SchemeGroupVersion.Group, Resource: "proxies", Subresource: "leases"}
 	if clusterWide {
-		verb, where = "act-for", ""
+		attrs = authorizationv1.ResourceAttributes{Verb: lease.VerbActFor, Group: lease.ActForGroup, Resource: lease.ActForResource}
 		_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name}, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
 	} else {
@@ -149,11 +151,10 @@ func serviceAccount(t *testing.T, env *testenv.Environment, kube kubernetes.Inte
 	user := "system:serviceaccount:" + ns + ":" + name
 	poll(t, name+"'s binding reaches the authorizer", 30*time.Second, func() error {
 		review, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user, ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: where, Verb: verb, Group: crawlv1alpha1.SchemeGroupVersion.Group, Resource: "proxies", Subresource: "leases"},
+			User: user, ResourceAttributes: &attrs,
 		}}, metav1.CreateOptions{})
 		if err != nil || !review.Status.Allowed {
-			return fmt.Errorf("%s may not %s proxies/leases yet (%v)", user, verb, err)
+			return fmt.Errorf("%s may not %s %s.%s yet (%v)", user, attrs.Verb, attrs.Resource, attrs.Group, err)
 		}
 		return nil
 	})
