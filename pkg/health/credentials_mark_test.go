@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,7 +42,7 @@ var markedForProxies = map[string]string{proxyCredentialsLabel: "true"}
 // passwords, the Proxies are not Ready with a condition and an event naming
 // the field, and a control Proxy beside them shows that the engine probed
 // meanwhile. Labelling the Secrets heals both, and only then do the
-// passwords arrive.
+// passwords arrive; removing the label again deletes the session's copy.
 func TestUnmarkedCredentialsAreNeverSent(t *testing.T) {
 	t.Parallel()
 	const (
@@ -99,8 +100,8 @@ func TestUnmarkedCredentialsAreNeverSent(t *testing.T) {
 	}
 
 	// Marking heals: both become Ready, and their passwords now arrive.
-	h.markSecret("ext-auth")
-	h.markSecret("vendor")
+	h.setMark("ext-auth", true)
+	h.setMark("vendor", true)
 	healed := time.Now()
 	for name := range refused {
 		p, _ := h.waitForPhase(name, crawlv1alpha1.PhaseReady, healed, interval+slack)
@@ -113,6 +114,16 @@ func TestUnmarkedCredentialsAreNeverSent(t *testing.T) {
 			t.Errorf("the endpoint never received %q once its Secret was marked", password)
 		}
 	}
+
+	// Taking the mark away takes the Secret out of use: the session's copy
+	// of the password (its generated Secret) goes.
+	h.setMark("vendor", false)
+	h.waitForCondition("session", crawlv1alpha1.ConditionProvisioned, metav1.ConditionFalse, "CredentialsError", refused["session"])
+	copyName := "proxy-auth-" + string(h.get("session").UID)
+	eventually.Check(t, slack, 20*time.Millisecond, "the copy of the password deleted", eventually.Holds(func() (bool, string) {
+		_, err := h.kube.CoreV1().Secrets(h.ns).Get(context.Background(), copyName, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("get %s: %v", copyName, err)
+	}))
 }
 
 func splitAddr(t *testing.T, addr string) (string, int32) {
@@ -139,10 +150,14 @@ func (h *harness) createUnmarkedSecret(name string, data map[string]string) {
 	}
 }
 
-// markSecret adds the label, as the condition's message says to.
-func (h *harness) markSecret(name string) {
+// setMark adds the label, as the condition's message says to, or removes it.
+func (h *harness) setMark(name string, marked bool) {
 	h.t.Helper()
-	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, proxyCredentialsLabel)
+	value := "null"
+	if marked {
+		value = `"true"`
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, proxyCredentialsLabel, value)
 	if _, err := h.kube.CoreV1().Secrets(h.ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
