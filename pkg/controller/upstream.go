@@ -57,7 +57,10 @@ func (c *Controller) dropUpstreamCopy(ctx context.Context, p *crawlv1alpha1.Prox
 		return fmt.Errorf("reading credentials Secret %q: %w", name, err)
 	}
 	err = c.kube.CoreV1().Secrets(p.Namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &existing.UID}})
-	if err != nil && !apierrors.IsNotFound(err) {
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // deleted by an earlier pass; the cache had yet to show it
+	case err != nil:
 		return fmt.Errorf("deleting credentials Secret %q: %w", name, err)
 	}
 	klog.FromContext(ctx).Info("Deleted the copy of an upstream password whose Secret is not marked for proxies", "secret", name)
