@@ -302,7 +302,7 @@ func TestUnmarkedCredentialsNeverReachUserData(t *testing.T) {
 		}
 	})
 	_, err := p.Create(context.Background(), request(testProxy(9), "h"))
-	if provider.Class(err) != provider.ErrTransient || !strings.Contains(err.Error(), `spec.auth.secretRef: Secret "creds" is not marked for proxy use`) {
+	if err == nil || provider.Class(err) != provider.ErrTransient || !strings.Contains(err.Error(), `spec.auth.secretRef: Secret "creds" is not marked for proxy use`) {
 		t.Errorf("Create = %v, want a transient error naming spec.auth.secretRef", err)
 	}
 	if strings.Contains(fmt.Sprint(err), testPassword) {
