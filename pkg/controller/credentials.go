@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,19 +43,40 @@ const (
 	generatedPasswordBytes = 24
 )
 
+// generatedChange is what ensureGeneratedCredentials did to the generated
+// Secret.
+type generatedChange int
+
+const (
+	// generatedAsIs: the cache holds the Secret as it must be (its content
+	// may have been rewritten just now: an upstream password, which the
+	// controller does not read back).
+	generatedAsIs generatedChange = iota
+	// generatedCreated: created just now.
+	generatedCreated
+	// generatedMarked: marked for proxies just now (a Secret generated
+	// before the mark existed); the cache still holds it unmarked.
+	generatedMarked
+)
+
 // ensureGeneratedCredentials makes sure a Managed Proxy without spec.auth has
-// its generated credentials Secret, and reports whether it created it just
-// now: then the caller waits for the Secret's informer event (the providers
-// and the health engine read it from the cache) before creating an instance.
-// A Secret of that name that this Proxy does not control is an error, never
-// overwritten.
-func (c *Controller) ensureGeneratedCredentials(ctx context.Context, p *crawlv1alpha1.Proxy) (created bool, err error) {
+// its generated credentials Secret, marked for proxies, and says what it
+// changed: after a create or a mark the caller waits for the Secret's
+// informer event (the providers and the health engine read it from the
+// cache, and refuse it unmarked) before it reads the Secret or creates an
+// instance. A Secret of that name that this Proxy does not control is an
+// error, never overwritten.
+func (c *Controller) ensureGeneratedCredentials(ctx context.Context, p *crawlv1alpha1.Proxy) (generatedChange, error) {
 	// An upstream session's credentials are not random: they must be the
 	// network's (upstream.go).
 	var want *proxyaccess.Credentials
 	if isUpstream(p) {
+		var err error
 		if want, err = c.upstreamCredentials(p); err != nil {
-			return false, err
+			if proxyaccess.IsNotMarked(err) {
+				err = errors.Join(err, c.dropUpstreamCopy(ctx, p))
+			}
+			return generatedAsIs, err
 		}
 	}
 	name := proxyaccess.GeneratedCredentialsSecret(p)
@@ -62,15 +84,15 @@ func (c *Controller) ensureGeneratedCredentials(ctx context.Context, p *crawlv1a
 	switch {
 	case err == nil:
 		if !metav1.IsControlledBy(existing, p) {
-			return false, &proxyaccess.CredentialsError{Secret: name, Problem: "exists but is not controlled by this Proxy; delete it, or set spec.auth"}
+			return generatedAsIs, &proxyaccess.CredentialsError{Secret: name, Problem: "exists but is not controlled by this Proxy; delete it, or set spec.auth"}
 		}
-		return false, c.updateCredentials(ctx, existing, want)
+		return c.updateGeneratedSecret(ctx, existing, want)
 	case !apierrors.IsNotFound(err):
-		return false, fmt.Errorf("reading credentials Secret %q: %w", name, err)
+		return generatedAsIs, fmt.Errorf("reading credentials Secret %q: %w", name, err)
 	}
 	secret, err := generatedCredentialsSecret(p)
 	if err != nil {
-		return false, err
+		return generatedAsIs, err
 	}
 	if want != nil {
 		secret.Data[crawlv1alpha1.AuthUsernameKey] = []byte(want.Username)
@@ -80,32 +102,47 @@ func (c *Controller) ensureGeneratedCredentials(ctx context.Context, p *crawlv1a
 	if apierrors.IsAlreadyExists(err) {
 		// Made by an earlier pass whose Secret the cache has not shown yet;
 		// its informer event brings the Proxy back.
-		return true, nil
+		return generatedCreated, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("creating credentials Secret %q: %w", name, err)
+		return generatedAsIs, fmt.Errorf("creating credentials Secret %q: %w", name, err)
 	}
 	klog.FromContext(ctx).Info("Generated credentials for a Proxy without spec.auth", "secret", name)
-	return true, nil
+	return generatedCreated, nil
 }
 
-// updateCredentials writes want into the generated Secret when it holds
-// something else (nil want: nothing to keep current).
-func (c *Controller) updateCredentials(ctx context.Context, existing *corev1.Secret, want *proxyaccess.Credentials) error {
-	if want == nil || (string(existing.Data[crawlv1alpha1.AuthUsernameKey]) == want.Username &&
-		string(existing.Data[crawlv1alpha1.AuthPasswordKey]) == want.Password) {
-		return nil
+// updateGeneratedSecret writes want into the generated Secret when it holds
+// something else (nil want: nothing to keep current), and marks it for
+// proxies when it is not: a Secret generated before the mark existed gets
+// it on the first sync after the upgrade.
+func (c *Controller) updateGeneratedSecret(ctx context.Context, existing *corev1.Secret, want *proxyaccess.Credentials) (generatedChange, error) {
+	stale := want != nil && (string(existing.Data[crawlv1alpha1.AuthUsernameKey]) != want.Username ||
+		string(existing.Data[crawlv1alpha1.AuthPasswordKey]) != want.Password)
+	marked := proxyaccess.MarkedForProxies(existing)
+	if !stale && marked {
+		return generatedAsIs, nil
 	}
 	updated := existing.DeepCopy()
-	updated.Data = map[string][]byte{
-		crawlv1alpha1.AuthUsernameKey: []byte(want.Username),
-		crawlv1alpha1.AuthPasswordKey: []byte(want.Password),
+	if stale {
+		updated.Data = map[string][]byte{
+			crawlv1alpha1.AuthUsernameKey: []byte(want.Username),
+			crawlv1alpha1.AuthPasswordKey: []byte(want.Password),
+		}
+	}
+	if !marked {
+		if updated.Labels == nil {
+			updated.Labels = map[string]string{}
+		}
+		updated.Labels[crawlv1alpha1.ProxyCredentialsLabel] = crawlv1alpha1.ProxyCredentialsLabelValue
 	}
 	if _, err := c.kube.CoreV1().Secrets(existing.Namespace).Update(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
-		return fmt.Errorf("updating credentials Secret %q: %w", existing.Name, err)
+		return generatedAsIs, fmt.Errorf("updating credentials Secret %q: %w", existing.Name, err)
 	}
-	klog.FromContext(ctx).Info("Updated the generated credentials of an upstream session", "secret", existing.Name)
-	return nil
+	klog.FromContext(ctx).Info("Updated a generated credentials Secret", "secret", existing.Name, "credentials", stale, "markAdded", !marked)
+	if !marked {
+		return generatedMarked, nil
+	}
+	return generatedAsIs, nil
 }
 
 // generatedCredentialsSecret is a new credentials Secret for p with random
@@ -124,7 +161,12 @@ func generatedCredentialsSecret(p *crawlv1alpha1.Proxy) (*corev1.Secret, error) 
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: p.Namespace,
 			Name:      proxyaccess.GeneratedCredentialsSecret(p),
-			Labels:    map[string]string{GeneratedCredentialsLabel: p.Name},
+			Labels: map[string]string{
+				GeneratedCredentialsLabel: p.Name,
+				// Readers take credentials only from marked Secrets
+				// (proxyaccess.ReadMarkedSecret), the operator's own too.
+				crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue,
+			},
 			// Controller, without blockOwnerDeletion: that would need update
 			// on proxies/finalizers where OwnerReferencesPermissionEnforcement
 			// is on, and nothing waits on this Secret's deletion.
@@ -159,4 +201,14 @@ func (c *Controller) stageAuthenticated(p *crawlv1alpha1.Proxy) {
 		return
 	}
 	c.setCondition(p, ConditionAuthenticated, metav1.ConditionFalse, ReasonNoCredentials, messageNoCredentials)
+}
+
+// refuseCredentials stages Provisioned=False/CredentialsError with err's
+// message (which names the field and the Secret, never a value), and an
+// event when the condition is new: nothing is sent with credentials the
+// operator cannot use.
+func (c *Controller) refuseCredentials(p *crawlv1alpha1.Proxy, err error) {
+	if c.setProvisioned(p, metav1.ConditionFalse, ReasonCredentialsError, err.Error()) {
+		c.recorder.Event(p, corev1.EventTypeWarning, ReasonCredentialsError, err.Error())
+	}
 }

@@ -15,8 +15,10 @@ import (
 )
 
 // The generated Secret is controlled by its Proxy (the garbage collector
-// deletes it with the Proxy), labelled, and holds random credentials that
-// basic auth and ReadCredentials accept; two Secrets never share them.
+// deletes it with the Proxy), labelled (marked for proxies among them: the
+// readers take nothing from an unmarked Secret), and holds random
+// credentials that basic auth and ReadCredentials accept; two Secrets never
+// share them.
 func TestGeneratedCredentialsSecret(t *testing.T) {
 	p := newProxy()
 	first, err := generatedCredentialsSecret(p)
@@ -30,7 +32,7 @@ func TestGeneratedCredentialsSecret(t *testing.T) {
 	wantMeta := metav1.ObjectMeta{
 		Namespace: testNamespace,
 		Name:      "proxy-auth-" + testUID,
-		Labels:    map[string]string{GeneratedCredentialsLabel: "p1"},
+		Labels:    map[string]string{GeneratedCredentialsLabel: "p1", crawlv1alpha1.ProxyCredentialsLabel: "true"},
 		OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: "crawl.proxyfleet.io/v1alpha1", Kind: "Proxy", Name: "p1", UID: testUID,
 			Controller: ptr.To(true),

@@ -19,6 +19,17 @@ func (c *Controller) reconcileExternal(ctx context.Context, p *crawlv1alpha1.Pro
 		c.setProvisioned(p, metav1.ConditionFalse, ReasonPermanentError, "spec.endpoint is required when spec.mode is External")
 		return done, nil
 	}
+	if _, err := proxyaccess.ReadProxyCredentials(p, c.secrets.Secrets(p.Namespace).Get); err != nil {
+		// The endpoint is the creator's choice: while its credentials cannot
+		// be used (missing, or a Secret not marked for proxies), the status
+		// holds no address, so the health engine probes nothing and the
+		// lease API hands out nothing (docs/decisions/0230-credentials-secrets-opt-in-by-label.md).
+		p.Status.IP, p.Status.Port = "", 0
+		clearHealth(p)
+		c.refuseCredentials(p, err)
+		c.stageAuthenticated(p)
+		return done, err
+	}
 	p.Status.IP, p.Status.Port = ep.Host, ep.Port
 	c.setProvisioned(p, metav1.ConditionTrue, ReasonExternalEndpoint, fmt.Sprintf("external proxy at %s", proxyaccess.Address(ep.Host, ep.Port)))
 	c.stageAuthenticated(p)

@@ -190,7 +190,7 @@ func TestCredentialsRotationReplacesInstance(t *testing.T) {
 	h := startController(t, harnessOptions{})
 	secrets := h.Kube.CoreV1().Secrets(h.NS)
 	creds, err := secrets.Create(context.Background(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
+		ObjectMeta: metav1.ObjectMeta{Name: "creds", Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}},
 		Data:       map[string][]byte{"username": []byte("crawler"), "password": []byte("first")},
 	}, metav1.CreateOptions{})
 	if err != nil {

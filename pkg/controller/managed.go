@@ -45,23 +45,28 @@ func (c *Controller) reconcileManaged(ctx context.Context, p *crawlv1alpha1.Prox
 		return done, err
 	}
 	if proxyaccess.UsesGeneratedCredentials(p) {
-		created, err := c.ensureGeneratedCredentials(ctx, p)
+		change, err := c.ensureGeneratedCredentials(ctx, p)
 		if err != nil {
-			c.setProvisioned(p, metav1.ConditionFalse, ReasonCredentialsError, err.Error())
+			c.refuseCredentials(p, err)
 			return done, err
 		}
-		if created {
-			// The Secret's informer event brings the Proxy back once the
-			// cache (which the providers and the prober read) holds it; the
-			// poll is the fallback.
+		// After a change, the Secret's informer event brings the Proxy back
+		// once the cache (which the providers and the prober read) holds it;
+		// the poll is the fallback.
+		switch change {
+		case generatedCreated:
 			c.setProvisioned(p, metav1.ConditionFalse, ReasonProvisioning, fmt.Sprintf(
 				"generated credentials Secret %q (spec.auth is not set)", proxyaccess.GeneratedCredentialsSecret(p)))
+			return c.provisioningPoll, nil
+		case generatedMarked:
+			// Nothing about the instance changed: the status stays as it is,
+			// rather than flap while the cache still holds the unmarked copy.
 			return c.provisioningPoll, nil
 		}
 	}
 	credentials, err := c.credentialsDigest(p)
 	if err != nil {
-		c.setProvisioned(p, metav1.ConditionFalse, ReasonCredentialsError, err.Error())
+		c.refuseCredentials(p, err)
 		return done, err
 	}
 	hash := instanceHash(p, cloudInit, credentials)
@@ -353,7 +358,7 @@ func (c *Controller) credentialsDigest(p *crawlv1alpha1.Proxy) (string, error) {
 		// new password is used from the next probe and lease on.
 		return "", nil
 	}
-	creds, err := proxyaccess.ReadCredentials(proxyaccess.CredentialsSecret(p), c.secrets.Secrets(p.Namespace).Get)
+	creds, err := proxyaccess.ReadProxyCredentials(p, c.secrets.Secrets(p.Namespace).Get)
 	if creds == nil || err != nil {
 		return "", err
 	}

@@ -121,11 +121,20 @@ func withAuth(p *crawlv1alpha1.Proxy) {
 	p.Spec.Auth = &crawlv1alpha1.ProxyAuth{SecretRef: crawlv1alpha1.LocalSecretRef{Name: "creds"}}
 }
 
+// markedForProxies is the label that lets Proxies use a credentials Secret.
+var markedForProxies = map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}
+
 func credentialsSecret(password string) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds", Labels: markedForProxies},
 		Data:       map[string][]byte{"username": []byte("crawler"), "password": []byte(password)},
 	}
+}
+
+// unmarked is s without the label that lets Proxies use it.
+func unmarked(s *corev1.Secret) *corev1.Secret {
+	s.Labels = nil
+	return s
 }
 
 // digestOf is credentialsDigest for credentialsSecret(password).
@@ -520,6 +529,7 @@ func TestSync(t *testing.T) {
 			wantErr:     true,
 			wantActions: []string{"update proxies/status"},
 			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseProvisioning, Conditions: []string{"Provisioned=False/CredentialsError"}},
+			wantEvents:  []string{"Warning CredentialsError"},
 		},
 		"upgrade: an open instance from before generated credentials is replaced": {
 			proxy: newProxy(withFinalizer, func(p *crawlv1alpha1.Proxy) {
@@ -537,6 +547,35 @@ func TestSync(t *testing.T) {
 			wantErr:     true,
 			wantActions: []string{"update proxies/status"},
 			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseProvisioning, Conditions: []string{"Provisioned=False/CredentialsError"}},
+			wantEvents:  []string{"Warning CredentialsError"},
+		},
+		"spec.auth names an unmarked Secret: no instance, CredentialsError, an event": {
+			proxy:       newProxy(withFinalizer, withAuth),
+			secrets:     []*corev1.Secret{unmarked(credentialsSecret("s3cret"))},
+			wantErr:     true,
+			wantActions: []string{"update proxies/status"},
+			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseProvisioning, Conditions: []string{"Provisioned=False/CredentialsError"}},
+			wantEvents:  []string{"Warning CredentialsError"},
+		},
+		"upgrade: a running instance whose spec.auth Secret is unmarked is not Ready, and is kept": {
+			proxy: newProxy(withFinalizer, withAuth, func(p *crawlv1alpha1.Proxy) {
+				withHashOf(specHash(p.Spec, nil, digestOf("s3cret")))(p)
+			}, withRunningStatus, withCondition(crawlv1alpha1.ConditionHealthy, metav1.ConditionTrue, ReasonProbeSucceeded, "target answered 204"), withObservedStatus),
+			secrets:       []*corev1.Secret{unmarked(credentialsSecret("s3cret"))},
+			setupProvider: runningInstance,
+			wantErr:       true,
+			wantActions:   []string{"update proxies/status"},
+			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=False/CredentialsError", "Healthy=True/ProbeSucceeded"}},
+			wantEvents:    []string{"Warning CredentialsError"},
+		},
+		"upgrade: a generated Secret from before the mark is marked; the status waits for the cache": {
+			proxy: newProxy(withFinalizer, withHash, withRunningStatus,
+				withCondition(crawlv1alpha1.ConditionHealthy, metav1.ConditionTrue, ReasonProbeSucceeded, "target answered 204"), withObservedStatus),
+			noGeneratedSecret: true,
+			secrets:           []*corev1.Secret{unmarked(generatedSecret())},
+			setupProvider:     runningInstance,
+			wantRequeue:       ProvisioningPoll,
+			wantActions:       []string{"update secrets"},
 		},
 		"credentials unchanged: no replace": {
 			proxy: newProxy(withFinalizer, withAuth, func(p *crawlv1alpha1.Proxy) {
@@ -569,9 +608,24 @@ func TestSync(t *testing.T) {
 		"external with spec.auth: no Authenticated condition, no Secret generated": {
 			proxy: newProxy(withExternal, withAuth,
 				withCondition(ConditionAuthenticated, metav1.ConditionFalse, ReasonNoCredentials, messageNoCredentials)),
+			secrets:     []*corev1.Secret{credentialsSecret("s3cret")},
 			wantRequeue: done,
 			wantActions: []string{"update proxies/status"},
 			wantStatus:  &statusView{Phase: crawlv1alpha1.PhasePending, IP: "127.0.0.9", Conditions: []string{"Provisioned=True/ExternalEndpoint"}},
+		},
+		// docs/decisions/0230-credentials-secrets-opt-in-by-label.md: the endpoint is the creator's choice,
+		// so an unmarked Secret leaves no address to probe or lease.
+		"external with spec.auth naming an unmarked Secret: no address, CredentialsError, an event": {
+			proxy: newProxy(withExternal, withAuth, func(p *crawlv1alpha1.Proxy) {
+				p.Status.IP, p.Status.Port = "127.0.0.9", 3128
+			}, withCondition(crawlv1alpha1.ConditionProvisioned, metav1.ConditionTrue, ReasonExternalEndpoint, "external proxy at 127.0.0.9:3128"),
+				withCondition(crawlv1alpha1.ConditionHealthy, metav1.ConditionTrue, ReasonProbeSucceeded, "target answered 204"), withObservedStatus),
+			secrets:     []*corev1.Secret{unmarked(credentialsSecret("s3cret"))},
+			health:      healthy("127.0.0.9:3128"),
+			wantErr:     true,
+			wantActions: []string{"update proxies/status"},
+			wantStatus:  &statusView{Phase: crawlv1alpha1.PhaseProvisioning, Conditions: []string{"Provisioned=False/CredentialsError"}},
+			wantEvents:  []string{"Warning CredentialsError"},
 		},
 		"external and healthy: Ready": {
 			proxy:       newProxy(withExternal),
@@ -898,7 +952,7 @@ func (f *fixture) events() []string {
 // a CredentialsError condition naming the Secret and the key (and no value).
 func TestCredentialsWithColonInUsername(t *testing.T) {
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds", Labels: markedForProxies},
 		Data:       map[string][]byte{"username": []byte("crawl:er"), "password": []byte("s3cret")},
 	}
 	for _, name := range []crawlv1alpha1.ProviderName{crawlv1alpha1.ProviderLocal, crawlv1alpha1.ProviderKubernetes, crawlv1alpha1.ProviderGCE} {
@@ -913,7 +967,7 @@ func TestCredentialsWithColonInUsername(t *testing.T) {
 
 			cond := meta.FindStatusCondition(f.writtenStatus(t).Conditions, crawlv1alpha1.ConditionProvisioned)
 			want := metav1.Condition{Type: crawlv1alpha1.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: ReasonCredentialsError,
-				Message: `credentials Secret "creds" key "username" must not contain ':'`}
+				Message: `spec.auth.secretRef: Secret "creds" key "username" must not contain ':'`}
 			if diff := cmp.Diff(&want, cond, cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime", "ObservedGeneration")); diff != "" {
 				t.Errorf("Provisioned condition (-want +got):\n%s", diff)
 			}

@@ -1002,11 +1002,15 @@ func TestRunQueuesMoreThanWorkers(t *testing.T) {
 	}
 }
 
+// markedForProxies is the label that lets Proxies use a credentials Secret.
+var markedForProxies = map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}
+
 // TestCredentials: spec.auth credentials reach the probe in the proxy URL;
-// a missing Secret fails the probe with a message naming the Secret only.
+// a missing, unusable or unmarked Secret fails the check without a probe,
+// with a message naming the Secret only.
 func TestCredentials(t *testing.T) {
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds", Labels: markedForProxies},
 		Data:       map[string][]byte{"username": []byte("alice"), "password": []byte("s3cret-Pa55")},
 	}
 	tests := map[string]struct {
@@ -1019,6 +1023,11 @@ func TestCredentials(t *testing.T) {
 		"Secret without a password": {
 			secret:      &corev1.Secret{ObjectMeta: secret.ObjectMeta, Data: map[string][]byte{"username": []byte("alice")}},
 			wantMessage: `credentials Secret "creds" key "password" is missing or empty`,
+		},
+		// docs/decisions/0230-credentials-secrets-opt-in-by-label.md: no probe at all with an unmarked Secret.
+		"Secret not marked for proxies": {
+			secret:      &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds"}, Data: secret.Data},
+			wantMessage: `credentials Secret "creds" is not marked for proxy use: add the label crawl.proxyfleet.io/proxy-credentials: "true" to it (kubectl label secret creds crawl.proxyfleet.io/proxy-credentials=true)`,
 		},
 	}
 	for name, tc := range tests {
@@ -1055,7 +1064,7 @@ func managed() proxyOption {
 // probed once.
 func TestManagedInstanceMustRefuseAnonymous(t *testing.T) {
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds", Labels: markedForProxies},
 		Data:       map[string][]byte{"username": []byte("alice"), "password": []byte("s3cret-Pa55")},
 	}
 	type probeRound struct {
@@ -1128,7 +1137,7 @@ func TestManagedInstanceMustRefuseAnonymous(t *testing.T) {
 func TestOpenManagedInstanceIsNeverHealthy(t *testing.T) {
 	target := proxytest.StartHTTPTarget(t)
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "creds", Labels: markedForProxies},
 		Data:       map[string][]byte{"username": []byte("gen-User"), "password": []byte("gen-Pa55word")},
 	}
 	tests := map[string]struct {

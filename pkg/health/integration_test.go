@@ -29,6 +29,8 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
@@ -121,6 +123,9 @@ func start(t *testing.T, rootCAs *x509.CertPool) *harness {
 		ProxyInformer:  proxies,
 		SecretInformer: secrets,
 		Health:         engine,
+		// Sessions of a proxy network call nothing: the only provider a
+		// test of probes needs, for Proxies whose address is a super proxy.
+		Providers: map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderUpstream: upstream.New()},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -199,10 +204,11 @@ func (h *harness) create(p *crawlv1alpha1.Proxy) time.Time {
 	return time.Now()
 }
 
+// createSecret creates a credentials Secret marked for proxies.
 func (h *harness) createSecret(name, user, pass string) {
 	h.t.Helper()
 	_, err := h.kube.CoreV1().Secrets(h.ns).Create(context.Background(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: markedForProxies},
 		Data:       map[string][]byte{"username": []byte(user), "password": []byte(pass)},
 	}, metav1.CreateOptions{})
 	if err != nil {

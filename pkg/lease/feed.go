@@ -102,7 +102,9 @@ var errNoCredentials = errors.New("proxy credentials unavailable")
 
 // SecretCredentials reads credentials from the Secret a leased proxy names
 // (ProxyInfo.CredentialsSecret: spec.auth.secretRef, or the one generated
-// for a Managed Proxy; keys username and password), through a lister.
+// for a Managed Proxy; keys username and password), through a lister, and
+// only if it is marked for proxies (proxyaccess.ReadMarkedSecret): a grant,
+// and so the gateway, never carries an unmarked Secret's password.
 func SecretCredentials(secrets corelisters.SecretLister) CredentialsFunc {
 	return func(_ context.Context, p LeasedProxy) (*Credentials, error) {
 		if p.CredentialsSecret == "" {

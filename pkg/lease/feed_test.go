@@ -159,8 +159,9 @@ func TestSecretCredentials(t *testing.T) {
 			p.Spec.Auth = &crawlv1alpha1.ProxyAuth{SecretRef: crawlv1alpha1.LocalSecretRef{Name: secret}}
 		}
 	}
+	marked := map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}
 	secret := func(name string, data map[string]string) *corev1.Secret {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name}, Data: map[string][]byte{}}
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name, Labels: marked}, Data: map[string][]byte{}}
 		for k, v := range data {
 			s.Data[k] = []byte(v)
 		}
@@ -174,6 +175,7 @@ func TestSecretCredentials(t *testing.T) {
 		newCrawlProxy("closed", withAuth("auth")),
 		newCrawlProxy("missing", withAuth("nope")),
 		newCrawlProxy("partial", withAuth("partial")),
+		newCrawlProxy("unmarked", withAuth("unmarked")),
 	} {
 		proxies[p.Name] = p
 	}
@@ -181,6 +183,11 @@ func TestSecretCredentials(t *testing.T) {
 		secret("auth", map[string]string{"username": "u", "password": "hunter2"}),
 		secret("partial", map[string]string{"username": "u"}),
 		secret("proxy-auth-uid-generated", map[string]string{"username": "g", "password": "random"}),
+		func() *corev1.Secret {
+			s := secret("unmarked", map[string]string{"username": "u", "password": "hunter2"})
+			s.Labels = nil
+			return s
+		}(),
 	} {
 		if err := secretIndexer.Add(obj); err != nil {
 			t.Fatal(err)
@@ -198,6 +205,8 @@ func TestSecretCredentials(t *testing.T) {
 		"auth":                 {proxy: "closed", want: &Credentials{Username: "u", Password: "hunter2"}},
 		"missing Secret":       {proxy: "missing", wantErr: true},
 		"incomplete Secret":    {proxy: "partial", wantErr: true},
+		// docs/decisions/0230-credentials-secrets-opt-in-by-label.md: a grant never carries an unmarked Secret's password.
+		"Secret not marked for proxies": {proxy: "unmarked", wantErr: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			// The Secret's name travels from the Proxy through the store (ProxyInfoFrom).

@@ -17,8 +17,10 @@ type SecretReader func(ctx context.Context, namespace, name string) (*corev1.Sec
 // ReadCredentials returns the credentials a provider configures proxy's
 // instance with: those of its effective credentials Secret
 // (proxyaccess.CredentialsSecret: spec.auth's, or the generated one), nil
-// when it has none. A provider without a reader fails Permanent; a missing
-// or unusable Secret is Transient (fixing it heals a later retry; the
+// when it has none. Only a Secret marked for proxies is read
+// (proxyaccess.ReadMarkedSecret): nothing of another one reaches an
+// instance's user-data. A provider without a reader fails Permanent; a
+// missing, unmarked or unusable Secret is Transient (fixing it heals a later retry; the
 // controller reports it before calling Create). Errors name the provider,
 // the Proxy and the Secret, never a value.
 func ReadCredentials(ctx context.Context, providerName string, proxy *crawlv1alpha1.Proxy, read SecretReader) (*proxyaccess.Credentials, error) {
@@ -29,7 +31,7 @@ func ReadCredentials(ctx context.Context, providerName string, proxy *crawlv1alp
 	if read == nil {
 		return nil, Permanent(fmt.Errorf("%s provider: the Proxy has a credentials Secret (spec.auth, or generated without it) but the provider has no Secrets reader", providerName))
 	}
-	creds, err := proxyaccess.ReadCredentials(secret, func(name string) (*corev1.Secret, error) { return read(ctx, proxy.Namespace, name) })
+	creds, err := proxyaccess.ReadProxyCredentials(proxy, func(name string) (*corev1.Secret, error) { return read(ctx, proxy.Namespace, name) })
 	if err != nil {
 		return nil, Transient(fmt.Errorf("%s provider: Proxy %s/%s: %w", providerName, proxy.Namespace, proxy.Name, err))
 	}

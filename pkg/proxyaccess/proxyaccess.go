@@ -1,8 +1,9 @@
 // Package proxyaccess is how anyone reaches a Proxy: the address its status
 // records and the credentials its Secret holds. The controller, the health
 // engine, the lease feed and the local provider all read them here, so that
-// they agree byte for byte (docs/decisions/0008-health-verdict-carries-address-was-measured.md compares addresses) and a bad Secret
-// reads as the same clear error everywhere.
+// they agree byte for byte (docs/decisions/0008-health-verdict-carries-address-was-measured.md compares addresses), a bad Secret
+// reads as the same clear error everywhere, and no Secret reaches a proxy
+// unless it is marked for proxies (ReadMarkedSecret).
 package proxyaccess
 
 import (
@@ -59,29 +60,70 @@ type Credentials struct {
 	Password string
 }
 
+// Fields that name a credentials Secret, as messages write them.
+const (
+	FieldAuthSecretRef                = "spec.auth.secretRef"
+	FieldUpstreamCredentialsSecretRef = "spec.upstream.credentialsSecretRef"
+)
+
 // CredentialsError says the credentials Secret cannot serve as it is: it is
-// missing, or a key is absent or unusable. Fixing the Secret heals it. Its
-// message names the Secret and the key, never a value.
+// missing, not marked for proxies, or a key is absent or unusable. Fixing
+// the Secret heals it. Its message names the field (when known), the Secret
+// and the key, never a value.
 type CredentialsError struct {
+	// Field is the spec field that named the Secret (FieldAuthSecretRef,
+	// FieldUpstreamCredentialsSecretRef), "" for a generated Secret or when
+	// the reader does not know it.
+	Field string
 	// Secret is the Secret's name, in the Proxy's namespace.
 	Secret string
-	// Key is the offending key, "" when the Secret itself is missing.
+	// Key is the offending key, "" when the Secret itself is the problem.
 	Key string
 	// Problem says what is wrong, e.g. `must not contain ':'`.
 	Problem string
+	// NotMarked: the Secret lacks the crawl.proxyfleet.io/proxy-credentials
+	// label (MarkedForProxies).
+	NotMarked bool
 }
 
 func (e *CredentialsError) Error() string {
-	if e.Key == "" {
-		return fmt.Sprintf("credentials Secret %q %s", e.Secret, e.Problem)
+	what := fmt.Sprintf("credentials Secret %q", e.Secret)
+	if e.Field != "" {
+		what = fmt.Sprintf("%s: Secret %q", e.Field, e.Secret)
 	}
-	return fmt.Sprintf("credentials Secret %q key %q %s", e.Secret, e.Key, e.Problem)
+	if e.Key == "" {
+		return what + " " + e.Problem
+	}
+	return fmt.Sprintf("%s key %q %s", what, e.Key, e.Problem)
 }
 
 // IsCredentialsError reports whether err is (or wraps) a CredentialsError.
 func IsCredentialsError(err error) bool {
 	var ce *CredentialsError
 	return errors.As(err, &ce)
+}
+
+// IsNotMarked reports whether err is (or wraps) a CredentialsError for a
+// Secret that is not marked for proxies.
+func IsNotMarked(err error) bool {
+	var ce *CredentialsError
+	return errors.As(err, &ce) && ce.NotMarked
+}
+
+// MarkedForProxies reports whether s says it is meant for proxies: the label
+// crawl.proxyfleet.io/proxy-credentials=true, which the user puts on a
+// Secret to let Proxies of its namespace use it, and the controller on every
+// Secret it generates (docs/decisions/0230-credentials-secrets-opt-in-by-label.md).
+func MarkedForProxies(s *corev1.Secret) bool {
+	return s.Labels[crawlv1alpha1.ProxyCredentialsLabel] == crawlv1alpha1.ProxyCredentialsLabelValue
+}
+
+// notMarkedProblem tells the user exactly what to add, in the manifest's
+// spelling and in kubectl's.
+func notMarkedProblem(secret string) string {
+	return fmt.Sprintf("is not marked for proxy use: add the label %s: %q to it (kubectl label secret %s %s=%s)",
+		crawlv1alpha1.ProxyCredentialsLabel, crawlv1alpha1.ProxyCredentialsLabelValue,
+		secret, crawlv1alpha1.ProxyCredentialsLabel, crawlv1alpha1.ProxyCredentialsLabelValue)
 }
 
 // CredentialsSecret names p's credentials Secret in its namespace: the
@@ -124,27 +166,63 @@ func UsesGeneratedCredentials(p *crawlv1alpha1.Proxy) bool {
 // a live read).
 type SecretGetter func(name string) (*corev1.Secret, error)
 
-// ReadCredentials reads the credentials Secret named secret (as
-// CredentialsSecret returns it) with get: nil, nil for "". A missing Secret
-// or an unusable key is a *CredentialsError; any other failure to read is
+// ReadMarkedSecret reads the Secret name (named by field, "" when the
+// reader does not know it) with get, for a reader about to send what it
+// holds to a proxy: the one gate every reader of proxy credentials goes
+// through (ReadCredentials, and the controller's copy of an upstream
+// account's password). The operator can read every Secret, but a Proxy's
+// creator chooses where its credentials go (an External endpoint, an
+// upstream super proxy, a cloud instance's user-data), so only a Secret
+// marked for proxies (MarkedForProxies) is handed over. A missing or
+// unmarked Secret is a *CredentialsError; any other failure to read is
 // returned wrapped, and worth a retry.
+func ReadMarkedSecret(field, name string, get SecretGetter) (*corev1.Secret, error) {
+	s, err := get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, &CredentialsError{Field: field, Secret: name, Problem: "not found"}
+	case err != nil:
+		return nil, fmt.Errorf("reading credentials Secret %q: %w", name, err)
+	case !MarkedForProxies(s):
+		return nil, &CredentialsError{Field: field, Secret: name, Problem: notMarkedProblem(name), NotMarked: true}
+	}
+	return s, nil
+}
+
+// ReadCredentials reads the credentials Secret named secret (as
+// CredentialsSecret returns it) with get: nil, nil for "". It goes through
+// ReadMarkedSecret; an unusable key is a *CredentialsError too. Its errors
+// name the Secret but not the field: readers that hold the Proxy use
+// ReadProxyCredentials.
 func ReadCredentials(secret string, get SecretGetter) (*Credentials, error) {
+	return readCredentials("", secret, get)
+}
+
+// ReadProxyCredentials reads p's credentials (CredentialsSecret) as
+// ReadCredentials does; its errors also name the field that named the
+// Secret (spec.auth.secretRef), for conditions and events.
+func ReadProxyCredentials(p *crawlv1alpha1.Proxy, get SecretGetter) (*Credentials, error) {
+	field := ""
+	if p.Spec.Auth != nil {
+		field = FieldAuthSecretRef
+	}
+	return readCredentials(field, CredentialsSecret(p), get)
+}
+
+func readCredentials(field, secret string, get SecretGetter) (*Credentials, error) {
 	if secret == "" {
 		return nil, nil
 	}
-	s, err := get(secret)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, &CredentialsError{Secret: secret, Problem: "not found"}
-	case err != nil:
-		return nil, fmt.Errorf("reading credentials Secret %q: %w", secret, err)
+	s, err := ReadMarkedSecret(field, secret, get)
+	if err != nil {
+		return nil, err
 	}
 	creds := Credentials{
 		Username: string(s.Data[crawlv1alpha1.AuthUsernameKey]),
 		Password: string(s.Data[crawlv1alpha1.AuthPasswordKey]),
 	}
 	if problem, key := checkCredentials(creds); problem != "" {
-		return nil, &CredentialsError{Secret: secret, Key: key, Problem: problem}
+		return nil, &CredentialsError{Field: field, Secret: secret, Key: key, Problem: problem}
 	}
 	return &creds, nil
 }

@@ -1588,7 +1588,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyAuth(ref common.ReferenceCallback) comm
 				Properties: map[string]spec.Schema{
 					"secretRef": {
 						SchemaProps: spec.SchemaProps{
-							Description: "SecretRef names a Secret in the Proxy's namespace with the keys `username` and `password`.",
+							Description: "SecretRef names a Secret in the Proxy's namespace with the keys `username` and `password`. The Secret must carry the label `crawl.proxyfleet.io/proxy-credentials: \"true\"`, which says it is meant for proxies; until it does, the Proxy is not Ready and nothing is sent with it.",
 							Default:     map[string]interface{}{},
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalSecretRef"),
 						},
@@ -2283,7 +2283,7 @@ func schema_pkg_apis_crawl_v1alpha1_UpstreamProvider(ref common.ReferenceCallbac
 					},
 					"credentialsSecretRef": {
 						SchemaProps: spec.SchemaProps{
-							Description: "CredentialsSecretRef names a Secret in the Proxy's namespace whose key `password` is the account's password. It is copied into each member's generated credentials Secret, never into status, logs or events.",
+							Description: "CredentialsSecretRef names a Secret in the Proxy's namespace whose key `password` is the account's password. The Secret must carry the label `crawl.proxyfleet.io/proxy-credentials: \"true\"`, which says it is meant for proxies; until it does, the Proxy is not Ready and nothing is sent with it. It is copied into each member's generated credentials Secret, never into status, logs or events.",
 							Default:     map[string]interface{}{},
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalSecretRef"),
 						},

@@ -106,7 +106,8 @@ func TestDocumentedSquidCloudInit(t *testing.T) {
 	fake := ec2test.New(t)
 	prov := newProvider(t, fake, func(o *aws.Options) {
 		o.Secrets = func(_ context.Context, namespace, name string) (*corev1.Secret, error) {
-			return &corev1.Secret{Data: map[string][]byte{"username": []byte(user), "password": []byte(password)}}, nil
+			return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}},
+				Data: map[string][]byte{"username": []byte(user), "password": []byte(password)}}, nil
 		}
 	})
 	req := provider.CreateRequest{Name: provider.InstanceName(proxy.UID), Proxy: proxy, Tags: provider.Tags(proxy), SpecHash: "h", CloudInit: []byte(userData)}

@@ -294,7 +294,7 @@ func TestGCCollectsOnlyItsClustersOrphans(t *testing.T) {
 	gone := testProxy(50)
 	gone.Namespace = h.NS
 	if _, err := h.Kube.CoreV1().Secrets(h.NS).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: gone.Spec.Auth.SecretRef.Name},
+		ObjectMeta: metav1.ObjectMeta{Name: gone.Spec.Auth.SecretRef.Name, Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}},
 		StringData: map[string]string{"username": "crawler", "password": "gone-password"},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ const (
 // testSecrets serves every credentials Secret a test Proxy names.
 func testSecrets(_ context.Context, namespace, name string) (*corev1.Secret, error) {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}},
 		Data:       map[string][]byte{"username": []byte("crawler"), "password": []byte(testPassword)},
 	}, nil
 }
@@ -397,6 +397,31 @@ func TestErrorsAreClassified(t *testing.T) {
 				t.Errorf("%d RunInstances calls, want %d", n, tc.calls)
 			}
 		})
+	}
+}
+
+// TestUnmarkedCredentialsNeverReachUserData: a Secret not marked for
+// proxies (docs/decisions/0230-credentials-secrets-opt-in-by-label.md) is
+// refused before any EC2 call, so its password is in no instance's
+// user-data; the error names the field, never the password.
+func TestUnmarkedCredentialsNeverReachUserData(t *testing.T) {
+	fake := ec2test.New(t)
+	p := newProvider(t, fake, func(o *aws.Options) {
+		o.Secrets = func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+			s, err := testSecrets(ctx, namespace, name)
+			s.Labels = nil
+			return s, err
+		}
+	})
+	_, err := p.Create(context.Background(), request(testProxy(9), "h"))
+	if err == nil || provider.Class(err) != provider.ErrTransient || !strings.Contains(err.Error(), `spec.auth.secretRef: Secret "creds" is not marked for proxy use`) {
+		t.Errorf("Create = %v, want a transient error naming spec.auth.secretRef", err)
+	}
+	if strings.Contains(fmt.Sprint(err), testPassword) {
+		t.Errorf("the error holds the password: %v", err)
+	}
+	if n := fake.Calls(ec2test.RunInstances); n != 0 || len(fake.Instances()) != 0 {
+		t.Errorf("%d RunInstances calls, %d instances; want none", n, len(fake.Instances()))
 	}
 }
 

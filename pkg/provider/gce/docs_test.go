@@ -20,6 +20,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
@@ -181,7 +182,8 @@ func vmMetadata(t *testing.T, p *crawlv1alpha1.Proxy, user, password string) map
 			if namespace != p.Namespace || name != secretName {
 				return nil, fmt.Errorf("unexpected Secret %s/%s", namespace, name)
 			}
-			return &corev1.Secret{Data: map[string][]byte{"username": []byte(user), "password": []byte(password)}}, nil
+			return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}},
+				Data: map[string][]byte{"username": []byte(user), "password": []byte(password)}}, nil
 		},
 	})
 	if err != nil {

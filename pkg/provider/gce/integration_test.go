@@ -280,7 +280,7 @@ func TestGCCollectsOrphanedVM(t *testing.T) {
 	// Proxy deleted meanwhile: exact tags in metadata.
 	// (Its credentials Secret outlives it, as a user's may.)
 	if _, err := h.Kube.CoreV1().Secrets(h.NS).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "gone-credentials"},
+		ObjectMeta: metav1.ObjectMeta{Name: "gone-credentials", Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}},
 		StringData: map[string]string{"username": "crawler", "password": "gone-password"},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -36,7 +36,7 @@ const testPassword = "pr0xy-Pa55word"
 // testSecrets serves every credentials Secret a test Proxy names.
 func testSecrets(_ context.Context, namespace, name string) (*corev1.Secret, error) {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}},
 		Data:       map[string][]byte{"username": []byte("crawler"), "password": []byte(testPassword)},
 	}, nil
 }

@@ -68,9 +68,10 @@ func start(t *testing.T) *harness {
 	return h
 }
 
+// secret creates a credentials Secret, marked for proxies.
 func (h *harness) secret(name string, data map[string]string) {
 	h.T.Helper()
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: data}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}}, StringData: data}
 	if _, err := h.Kube.CoreV1().Secrets(h.NS).Create(h.Ctx, s, metav1.CreateOptions{}); err != nil {
 		h.T.Fatal(err)
 	}

@@ -107,9 +107,10 @@ func TestPodSecurityRestricted(t *testing.T) {
 	}
 }
 
+// secretIn creates a credentials Secret in ns, marked for proxies.
 func (f *fixture) secretIn(ns, name string, data map[string]string) {
 	f.t.Helper()
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: data}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}}, StringData: data}
 	if _, err := f.kube.CoreV1().Secrets(ns).Create(f.ctx, s, metav1.CreateOptions{}); err != nil {
 		f.t.Fatal(err)
 	}

@@ -229,7 +229,7 @@ func TestColonInUsernameIsACredentialsError(t *testing.T) {
 		}
 	}
 	until(t, 30*time.Second, "Provisioned=False/CredentialsError naming the key",
-		provisioned(metav1.ConditionFalse, "CredentialsError", `credentials Secret "proxy-auth" key "username" must not contain ':'`))
+		provisioned(metav1.ConditionFalse, "CredentialsError", `spec.auth.secretRef: Secret "proxy-auth" key "username" must not contain ':'`))
 	if n := prov.callsOf("create"); n != 0 {
 		t.Errorf("%d Create calls with unusable credentials, want 0", n)
 	}

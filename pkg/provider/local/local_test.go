@@ -669,6 +669,11 @@ func TestCreateErrors(t *testing.T) {
 	secrets := newSecretReader(
 		newSecret("no-password", "crawler", ""),
 		newSecret("colon", "a:b", pass),
+		func() *corev1.Secret {
+			s := newSecret("unmarked", "crawler", pass)
+			s.Labels = nil
+			return s
+		}(),
 	)
 
 	tests := map[string]struct {
@@ -684,11 +689,14 @@ func TestCreateErrors(t *testing.T) {
 		"auth without a Secrets reader": {proxy: newProxy("p", withAuth("proxy-auth")),
 			modify: func(o *local.Options) { o.Secrets = nil }, wantClass: "permanent", wantErr: "no Secrets reader"},
 		"auth Secret missing": {proxy: newProxy("p", withAuth("missing")),
-			wantClass: "transient", wantErr: `Proxy crawl/p: credentials Secret "missing" not found`},
+			wantClass: "transient", wantErr: `Proxy crawl/p: spec.auth.secretRef: Secret "missing" not found`},
 		"auth Secret without password": {proxy: newProxy("p", withAuth("no-password")),
-			wantClass: "transient", wantErr: `Proxy crawl/p: credentials Secret "no-password" key "password" is missing or empty`},
+			wantClass: "transient", wantErr: `Proxy crawl/p: spec.auth.secretRef: Secret "no-password" key "password" is missing or empty`},
 		"auth username with a colon": {proxy: newProxy("p", withAuth("colon")),
-			wantClass: "transient", wantErr: `credentials Secret "colon" key "username" must not contain ':'`},
+			wantClass: "transient", wantErr: `spec.auth.secretRef: Secret "colon" key "username" must not contain ':'`},
+		// docs/decisions/0230-credentials-secrets-opt-in-by-label.md: no process is started with an unmarked Secret's password.
+		"auth Secret not marked for proxies": {proxy: newProxy("p", withAuth("unmarked")),
+			wantClass: "transient", wantErr: `Proxy crawl/p: spec.auth.secretRef: Secret "unmarked" is not marked for proxy use`},
 		"binary removed after New": {removeBinary: true, wantClass: "permanent", wantErr: "run `make build`"},
 		"process exits at once": {modify: func(o *local.Options) { o.Binary = falseBin },
 			wantClass: "transient", wantErr: "forward-proxy exited before listening; last log line: (empty log)"},

@@ -124,9 +124,11 @@ func withAuth(secretName string) proxyOption {
 	}
 }
 
+// newSecret is a credentials Secret, marked for proxies.
 func newSecret(name, user, pass string) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name,
+			Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}},
 		Data: map[string][]byte{
 			crawlv1alpha1.AuthUsernameKey: []byte(user),
 			crawlv1alpha1.AuthPasswordKey: []byte(pass),

@@ -256,7 +256,7 @@ func (r *operatorRun) createFixtures(t *testing.T) {
 	}
 	secrets := []*corev1.Secret{
 		{
-			ObjectMeta: metav1.ObjectMeta{Name: credentialsSecret},
+			ObjectMeta: metav1.ObjectMeta{Name: credentialsSecret, Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}},
 			StringData: map[string]string{
 				crawlv1alpha1.AuthUsernameKey: secretValues.username,
 				crawlv1alpha1.AuthPasswordKey: secretValues.password,

@@ -199,7 +199,7 @@ func (h *harness) addUpstream(t *testing.T, name, pool string, p *proxytest.Prox
 	}
 	if user != "" {
 		secret := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: name + "-auth"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: h.ns, Name: name + "-auth", Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}},
 			StringData: map[string]string{crawlv1alpha1.AuthUsernameKey: user, crawlv1alpha1.AuthPasswordKey: password},
 		}
 		if _, err := h.kube.CoreV1().Secrets(h.ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {

@@ -108,7 +108,18 @@ func (pt *poolTest) create(p *crawlv1alpha1.ProxyPool) {
 
 func (pt *poolTest) createSecret(name string, data map[string]string) {
 	pt.t.Helper()
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: data}
+	pt.createSecretWith(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: data})
+}
+
+// createCredentialsSecret creates a credentials Secret, marked for proxies.
+func (pt *poolTest) createCredentialsSecret(name string, data map[string]string) {
+	pt.t.Helper()
+	pt.createSecretWith(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}}, StringData: data})
+}
+
+func (pt *poolTest) createSecretWith(s *corev1.Secret) {
+	pt.t.Helper()
 	if _, err := pt.kube.CoreV1().Secrets(pt.ns).Create(pt.t.Context(), s, metav1.CreateOptions{}); err != nil {
 		pt.t.Fatal(err)
 	}

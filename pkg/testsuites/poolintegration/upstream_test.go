@@ -129,7 +129,7 @@ func TestUpstreamPoolIsOneExitIPPerMember(t *testing.T) {
 	echo := echoServer(t)
 	gw := fmt.Sprintf("127.0.0.1:%d", operatortest.FreePorts(t, 1)[0])
 	pt := newPoolTest(t, "--providers=upstream", "--gateway-addr="+gw)
-	pt.createSecret("vendor", map[string]string{"password": vendorPassword})
+	pt.createCredentialsSecret("vendor", map[string]string{"password": vendorPassword})
 	pt.create(&crawlv1alpha1.ProxyPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "res"},
 		Spec: crawlv1alpha1.ProxyPoolSpec{
@@ -243,8 +243,8 @@ func TestUpstreamRefusalSaysWhy(t *testing.T) {
 	echo := echoServer(t)
 	pt := newPoolTest(t, "--providers=upstream")
 	const wrong = "not-the-vendor-pw-41d2"
-	pt.createSecret("wrong", map[string]string{"password": wrong})
-	pt.createSecret("vendor", map[string]string{"password": vendorPassword})
+	pt.createCredentialsSecret("wrong", map[string]string{"password": wrong})
+	pt.createCredentialsSecret("vendor", map[string]string{"password": vendorPassword})
 	for name, spec := range map[string]crawlv1alpha1.ProxySpec{
 		"wrong-password": upstreamSpec(t, vendor.Addr, echo, "wrong", vendorTemplate),
 		"wrong-template": upstreamSpec(t, vendor.Addr, echo, "vendor", "customer-acme-session-{session}"),
@@ -350,7 +350,7 @@ func TestScrapyCrawlsOwnAndNetworkIPs(t *testing.T) {
 	}
 	gw := fmt.Sprintf("127.0.0.1:%d", operatortest.FreePorts(t, 1)[0])
 	pt := newPoolTest(t, "--providers=local,upstream", "--gateway-addr="+gw)
-	pt.createSecret("vendor", map[string]string{"password": vendorPassword})
+	pt.createCredentialsSecret("vendor", map[string]string{"password": vendorPassword})
 	pt.create(newPool("own", 2, proxytest.StartHTTPTarget(t).URL))
 	pt.create(&crawlv1alpha1.ProxyPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "residential"},

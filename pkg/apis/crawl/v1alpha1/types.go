@@ -321,7 +321,10 @@ type Endpoint struct {
 // ProxyAuth names the proxy's basic-auth credentials.
 type ProxyAuth struct {
 	// SecretRef names a Secret in the Proxy's namespace with the keys
-	// `username` and `password`.
+	// `username` and `password`. The Secret must carry the label
+	// `crawl.proxyfleet.io/proxy-credentials: "true"`, which says it is
+	// meant for proxies; until it does, the Proxy is not Ready and nothing
+	// is sent with it.
 	SecretRef LocalSecretRef `json:"secretRef"`
 }
 

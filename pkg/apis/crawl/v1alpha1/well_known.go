@@ -21,6 +21,15 @@ const (
 	// AuthUsernameKey and AuthPasswordKey are the keys of the spec.auth Secret.
 	AuthUsernameKey = "username"
 	AuthPasswordKey = "password"
+
+	// ProxyCredentialsLabel, with the value ProxyCredentialsLabelValue,
+	// marks a Secret as meant for proxies: only a Secret that carries it may
+	// be named by spec.auth.secretRef or spec.upstream.credentialsSecretRef.
+	// The operator reads every Secret, so without this opt-in anyone who may
+	// create a Proxy could have it send any Secret of the namespace to an
+	// address of their choosing (docs/decisions/0230-credentials-secrets-opt-in-by-label.md).
+	ProxyCredentialsLabel      = "crawl.proxyfleet.io/proxy-credentials"
+	ProxyCredentialsLabelValue = "true"
 )
 
 // Condition types of status.conditions.

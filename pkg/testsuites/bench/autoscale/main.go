@@ -180,7 +180,8 @@ func measure(ctx context.Context) (string, error) {
 
 // providerStarts times the local provider alone: Create to a Running instance.
 func providerStarts(ctx context.Context, binary, stateDir string) ([]time.Duration, error) {
-	secret := &corev1.Secret{Data: map[string][]byte{"username": []byte("bench"), "password": []byte("bench-password")}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}},
+		Data: map[string][]byte{"username": []byte("bench"), "password": []byte("bench-password")}}
 	p, err := local.New(local.Options{StateDir: stateDir, Binary: binary,
 		Secrets: func(context.Context, string, string) (*corev1.Secret, error) { return secret, nil }})
 	if err != nil {

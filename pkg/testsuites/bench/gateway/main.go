@@ -233,7 +233,7 @@ func createUpstream(ctx context.Context, kube kubernetes.Interface, crawl versio
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "fp-auth"},
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "fp-auth", Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}},
 		StringData: map[string]string{crawlv1alpha1.AuthUsernameKey: upstreamUser, crawlv1alpha1.AuthPasswordKey: upstreamPassword}}
 	if _, err := kube.CoreV1().Secrets(namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		return err

@@ -35,9 +35,11 @@ type UpstreamProviderApplyConfiguration struct {
 	// https targets).
 	Endpoint *EndpointApplyConfiguration `json:"endpoint,omitempty"`
 	// CredentialsSecretRef names a Secret in the Proxy's namespace whose key
-	// `password` is the account's password. It is copied into each
-	// member's generated credentials Secret, never into status, logs or
-	// events.
+	// `password` is the account's password. The Secret must carry the label
+	// `crawl.proxyfleet.io/proxy-credentials: "true"`, which says it is
+	// meant for proxies; until it does, the Proxy is not Ready and nothing
+	// is sent with it. It is copied into each member's generated
+	// credentials Secret, never into status, logs or events.
 	CredentialsSecretRef *LocalSecretRefApplyConfiguration `json:"credentialsSecretRef,omitempty"`
 	// UsernameTemplate is the username the network expects, with
 	// placeholders: {session} (required: the member's session id, 16
