@@ -148,7 +148,7 @@ type Store struct {
 
 	// The crawl policies and their budgets (politeness.go).
 	polite politeness
-	// Session state blobs by (proxy, domain) (sessionstate.go).
+	// Session state blobs by (identity, proxy, domain) (sessionstate.go).
 	states sessionStates
 
 	// The term: whether it leads, the epoch that names the term and the
@@ -185,7 +185,7 @@ func NewStore(cfg Config) (*Store, error) {
 		owned:       map[string]int{},
 		changed:     make(chan struct{}),
 		polite:      newPoliteness(cfg.MaxDomainBudgets),
-		states:      newSessionStates(cfg.MaxStateBytes),
+		states:      newSessionStates(cfg),
 	}, nil
 }
 
