@@ -96,7 +96,7 @@ func stateKeyOf(l *lease) stateKey {
 
 // PutStateAs stores blob under the proxy and domain of owner's live lease
 // id (an empty blob drops what is kept). Errors: ErrUnknownLease and the
-// like for the ID, a *FieldError
+// like for the ID, ErrNotLeader when not leading or fenced, a *FieldError
 // when the lease has no domain, a *StateTooLargeError.
 func (s *Store) PutStateAs(owner, id string, blob []byte) error {
 	if len(blob) > MaxStateSize {
@@ -110,7 +110,7 @@ func (s *Store) PutStateAs(owner, id string, blob []byte) error {
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	s.advanceLocked(now)
-	if !s.leading {
+	if !s.grantingLocked(now) {
 		return ErrNotLeader
 	}
 	l, err := s.findLocked(tok, now)
@@ -140,7 +140,7 @@ func (s *Store) PutSessionStateAs(owner, scope, session, domain string, blob []b
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	s.advanceLocked(now)
-	if !s.leading {
+	if !s.grantingLocked(now) {
 		return ErrNotLeader
 	}
 	held, kept := false, false
