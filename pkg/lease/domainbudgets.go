@@ -167,6 +167,22 @@ func (s *Store) resharedLocked() {
 	}
 }
 
+// forgetBudgetsLocked drops every budget when the term ends: the leases
+// they counted are forgotten with it, and a budget left charged would be
+// pinned for good (and counted twice once its lease is relearned).
+func (s *Store) forgetBudgetsLocked() {
+	clear(s.polite.budgets)
+	clear(s.polite.domains)
+	s.polite.domainTotal = 0
+	for k, c := range s.polite.counts {
+		c.inUse = 0
+		if m, ok := s.metrics.(PolicyMetrics); ok {
+			m.SetDomainBudgetInUse(k.namespace, k.policy, k.rule, 0)
+		}
+	}
+	s.setStateEntries(StateDomainBudgets, 0)
+}
+
 // idleBudgets is a heap of idle default-rule budgets by unpinnedAt. A
 // budget's key in it does not change while it is there: last moves only
 // at a grant, which makes it busy first.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // Issue 48, item 3: the default rule's per-domain budgets never run
@@ -155,4 +156,41 @@ func TestDomainBudgetsFullAnswer(t *testing.T) {
 		t.Errorf("a new domain with the share pinned: %d %+v Retry-After %q; want 429 DomainLimited naming --lease-max-domain-budgets, Retry-After 60",
 			rec.Code, e, rec.Header().Get("Retry-After"))
 	}
+}
+
+// TestAbdicateForgetsBudgetCharges: the leases a term forgets stop
+// counting against their budgets; a relearned one counts once.
+func TestAbdicateForgetsBudgetCharges(t *testing.T) {
+	newStore := func(t *testing.T) (*Store, *clocktesting.FakeClock, Lease) {
+		s, clk, _ := newTestStore(t, []ProxyInfo{newProxy("a", withMaxLeases(10))})
+		s.SetCrawlPolicy(defaultPolicy(testNamespace, DomainLimits{MaxConcurrent: 1}))
+		held := acquire(t, s, AcquireRequest{Domain: "shop.example"})
+		s.Abdicate()
+		return s, clk, held
+	}
+	t.Run("forgotten", func(t *testing.T) {
+		s, _, _ := newStore(t)
+		s.Lead(time.Time{}, time.Time{})
+		if got, _ := tryDomain(t, s, "", "shop.example"); got != "granted" {
+			t.Errorf("after the term that held it ended: %s, want granted", got)
+		}
+		checkBudgets(t, s)
+	})
+	t.Run("relearned", func(t *testing.T) {
+		s, clk, held := newStore(t)
+		s.Lead(clk.Now().Add(10*time.Second), time.Time{})
+		held, err := s.Renew(held.ID, 0) // relearned while recovering: charged again
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(10 * time.Second) // the recovery ends
+		if got, _ := tryDomain(t, s, "", "shop.example"); got != "limited" {
+			t.Errorf("with the relearned lease live: %s, want limited", got)
+		}
+		release(t, s, held)
+		if got, _ := tryDomain(t, s, "", "shop.example"); got != "granted" {
+			t.Errorf("after its release: %s, want granted (it counted once)", got)
+		}
+		checkBudgets(t, s)
+	})
 }

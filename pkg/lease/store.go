@@ -307,6 +307,7 @@ func (s *Store) Abdicate() time.Time {
 	s.expiries = nil
 	s.live = 0
 	clear(s.owned)
+	s.forgetBudgetsLocked()
 	s.metrics.SetActiveLeases(0)
 	s.leading, s.recovering = false, false
 	s.metrics.SetRecovering(false)
