@@ -33,10 +33,11 @@ const (
 
 // StateEntryOverhead is what one kept state costs the heap beside its blob
 // and its key's bytes: the map slot, the entry, its two list elements.
-// Measured, not guessed: TestStateCapCountsWhatTheHeapHolds and
-// BenchmarkSessionStateMemory grow 20,000 entries and read
-// runtime.MemStats; about 430 bytes per entry with Go 1.26 (the map's
-// load factor moves it by a fifth either way).
+// Measured, not guessed: growing 5,000 to 70,000 entries and reading
+// runtime.MemStats gave 381-482 bytes with Go 1.26 (the map grows in
+// steps); TestStateCapCountsWhatTheHeapHolds fails when what the cap
+// charges and what the heap holds part by more than 1.5x, and
+// BenchmarkSessionStateMemory reports both (docs/benchmarks-runs.md).
 const StateEntryOverhead = 432
 
 // StateSessionStates is the StateMetrics kind of the kept blobs.
