@@ -125,6 +125,27 @@ HEALTHAB
     go test -run '^$' -bench 'BenchmarkStoreMemoryPer10kDomains' -benchtime 3x ./pkg/lease | grep -E '^Benchmark'
     echo '```'
     echo
+    echo "### Tenants at the caps (issue 48)"
+    echo
+    echo "\`go run ./pkg/testsuites/bench/tenants\`: 10 identities in 2 namespaces, each trying 100,000 distinct domains"
+    echo "against the store in-process on a fake clock (1 ms an attempt): every attempt a new CrawlPolicy default-rule"
+    echo "budget (pinned 2 minutes by minIntervalPerProxy) and, when granted, a 16-byte session state and a try to plant"
+    echo "one for another domain; probes in both namespaces and a quiet third check that their limits bind throughout"
+    echo "([decision 214](decisions/0214-adversarial-run-on-store.md)). Bound on the heap's growth: 1.5x"
+    echo "--lease-max-state-bytes + 1 KiB per --lease-max-domain-budgets + 16 MiB."
+    echo
+    go run ./pkg/testsuites/bench/tenants
+    echo
+    echo "\`go test -run '^\$' -bench 'BenchmarkNewDomainAcquire' ./pkg/lease\` and \`-bench 'BenchmarkSessionStateMemory' -benchtime 3x\`: a"
+    echo "new-domain acquire+release at the default cap, 50,000 budgets pinned behind 50,000 idle (full) or few (empty)"
+    echo "([decision 212](decisions/0212-domain-budgets-shared-per-namespace.md)); and the heap one session state takes beside"
+    echo "what --lease-max-state-bytes charges it ([decision 210](decisions/0210-session-state-cap-counts-entries.md))."
+    echo
+    echo '```text'
+    go test -run '^$' -bench 'BenchmarkNewDomainAcquire' ./pkg/lease | grep -E '^Benchmark'
+    go test -run '^$' -bench 'BenchmarkSessionStateMemory' -benchtime 3x ./pkg/lease | grep -E '^Benchmark'
+    echo '```'
+    echo
     echo "### Over HTTP, on the operator binary"
     echo
     echo "\`go run ./pkg/testsuites/bench/leaseapi\`: cmd/proxy-operator (no -race) with --lease-auth=none on a real"

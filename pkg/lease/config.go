@@ -54,9 +54,11 @@ type Config struct {
 	// MaxDomainBudgets bounds the crawl policies' default-rule budgets, one
 	// per domain (politeness.go). Zero takes DefaultMaxDomainBudgets.
 	MaxDomainBudgets int
-	// MaxStateBytes bounds the session state blobs kept (sessionstate.go).
-	// Zero takes DefaultMaxStateBytes.
-	MaxStateBytes int
+	// MaxStateBytes bounds the session state kept (sessionstate.go), each
+	// entry counted as its blob, its key's bytes and StateEntryOverhead;
+	// MaxStateEntries bounds the entries, MaxStateBytesPerOwner what one
+	// identity keeps. Zero takes the defaults (DefaultMaxStateBytes...).
+	MaxStateBytes, MaxStateEntries, MaxStateBytesPerOwner int
 	// MaxLeasesPerOwner caps the live leases one authenticated identity
 	// holds (AcquireRequest.Owner); 0: no cap. Leases without an owner
 	// (in-process callers) are not capped.
@@ -91,6 +93,15 @@ func (c Config) withDefaults() Config {
 	if c.MaxCooldowns == 0 {
 		c.MaxCooldowns = DefaultMaxCooldowns
 	}
+	if c.MaxStateBytes == 0 {
+		c.MaxStateBytes = DefaultMaxStateBytes
+	}
+	if c.MaxStateEntries == 0 {
+		c.MaxStateEntries = DefaultMaxStateEntries
+	}
+	if c.MaxStateBytesPerOwner == 0 {
+		c.MaxStateBytesPerOwner = DefaultMaxStateBytesPerOwner
+	}
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
@@ -118,6 +129,10 @@ func (c Config) validate() error {
 	}
 	if c.MaxSessions < 0 || c.MaxCooldowns < 0 || c.MaxLeasesPerOwner < 0 {
 		errs = append(errs, fmt.Errorf("negative MaxSessions %d, MaxCooldowns %d or MaxLeasesPerOwner %d", c.MaxSessions, c.MaxCooldowns, c.MaxLeasesPerOwner))
+	}
+	if c.MaxDomainBudgets < 0 || c.MaxStateBytes < 0 || c.MaxStateEntries < 0 || c.MaxStateBytesPerOwner < 0 {
+		errs = append(errs, fmt.Errorf("negative MaxDomainBudgets %d, MaxStateBytes %d, MaxStateEntries %d or MaxStateBytesPerOwner %d",
+			c.MaxDomainBudgets, c.MaxStateBytes, c.MaxStateEntries, c.MaxStateBytesPerOwner))
 	}
 	if c.CooldownMax < c.CooldownBase {
 		errs = append(errs, fmt.Errorf("cool-down max %v is below its base %v", c.CooldownMax, c.CooldownBase))

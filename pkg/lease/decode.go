@@ -74,7 +74,7 @@ func decodeAcquire(body io.Reader) (AcquireRequest, error) {
 	if err != nil {
 		return AcquireRequest{}, err
 	}
-	req := AcquireRequest{Holder: m.get("holder"), Namespace: m.get("namespace"), Domain: NormalizeDomain(m.get("domain")), Session: m.get("session")}
+	req := AcquireRequest{Holder: m.get("holder"), Namespace: m.get("namespace"), Session: m.get("session")}
 	if err = validateText("holder", req.Holder, maxHolderLen, true); err != nil {
 		return AcquireRequest{}, err
 	}
@@ -90,7 +90,7 @@ func decodeAcquire(body io.Reader) (AcquireRequest, error) {
 	if req.Wait, err = parseDuration("wait", &m); err != nil {
 		return AcquireRequest{}, err
 	}
-	if err = validateDomain("domain", req.Domain); err != nil {
+	if req.Domain, err = parseDomain("domain", m.get("domain")); err != nil {
 		return AcquireRequest{}, err
 	}
 	if err = validateText("session", req.Session, maxSessionLen, false); err != nil {
@@ -124,7 +124,7 @@ func decodeRelease(rawQuery string) (releaseQuery, error) {
 // releaseFrom reads outcome and domain of a parsed release query (the lease's
 // or the session call's).
 func releaseFrom(q *members) (releaseQuery, error) {
-	r := releaseQuery{outcome: Outcome(q.get("outcome")), domain: NormalizeDomain(q.get("domain"))}
+	r := releaseQuery{outcome: Outcome(q.get("outcome"))}
 	switch r.outcome {
 	case "":
 		r.outcome = OutcomeOK
@@ -132,7 +132,8 @@ func releaseFrom(q *members) (releaseQuery, error) {
 	default:
 		return releaseQuery{}, &FieldError{Field: "outcome", Message: fmt.Sprintf("must be one of ok, banned, error; got %q", truncate(string(r.outcome)))}
 	}
-	if err := validateDomain("domain", r.domain); err != nil {
+	var err error
+	if r.domain, err = parseDomain("domain", q.get("domain")); err != nil {
 		return releaseQuery{}, err
 	}
 	return r, nil
@@ -431,6 +432,16 @@ func validateText(field, s string, maxLen int, required bool) error {
 		return &FieldError{Field: field, Message: "must not contain control or non-printable characters"}
 	}
 	return nil
+}
+
+// parseDomain is how every call reads a domain (acquire, release, session
+// state): normalized (NormalizeDomain), then validated. "" is no domain.
+func parseDomain(field, raw string) (string, error) {
+	d := NormalizeDomain(raw)
+	if err := validateDomain(field, d); err != nil {
+		return "", err
+	}
+	return d, nil
 }
 
 // validateDomain accepts host names, IPv4 and bracketed IPv6 addresses, with

@@ -70,7 +70,9 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 	case errors.As(err, &unavailable) && errors.Is(err, ErrDomainLimited):
 		// The caller asks too often, not the fleet too little: 429.
 		setRetryAfter(w, unavailable.RetryAfter)
-		writeError(w, http.StatusTooManyRequests, codeDomainLimited, ErrDomainLimited.Error()+"; retry after Retry-After, or acquire with wait", "")
+		// Its reason says which: the budget is used up, or the namespace
+		// has no room for another domain's (ErrDomainBudgetsFull).
+		writeError(w, http.StatusTooManyRequests, codeDomainLimited, unavailable.Reason.Error()+"; retry after Retry-After, or acquire with wait", "")
 	case errors.Is(err, ErrUnknownLease):
 		writeError(w, http.StatusNotFound, codeNotFound, "no such lease: unknown, released or expired; acquire a new one", "")
 	case errors.Is(err, ErrRevoked):

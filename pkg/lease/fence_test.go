@@ -16,10 +16,15 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
-// A leader whose leadership may have passed (Config.LeadershipValidUntil)
-// grants and renews nothing and is unready, but still takes releases; once
-// the fence moves on (its leader Lease renewed) it grants again.
-func TestFencedLeaderGrantsAndRenewsNothing(t *testing.T) {
+// fencedServer is a leading server whose fence (Config.LeadershipValidUntil)
+// the test moves with fenceAt, on the fake clock clk.
+type fencedServer struct {
+	clk     *clocktesting.FakeClock
+	fenceAt func(time.Time)
+	call    func(method, path, body string) *httptest.ResponseRecorder
+}
+
+func newFencedServer(t *testing.T) fencedServer {
 	clk := clocktesting.NewFakeClock(t0)
 	var until atomic.Pointer[time.Time]
 	fenceAt := func(t time.Time) { until.Store(&t) }
@@ -47,33 +52,46 @@ func TestFencedLeaderGrantsAndRenewsNothing(t *testing.T) {
 		h.ServeHTTP(rec, req)
 		return rec
 	}
-	type answer struct {
-		Status     int
-		Code       string
-		RetryAfter string
+	return fencedServer{clk: clk, fenceAt: fenceAt, call: call}
+}
+
+type fenceAnswer struct {
+	Status     int
+	Code       string
+	RetryAfter string
+}
+
+func fenceAnswerOf(t *testing.T, rec *httptest.ResponseRecorder) fenceAnswer {
+	t.Helper()
+	a := fenceAnswer{Status: rec.Code, RetryAfter: rec.Header().Get("Retry-After")}
+	if rec.Code >= 400 {
+		a.Code = errorOf(t, rec).Code
 	}
-	answerOf := func(rec *httptest.ResponseRecorder) answer {
-		a := answer{Status: rec.Code, RetryAfter: rec.Header().Get("Retry-After")}
-		if rec.Code >= 400 {
-			a.Code = errorOf(t, rec).Code
-		}
-		return a
-	}
+	return a
+}
+
+var notLeaderAnswer = fenceAnswer{Status: http.StatusServiceUnavailable, Code: codeNotLeader, RetryAfter: "1"}
+
+// A leader whose leadership may have passed (Config.LeadershipValidUntil)
+// grants and renews nothing and is unready, but still takes releases; once
+// the fence moves on (its leader Lease renewed) it grants again.
+func TestFencedLeaderGrantsAndRenewsNothing(t *testing.T) {
+	fs := newFencedServer(t)
+	call, answerOf := fs.call, func(rec *httptest.ResponseRecorder) fenceAnswer { return fenceAnswerOf(t, rec) }
 
 	held := acquireOver(t, call, `{"holder":"w1"}`)
 	if got := answerOf(call(http.MethodGet, "/readyz", "")); got.Status != http.StatusOK {
 		t.Errorf("readyz inside the fence: %+v, want 200", got)
 	}
 
-	clk.Step(2 * time.Second) // at the fence: leadership may have passed
-	notLeader := answer{Status: http.StatusServiceUnavailable, Code: codeNotLeader, RetryAfter: "1"}
+	fs.clk.Step(2 * time.Second) // at the fence: leadership may have passed
 	for name, tc := range map[string]struct {
 		method, path, body string
-		want               answer
+		want               fenceAnswer
 	}{
-		"acquire": {http.MethodPost, "/v1/leases", `{"holder":"w2"}`, notLeader},
-		"renew":   {http.MethodPost, "/v1/leases/" + held + "/renew", "", notLeader},
-		"readyz":  {http.MethodGet, "/readyz", "", notLeader},
+		"acquire": {http.MethodPost, "/v1/leases", `{"holder":"w2"}`, notLeaderAnswer},
+		"renew":   {http.MethodPost, "/v1/leases/" + held + "/renew", "", notLeaderAnswer},
+		"readyz":  {http.MethodGet, "/readyz", "", notLeaderAnswer},
 	} {
 		if diff := cmp.Diff(tc.want, answerOf(call(tc.method, tc.path, tc.body))); diff != "" {
 			t.Errorf("%s at the fence (-want +got):\n%s", name, diff)
@@ -84,10 +102,35 @@ func TestFencedLeaderGrantsAndRenewsNothing(t *testing.T) {
 		t.Errorf("release at the fence: %+v, want 204", got)
 	}
 
-	fenceAt(clk.Now().Add(2 * time.Second)) // the leader Lease renewed
+	fs.fenceAt(fs.clk.Now().Add(2 * time.Second)) // the leader Lease renewed
 	acquireOver(t, call, `{"holder":"w3"}`)
 	if got := answerOf(call(http.MethodGet, "/readyz", "")); got.Status != http.StatusOK {
 		t.Errorf("readyz after the fence moved on: %+v, want 200", got)
+	}
+}
+
+// TestFencedLeaderKeepsNoState: at the fence both state calls are refused
+// like grants (503 NotLeader): a successor may already lead, and the
+// state a fenced leader took would be lost with it. Past the fence they
+// are taken again.
+func TestFencedLeaderKeepsNoState(t *testing.T) {
+	fs := newFencedServer(t)
+	held := acquireOver(t, fs.call, `{"holder":"w1","domain":"shop.example","session":"s1"}`)
+	puts := map[string]string{
+		"lease state":   "/v1/leases/" + held + "/state",
+		"session state": "/v1/sessions/s1/state?domain=shop.example",
+	}
+	fs.clk.Step(2 * time.Second) // at the fence
+	for call, path := range puts {
+		if diff := cmp.Diff(notLeaderAnswer, fenceAnswerOf(t, fs.call(http.MethodPut, path, "jar"))); diff != "" {
+			t.Errorf("%s at the fence (-want +got):\n%s", call, diff)
+		}
+	}
+	fs.fenceAt(fs.clk.Now().Add(2 * time.Second)) // the leader Lease renewed
+	for call, path := range puts {
+		if got := fenceAnswerOf(t, fs.call(http.MethodPut, path, "jar")); got.Status != http.StatusNoContent {
+			t.Errorf("%s after the fence moved on: %+v, want 204", call, got)
+		}
 	}
 }
 

@@ -251,6 +251,9 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 	if err != nil {
 		return nil, err
 	}
+	if err := s.admitDomainBudgetLocked(p.info.Key.Namespace, req.Domain, now); err != nil {
+		return nil, err
+	}
 	expiresAt := now.Add(ttl)
 	if err := s.checkHorizonLocked(expiresAt); err != nil {
 		return nil, err

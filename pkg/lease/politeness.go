@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"container/list"
 	"errors"
 	"slices"
 	"strings"
@@ -16,7 +15,8 @@ import (
 // namespace's policies: at most MaxConcurrent live leases, no two grants
 // closer than MinInterval (fleet-wide) or MinIntervalPerProxy (on one
 // proxy). A named rule has one budget for every domain it matches; the
-// default rule one per domain, capped in number with idle ones evicted.
+// default rule one per domain, capped in number per namespace with idle
+// ones evicted (domainbudgets.go).
 
 // ErrDomainLimited: the crawl policy's budget for the domain is used up.
 var ErrDomainLimited = errors.New("the crawl policy's budget for this domain is used up")
@@ -62,8 +62,12 @@ type budget struct {
 	last   time.Time
 	// lastOn is the last grant on each proxy, for MinIntervalPerProxy.
 	lastOn map[cache.ObjectName]time.Time
-	counts *ruleCounts
-	elem   *list.Element // in politeness.domainLRU, default-rule budgets only
+	// pruneAt is the size of lastOn at which its elapsed entries go.
+	pruneAt int
+	counts  *ruleCounts
+	// idleAt is the budget's place among its namespace's idle default-rule
+	// budgets (domainbudgets.go), -1 while it is not one of them.
+	idleAt int
 }
 
 // ruleCounts are a rule's live leases (over all its budgets: the default
@@ -77,9 +81,14 @@ type politeness struct {
 	policies map[string][]*CrawlPolicy // by namespace, sorted by name
 	budgets  map[budgetKey]*budget
 	counts   map[budgetKey]*ruleCounts // by budgetKey.ruleOf
-	// domainLRU orders the default rule's budgets, most recently used first.
-	domainLRU  *list.List
-	maxDomains int
+	// domains are the default rule's budgets of each namespace, and
+	// domainTotal how many in all (domainbudgets.go).
+	domains     map[string]*namespaceDomains
+	domainTotal int
+	// withDefault is how many namespaces have a policy with a default
+	// rule: each gets maxDomains/withDefault budgets.
+	withDefault int
+	maxDomains  int
 }
 
 func newPoliteness(maxDomains int) politeness {
@@ -87,7 +96,7 @@ func newPoliteness(maxDomains int) politeness {
 		maxDomains = DefaultMaxDomainBudgets
 	}
 	return politeness{policies: map[string][]*CrawlPolicy{}, budgets: map[budgetKey]*budget{}, counts: map[budgetKey]*ruleCounts{},
-		domainLRU: list.New(), maxDomains: maxDomains}
+		domains: map[string]*namespaceDomains{}, maxDomains: maxDomains}
 }
 
 // SetCrawlPolicy applies a policy (new or changed), recounting the live
@@ -100,6 +109,7 @@ func (s *Store) SetCrawlPolicy(p CrawlPolicy) {
 	slices.SortFunc(ps, func(a, b *CrawlPolicy) int { return strings.Compare(a.Key.Name, b.Key.Name) })
 	s.polite.policies[p.Key.Namespace] = ps
 	s.rechargeLocked(p.Key.Namespace)
+	s.resharedLocked()
 }
 
 // DeleteCrawlPolicy stops applying a policy.
@@ -113,6 +123,7 @@ func (s *Store) DeleteCrawlPolicy(key cache.ObjectName) {
 		s.polite.policies[key.Namespace] = ps
 	}
 	s.rechargeLocked(key.Namespace)
+	s.resharedLocked()
 }
 
 // rechargeLocked drops the namespace's budgets and charges its live
@@ -155,25 +166,24 @@ func (s *Store) budgetLocked(namespace, domain string, create bool) *budget {
 		key.domain = domain
 	}
 	b := s.polite.budgets[key]
-	if b == nil {
-		if !create {
-			return nil
-		}
-		counts := s.polite.counts[key.ruleOf()]
-		if counts == nil {
-			counts = &ruleCounts{}
-			s.polite.counts[key.ruleOf()] = counts
-		}
-		b = &budget{key: key, limits: limits, counts: counts}
+	if b == nil && create {
+		b = &budget{key: key, limits: limits, counts: s.polite.countsOf(key), idleAt: -1}
 		s.polite.budgets[key] = b
 		if key.domain != "" {
-			b.elem = s.polite.domainLRU.PushFront(b)
-			s.evictDomainsLocked()
+			s.addDomainBudgetLocked(b)
 		}
-	} else if b.elem != nil {
-		s.polite.domainLRU.MoveToFront(b.elem)
 	}
 	return b
+}
+
+// countsOf is the rule counts of k's rule, made when missing.
+func (p *politeness) countsOf(k budgetKey) *ruleCounts {
+	c := p.counts[k.ruleOf()]
+	if c == nil {
+		c = &ruleCounts{}
+		p.counts[k.ruleOf()] = c
+	}
+	return c
 }
 
 // matchRule finds the most specific rule for domain: an exact host, then
@@ -296,7 +306,9 @@ func (s *Store) chargeLocked(l *lease) {
 		return
 	}
 	l.budget = b
-	b.inUse++
+	if b.inUse++; b.inUse == 1 {
+		s.busyDomainBudgetLocked(b)
+	}
 	b.counts.inUse++
 	s.observeInUseLocked(b)
 }
@@ -318,12 +330,15 @@ func noteGrantLocked(l *lease, now time.Time) {
 		if b.lastOn == nil {
 			b.lastOn = map[cache.ObjectName]time.Time{}
 		}
-		if len(b.lastOn) > 1024 { // bounded by the proxies; drop the elapsed
+		if len(b.lastOn) >= b.pruneAt {
+			// Drop the elapsed; the next walk waits until the map has
+			// doubled, so a grant pays O(1) for it on average.
 			for k, t := range b.lastOn {
 				if now.Sub(t) >= b.limits.MinIntervalPerProxy {
 					delete(b.lastOn, k)
 				}
 			}
+			b.pruneAt = max(64, 2*len(b.lastOn))
 		}
 		b.lastOn[l.proxyKey] = now
 	}
@@ -336,33 +351,11 @@ func (s *Store) unchargeLocked(l *lease) {
 		return
 	}
 	l.budget = nil
-	b.inUse--
+	if b.inUse--; b.inUse == 0 {
+		s.idleDomainBudgetLocked(b)
+	}
 	b.counts.inUse--
 	s.observeInUseLocked(b)
-}
-
-// evictDomainsLocked drops idle default-rule budgets beyond the cap, least
-// recently used first; one with live leases or a running interval stays.
-func (s *Store) evictDomainsLocked() {
-	now := s.clock.Now()
-	for e := s.polite.domainLRU.Back(); e != nil && s.polite.domainLRU.Len() > s.polite.maxDomains; {
-		b := e.Value.(*budget)
-		prev := e.Prev()
-		if b.inUse == 0 && politeUntilLocked(b, cache.ObjectName{}, now).IsZero() && len(b.lastOn) == 0 {
-			s.dropBudgetLocked(b)
-			s.observeEviction(StateDomainBudgets)
-		}
-		e = prev
-	}
-	s.setStateEntries(StateDomainBudgets, s.polite.domainLRU.Len())
-}
-
-func (s *Store) dropBudgetLocked(b *budget) {
-	delete(s.polite.budgets, b.key)
-	if b.elem != nil {
-		s.polite.domainLRU.Remove(b.elem)
-		b.elem = nil
-	}
 }
 
 // notePoliteLocked counts an acquire that waits or is refused for a

@@ -132,7 +132,7 @@ func TestDefaultRuleBudgetsAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := s.polite.domainLRU.Len(); n != 10 {
+	if n := s.polite.domainTotal; n != 10 {
 		t.Errorf("%d default-rule budgets kept, want the cap 10", n)
 	}
 	if got := m.snapshot().evictions[StateDomainBudgets]; got != 40 {

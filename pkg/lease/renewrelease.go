@@ -127,7 +127,7 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) erro
 		if p := s.proxies[tok.proxy]; p != nil && p.info.UID == tok.proxyUID {
 			s.banLocked(p, domain, now)
 			p.burn.noteBan(domain, now)
-			s.dropStateLocked(p, domain) // the site knows this IP: start afresh
+			s.dropStateLocked(tok.owner, p, domain) // the site knows this IP: start afresh
 		}
 	}
 	return nil

@@ -27,8 +27,8 @@ func (s *Server) readState(w http.ResponseWriter, r *http.Request) ([]byte, bool
 
 // putSessionState serves PUT /v1/sessions/{session}/state?namespace=&domain=:
 // the body is kept for the proxy the session's lease holds (the gateway's
-// session, whose lease ID a crawler never sees). 204; 404 when the session
-// holds no lease.
+// session, whose lease ID a crawler never sees), for that lease's domain
+// (domain, if given, must be it). 204; 404 when the session holds no lease.
 func (s *Server) putSessionState(w http.ResponseWriter, r *http.Request) {
 	user, ok := s.authenticate(w, r)
 	if !ok {
@@ -43,6 +43,10 @@ func (s *Server) putSessionState(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = validateNamespace("namespace", q.get("namespace"))
 	}
+	var domain string
+	if err == nil {
+		domain, err = parseDomain("domain", q.get("domain")) // as acquire reads it
+	}
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -54,7 +58,7 @@ func (s *Server) putSessionState(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.store.PutSessionStateAs(user.Identity(), q.get("namespace"), session, q.get("domain"), blob); err != nil {
+	if err := s.store.PutSessionStateAs(user.Identity(), q.get("namespace"), session, domain, blob); err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}

@@ -117,9 +117,12 @@ func TestPutStateRefusals(t *testing.T) {
 }
 
 // TestSessionStatesAreBounded: beyond MaxStateBytes the least recently
-// used blobs go, counted.
+// used entries go, counted; each is charged its blob, its key and
+// StateEntryOverhead.
 func TestSessionStatesAreBounded(t *testing.T) {
-	s, _, m := newTestStore(t, []ProxyInfo{newProxy("a", withMaxLeases(100))}, withStoreConfig(func(c *Config) { c.MaxStateBytes = 10 << 10 }))
+	// Every domain below has one letter: every entry costs the same.
+	entry := stateKey{owner: "o", proxy: newProxy("a").Key, uid: newProxy("a").UID, domain: "a.example"}.cost(make([]byte, 1<<10))
+	s, _, m := newTestStore(t, []ProxyInfo{newProxy("a", withMaxLeases(100))}, withStoreConfig(func(c *Config) { c.MaxStateBytes = 10 * entry }))
 	ctx := context.Background()
 	for i := range 20 {
 		l, err := s.Acquire(ctx, AcquireRequest{Holder: "h", Owner: "o", Domain: string(rune('a'+i)) + ".example"})
@@ -137,7 +140,7 @@ func TestSessionStatesAreBounded(t *testing.T) {
 	if got := snap.evictions[StateSessionStates]; got != 10 {
 		t.Errorf("%d evictions, want 10", got)
 	}
-	if got := s.StateBytes(); got != 10<<10 {
-		t.Errorf("%d bytes kept, want the cap %d", got, 10<<10)
+	if got := s.StateBytes(); got != 10*entry {
+		t.Errorf("%d bytes charged, want the cap %d", got, 10*entry)
 	}
 }

@@ -154,7 +154,7 @@ type Store struct {
 
 	// The crawl policies and their budgets (politeness.go).
 	polite politeness
-	// Session state blobs by (proxy, domain) (sessionstate.go).
+	// Session state blobs by (identity, proxy, domain) (sessionstate.go).
 	states sessionStates
 
 	// The term: whether it leads, the epoch that names the term and the
@@ -191,7 +191,7 @@ func NewStore(cfg Config) (*Store, error) {
 		owned:       map[string]int{},
 		changed:     make(chan struct{}),
 		polite:      newPoliteness(cfg.MaxDomainBudgets),
-		states:      newSessionStates(cfg.MaxStateBytes),
+		states:      newSessionStates(cfg),
 	}, nil
 }
 
@@ -313,6 +313,7 @@ func (s *Store) Abdicate() time.Time {
 	s.expiries = nil
 	s.live = 0
 	clear(s.owned)
+	s.forgetBudgetsLocked()
 	s.metrics.SetActiveLeases(0)
 	s.leading, s.recovering = false, false
 	s.metrics.SetRecovering(false)

@@ -43,6 +43,9 @@ func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.In
 		MaxDomainBudgets:  o.LeaseMaxDomainBudgets,
 		MaxStateBytes:     o.LeaseMaxStateBytes,
 
+		MaxStateEntries:       o.LeaseMaxStateEntries,
+		MaxStateBytesPerOwner: o.LeaseMaxStateBytesPerIdentity,
+
 		LeadershipValidUntil: fence.validUntilFunc(),
 	})
 	if err != nil {

@@ -83,8 +83,11 @@ type Options struct {
 	// LeaseMaxDomainBudgets bounds the crawl policies' per-domain budgets
 	// of default rules.
 	LeaseMaxDomainBudgets int
-	// LeaseMaxStateBytes bounds the session state blobs the leader keeps.
-	LeaseMaxStateBytes int
+	// LeaseMaxStateBytes, LeaseMaxStateEntries and
+	// LeaseMaxStateBytesPerIdentity bound the session state the leader
+	// keeps: in all (each entry charged its blob, key and overhead), in
+	// entries, and for one identity.
+	LeaseMaxStateBytes, LeaseMaxStateEntries, LeaseMaxStateBytesPerIdentity int
 
 	// MetricsAddr serves /metrics, /healthz and /readyz on every replica.
 	MetricsAddr string
@@ -178,11 +181,14 @@ func DefaultOptions() Options {
 		LeaseMaxCooldowns:        lease.DefaultMaxCooldowns,
 		LeaseMaxDomainBudgets:    lease.DefaultMaxDomainBudgets,
 		LeaseMaxStateBytes:       lease.DefaultMaxStateBytes,
+		LeaseMaxStateEntries:     lease.DefaultMaxStateEntries,
 		MetricsAddr:              ":9090",
 		// Sized in pkg/health (Little's law with room for probes that run
 		// into their timeout); benchmarked at 10,000 proxies.
 		HealthWorkers:              health.DefaultWorkers,
 		HealthMaxProbesPerEndpoint: health.DefaultMaxProbesPerEndpoint,
+		// One identity keeps at most a quarter of the session state.
+		LeaseMaxStateBytesPerIdentity: lease.DefaultMaxStateBytesPerOwner,
 		// In a cluster, Pods; local, gce and aws are opt-in. A Managed Proxy
 		// naming a provider that is not enabled goes Failed.
 		Providers:              []string{string(crawlv1alpha1.ProviderKubernetes)},
@@ -230,8 +236,10 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.LeaseMaxPerIdentity, "lease-max-per-identity", o.LeaseMaxPerIdentity, "Most live leases one authenticated identity (user and UID) may hold; an acquire beyond it is a 429 TooManyLeases. 0: no cap.")
 	fs.IntVar(&o.LeaseMaxSessions, "lease-max-sessions", o.LeaseMaxSessions, "Most sticky sessions the lease API remembers; beyond it the least recently used is forgotten.")
 	fs.IntVar(&o.LeaseMaxCooldowns, "lease-max-cooldowns", o.LeaseMaxCooldowns, "Most (proxy, domain) cool-down entries the lease API keeps; beyond it the one whose end or expiry is nearest goes.")
-	fs.IntVar(&o.LeaseMaxStateBytes, "lease-max-state-bytes", o.LeaseMaxStateBytes, "Most bytes of session state (PUT .../state, up to 64 KiB per proxy and domain) the lease API keeps; beyond it the least recently used go.")
-	fs.IntVar(&o.LeaseMaxDomainBudgets, "lease-max-domain-budgets", o.LeaseMaxDomainBudgets, "Most per-domain budgets of CrawlPolicy default rules the lease API keeps; beyond it idle ones go, least recently used first.")
+	fs.IntVar(&o.LeaseMaxStateBytes, "lease-max-state-bytes", o.LeaseMaxStateBytes, "Most bytes of session state (PUT .../state, up to 64 KiB per identity, proxy and domain) the lease API keeps, each entry counted with its key and a fixed overhead; beyond it the least recently used go.")
+	fs.IntVar(&o.LeaseMaxStateEntries, "lease-max-state-entries", o.LeaseMaxStateEntries, "Most session state entries the lease API keeps; beyond it the least recently used go.")
+	fs.IntVar(&o.LeaseMaxStateBytesPerIdentity, "lease-max-state-bytes-per-identity", o.LeaseMaxStateBytesPerIdentity, "Most bytes of session state (counted as for --lease-max-state-bytes) one identity keeps; beyond it its own least recently used go.")
+	fs.IntVar(&o.LeaseMaxDomainBudgets, "lease-max-domain-budgets", o.LeaseMaxDomainBudgets, "Most per-domain budgets of CrawlPolicy default rules the lease API keeps, shared equally by the namespaces with a default rule; idle ones go to make room, and a new domain finding its namespace's share all in use is a 429 DomainLimited.")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz, on every replica.")
 	fs.IntVar(&o.HealthWorkers, "health-workers", o.HealthWorkers, "How many health probes run at once.")
 	fs.IntVar(&o.HealthMaxProbesPerEndpoint, "health-max-probes-per-endpoint", o.HealthMaxProbesPerEndpoint,
@@ -420,6 +428,12 @@ func (o *Options) validateLeases(bad badFlag) {
 	}
 	if o.LeaseMaxStateBytes < lease.MaxStateSize {
 		bad("lease-max-state-bytes", "must be at least %d (one state), got %d", lease.MaxStateSize, o.LeaseMaxStateBytes)
+	}
+	if o.LeaseMaxStateEntries < 1 {
+		bad("lease-max-state-entries", "must be at least 1, got %d", o.LeaseMaxStateEntries)
+	}
+	if o.LeaseMaxStateBytesPerIdentity < lease.MaxStateSize {
+		bad("lease-max-state-bytes-per-identity", "must be at least %d (one state), got %d", lease.MaxStateSize, o.LeaseMaxStateBytesPerIdentity)
 	}
 	if o.LeaseMaxDomainBudgets < 1 {
 		bad("lease-max-domain-budgets", "must be at least 1, got %d", o.LeaseMaxDomainBudgets)

@@ -199,9 +199,10 @@ func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (*Leas
 }
 
 // PutState keeps state (at most 64 KiB; empty drops it) for the lease's
-// proxy and domain: the next Acquire that gets this proxy for this domain
-// receives it in Lease.State. A ban for the domain, or a new instance of
-// the proxy, drops it.
+// proxy and domain: the next Acquire by the same identity that gets this
+// proxy for this domain receives it in Lease.State; other identities never
+// do. The identity's ban for the domain, or a new instance of the proxy,
+// drops it.
 func (c *Client) PutState(ctx context.Context, id string, state []byte) error {
 	return c.do(ctx, http.MethodPut, "/v1/leases/"+url.PathEscape(id)+"/state", nil, state, http.StatusNoContent, nil)
 }
