@@ -10,6 +10,7 @@
 // It is not a MITM: CONNECT tunnels are spliced bytes, never decrypted; ban
 // feedback goes through the lease API's session call instead of anything
 // the gateway would have to read. It is not a lease store either: it calls
-// pkg/lease's Server, which keeps the horizon and the credentials.
-// docs/gateway.md is the user's view.
+// the lease API over HTTP for its callers (Remote, act-for), and the API
+// keeps the horizon and the credentials. pkg/gatewaycmd runs it as a
+// replica of the gateway tier; docs/gateway.md is the user's view.
 package gateway

@@ -61,7 +61,6 @@ type fuzzLeases struct{}
 
 const fuzzUpstreamPassword = "upstream-secret-never-shown"
 
-func (fuzzLeases) Leading() bool { return true }
 func (fuzzLeases) Acquire(_ context.Context, _ lease.User, req lease.AcquireRequest) (lease.Lease, *lease.Credentials, error) {
 	if req.Namespace == "full" {
 		return lease.Lease{}, nil, &lease.UnavailableError{Reason: lease.ErrNoneFree, RetryAfter: time.Second}

@@ -89,9 +89,10 @@ func (NoMetrics) ObserveGatewayError(string)                    {}
 
 // Config configures a Gateway.
 type Config struct {
-	// Leases is the lease API (FromServer). Required.
+	// Leases is the lease API (Remote). Required.
 	Leases Leases
-	// Authenticator and Authorizer are the lease API's (Server.Auth). Required.
+	// Authenticator and Authorizer check callers as the lease API does
+	// (lease.NewKubernetesAuth, or NoAuth). Required.
 	Authenticator lease.Authenticator
 	Authorizer    lease.Authorizer
 	// AuthNone: the password is ignored (--lease-auth=none).
@@ -188,10 +189,6 @@ type caller struct {
 // ServeHTTP answers CONNECT with a tunnel and absolute-form http:// requests
 // by forwarding them, each through a leased upstream.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !g.cfg.Leases.Leading() {
-		g.fail(w, r, http.StatusServiceUnavailable, ReasonNotLeader, "this replica is not the leader: retry through the gateway Service, which routes to the leader", time.Second)
-		return
-	}
 	c, ok := g.admit(w, r)
 	if !ok {
 		return

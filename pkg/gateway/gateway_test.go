@@ -26,8 +26,9 @@ import (
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
-// unit is a gateway on a real lease store and API (no auth, a fake clock)
-// with in-process forward proxies as upstreams.
+// unit is a gateway calling a real lease API over HTTP (Remote), as a
+// gateway-tier replica does, on a store with no auth and a fake clock, with
+// in-process forward proxies as upstreams.
 type unit struct {
 	clock    *clocktesting.FakeClock
 	store    *lease.Store
@@ -66,8 +67,12 @@ func startUnit(t *testing.T, upstreams ...string) *unit {
 	}
 	api := httptest.NewServer(srv.Handler())
 	u.leaseAPI = api.URL
+	remote, err := gateway.NewRemote(gateway.RemoteConfig{URLs: []string{api.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	u.gw, err = gateway.New(gateway.Config{
-		Leases: gateway.FromServer(srv), Authenticator: auth, Authorizer: auth, AuthNone: true,
+		Leases: remote, Authenticator: auth, Authorizer: auth, AuthNone: true,
 		SessionIdle: time.Minute, Clock: u.clock, JanitorInterval: time.Hour, // Tidy is driven by the test
 	})
 	if err != nil {

@@ -93,10 +93,6 @@ func newHTTPClient() *http.Client {
 	return &http.Client{Timeout: 90 * time.Second, Transport: t}
 }
 
-// Leading is always true: without a leader, new connections wait in
-// Acquire (up to LeaderWait) instead of being refused.
-func (r *Remote) Leading() bool { return true }
-
 // LeaderReachable reports whether a leader answered within the last few
 // seconds: the gateway's readiness.
 func (r *Remote) LeaderReachable() bool {

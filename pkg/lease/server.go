@@ -126,9 +126,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// Leading reports whether the server answers /v1 calls.
-func (s *Server) Leading() bool { return s.leading.Load() }
-
 // StartLeading makes this replica the lease API's leader. Call it after the
 // leader election was won and the Feed has synced. With a HorizonStore it
 // claims it first, retrying until ctx ends (the only error); the store then

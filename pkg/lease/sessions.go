@@ -1,20 +1,17 @@
 package lease
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
-	"time"
 
 	"k8s.io/klog/v2"
 )
 
-// Sticky sessions as a unit, and the exported door the gateway (pkg/gateway)
-// uses to the same leases as the HTTP API. Kept in a file of its own so that
-// the session call and the gateway's needs stay apart from the core server
-// and store.
+// Sticky sessions as a unit: the store's view of a session's leases and the
+// session call (DELETE /v1/sessions/{session}) that the gateway's callers
+// use to move a session. Kept in a file of its own so that the session call
+// stays apart from the core server and store.
 
 // SessionLeases returns owner's live leases acquired with session in scope
 // (the acquire's namespace, "" for any), oldest grant first.
@@ -118,44 +115,4 @@ func (s *Server) releaseSession(w http.ResponseWriter, r *http.Request) {
 	klog.FromContext(r.Context()).V(4).Info("Session released", "session", session, "namespace", q.namespace,
 		"outcome", q.release.outcome, "leases", len(leases), "user", user.Name)
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// The gateway's door: the same store, auth and credentials as the HTTP API,
-// with the horizon kept ahead of every grant and renewal.
-
-// Auth returns the authenticator and authorizer of the API, so that the
-// gateway checks callers exactly as the API does.
-func (s *Server) Auth() (Authenticator, Authorizer) { return s.authn, s.authz }
-
-// AcquireWithCredentials grants a lease as POST /v1/leases does (the
-// persisted horizon extended when needed) and returns the proxy's
-// credentials with it (nil when it needs none). A lease whose credentials
-// are unavailable is released with OutcomeError and an error returned.
-func (s *Server) AcquireWithCredentials(ctx context.Context, req AcquireRequest) (Lease, *Credentials, error) {
-	if !s.leading.Load() {
-		return Lease{}, nil, ErrNotLeader
-	}
-	l, err := s.acquireWithinHorizon(ctx, req)
-	if err != nil {
-		return Lease{}, nil, err
-	}
-	if s.credentials == nil {
-		return l, nil, nil
-	}
-	creds, err := s.credentials(ctx, l.Proxy)
-	if err != nil {
-		if relErr := s.store.ReleaseAs(req.Owner, l.ID, OutcomeError, ""); relErr != nil && !errors.Is(relErr, ErrUnknownLease) {
-			klog.FromContext(ctx).Error(relErr, "Returning a lease whose credentials are unavailable", "proxy", l.Proxy.Key)
-		}
-		return Lease{}, nil, fmt.Errorf("credentials of proxy %s: %w", l.Proxy.Key, err)
-	}
-	return l, creds, nil
-}
-
-// RenewLease renews owner's lease as POST /v1/leases/{id}/renew does.
-func (s *Server) RenewLease(ctx context.Context, owner, id string, ttl time.Duration) (Lease, error) {
-	if !s.leading.Load() {
-		return Lease{}, ErrNotLeader
-	}
-	return s.renewWithinHorizon(ctx, owner, id, ttl)
 }

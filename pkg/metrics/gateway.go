@@ -10,8 +10,8 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 )
 
-// Gateway is the gateway's metrics (pkg/gateway.Metrics). The operator's
-// Metrics embeds one; a gateway-tier replica serves one alone (NewGateway).
+// Gateway is the gateway's metrics (pkg/gateway.Metrics), which a
+// gateway-tier replica serves on a registry of its own (NewGateway).
 type Gateway struct {
 	connections *prometheus.CounterVec
 	active      prometheus.Gauge

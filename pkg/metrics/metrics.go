@@ -52,7 +52,6 @@ type Metrics struct {
 	health            healthMetrics
 	lease             leaseMetrics
 	leaseState        leaseStateMetrics
-	*Gateway          // gateway.go
 	pool              poolMetrics
 	poolDemand        poolDemandMetrics
 	leader            prometheus.Gauge
@@ -105,7 +104,6 @@ func New() *Metrics {
 		health:     newHealthMetrics(),
 		lease:      newLeaseMetrics(),
 		leaseState: newLeaseStateMetrics(),
-		Gateway:    newGatewayMetrics(),
 		pool:       newPoolMetrics(),
 		poolDemand: newPoolDemandMetrics(),
 		proxies:    &proxyCollector{desc: proxiesDesc},
@@ -127,7 +125,6 @@ func New() *Metrics {
 	m.lease.predeclare(lease.AcquireOutcomes, lease.LeaseEnds)
 	m.registry.MustRegister(m.lease.collectors()...)
 	m.registry.MustRegister(m.leaseState.collectors()...)
-	m.registry.MustRegister(m.Gateway.collectors()...)
 	m.registry.MustRegister(m.pool.collectors()...)
 	m.registry.MustRegister(m.poolDemand.collectors()...)
 	m.workqueue.mustRegister(m.registry)

@@ -229,10 +229,5 @@ func (op *operator) listen(ctx context.Context, o Options, m *metrics.Metrics) (
 		return nil, fmt.Errorf("--lease-addr: %w", err)
 	}
 	logger.Info("Serving the lease API", "addr", op.leaseListener.Addr().String(), "auth", o.LeaseAuth)
-	if err := op.listenGateway(o, m); err != nil { // gatewaywiring.go
-		ln.Close()
-		op.leaseListener.Close()
-		return nil, err
-	}
 	return ln, nil
 }

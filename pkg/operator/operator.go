@@ -35,7 +35,6 @@ import (
 
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/crawlpolicy"
-	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
@@ -144,9 +143,6 @@ type operator struct {
 	events record.EventBroadcaster
 	// kube records the leader loops' events.
 	kube kubernetes.Interface
-	// gateway and its listener, nil without --gateway-addr (gatewaywiring.go).
-	gateway         *gateway.Gateway
-	gatewayListener net.Listener
 	// electionWatchdog fails /healthz while this replica holds the leader
 	// lease but has stopped renewing it; nil without leader election.
 	electionWatchdog *leaderelection.HealthzAdaptor
@@ -204,9 +200,6 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 		// has called StartLeading. Shutdown wakes long polls with a 503.
 		return op.leases.Serve(gctx, op.leaseListener)
 	})
-	if op.gateway != nil {
-		g.Go(func() error { return op.gateway.Serve(gctx, op.gatewayListener) })
-	}
 	err := g.Wait()
 	op.events.Shutdown() // after the drain, whose events it still takes
 	if err == nil {

@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	kubernetesprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
@@ -128,14 +127,6 @@ type Options struct {
 	PodName      string
 	PodNamespace string
 
-	// Gateway (docs/gateway.md): GatewayAddr, when set, serves the gateway
-	// beside the lease API on every replica (the leader answers);
-	// GatewayWait is how long a connection waits for a free proxy;
-	// GatewaySessionIdle how long a session keeps its lease unused.
-	GatewayAddr        string
-	GatewayWait        time.Duration
-	GatewaySessionIdle time.Duration
-
 	// Profiling serves /debug/pprof/ on MetricsAddr (profiling.go).
 	Profiling bool
 }
@@ -196,7 +187,6 @@ func DefaultOptions() Options {
 		GCInterval:             10 * time.Minute,
 		PodName:                os.Getenv("POD_NAME"),
 		PodNamespace:           os.Getenv("POD_NAMESPACE"),
-		GatewaySessionIdle:     gateway.DefaultSessionIdle,
 	}
 }
 
@@ -258,35 +248,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.GCInterval, "gc-interval", o.GCInterval, "How often provider instances whose Proxy is gone are collected.")
 	fs.StringVar(&o.PodName, "pod-name", o.PodName, "The operator's own Pod (default $POD_NAME); the leader labels it "+LeaderLabel+"=true for the lease Service.")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "The namespace of the operator's own Pod (default $POD_NAMESPACE).")
-	o.addGatewayFlags(fs)
 	o.addProfilingFlags(fs)
-}
-
-// addGatewayFlags binds the gateway's flags (docs/gateway.md).
-func (o *Options) addGatewayFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.GatewayAddr, "gateway-addr", o.GatewayAddr, "Address of the gateway, a forward proxy on the lease store (docs/gateway.md): served on every replica, answered by the leader. Empty: off.")
-	fs.DurationVar(&o.GatewayWait, "gateway-wait", o.GatewayWait, "How long a gateway connection waits for a free proxy before it is answered 503 (at most the lease API's longest wait, 60s).")
-	fs.DurationVar(&o.GatewaySessionIdle, "gateway-session-idle", o.GatewaySessionIdle, "How long a gateway session keeps its lease without a connection.")
-}
-
-// validateGateway checks the gateway's flags.
-func (o *Options) validateGateway(bad badFlag) {
-	if o.GatewayWait < 0 || o.GatewayWait > lease.DefaultMaxWait {
-		bad("gateway-wait", "must be between 0s and %v, got %v", lease.DefaultMaxWait, o.GatewayWait)
-	}
-	if o.GatewaySessionIdle <= 0 {
-		bad("gateway-session-idle", "must be positive, got %v", o.GatewaySessionIdle)
-	}
-	if o.GatewayAddr == "" {
-		return
-	}
-	if checkAddr("gateway-addr", o.GatewayAddr, bad) {
-		for other, addr := range map[string]string{"lease-addr": o.LeaseAddr, "metrics-addr": o.MetricsAddr} {
-			if _, _, err := net.SplitHostPort(addr); err == nil && sameListenAddr(o.GatewayAddr, addr) {
-				bad("gateway-addr", "must differ from --%s (both are %q)", other, addr)
-			}
-		}
-	}
 }
 
 // float32Value is a flag.Value for rest.Config's float32 QPS.
@@ -337,7 +299,6 @@ func (o *Options) Validate() error {
 	o.validateLeases(bad)
 	o.validateHealth(bad)
 	o.validateProviders(bad)
-	o.validateGateway(bad)
 	return errors.Join(errs...)
 }
 

@@ -61,9 +61,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// harness is the leader's two doors on one lease store, as the operator
-// wires them: the lease API and the gateway, authenticating with the real
-// API server, fed by real Proxy and Secret informers.
+// harness is the lease API on a lease store fed by real Proxy, Secret and
+// CrawlPolicy informers, and a gateway-tier replica that calls it over HTTP
+// for its callers (tierDoors), as `proxy-operator gateway` does; both
+// authenticate with the real API server.
 type harness struct {
 	env      *testenv.Environment
 	kube     kubernetes.Interface
@@ -80,10 +81,7 @@ type harness struct {
 type harnessOptions struct {
 	wait        time.Duration
 	sessionIdle time.Duration
-	// tier runs the gateway as a gateway-tier replica does (tierDoors)
-	// instead of on the leader's own doors; gatewayAuth tunes its review
-	// budgets.
-	tier        bool
+	// gatewayAuth tunes the gateway's review budgets.
 	gatewayAuth lease.KubernetesAuthOptions
 }
 
@@ -135,11 +133,7 @@ func startHarness(t *testing.T, ns string, opts harnessOptions) *harness {
 	api.Start()
 	h.leaseURL = api.URL
 
-	leases := gateway.FromServer(srv)
-	authn, authz := srv.Auth()
-	if opts.tier {
-		leases, authn, authz = h.tierDoors(t, opts.gatewayAuth)
-	}
+	leases, authn, authz := h.tierDoors(t, opts.gatewayAuth)
 	h.gw, err = gateway.New(gateway.Config{
 		Leases: leases, Authenticator: authn, Authorizer: authz,
 		Wait: opts.wait, SessionIdle: opts.sessionIdle, JanitorInterval: 100 * time.Millisecond,

@@ -17,15 +17,15 @@ import (
 )
 
 // One tenant never reaches another through the gateway tier (issue 48):
-// each test runs a gateway as a gateway-tier replica (harnessOptions.tier)
-// against the lease API, both on the real API server.
+// each test runs a gateway-tier replica (tierDoors) against the lease API,
+// both on the real API server.
 
 // TestSessionBelongsToItsCaller: a second identity sending the same
 // session- term gets a session and a lease of its own, on another
 // upstream, instead of riding the first caller's lease and credentials;
 // the first caller's session keeps its upstream.
 func TestSessionBelongsToItsCaller(t *testing.T) {
-	h := startHarness(t, "gw-owner", harnessOptions{tier: true})
+	h := startHarness(t, "gw-owner", harnessOptions{})
 	ups := []*upstream{h.namedUpstream(t, "owner-a", "own", 10), h.namedUpstream(t, "owner-b", "own", 20)}
 	alice, bob := h.crawler(t, "alice", true), h.crawler(t, "bob", true)
 	target := startTarget(t)
@@ -66,7 +66,7 @@ func TestSessionBelongsToItsCaller(t *testing.T) {
 // only, whatever address it claims in headers; a crawler connecting from
 // another address gets its new token reviewed.
 func TestReviewBudgetIsPerSourceAddress(t *testing.T) {
-	h := startHarness(t, "gw-budget", harnessOptions{tier: true, gatewayAuth: lease.KubernetesAuthOptions{
+	h := startHarness(t, "gw-budget", harnessOptions{gatewayAuth: lease.KubernetesAuthOptions{
 		// Three new tokens per address, not refilled within the test; the
 		// overall budget out of the way.
 		TokenReviewPerSourceQPS: 0.001, TokenReviewPerSourceBurst: 3,
@@ -107,7 +107,7 @@ func TestReviewBudgetIsPerSourceAddress(t *testing.T) {
 // proxies, nor by one over all of crawl.proxyfleet.io; the gateway's role
 // of artifacts/rbac grants it, and the whole tier runs on that role.
 func TestActForNeedsItsOwnGrant(t *testing.T) {
-	h := startHarness(t, "gw-actfor", harnessOptions{tier: true})
+	h := startHarness(t, "gw-actfor", harnessOptions{})
 	ups := []*upstream{h.namedUpstream(t, "actfor-a", "actfor", 10)}
 	crawler := h.crawler(t, "crawler", true)
 	// The crawler as the gateway's TokenReview finds it.

@@ -23,11 +23,10 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
-// tierDoors are what a gateway-tier replica (pkg/gatewaycmd) uses instead
-// of the leader's own doors: its own ServiceAccount, bound cluster-wide to
-// artifacts/rbac/gateway-role.yaml and nothing else, reviews its callers
-// with the real API server and calls the lease API over HTTP for them
-// (act-for).
+// tierDoors are what a gateway-tier replica (pkg/gatewaycmd) uses: its own
+// ServiceAccount, bound cluster-wide to artifacts/rbac/gateway-role.yaml
+// and nothing else, reviews its callers with the real API server and calls
+// the lease API over HTTP for them (act-for).
 func (h *harness) tierDoors(t *testing.T, authOpts lease.KubernetesAuthOptions) (gateway.Leases, lease.Authenticator, lease.Authorizer) {
 	t.Helper()
 	token := h.clusterServiceAccount(t, "gateway", artifactRole(t, "gateway-role.yaml"))

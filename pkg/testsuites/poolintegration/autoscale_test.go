@@ -21,7 +21,6 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
-	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -373,8 +372,8 @@ func TestGatewayConnectionScalesFromZero(t *testing.T) {
 	if _, err := os.Stat(curlPath); err != nil {
 		t.Fatalf("%s: %v (install the test peers: make deps)", curlPath, err)
 	}
-	gw := fmt.Sprintf("127.0.0.1:%d", operatortest.FreePorts(t, 1)[0])
-	pt := newPoolTest(t, "--gateway-addr="+gw, "--gateway-wait=60s")
+	pt := newPoolTest(t)
+	gw := pt.startGateway("--gateway-wait=60s")
 	target := proxytest.StartHTTPTarget(t)
 	pt.create(newPool("gw", 0, target.URL, autoscaled(crawlv1alpha1.PoolAutoscaling{
 		MinReplicas: ptr.To[int32](0), MaxReplicas: 2, TargetUtilization: ptr.To[int32](100),

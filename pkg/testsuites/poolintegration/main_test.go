@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
 
@@ -37,6 +39,8 @@ type poolTest struct {
 	flags    []string
 	env      []string // the operator's environment beyond flags (the aws provider's)
 	op       *operatortest.Process
+	// gateway is the gateway-tier replica startGateway ran, nil before.
+	gateway *operatortest.Process
 }
 
 func newPoolTest(t *testing.T, extra ...string) *poolTest {
@@ -66,6 +70,26 @@ func (pt *poolTest) startOperator(name string) *operatortest.Process {
 		Binary: shared.Get(pt.t).Binary, Name: name, Args: append(operatortest.NamespaceArgs(kubeconfig, pt.ns), pt.flags...),
 		Env: pt.env, LogsEnv: "POOL_LOGS",
 	})
+}
+
+// startGateway runs one gateway-tier replica (`proxy-operator gateway`,
+// docs/gateway.md) on the first operator's lease API, without auth as the
+// operator, and returns its listen address (host:port) once it reaches the
+// leader.
+func (pt *poolTest) startGateway(extra ...string) string {
+	pt.t.Helper()
+	pt.gateway = operatortest.Start(pt.t, operatortest.ProcessOptions{
+		Binary: shared.Get(pt.t).Binary, Name: "gateway", Gateway: true, LogsEnv: "POOL_LOGS",
+		Args: append([]string{"--lease-url=http://" + pt.op.LeaseAddr, "--lease-auth=none", "--drain-delay=0s"}, extra...),
+	})
+	eventually.Check(pt.t, time.Minute, interval, "the gateway reaches the lease API's leader", func(ctx context.Context) error {
+		status, body, err := pt.gateway.Get(ctx, "/readyz")
+		if err != nil || status != http.StatusOK {
+			return fmt.Errorf("/readyz: %d %s %v", status, body, err)
+		}
+		return nil
+	})
+	return pt.gateway.LeaseAddr
 }
 
 // fastHealthCheck probes every second through the proxy to a loopback target.

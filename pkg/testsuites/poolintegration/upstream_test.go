@@ -26,7 +26,6 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
-	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
@@ -127,8 +126,8 @@ func sessionOf(p *crawlv1alpha1.Proxy) string {
 func TestUpstreamPoolIsOneExitIPPerMember(t *testing.T) {
 	vendor := proxytest.StartVendorSquid(t, proxytest.VendorOptions{UsernamePattern: vendorPattern, Password: vendorPassword, ExitIPs: 12})
 	echo := echoServer(t)
-	gw := fmt.Sprintf("127.0.0.1:%d", operatortest.FreePorts(t, 1)[0])
-	pt := newPoolTest(t, "--providers=upstream", "--gateway-addr="+gw)
+	pt := newPoolTest(t, "--providers=upstream")
+	gw := pt.startGateway()
 	pt.createCredentialsSecret("vendor", map[string]string{"password": vendorPassword})
 	pt.create(&crawlv1alpha1.ProxyPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "res"},
@@ -172,7 +171,7 @@ func TestUpstreamPoolIsOneExitIPPerMember(t *testing.T) {
 		t.Errorf("through the gateway the target saw %s; the session's member %s has exit IP %s", got, held[0].Proxy.Name, want)
 	}
 	// The network bills per GB: the gateway's bytes are counted per pool.
-	scraped, err := pt.op.Scrape(t.Context())
+	scraped, err := pt.gateway.Scrape(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,8 +296,8 @@ func eventSays(events []corev1.Event, object, text string) bool {
 	return false
 }
 
-// noPasswordShown fails when password is in any Proxy's status, any event
-// or the operator's log.
+// noPasswordShown fails when password is in any Proxy's status, any event,
+// the operator's log or the gateway's.
 func (pt *poolTest) noPasswordShown(t *testing.T, password string, events []corev1.Event) {
 	t.Helper()
 	var where []string
@@ -318,6 +317,9 @@ func (pt *poolTest) noPasswordShown(t *testing.T, password string, events []core
 	}
 	if strings.Contains(pt.op.Logs(), password) {
 		where = append(where, "the operator's log")
+	}
+	if pt.gateway != nil && strings.Contains(pt.gateway.Logs(), password) {
+		where = append(where, "the gateway's log")
 	}
 	if len(where) > 0 {
 		t.Error(errors.New("the vendor's password appears in " + strings.Join(where, ", ")))
@@ -348,8 +350,8 @@ func TestScrapyCrawlsOwnAndNetworkIPs(t *testing.T) {
 		t.Cleanup(srv.Close)
 		hosts = append(hosts, srv.URL)
 	}
-	gw := fmt.Sprintf("127.0.0.1:%d", operatortest.FreePorts(t, 1)[0])
-	pt := newPoolTest(t, "--providers=local,upstream", "--gateway-addr="+gw)
+	pt := newPoolTest(t, "--providers=local,upstream")
+	gw := pt.startGateway()
 	pt.createCredentialsSecret("vendor", map[string]string{"password": vendorPassword})
 	pt.create(newPool("own", 2, proxytest.StartHTTPTarget(t).URL))
 	pt.create(&crawlv1alpha1.ProxyPool{

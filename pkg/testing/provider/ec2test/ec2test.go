@@ -121,9 +121,9 @@ type options struct {
 	// principals are the access keys besides AccessKeyID, each with its
 	// own policy (nil: allowed everything).
 	principals map[string]*Policy
-	pageSize       int
-	publicIP       func(n int) string
-	boot           func(Instance) (halt func())
+	pageSize   int
+	publicIP   func(n int) string
+	boot       func(Instance) (halt func())
 }
 
 // Option configures a Server.

@@ -7,8 +7,7 @@
 // gateway in rotating mode (a lease acquired and released per tunnel, a
 // username to parse, the upstream's credentials to add): two
 // `proxy-operator gateway` replicas calling the lease API over HTTP (the
-// tier, as installed), or the operator's own --gateway-addr
-// (-gateway=leader). Measured: new CONNECT tunnels
+// tier, as installed). Measured: new CONNECT tunnels
 // per second (one request each; a TLS handshake and an HTTPS GET each),
 // bulk bytes per second through established tunnels, latency per tunnel,
 // and each process's CPU time per tunnel or per GiB; in two topologies
@@ -51,7 +50,6 @@ func main() {
 	flag.StringVar(&o.operator, "operator", "", "a prebuilt cmd/proxy-operator to measure (default: built from this tree), for before/after comparisons")
 	flag.StringVar(&o.topologies, "topologies", "shared,own-core", "which placements to measure: shared (every process on every core), own-core (the gateway on a core of its own)")
 	flag.StringVar(&o.kinds, "measurements", "tunnels,tls,bulk", "which measurements to run: tunnels (one request each), tls (a TLS handshake and a GET each), bulk")
-	flag.StringVar(&o.gatewayMode, "gateway", "tier", "where the gateway runs: tier (proxy-operator gateway replicas, as installed) or leader (the operator's --gateway-addr)")
 	flag.Parse()
 	out, err := run(context.Background(), o)
 	if err != nil {
@@ -68,8 +66,6 @@ type options struct {
 	operator   string
 	topologies string
 	kinds      string
-	// gatewayMode is "tier" or "leader".
-	gatewayMode string
 }
 
 func progress(format string, args ...any) {
@@ -90,8 +86,7 @@ type setup struct {
 	meter                meter
 	fp, op               *child
 	operatorMetrics      string
-	// replicas are the gateway tier's processes and addresses (none with
-	// -gateway=leader).
+	// replicas are the gateway tier's processes and addresses.
 	replicas     []*child
 	replicaAddrs []string
 }
@@ -156,12 +151,9 @@ func run(ctx context.Context, o options) (string, error) {
 		logs, _ := os.ReadFile(filepath.Join(dir, "operator.log"))
 		return "", fmt.Errorf("%w; operator log:\n%s", err, logs)
 	}
-	s.meter = meter{upstreamPID: s.fp.pid(), gatewayPIDs: []int{s.op.pid()}}
-	if len(s.replicas) > 0 {
-		s.meter = meter{upstreamPID: s.fp.pid(), leasesPID: s.op.pid()}
-		for _, r := range s.replicas {
-			s.meter.gatewayPIDs = append(s.meter.gatewayPIDs, r.pid())
-		}
+	s.meter = meter{upstreamPID: s.fp.pid(), leasesPID: s.op.pid()}
+	for _, r := range s.replicas {
+		s.meter.gatewayPIDs = append(s.meter.gatewayPIDs, r.pid())
 	}
 
 	var b strings.Builder
@@ -171,7 +163,7 @@ func run(ctx context.Context, o options) (string, error) {
 	fmt.Fprintf(&b, "Processes: this bench (the clients and the origins they reach), cmd/forward-proxy (the upstream, basic auth), "+
 		"%s (rotating mode: a lease acquired and released per tunnel, the upstream's credentials added), "+
 		"kube-apiserver and etcd (idle during the measurements, never pinned). "+
-		"The reference is the same clients straight to the same forward-proxy, in the same run.\n\n", gatewayWords(o.gatewayMode))
+		"The reference is the same clients straight to the same forward-proxy, in the same run.\n\n", gatewayWords)
 
 	// Warm up both paths.
 	for _, p := range []string{s.upstream, s.gateway} {
@@ -309,7 +301,7 @@ func (s *setup) placement(name string) (placement, error) {
 		if runtime.NumCPU() < 2 {
 			return placement{}, fmt.Errorf("topology own-core needs 2 cores, this machine has %d", runtime.NumCPU())
 		}
-		return placement{title: fmt.Sprintf("Gateway on a core of its own: the bench and the forward-proxy pinned to CPU 0 in both paths, the operator to CPU 1 (as the gateway in its own Pod; other users of this machine still share both cores)."),
+		return placement{title: fmt.Sprintf("Gateway on a core of its own: the bench and the forward-proxy pinned to CPU 0 in both paths, the gateway replicas and the operator (the lease API) to CPU 1 (as the gateway in its own Pods; other users of this machine still share both cores)."),
 			load: "0", upstream: "0", gateway: fmt.Sprintf("1-%d", runtime.NumCPU()-1)}, nil
 	}
 	return placement{}, fmt.Errorf("unknown topology %q (want shared or own-core)", name)

@@ -16,9 +16,8 @@ import (
 
 // The processes under test: cmd/forward-proxy (the upstream, as a Pod
 // instance runs it), cmd/proxy-operator (the lease API) and the gateway:
-// `proxy-operator gateway` replicas (the tier, as installed), or the
-// operator's own --gateway-addr (-gateway=leader). Each is a process of
-// its own so that its CPU can be counted and placed apart.
+// `proxy-operator gateway` replicas (the tier, as installed). Each is a
+// process of its own so that its CPU can be counted and placed apart.
 
 // child is a process the bench started and kills at the end.
 type child struct {
@@ -116,12 +115,12 @@ func selfCPU() time.Duration {
 // cpuSpent is the CPU time each party used during one measurement.
 type cpuSpent struct {
 	load, upstream, gateway time.Duration
-	// leases is the operator's (the lease API's) when it is not the gateway.
+	// leases is the operator's (the lease API's).
 	leases time.Duration
 }
 
 // meter reads the CPU counters of the parties: the gateway replicas are
-// summed; leasesPID is 0 when the operator is the gateway.
+// summed; leasesPID is the operator's.
 type meter struct {
 	upstreamPID, leasesPID int
 	gatewayPIDs            []int
@@ -140,10 +139,8 @@ func (m meter) read() (cpuSpent, error) {
 		}
 		c.gateway += gw
 	}
-	if m.leasesPID != 0 {
-		if c.leases, err = procstat.CPU(m.leasesPID); err != nil {
-			return cpuSpent{}, err
-		}
+	if c.leases, err = procstat.CPU(m.leasesPID); err != nil {
+		return cpuSpent{}, err
 	}
 	return c, nil
 }

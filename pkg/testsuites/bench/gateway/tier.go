@@ -17,16 +17,12 @@ import (
 // two table.
 const tierReplicas = 2
 
-func gatewayWords(mode string) string {
-	if mode == "leader" {
-		return "cmd/proxy-operator with --gateway-addr and --lease-auth=none (the gateway inside the leader)"
-	}
-	return fmt.Sprintf("cmd/proxy-operator with --lease-auth=none (the lease API) and %d `proxy-operator gateway` replicas "+
-		"calling it over HTTP for each lease (the tier, as installed; the tables use the first replica, CPU counts both)", tierReplicas)
-}
+// gatewayWords says in the report what serves the gateway.
+var gatewayWords = fmt.Sprintf("cmd/proxy-operator with --lease-auth=none (the lease API) and %d `proxy-operator gateway` replicas "+
+	"calling it over HTTP for each lease (the tier, as installed; the tables use the first replica, CPU counts both)", tierReplicas)
 
-// startGateways starts the operator, with the gateway inside it
-// (-gateway=leader) or beside it as the tier's replicas.
+// startGateways starts the operator (the lease API) and the tier's
+// replicas beside it.
 func startGateways(s *setup, operatorBin, dir, kubeconfig string) (*child, error) {
 	ports := make([]int, 2+2*tierReplicas)
 	for i := range ports {
@@ -37,20 +33,12 @@ func startGateways(s *setup, operatorBin, dir, kubeconfig string) (*child, error
 	}
 	s.operatorMetrics = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	leaseAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	args := []string{fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]), "--lease-addr=" + leaseAddr,
-		"--kubeconfig=" + kubeconfig, "--namespace=" + namespace, "--leader-elect-namespace=" + namespace, "--lease-auth=none",
-		"--providers=local", "--local-state-dir=" + filepath.Join(dir, "instances")}
-	switch s.o.gatewayMode {
-	case "leader":
-		s.gateway = fmt.Sprintf("127.0.0.1:%d", ports[2])
-		args = append(args, "--gateway-addr="+s.gateway)
-	case "tier":
-	default:
-		return nil, fmt.Errorf("-gateway=%q: want tier or leader", s.o.gatewayMode)
-	}
-	op, err := start("proxy-operator", operatorBin, filepath.Join(dir, "operator.log"), []string{"KUBECONFIG=", "POD_NAME=", "POD_NAMESPACE="}, args...)
-	if err != nil || s.o.gatewayMode == "leader" {
-		return op, err
+	op, err := start("proxy-operator", operatorBin, filepath.Join(dir, "operator.log"), []string{"KUBECONFIG=", "POD_NAME=", "POD_NAMESPACE="},
+		fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[0]), "--lease-addr="+leaseAddr,
+		"--kubeconfig="+kubeconfig, "--namespace="+namespace, "--leader-elect-namespace="+namespace, "--lease-auth=none",
+		"--providers=local", "--local-state-dir="+filepath.Join(dir, "instances"))
+	if err != nil {
+		return nil, err
 	}
 	for i := range tierReplicas {
 		addr := fmt.Sprintf("127.0.0.1:%d", ports[2+2*i])
@@ -59,6 +47,9 @@ func startGateways(s *setup, operatorBin, dir, kubeconfig string) (*child, error
 			"--lease-url=http://"+leaseAddr, "--lease-auth=none", "--drain-delay=0s")
 		if err != nil {
 			op.stop()
+			for _, started := range s.replicas {
+				started.stop()
+			}
 			return nil, err
 		}
 		s.replicas, s.replicaAddrs = append(s.replicas, r), append(s.replicaAddrs, addr)
