@@ -55,3 +55,4 @@ kube::codegen::gen_client \
     "$ROOT/pkg/apis"
 
 go tool controller-gen crd:allowDangerousTypes=false paths=./pkg/apis/... output:crd:dir="$ROOT/artifacts/crd"
+cp "$ROOT"/artifacts/crd/*.yaml "$ROOT"/artifacts/helm/proxy-operator/crds/  # the chart ships them byte for byte (artifacts/install_test.go)

@@ -38,6 +38,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.AWSProviderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("AWSSpot"):
 		return &crawlv1alpha1.AWSSpotApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BanDetection"):
+		return &crawlv1alpha1.BanDetectionApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CloudInit"):
 		return &crawlv1alpha1.CloudInitApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CrawlPolicy"):
@@ -56,6 +58,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.EndpointApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("GCEProvider"):
 		return &crawlv1alpha1.GCEProviderApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("HeaderPattern"):
+		return &crawlv1alpha1.HeaderPatternApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("HealthCheck"):
 		return &crawlv1alpha1.HealthCheckApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("HealthCheckTLS"):
@@ -66,8 +70,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.KubernetesProviderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalSecretRef"):
 		return &crawlv1alpha1.LocalSecretRefApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("OutcomeCounts"):
+		return &crawlv1alpha1.OutcomeCountsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PoolAutoscaling"):
 		return &crawlv1alpha1.PoolAutoscalingApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolCost"):
+		return &crawlv1alpha1.PoolCostApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PoolDemand"):
 		return &crawlv1alpha1.PoolDemandApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PoolRecycle"):
@@ -80,6 +88,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.PoolScaleUpApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PoolStrategy"):
 		return &crawlv1alpha1.PoolStrategyApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolUsage"):
+		return &crawlv1alpha1.PoolUsageApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Proxy"):
 		return &crawlv1alpha1.ProxyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ProxyAuth"):

@@ -36,6 +36,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSImage":            schema_pkg_apis_crawl_v1alpha1_AWSImage(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider":         schema_pkg_apis_crawl_v1alpha1_AWSProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSSpot":             schema_pkg_apis_crawl_v1alpha1_AWSSpot(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.BanDetection":        schema_pkg_apis_crawl_v1alpha1_BanDetection(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit":           schema_pkg_apis_crawl_v1alpha1_CloudInit(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CrawlPolicy":         schema_pkg_apis_crawl_v1alpha1_CrawlPolicy(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CrawlPolicyList":     schema_pkg_apis_crawl_v1alpha1_CrawlPolicyList(ref),
@@ -46,19 +47,23 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainRuleStatus":    schema_pkg_apis_crawl_v1alpha1_DomainRuleStatus(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint":            schema_pkg_apis_crawl_v1alpha1_Endpoint(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider":         schema_pkg_apis_crawl_v1alpha1_GCEProvider(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HeaderPattern":       schema_pkg_apis_crawl_v1alpha1_HeaderPattern(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck":         schema_pkg_apis_crawl_v1alpha1_HealthCheck(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheckTLS":      schema_pkg_apis_crawl_v1alpha1_HealthCheckTLS(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesAllowFrom": schema_pkg_apis_crawl_v1alpha1_KubernetesAllowFrom(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider":  schema_pkg_apis_crawl_v1alpha1_KubernetesProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider":       schema_pkg_apis_crawl_v1alpha1_LocalProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalSecretRef":      schema_pkg_apis_crawl_v1alpha1_LocalSecretRef(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts":       schema_pkg_apis_crawl_v1alpha1_OutcomeCounts(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolAutoscaling":     schema_pkg_apis_crawl_v1alpha1_PoolAutoscaling(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolCost":            schema_pkg_apis_crawl_v1alpha1_PoolCost(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolDemand":          schema_pkg_apis_crawl_v1alpha1_PoolDemand(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycle":         schema_pkg_apis_crawl_v1alpha1_PoolRecycle(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycleStatus":   schema_pkg_apis_crawl_v1alpha1_PoolRecycleStatus(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRemediation":     schema_pkg_apis_crawl_v1alpha1_PoolRemediation(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolScaleUp":         schema_pkg_apis_crawl_v1alpha1_PoolScaleUp(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolStrategy":        schema_pkg_apis_crawl_v1alpha1_PoolStrategy(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolUsage":           schema_pkg_apis_crawl_v1alpha1_PoolUsage(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Proxy":               schema_pkg_apis_crawl_v1alpha1_Proxy(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth":           schema_pkg_apis_crawl_v1alpha1_ProxyAuth(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress":         schema_pkg_apis_crawl_v1alpha1_ProxyEgress(ref),
@@ -541,6 +546,107 @@ func schema_pkg_apis_crawl_v1alpha1_AWSSpot(ref common.ReferenceCallback) common
 	}
 }
 
+func schema_pkg_apis_crawl_v1alpha1_BanDetection(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "BanDetection says what a ban looks like on the domains of a rule: a response the gateway can see (every plain-HTTP request; HTTPS only in a namespace that opted into inspection) that matches any of its signs is a ban of the IP that fetched it, for that domain. Unset on a rule: the default, statusCodes 401, 403 and 429.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"statusCodes": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "StatusCodes that mean a ban. Unset: 401, 403, 429.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"integer"},
+										Format: "int32",
+									},
+								},
+							},
+						},
+					},
+					"bodyPatterns": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "BodyPatterns are RE2 regular expressions searched in the first bodyBytes of a response's body (a 200 challenge page, say). An invalid pattern is reported in the policy's Valid condition and ignored.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"bodyBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "BodyBytes is how much of a body bodyPatterns search. Default 4096.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"headers": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Headers are response headers whose value, matched by an RE2 pattern, means a ban (a vendor's block header, say).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HeaderPattern"),
+									},
+								},
+							},
+						},
+					},
+					"maxTimeToFirstByte": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxTimeToFirstByte: a response whose headers take longer than this to arrive is a ban (a tarpit). Unset: time is not judged.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"retries": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Retries is how many more times the gateway sends an idempotent request (GET, HEAD or OPTIONS without a body) on a fresh IP after a ban, invisibly to the crawler but for its response headers. Default 2.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"disabled": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Disabled: no response of these domains is judged; only a crawler's release reports a ban.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HeaderPattern", metav1.Duration{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_crawl_v1alpha1_CloudInit(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -752,6 +858,34 @@ func schema_pkg_apis_crawl_v1alpha1_CrawlPolicyStatus(ref common.ReferenceCallba
 							Format: "int64",
 						},
 					},
+					"outcomes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Outcomes sum Rules' outcomes.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts"),
+						},
+					},
+					"conditions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"type",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Conditions: Valid (False while a field cannot be applied as written, such as a pattern that is not RE2; its message names the field).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(metav1.Condition{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 					"rules": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -777,7 +911,7 @@ func schema_pkg_apis_crawl_v1alpha1_CrawlPolicyStatus(ref common.ReferenceCallba
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainRuleStatus"},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainRuleStatus", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts", metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 
@@ -785,7 +919,7 @@ func schema_pkg_apis_crawl_v1alpha1_DomainLimits(ref common.ReferenceCallback) c
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "DomainLimits is one budget. Unset limits do not bind.",
+				Description: "DomainLimits is one budget, and what a ban looks like. Unset limits do not bind.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"maxConcurrent": {
@@ -807,11 +941,17 @@ func schema_pkg_apis_crawl_v1alpha1_DomainLimits(ref common.ReferenceCallback) c
 							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
 						},
 					},
+					"banDetection": {
+						SchemaProps: spec.SchemaProps{
+							Description: "BanDetection says what a ban looks like on these domains, for the gateway to judge the responses it sees. Unset: 401, 403 and 429.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.BanDetection"),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			metav1.Duration{}.OpenAPIModelName()},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.BanDetection", metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -849,12 +989,18 @@ func schema_pkg_apis_crawl_v1alpha1_DomainRule(ref common.ReferenceCallback) com
 							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
 						},
 					},
+					"banDetection": {
+						SchemaProps: spec.SchemaProps{
+							Description: "BanDetection says what a ban looks like on these domains, for the gateway to judge the responses it sees. Unset: 401, 403 and 429.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.BanDetection"),
+						},
+					},
 				},
 				Required: []string{"host"},
 			},
 		},
 		Dependencies: []string{
-			metav1.Duration{}.OpenAPIModelName()},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.BanDetection", metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -897,10 +1043,19 @@ func schema_pkg_apis_crawl_v1alpha1_DomainRuleStatus(ref common.ReferenceCallbac
 							Format:      "int64",
 						},
 					},
+					"outcomes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Outcomes are the outcomes of requests and leases on the rule's domains.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts"),
+						},
+					},
 				},
 				Required: []string{"host", "inUse", "waited", "refused"},
 			},
 		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts"},
 	}
 }
 
@@ -1025,6 +1180,36 @@ func schema_pkg_apis_crawl_v1alpha1_GCEProvider(ref common.ReferenceCallback) co
 						},
 					},
 				},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_HeaderPattern(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "HeaderPattern is a response header and an RE2 pattern of its value.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name is the header's name (case does not matter).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"pattern": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Pattern is an RE2 regular expression of its value.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name", "pattern"},
 			},
 		},
 	}
@@ -1264,6 +1449,50 @@ func schema_pkg_apis_crawl_v1alpha1_LocalSecretRef(ref common.ReferenceCallback)
 	}
 }
 
+func schema_pkg_apis_crawl_v1alpha1_OutcomeCounts(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "OutcomeCounts counts outcomes: each response the gateway judged, and each lease a crawler released through the lease API, counts once.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"ok": {
+						SchemaProps: spec.SchemaProps{
+							Description: "OK counts successes.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"banned": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Banned counts bans.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"error": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Error counts failures that were not bans (the proxy or target failed).",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"successRate": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SuccessRate is ok over all outcomes, as a percentage (\"97.5%\"); empty before the first outcome.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_crawl_v1alpha1_PoolAutoscaling(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1312,6 +1541,42 @@ func schema_pkg_apis_crawl_v1alpha1_PoolAutoscaling(ref common.ReferenceCallback
 		},
 		Dependencies: []string{
 			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolScaleUp", metav1.Duration{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_PoolCost(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PoolCost is what a pool's members cost, as the user states it (the operator never guesses a price).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"currency": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Currency is an ISO 4217 code (USD, EUR).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"perInstanceHour": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PerInstanceHour is what one member costs per hour it exists, a decimal such as \"0.0104\".",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"perGiB": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PerGiB is what a GiB through a member costs (a proxy network's price), a decimal such as \"4.00\". Counted from the gateway's bytes.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"currency"},
+			},
+		},
 	}
 }
 
@@ -1525,6 +1790,56 @@ func schema_pkg_apis_crawl_v1alpha1_PoolStrategy(ref common.ReferenceCallback) c
 		},
 		Dependencies: []string{
 			"k8s.io/apimachinery/pkg/util/intstr.IntOrString"},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_PoolUsage(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PoolUsage is what a pool has used and what it cost, counted by the leader since the pool was created (a new leader goes on from the counts here).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"outcomes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Outcomes are the outcomes of requests and leases on the members.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts"),
+						},
+					},
+					"instanceHours": {
+						SchemaProps: spec.SchemaProps{
+							Description: "InstanceHours is how long members have existed, summed, to the hundredth of an hour.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"transferredGiB": {
+						SchemaProps: spec.SchemaProps{
+							Description: "TransferredGiB is how many GiB went through the members by the gateway, to the hundredth.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"cost": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Cost is instanceHours and transferredGiB at spec.cost's prices, with its currency (\"12.34 USD\"); empty without spec.cost.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"costPer1000OK": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CostPer1000OK is cost per 1,000 successful outcomes (\"0.52 USD\"); empty without spec.cost or before the first success.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts"},
 	}
 }
 
@@ -1863,12 +2178,18 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolSpec(ref common.ReferenceCallback) 
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolAutoscaling"),
 						},
 					},
+					"cost": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Cost is what the members cost, for status.usage's cost and cost per 1,000 successes. Unset: no cost is reported.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolCost"),
+						},
+					},
 				},
 				Required: []string{"template"},
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolAutoscaling", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycle", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRemediation", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolStrategy", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTemplate", metav1.Duration{}.OpenAPIModelName()},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolAutoscaling", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolCost", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycle", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRemediation", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolStrategy", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTemplate", metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -1945,6 +2266,12 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolStatus(ref common.ReferenceCallback
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolDemand"),
 						},
 					},
+					"usage": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Usage is the members' outcomes, what they used and what it cost (outcome_types.go).",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolUsage"),
+						},
+					},
 					"conditions": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -1970,7 +2297,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolStatus(ref common.ReferenceCallback
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolDemand", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycleStatus", metav1.Condition{}.OpenAPIModelName()},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolDemand", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolRecycleStatus", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolUsage", metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 

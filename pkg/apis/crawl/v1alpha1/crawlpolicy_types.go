@@ -13,6 +13,8 @@ import (
 // +kubebuilder:printcolumn:name="In-use",type=integer,JSONPath=`.status.inUse`,description="Leases the rules' budgets hold now"
 // +kubebuilder:printcolumn:name="Waited",type=integer,JSONPath=`.status.waited`,description="Acquires that had to wait for a rule's budget"
 // +kubebuilder:printcolumn:name="Refused",type=integer,JSONPath=`.status.refused`,description="Acquires refused with 429 for a rule's budget"
+// +kubebuilder:printcolumn:name="Success",type=string,JSONPath=`.status.outcomes.successRate`,priority=1,description="Successful outcomes over all, on the rules' domains"
+// +kubebuilder:printcolumn:name="Banned",type=integer,JSONPath=`.status.outcomes.banned`,priority=1,description="Outcomes judged or reported as bans"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // CrawlPolicy makes the fleet crawl a domain like one careful client: the
@@ -66,8 +68,9 @@ type DomainRule struct {
 	DomainLimits `json:",inline"`
 }
 
-// DomainLimits is one budget. Unset limits do not bind.
-// +kubebuilder:validation:XValidation:rule="has(self.maxConcurrent) || has(self.minInterval) || has(self.minIntervalPerProxy)",message="set maxConcurrent, minInterval or minIntervalPerProxy"
+// DomainLimits is one budget, and what a ban looks like. Unset limits do
+// not bind.
+// +kubebuilder:validation:XValidation:rule="has(self.maxConcurrent) || has(self.minInterval) || has(self.minIntervalPerProxy) || has(self.banDetection)",message="set maxConcurrent, minInterval, minIntervalPerProxy or banDetection"
 type DomainLimits struct {
 	// MaxConcurrent is how many live leases for the domain the fleet holds
 	// at most.
@@ -91,6 +94,11 @@ type DomainLimits struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('24h')",message="must be between 1ms and 24h"
 	// +optional
 	MinIntervalPerProxy *metav1.Duration `json:"minIntervalPerProxy,omitempty"`
+
+	// BanDetection says what a ban looks like on these domains, for the
+	// gateway to judge the responses it sees. Unset: 401, 403 and 429.
+	// +optional
+	BanDetection *BanDetection `json:"banDetection,omitempty"`
 }
 
 // CrawlPolicyStatus is the budgets' use.
@@ -111,6 +119,17 @@ type CrawlPolicyStatus struct {
 	// +optional
 	Refused int64 `json:"refused,omitempty"`
 
+	// Outcomes sum Rules' outcomes.
+	// +optional
+	Outcomes OutcomeCounts `json:"outcomes"`
+
+	// Conditions: Valid (False while a field cannot be applied as written,
+	// such as a pattern that is not RE2; its message names the field).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
 	// Rules is each rule's use; the default rule's host is "*".
 	// +listType=map
 	// +listMapKey=host
@@ -128,6 +147,10 @@ type DomainRuleStatus struct {
 	Waited int64 `json:"waited"`
 	// Refused counts acquires refused (429) for the budget.
 	Refused int64 `json:"refused"`
+	// Outcomes are the outcomes of requests and leases on the rule's
+	// domains.
+	// +optional
+	Outcomes OutcomeCounts `json:"outcomes"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -22,16 +22,26 @@ func TestCrawlPolicyValidation(t *testing.T) {
 		spec      string
 		wantField string // "" : accepted
 	}{
-		"rules and default":    {spec: `{rules: [{host: shop.example, maxConcurrent: 3}, {host: "*.example.com", minInterval: 200ms}], default: {maxConcurrent: 20}}`},
-		"default only":         {spec: `{default: {minIntervalPerProxy: 5s}}`},
-		"empty":                {spec: `{}`, wantField: "spec"},
-		"rule without limits":  {spec: `{rules: [{host: shop.example}]}`, wantField: "spec.rules[0]"},
-		"host with a port":     {spec: `{rules: [{host: "shop.example:443", maxConcurrent: 1}]}`, wantField: "spec.rules[0].host"},
-		"host upper case":      {spec: `{rules: [{host: Shop.Example, maxConcurrent: 1}]}`, wantField: "spec.rules[0].host"},
-		"wildcard inside":      {spec: `{rules: [{host: "a.*.example", maxConcurrent: 1}]}`, wantField: "spec.rules[0].host"},
-		"maxConcurrent zero":   {spec: `{rules: [{host: shop.example, maxConcurrent: 0}]}`, wantField: "spec.rules[0].maxConcurrent"},
-		"minInterval too long": {spec: `{rules: [{host: shop.example, minInterval: 48h}]}`, wantField: "spec.rules[0].minInterval"},
-		"host twice":           {spec: `{rules: [{host: a.example, maxConcurrent: 1}, {host: a.example, maxConcurrent: 2}]}`, wantField: "spec.rules[1]"},
+		"rules and default":         {spec: `{rules: [{host: shop.example, maxConcurrent: 3}, {host: "*.example.com", minInterval: 200ms}], default: {maxConcurrent: 20}}`},
+		"default only":              {spec: `{default: {minIntervalPerProxy: 5s}}`},
+		"empty":                     {spec: `{}`, wantField: "spec"},
+		"rule without limits":       {spec: `{rules: [{host: shop.example}]}`, wantField: "spec.rules[0]"},
+		"host with a port":          {spec: `{rules: [{host: "shop.example:443", maxConcurrent: 1}]}`, wantField: "spec.rules[0].host"},
+		"host upper case":           {spec: `{rules: [{host: Shop.Example, maxConcurrent: 1}]}`, wantField: "spec.rules[0].host"},
+		"wildcard inside":           {spec: `{rules: [{host: "a.*.example", maxConcurrent: 1}]}`, wantField: "spec.rules[0].host"},
+		"maxConcurrent zero":        {spec: `{rules: [{host: shop.example, maxConcurrent: 0}]}`, wantField: "spec.rules[0].maxConcurrent"},
+		"minInterval too long":      {spec: `{rules: [{host: shop.example, minInterval: 48h}]}`, wantField: "spec.rules[0].minInterval"},
+		"host twice":                {spec: `{rules: [{host: a.example, maxConcurrent: 1}, {host: a.example, maxConcurrent: 2}]}`, wantField: "spec.rules[1]"},
+		"ban detection only":        {spec: `{rules: [{host: shop.example, banDetection: {statusCodes: [403], bodyPatterns: [challenge], headers: [{name: X-Block, pattern: "."}], maxTimeToFirstByte: 20s, retries: 3}}]}`},
+		"default ban detection off": {spec: `{default: {banDetection: {disabled: true}}}`},
+		"ban status not a status":   {spec: `{rules: [{host: shop.example, banDetection: {statusCodes: [403, 99]}}]}`, wantField: "spec.rules[0].banDetection.statusCodes[1]"},
+		"ban status twice":          {spec: `{rules: [{host: shop.example, banDetection: {statusCodes: [403, 403]}}]}`, wantField: "spec.rules[0].banDetection.statusCodes[1]"},
+		"ban pattern too long":      {spec: `{default: {banDetection: {bodyPatterns: ["` + strings.Repeat("a", 257) + `"]}}}`, wantField: "spec.default.banDetection.bodyPatterns[0]"},
+		"ban body bytes too many":   {spec: `{default: {banDetection: {bodyBytes: 65537}}}`, wantField: "spec.default.banDetection.bodyBytes"},
+		"ban header name a phrase":  {spec: `{default: {banDetection: {headers: [{name: "X Block", pattern: "."}]}}}`, wantField: "spec.default.banDetection.headers[0].name"},
+		"ban header twice":          {spec: `{default: {banDetection: {headers: [{name: X-A, pattern: "."}, {name: X-A, pattern: "b"}]}}}`, wantField: "spec.default.banDetection.headers[1]"},
+		"ban time too short":        {spec: `{default: {banDetection: {maxTimeToFirstByte: 1ms}}}`, wantField: "spec.default.banDetection.maxTimeToFirstByte"},
+		"ban retries too many":      {spec: `{default: {banDetection: {retries: 6}}}`, wantField: "spec.default.banDetection.retries"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := &crawlv1alpha1.CrawlPolicy{ObjectMeta: metav1.ObjectMeta{Name: strings.ReplaceAll(name, " ", "-")}}

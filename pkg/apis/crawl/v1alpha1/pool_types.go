@@ -22,6 +22,8 @@ import (
 // +kubebuilder:printcolumn:name="Held",type=integer,priority=1,JSONPath=`.status.demand.held`,description="Lease slots held on the members"
 // +kubebuilder:printcolumn:name="Waiting",type=integer,priority=1,JSONPath=`.status.demand.waiting`,description="Acquires waiting for a slot a member would fill"
 // +kubebuilder:printcolumn:name="Wanted",type=integer,priority=1,JSONPath=`.status.demand.desiredReplicas`,description="Members the autoscaler asks for (spec.autoscaling)"
+// +kubebuilder:printcolumn:name="Success",type=string,priority=1,JSONPath=`.status.usage.outcomes.successRate`,description="Successful outcomes over all on the members"
+// +kubebuilder:printcolumn:name="Cost/1k",type=string,priority=1,JSONPath=`.status.usage.costPer1000OK`,description="Cost per 1,000 successful outcomes (spec.cost)"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // ProxyPool is a fleet of Managed proxies made from one template: it keeps
@@ -98,6 +100,11 @@ type ProxyPoolSpec struct {
 	// owns spec.replicas (see PoolAutoscaling).
 	// +optional
 	Autoscaling *PoolAutoscaling `json:"autoscaling,omitempty"`
+
+	// Cost is what the members cost, for status.usage's cost and cost per
+	// 1,000 successes. Unset: no cost is reported.
+	// +optional
+	Cost *PoolCost `json:"cost,omitempty"`
 }
 
 // ProxyTemplate is the metadata and spec of every member.
@@ -211,6 +218,11 @@ type ProxyPoolStatus struct {
 	// Demand is the lease demand on the pool (autoscale_types.go).
 	// +optional
 	Demand *PoolDemand `json:"demand,omitempty"`
+
+	// Usage is the members' outcomes, what they used and what it cost
+	// (outcome_types.go).
+	// +optional
+	Usage *PoolUsage `json:"usage,omitempty"`
 
 	// Conditions: Available (at least replicas - maxUnavailable members are
 	// available), Progressing (members are being created, drained or

@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+import (
+	v1 "k8s.io/client-go/applyconfigurations/meta/v1"
+)
+
 // CrawlPolicyStatusApplyConfiguration represents a declarative configuration of the CrawlPolicyStatus type for use
 // with apply.
 //
@@ -31,6 +35,11 @@ type CrawlPolicyStatusApplyConfiguration struct {
 	InUse   *int64 `json:"inUse,omitempty"`
 	Waited  *int64 `json:"waited,omitempty"`
 	Refused *int64 `json:"refused,omitempty"`
+	// Outcomes sum Rules' outcomes.
+	Outcomes *OutcomeCountsApplyConfiguration `json:"outcomes,omitempty"`
+	// Conditions: Valid (False while a field cannot be applied as written,
+	// such as a pattern that is not RE2; its message names the field).
+	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// Rules is each rule's use; the default rule's host is "*".
 	Rules []DomainRuleStatusApplyConfiguration `json:"rules,omitempty"`
 }
@@ -78,6 +87,27 @@ func (b *CrawlPolicyStatusApplyConfiguration) WithWaited(value int64) *CrawlPoli
 // If called multiple times, the Refused field is set to the value of the last call.
 func (b *CrawlPolicyStatusApplyConfiguration) WithRefused(value int64) *CrawlPolicyStatusApplyConfiguration {
 	b.Refused = &value
+	return b
+}
+
+// WithOutcomes sets the Outcomes field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Outcomes field is set to the value of the last call.
+func (b *CrawlPolicyStatusApplyConfiguration) WithOutcomes(value *OutcomeCountsApplyConfiguration) *CrawlPolicyStatusApplyConfiguration {
+	b.Outcomes = value
+	return b
+}
+
+// WithConditions adds the given value to the Conditions field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Conditions field.
+func (b *CrawlPolicyStatusApplyConfiguration) WithConditions(values ...*v1.ConditionApplyConfiguration) *CrawlPolicyStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithConditions")
+		}
+		b.Conditions = append(b.Conditions, *values[i])
+	}
 	return b
 }
 

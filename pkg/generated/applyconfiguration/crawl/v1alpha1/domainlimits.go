@@ -25,7 +25,8 @@ import (
 // DomainLimitsApplyConfiguration represents a declarative configuration of the DomainLimits type for use
 // with apply.
 //
-// DomainLimits is one budget. Unset limits do not bind.
+// DomainLimits is one budget, and what a ban looks like. Unset limits do
+// not bind.
 type DomainLimitsApplyConfiguration struct {
 	// MaxConcurrent is how many live leases for the domain the fleet holds
 	// at most.
@@ -36,6 +37,9 @@ type DomainLimitsApplyConfiguration struct {
 	// MinIntervalPerProxy is the least time between two grants for the
 	// domain on one proxy (Go duration).
 	MinIntervalPerProxy *v1.Duration `json:"minIntervalPerProxy,omitempty"`
+	// BanDetection says what a ban looks like on these domains, for the
+	// gateway to judge the responses it sees. Unset: 401, 403 and 429.
+	BanDetection *BanDetectionApplyConfiguration `json:"banDetection,omitempty"`
 }
 
 // DomainLimitsApplyConfiguration constructs a declarative configuration of the DomainLimits type for use with
@@ -65,5 +69,13 @@ func (b *DomainLimitsApplyConfiguration) WithMinInterval(value v1.Duration) *Dom
 // If called multiple times, the MinIntervalPerProxy field is set to the value of the last call.
 func (b *DomainLimitsApplyConfiguration) WithMinIntervalPerProxy(value v1.Duration) *DomainLimitsApplyConfiguration {
 	b.MinIntervalPerProxy = &value
+	return b
+}
+
+// WithBanDetection sets the BanDetection field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the BanDetection field is set to the value of the last call.
+func (b *DomainLimitsApplyConfiguration) WithBanDetection(value *BanDetectionApplyConfiguration) *DomainLimitsApplyConfiguration {
+	b.BanDetection = value
 	return b
 }

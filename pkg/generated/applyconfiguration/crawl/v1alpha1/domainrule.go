@@ -69,3 +69,11 @@ func (b *DomainRuleApplyConfiguration) WithMinIntervalPerProxy(value v1.Duration
 	b.DomainLimitsApplyConfiguration.MinIntervalPerProxy = &value
 	return b
 }
+
+// WithBanDetection sets the BanDetection field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the BanDetection field is set to the value of the last call.
+func (b *DomainRuleApplyConfiguration) WithBanDetection(value *BanDetectionApplyConfiguration) *DomainRuleApplyConfiguration {
+	b.DomainLimitsApplyConfiguration.BanDetection = value
+	return b
+}

@@ -31,6 +31,9 @@ type DomainRuleStatusApplyConfiguration struct {
 	Waited *int64 `json:"waited,omitempty"`
 	// Refused counts acquires refused (429) for the budget.
 	Refused *int64 `json:"refused,omitempty"`
+	// Outcomes are the outcomes of requests and leases on the rule's
+	// domains.
+	Outcomes *OutcomeCountsApplyConfiguration `json:"outcomes,omitempty"`
 }
 
 // DomainRuleStatusApplyConfiguration constructs a declarative configuration of the DomainRuleStatus type for use with
@@ -68,5 +71,13 @@ func (b *DomainRuleStatusApplyConfiguration) WithWaited(value int64) *DomainRule
 // If called multiple times, the Refused field is set to the value of the last call.
 func (b *DomainRuleStatusApplyConfiguration) WithRefused(value int64) *DomainRuleStatusApplyConfiguration {
 	b.Refused = &value
+	return b
+}
+
+// WithOutcomes sets the Outcomes field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Outcomes field is set to the value of the last call.
+func (b *DomainRuleStatusApplyConfiguration) WithOutcomes(value *OutcomeCountsApplyConfiguration) *DomainRuleStatusApplyConfiguration {
+	b.Outcomes = value
 	return b
 }

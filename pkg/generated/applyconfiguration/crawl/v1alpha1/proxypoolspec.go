@@ -54,6 +54,9 @@ type ProxyPoolSpecApplyConfiguration struct {
 	// Autoscaling sizes the pool from its lease demand; the operator then
 	// owns spec.replicas (see PoolAutoscaling).
 	Autoscaling *PoolAutoscalingApplyConfiguration `json:"autoscaling,omitempty"`
+	// Cost is what the members cost, for status.usage's cost and cost per
+	// 1,000 successes. Unset: no cost is reported.
+	Cost *PoolCostApplyConfiguration `json:"cost,omitempty"`
 }
 
 // ProxyPoolSpecApplyConfiguration constructs a declarative configuration of the ProxyPoolSpec type for use with
@@ -123,5 +126,13 @@ func (b *ProxyPoolSpecApplyConfiguration) WithRecycle(value *PoolRecycleApplyCon
 // If called multiple times, the Autoscaling field is set to the value of the last call.
 func (b *ProxyPoolSpecApplyConfiguration) WithAutoscaling(value *PoolAutoscalingApplyConfiguration) *ProxyPoolSpecApplyConfiguration {
 	b.Autoscaling = value
+	return b
+}
+
+// WithCost sets the Cost field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Cost field is set to the value of the last call.
+func (b *ProxyPoolSpecApplyConfiguration) WithCost(value *PoolCostApplyConfiguration) *ProxyPoolSpecApplyConfiguration {
+	b.Cost = value
 	return b
 }

@@ -50,6 +50,9 @@ type ProxyPoolStatusApplyConfiguration struct {
 	Recycled *PoolRecycleStatusApplyConfiguration `json:"recycled,omitempty"`
 	// Demand is the lease demand on the pool (autoscale_types.go).
 	Demand *PoolDemandApplyConfiguration `json:"demand,omitempty"`
+	// Usage is the members' outcomes, what they used and what it cost
+	// (outcome_types.go).
+	Usage *PoolUsageApplyConfiguration `json:"usage,omitempty"`
 	// Conditions: Available (at least replicas - maxUnavailable members are
 	// available), Progressing (members are being created, drained or
 	// replaced), RemediationAllowed (False while more than maxUnhealthy
@@ -134,6 +137,14 @@ func (b *ProxyPoolStatusApplyConfiguration) WithRecycled(value *PoolRecycleStatu
 // If called multiple times, the Demand field is set to the value of the last call.
 func (b *ProxyPoolStatusApplyConfiguration) WithDemand(value *PoolDemandApplyConfiguration) *ProxyPoolStatusApplyConfiguration {
 	b.Demand = value
+	return b
+}
+
+// WithUsage sets the Usage field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Usage field is set to the value of the last call.
+func (b *ProxyPoolStatusApplyConfiguration) WithUsage(value *PoolUsageApplyConfiguration) *ProxyPoolStatusApplyConfiguration {
+	b.Usage = value
 	return b
 }
 
