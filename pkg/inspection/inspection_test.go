@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"strings"
 	"testing"
@@ -183,5 +184,48 @@ func TestLeafNeverOutlivesItsCA(t *testing.T) {
 	}
 	if leaf.Leaf.NotAfter.After(ca.Cert.NotAfter) {
 		t.Errorf("leaf ends %v, after its CA's %v", leaf.Leaf.NotAfter, ca.Cert.NotAfter)
+	}
+}
+
+func TestCASetRotatesWithAnOverlap(t *testing.T) {
+	first := CASet{Current: newTestCA(t)}
+	rotateAt := first.Current.Cert.NotAfter.Add(-DefaultRotateBefore)
+	rotated, err := first.Rotated("crawlers", rotateAt, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := rotated.SecretData()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseSecretData(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !back.Current.Cert.Equal(rotated.Current.Cert) || !back.Previous.Equal(first.Current.Cert) {
+		t.Fatal("ParseSecretData(SecretData()) is not the set")
+	}
+	// During the overlap both are trusted; once the old one ends, only the new.
+	pool := func(bundle []byte) int {
+		n := 0
+		for rest := bundle; ; n++ {
+			var b *pem.Block
+			if b, rest = pem.Decode(rest); b == nil {
+				return n
+			}
+		}
+	}
+	if n := pool(back.Bundle(rotateAt)); n != 2 {
+		t.Errorf("bundle during the overlap holds %d certificates, want 2", n)
+	}
+	after := first.Current.Cert.NotAfter.Add(time.Second)
+	if n := pool(back.Bundle(after)); n != 1 {
+		t.Errorf("bundle after the old CA ended holds %d certificates, want 1", n)
+	}
+	if back.Pruned(after).Previous != nil || back.Pruned(rotateAt).Previous == nil {
+		t.Error("Pruned drops the previous certificate at the wrong time")
+	}
+	if bytes.Contains(back.Bundle(rotateAt), []byte("PRIVATE KEY")) {
+		t.Error("the bundle holds a private key")
 	}
 }
