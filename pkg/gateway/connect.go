@@ -36,41 +36,25 @@ var errRefused = errors.New("upstream refused")
 // serveConnect opens a tunnel to r.Host through a leased upstream: CONNECT
 // to the upstream with its own credentials, then bytes both ways, never
 // read. An upstream that refuses is released with outcome error and the
-// next one tried, once.
+// next one tried, once. In a namespace that opted into inspection, a
+// CONNECT to port 443 is inspected instead (inspect.go).
 func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, c caller) {
 	authority := r.Host
 	if !validAuthority(authority) {
 		g.fail(w, r, http.StatusBadRequest, ReasonBadRequest, fmt.Sprintf("CONNECT needs host:port, got %q", truncate(authority)), 0)
 		return
 	}
-	logger := klog.FromContext(r.Context())
-	domain := domainOf(authority)
-	var (
-		u        *use
-		upstream net.Conn
-		pending  []byte
-		lastErr  error
-	)
-	for attempt := 0; attempt < 2; attempt++ {
-		var err error
-		if u, err = g.take(r.Context(), c, domain); err != nil {
-			if attempt == 0 {
-				g.acquireError(w, r, err)
-				return
-			}
-			break // the refusal below is the better answer
-		}
-		upstream, pending, err = g.dialConnect(r.Context(), u.h.upstream, authority)
-		if err == nil {
-			break
-		}
-		logger.V(2).Info("Upstream refused CONNECT; releasing it with outcome error", "proxy", u.h.proxy, "target", authority, "attempt", attempt+1, "err", err)
-		lastErr = fmt.Errorf("proxy %s: %w", u.h.proxy, err)
-		u.refused()
-		u = nil
+	if m := g.minterFor(c, authority); m != nil {
+		g.serveInspected(w, r, c, m, authority)
+		return
 	}
+	u, upstream, pending, err := g.openTunnel(r.Context(), c, authority)
 	if u == nil {
-		g.fail(w, r, http.StatusBadGateway, ReasonUpstreamRefused, fmt.Sprintf("the upstream refused the tunnel (and so did the next one tried): %v", lastErr), 0)
+		if errors.Is(err, errRefused) {
+			g.fail(w, r, http.StatusBadGateway, ReasonUpstreamRefused, fmt.Sprintf("the upstream refused the tunnel (and so did the next one tried): %v", err), 0)
+		} else {
+			g.acquireError(w, r, err)
+		}
 		return
 	}
 	client, brw, err := http.NewResponseController(w).Hijack()
@@ -80,6 +64,51 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, c caller)
 		g.fail(w, r, http.StatusInternalServerError, ReasonUpstreamFailed, "cannot tunnel on this connection", 0)
 		return
 	}
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection Established\r\n\r\n"); err != nil {
+		client.Close()
+		upstream.Close()
+		u.done()
+		return
+	}
+	var early []byte
+	if n := brw.Reader.Buffered(); n > 0 { // what the client sent right behind its CONNECT
+		early, _ = brw.Reader.Peek(n)
+	}
+	g.tunnel(r.Context(), client, upstream, u, pending, early, authority)
+}
+
+// openTunnel takes a lease for authority's domain and asks its upstream
+// for a tunnel there, trying the next proxy once if the upstream refuses.
+// On success it returns the use, the upstream connection and the bytes
+// the upstream sent behind its answer; on failure a nil use and the error
+// (errRefused when upstreams refused, else the acquire's).
+func (g *Gateway) openTunnel(ctx context.Context, c caller, authority string) (*use, net.Conn, []byte, error) {
+	logger := klog.FromContext(ctx)
+	var lastErr error
+	for attempt := 0; attempt < 2; attempt++ {
+		u, err := g.take(ctx, c, domainOf(authority))
+		if err != nil {
+			if attempt == 0 {
+				return nil, nil, nil, err
+			}
+			break // the refusal is the better answer
+		}
+		upstream, pending, err := g.dialConnect(ctx, u.h.upstream, authority)
+		if err == nil {
+			return u, upstream, pending, nil
+		}
+		logger.V(2).Info("Upstream refused CONNECT; releasing it with outcome error", "proxy", u.h.proxy, "target", authority, "attempt", attempt+1, "err", err)
+		lastErr = fmt.Errorf("proxy %s: %w", u.h.proxy, err)
+		u.refused()
+	}
+	return nil, nil, nil, lastErr
+}
+
+// tunnel splices an answered CONNECT's client connection to its upstream
+// until both ends close, and then gives the use back. pending is what the
+// upstream sent behind its answer, early what the client sent behind its
+// request.
+func (g *Gateway) tunnel(ctx context.Context, client, upstream net.Conn, u *use, pending, early []byte, authority string) {
 	if !g.trackTunnel(client, upstream) {
 		u.done()
 		return
@@ -93,24 +122,20 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, c caller)
 	defer g.cfg.Metrics.AddGatewayActive(-1)
 
 	_ = client.SetDeadline(time.Time{})
-	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection Established\r\n\r\n"); err != nil {
-		return
-	}
-	if len(pending) > 0 { // what the upstream sent right behind its 200
+	if len(pending) > 0 {
 		if _, err := client.Write(pending); err != nil {
 			return
 		}
 		g.cfg.Metrics.AddGatewayBytes(DirectionDown, u.h.proxy.Namespace, u.h.pool, int64(len(pending)))
 	}
-	if n := brw.Reader.Buffered(); n > 0 { // what the client sent right behind its CONNECT
-		early, _ := brw.Reader.Peek(n)
+	if len(early) > 0 {
 		if _, err := upstream.Write(early); err != nil {
 			return
 		}
-		g.cfg.Metrics.AddGatewayBytes(DirectionUp, u.h.proxy.Namespace, u.h.pool, int64(n))
+		g.cfg.Metrics.AddGatewayBytes(DirectionUp, u.h.proxy.Namespace, u.h.pool, int64(len(early)))
 	}
 	g.splice(client, upstream, u.h)
-	if v := logger.V(4); v.Enabled() { // the arguments would escape even when not logged
+	if v := klog.FromContext(ctx).V(4); v.Enabled() { // the arguments would escape even when not logged
 		v.Info("Tunnel closed", "proxy", u.h.proxy, "target", authority, "mode", u.mode)
 	}
 }
@@ -228,28 +253,33 @@ func validAuthority(hostport string) bool {
 	return true
 }
 
-// trackTunnel registers a hijacked tunnel so that Serve can close it at
-// shutdown; false when shutdown has begun (both are closed then).
-func (g *Gateway) trackTunnel(client, upstream net.Conn) bool {
+// trackTunnel registers a hijacked tunnel's connections (or an inspected
+// crawler's) so that Serve can close them at shutdown; false when shutdown
+// has begun (they are closed then).
+func (g *Gateway) trackTunnel(conns ...net.Conn) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		client.Close()
-		upstream.Close()
+		for _, c := range conns {
+			c.Close()
+		}
 		return false
 	}
-	g.tunnels[client] = struct{}{}
-	g.tunnels[upstream] = struct{}{}
+	for _, c := range conns {
+		g.tunnels[c] = struct{}{}
+	}
 	g.tunnelsWG.Add(1)
 	return true
 }
 
-func (g *Gateway) untrackTunnel(client, upstream net.Conn) {
-	client.Close()
-	upstream.Close()
+func (g *Gateway) untrackTunnel(conns ...net.Conn) {
+	for _, c := range conns {
+		c.Close()
+	}
 	g.mu.Lock()
-	delete(g.tunnels, client)
-	delete(g.tunnels, upstream)
+	for _, c := range conns {
+		delete(g.tunnels, c)
+	}
 	g.mu.Unlock()
 	g.tunnelsWG.Done()
 }

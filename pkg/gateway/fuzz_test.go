@@ -77,7 +77,7 @@ func (fuzzLeases) Release(context.Context, lease.User, string, lease.Outcome, st
 func (fuzzLeases) Get(context.Context, lease.User, string) (lease.Lease, error) {
 	return lease.Lease{}, lease.ErrUnknownLease
 }
-func (fuzzLeases) ReleaseSession(context.Context, lease.User, string, string, lease.Outcome) error {
+func (fuzzLeases) ReleaseSession(context.Context, lease.User, string, string, lease.Outcome, string) error {
 	return nil
 }
 

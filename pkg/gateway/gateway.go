@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -47,11 +49,15 @@ const (
 	ReasonUnavailable     = "unavailable"
 	ReasonUpstreamRefused = "upstream_refused"
 	ReasonUpstreamFailed  = "upstream_failed"
+	// ReasonTargetCertificate: an inspected target's certificate did not
+	// verify; nothing was sent to it.
+	ReasonTargetCertificate = "target_certificate"
 )
 
 // ErrorReasons lists every reason, for pre-declared metrics.
 var ErrorReasons = []string{ReasonBadUsername, ReasonBadRequest, ReasonUnauthenticated, ReasonForbidden,
-	ReasonAuthUnavailable, ReasonNotLeader, ReasonNoneFree, ReasonDomainLimited, ReasonUnavailable, ReasonUpstreamRefused, ReasonUpstreamFailed}
+	ReasonAuthUnavailable, ReasonNotLeader, ReasonNoneFree, ReasonDomainLimited, ReasonUnavailable, ReasonUpstreamRefused, ReasonUpstreamFailed,
+	ReasonTargetCertificate}
 
 // Modes, the label of the connections metric.
 const (
@@ -117,6 +123,14 @@ type Config struct {
 	// at. Default one second.
 	JanitorInterval time.Duration
 	Metrics         Metrics
+	// Inspection, when set, gives the CAs of the namespaces that opted
+	// into TLS inspection (inspect.go); nil: nothing is inspected.
+	Inspection Minters
+	// TargetRootCAs verify inspected targets' certificates. Default: the
+	// system's roots.
+	TargetRootCAs *x509.CertPool
+	// InspectedPorts are the CONNECT ports inspected. Default 443.
+	InspectedPorts []string
 }
 
 // Gateway is the forward proxy. It is an http.Handler; Serve runs it with
@@ -162,6 +176,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NoMetrics{}
 	}
+	if len(cfg.InspectedPorts) == 0 {
+		cfg.InspectedPorts = []string{defaultInspectedPort}
+	}
 	g := &Gateway{
 		cfg:      cfg,
 		sessions: map[sessionKey]*session{},
@@ -176,6 +193,9 @@ func New(cfg Config) (*Gateway, error) {
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: 60 * time.Second,
 		DisableCompression:    true, // pass bodies through as they come
+		// Inspected targets: verified, never downgraded.
+		TLSClientConfig:     &tls.Config{RootCAs: cfg.TargetRootCAs, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout: cfg.DialTimeout,
 	}
 	return g, nil
 }
@@ -365,14 +385,16 @@ func (g *Gateway) acquire(ctx context.Context, c caller, domain string) (*holdin
 	return h, nil
 }
 
-// lease is a connection's hold on an upstream: done gives it back (rotating)
-// or marks the session idle-able, refused drops it after the upstream
-// refused, so that the next try gets another.
+// use is a connection's hold on an upstream: done gives it back (rotating)
+// or marks the session idle-able; refused drops it after the upstream
+// refused, and banned after a response judged a ban for domain, so that
+// the next try gets another.
 type use struct {
 	h       *holding
 	mode    string
 	done    func()
 	refused func()
+	banned  func(domain string)
 }
 
 // take finds the upstream for a connection: the session's, or a new lease.
@@ -385,15 +407,18 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 		g.mu.Lock()
 		g.rotating[h] = struct{}{}
 		g.mu.Unlock()
-		drop := func(outcome lease.Outcome) func() {
-			return func() {
-				g.mu.Lock()
-				delete(g.rotating, h)
-				g.mu.Unlock()
-				h.release(context.WithoutCancel(ctx), g.cfg.Leases, outcome, klog.FromContext(ctx))
-			}
+		drop := func(outcome lease.Outcome, domain string) {
+			g.mu.Lock()
+			delete(g.rotating, h)
+			g.mu.Unlock()
+			h.release(context.WithoutCancel(ctx), g.cfg.Leases, outcome, domain, klog.FromContext(ctx))
 		}
-		return &use{h: h, mode: ModeRotating, done: drop(lease.OutcomeOK), refused: drop(lease.OutcomeError)}, nil
+		return &use{
+			h: h, mode: ModeRotating,
+			done:    func() { drop(lease.OutcomeOK, "") },
+			refused: func() { drop(lease.OutcomeError, "") },
+			banned:  func(domain string) { drop(lease.OutcomeBanned, domain) },
+		}, nil
 	}
 
 	key := sessionKeyOf(c)
@@ -427,24 +452,27 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 		s.mu.Unlock()
 	}
 	s.acquiring.Unlock()
+	// A refusal or a ban moves the session: the lease may be shared with
+	// other replicas, so the session call ends it for all of them, and
+	// the store's sticky choice goes with it.
+	move := func(outcome lease.Outcome, domain string) {
+		s.mu.Lock()
+		if s.held == h {
+			s.held = nil
+		}
+		s.mu.Unlock()
+		h.drop()
+		if err := g.cfg.Leases.ReleaseSession(context.WithoutCancel(ctx), c.user, c.target.Namespace, c.target.Session, outcome, domain); err != nil {
+			klog.FromContext(ctx).Error(err, "Releasing a session to move it to another upstream", "session", c.target.Session, "proxy", h.proxy, "outcome", outcome)
+		}
+		g.leaveSession(s)
+	}
 	return &use{
-		h:    h,
-		mode: ModeSession,
-		done: func() { g.leaveSession(s) },
-		refused: func() {
-			s.mu.Lock()
-			if s.held == h {
-				s.held = nil
-			}
-			s.mu.Unlock()
-			// The lease may be shared with other replicas: the session
-			// call ends it for all of them and moves the session.
-			h.drop()
-			if err := g.cfg.Leases.ReleaseSession(context.WithoutCancel(ctx), c.user, c.target.Namespace, c.target.Session, lease.OutcomeError); err != nil {
-				klog.FromContext(ctx).Error(err, "Releasing a session whose upstream refused", "session", c.target.Session, "proxy", h.proxy)
-			}
-			g.leaveSession(s)
-		},
+		h:       h,
+		mode:    ModeSession,
+		done:    func() { g.leaveSession(s) },
+		refused: func() { move(lease.OutcomeError, "") },
+		banned:  func(domain string) { move(lease.OutcomeBanned, domain) },
 	}, nil
 }
 

@@ -38,7 +38,20 @@ type unit struct {
 	ups      map[string]*proxytest.Proxy
 }
 
+// unitOptions change what startUnitWith starts.
+type unitOptions struct {
+	// leaveFrom gives upstream i the exit address leaveFrom[i], when set.
+	leaveFrom []string
+	// gateway adjusts the gateway's Config.
+	gateway func(*gateway.Config)
+}
+
 func startUnit(t *testing.T, upstreams ...string) *unit {
+	t.Helper()
+	return startUnitWith(t, unitOptions{}, upstreams...)
+}
+
+func startUnitWith(t *testing.T, opts unitOptions, upstreams ...string) *unit {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -49,7 +62,11 @@ func startUnit(t *testing.T, upstreams ...string) *unit {
 		t.Fatal(err)
 	}
 	for i, name := range upstreams {
-		p := proxytest.StartInProcess(t, proxytest.Options{})
+		var popts proxytest.Options
+		if i < len(opts.leaveFrom) {
+			popts.Configure = proxytest.LeaveFrom(opts.leaveFrom[i])
+		}
+		p := proxytest.StartInProcess(t, popts)
 		u.ups[name] = p
 		u.store.Upsert(lease.ProxyInfo{
 			Key: cache.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID("uid-" + name), Ready: true,
@@ -71,10 +88,14 @@ func startUnit(t *testing.T, upstreams ...string) *unit {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.gw, err = gateway.New(gateway.Config{
+	cfg := gateway.Config{
 		Leases: remote, Authenticator: auth, Authorizer: auth, AuthNone: true,
 		SessionIdle: time.Minute, Clock: u.clock, JanitorInterval: time.Hour, // Tidy is driven by the test
-	})
+	}
+	if opts.gateway != nil {
+		opts.gateway(&cfg)
+	}
+	u.gw, err = gateway.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/proxyfleet/proxy-operator/pkg/bandetect"
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 )
 
@@ -25,6 +26,10 @@ type holding struct {
 	// upstream is the proxy's URL with its credentials in User: never
 	// logged, never shown to clients (use proxy to name it).
 	upstream *url.URL
+
+	// bans judges the responses through it: the ban detection of the
+	// lease's domain.
+	bans *bandetect.Detector
 
 	mu        sync.Mutex
 	id        string // changes at each renewal
@@ -42,8 +47,12 @@ func newHolding(user lease.User, l lease.Lease, creds *lease.Credentials) (*hold
 	if creds != nil {
 		u.User = url.UserPassword(creds.Username, creds.Password)
 	}
-	return &holding{proxy: l.Proxy.Key, pool: l.Proxy.Pool, user: user, upstream: u, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL}, nil
+	return &holding{proxy: l.Proxy.Key, pool: l.Proxy.Pool, user: user, upstream: u, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL,
+		bans: bandetect.Default()}, nil
 }
+
+// detector judges the responses through the holding.
+func (h *holding) detector() *bandetect.Detector { return h.bans }
 
 // live reports whether the lease is still ours. When the store cannot tell
 // (no leader during a failover) it is used as long as it has not expired.
@@ -60,15 +69,16 @@ func (h *holding) live(ctx context.Context, leases Leases, now time.Time) bool {
 	return true
 }
 
-// release gives the lease back once; later calls do nothing.
-func (h *holding) release(ctx context.Context, leases Leases, outcome lease.Outcome, logger klog.Logger) {
+// release gives the lease back once (with the domain of a ban); later
+// calls do nothing.
+func (h *holding) release(ctx context.Context, leases Leases, outcome lease.Outcome, domain string, logger klog.Logger) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended {
 		return
 	}
 	h.ended = true
-	if err := leases.Release(ctx, h.user, h.id, outcome, ""); err != nil && !leaseGone(err) && !errors.Is(err, lease.ErrNotLeader) {
+	if err := leases.Release(ctx, h.user, h.id, outcome, domain); err != nil && !leaseGone(err) && !errors.Is(err, lease.ErrNotLeader) {
 		logger.Error(err, "Releasing a gateway lease", "proxy", h.proxy, "outcome", outcome)
 	}
 }

@@ -22,9 +22,9 @@ type Leases interface {
 	// expired); any other error means it could not tell.
 	Get(ctx context.Context, user lease.User, id string) (lease.Lease, error)
 	// ReleaseSession releases the session's leases in scope with outcome
-	// and drops the store's sticky choice for it, so that its next
-	// connection gets another upstream.
-	ReleaseSession(ctx context.Context, user lease.User, scope, session string, outcome lease.Outcome) error
+	// (banned: for domain) and drops the store's sticky choice for it, so
+	// that its next connection gets another upstream.
+	ReleaseSession(ctx context.Context, user lease.User, scope, session string, outcome lease.Outcome, domain string) error
 }
 
 // leaseGone reports whether err says the lease is over for good.

@@ -9,8 +9,6 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
-
-	"k8s.io/klog/v2"
 )
 
 // hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1 (and the
@@ -50,68 +48,17 @@ func upstreamOf(r *http.Request) (*url.URL, error) {
 }
 
 // servePlain forwards an absolute-form http:// request through a leased
-// upstream. Rotating mode leases per request. A request the upstream never
-// answered (it could not be reached) or answered 407 (our credentials for
-// it are wrong) is tried once through the next proxy when its body can be
-// sent again.
+// upstream (forward).
 func (g *Gateway) servePlain(w http.ResponseWriter, r *http.Request, c caller) {
 	if !r.URL.IsAbs() || r.URL.Host == "" {
 		g.fail(w, r, http.StatusBadRequest, ReasonBadRequest, "this is a proxy: send absolute-form http:// requests, or CONNECT for anything else", 0)
 		return
 	}
 	if r.URL.Scheme != "http" {
-		g.fail(w, r, http.StatusBadRequest, ReasonBadRequest, fmt.Sprintf("plain requests must be http://, got %q: use CONNECT for https (the gateway never decrypts)", truncate(r.URL.Scheme)), 0)
+		g.fail(w, r, http.StatusBadRequest, ReasonBadRequest, fmt.Sprintf("plain requests must be http://, got %q: use CONNECT for https", truncate(r.URL.Scheme)), 0)
 		return
 	}
-	logger := klog.FromContext(r.Context())
-	out := r.Clone(r.Context())
-	out.RequestURI = ""
-	out.Close = false
-	removeHopHeaders(out.Header)
-	if _, ok := out.Header["User-Agent"]; !ok {
-		out.Header.Set("User-Agent", "") // the transport must not add Go's own
-	}
-	replayable := r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0
-	if r.ContentLength == 0 {
-		out.Body = nil
-	}
-
-	var lastErr error
-	for attempt := 0; attempt < 2; attempt++ {
-		u, err := g.take(r.Context(), c, domainOf(r.URL.Host))
-		if err != nil {
-			if attempt == 0 {
-				g.acquireError(w, r, err)
-				return
-			}
-			break
-		}
-		resp, err := g.roundTrip(out, u)
-		if err == nil && resp.StatusCode == http.StatusProxyAuthRequired {
-			resp.Body.Close()
-			err = fmt.Errorf("%w: the upstream rejected its credentials (407)", errRefused)
-		}
-		if err != nil {
-			if r.Context().Err() != nil {
-				u.done()
-				return
-			}
-			lastErr = fmt.Errorf("proxy %s: %w", u.h.proxy, err)
-			logger.V(2).Info("Upstream failed a plain request; releasing it with outcome error", "proxy", u.h.proxy, "host", r.URL.Host, "attempt", attempt+1, "err", err)
-			u.refused()
-			if !replayable {
-				break
-			}
-			continue
-		}
-		g.cfg.Metrics.ObserveGatewayConnection(u.mode, r.Method)
-		g.cfg.Metrics.AddGatewayActive(1)
-		g.copyResponse(w, resp, u.h)
-		g.cfg.Metrics.AddGatewayActive(-1)
-		u.done()
-		return
-	}
-	g.fail(w, r, http.StatusBadGateway, ReasonUpstreamRefused, fmt.Sprintf("the upstream failed the request: %v", lastErr), 0)
+	g.forward(w, r, c)
 }
 
 func (g *Gateway) roundTrip(out *http.Request, u *use) (*http.Response, error) {
@@ -127,15 +74,18 @@ func (g *Gateway) roundTrip(out *http.Request, u *use) (*http.Response, error) {
 	return resp, nil
 }
 
-func (g *Gateway) copyResponse(w http.ResponseWriter, resp *http.Response, h *holding) {
+// copyResponse answers with resp: prefix (the body's first bytes, read
+// to judge it) and then the rest of its body.
+func (g *Gateway) copyResponse(w http.ResponseWriter, resp *http.Response, prefix []byte, h *holding) {
 	defer resp.Body.Close()
 	removeHopHeaders(resp.Header)
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
+	written, _ := w.Write(prefix)
 	n, _ := io.Copy(flushWriter{w}, resp.Body)
-	g.cfg.Metrics.AddGatewayBytes(DirectionDown, h.proxy.Namespace, h.pool, n)
+	g.cfg.Metrics.AddGatewayBytes(DirectionDown, h.proxy.Namespace, h.pool, n+int64(written))
 }
 
 // redact removes an upstream's password from a message, should a library

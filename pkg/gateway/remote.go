@@ -224,9 +224,9 @@ func (r *Remote) Get(ctx context.Context, user lease.User, id string) (lease.Lea
 	return leaseOf(user, got), nil
 }
 
-func (r *Remote) ReleaseSession(ctx context.Context, user lease.User, scope, session string, outcome lease.Outcome) error {
+func (r *Remote) ReleaseSession(ctx context.Context, user lease.User, scope, session string, outcome lease.Outcome, domain string) error {
 	return leaseError(r.call(ctx, func(c *client.Client) error {
-		return c.ActingFor(user.Name, user.UID, user.Groups).ReleaseSession(ctx, scope, session, client.Outcome(outcome), "")
+		return c.ActingFor(user.Name, user.UID, user.Groups).ReleaseSession(ctx, scope, session, client.Outcome(outcome), domain)
 	}))
 }
 

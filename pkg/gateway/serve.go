@@ -176,7 +176,7 @@ func (g *Gateway) releaseAll(ctx context.Context, logger klog.Logger) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for h := range g.rotating {
-		h.release(ctx, g.cfg.Leases, lease.OutcomeOK, logger)
+		h.release(ctx, g.cfg.Leases, lease.OutcomeOK, "", logger)
 	}
 	for k, s := range g.sessions {
 		s.mu.Lock()

@@ -30,7 +30,7 @@ const ChallengeMarker = "cf-challenge-platform"
 // half the addresses with a challenge page.
 type Options struct {
 	// BanAfter is how many requests an address gets before it is banned.
-	// Default 20.
+	// Default 20; negative: none, every address is banned at once.
 	BanAfter int
 	// ChallengeShare is the share of addresses (0..1) banned with a 200
 	// challenge page instead of a 403. Default 0.5; negative: none.
@@ -58,8 +58,11 @@ type client struct {
 // Start runs a Site until the test ends.
 func Start(t testing.TB, opts Options) *Site {
 	t.Helper()
-	if opts.BanAfter <= 0 {
+	switch {
+	case opts.BanAfter == 0:
 		opts.BanAfter = 20
+	case opts.BanAfter < 0:
+		opts.BanAfter = 0
 	}
 	if opts.ChallengeShare == 0 {
 		opts.ChallengeShare = 0.5

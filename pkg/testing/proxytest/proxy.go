@@ -400,3 +400,12 @@ func Poll(timeout time.Duration, cond func() bool) error {
 		return cond(), fmt.Sprintf("condition not met after %v", timeout)
 	}))
 }
+
+// LeaveFrom makes an in-process proxy dial targets from ip (a loopback
+// address such as 127.0.4.1), so that a target sees each proxy as its own
+// exit IP: an Options.Configure.
+func LeaveFrom(ip string) func(*forwardproxy.Config) {
+	return func(cfg *forwardproxy.Config) {
+		cfg.DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}).DialContext
+	}
+}

@@ -1,0 +1,140 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/proxyfleet/proxy-operator/pkg/bandetect"
+)
+
+// Response headers that tell a crawler what the gateway did for it.
+const (
+	// HeaderAttempts: how many upstreams the request was sent through
+	// (more than 1 after a ban or a refusal).
+	HeaderAttempts = "Proxy-Operator-Attempts"
+	// HeaderProxy: the Proxy that answered, namespace/name.
+	HeaderProxy = "Proxy-Operator-Proxy"
+	// HeaderBanned: why the answer is a ban, when it was judged one and no
+	// retry was left (or allowed).
+	HeaderBanned = "Proxy-Operator-Banned"
+)
+
+// forward sends r (absolute-form, http or https) through leased upstreams
+// and answers with the response, judged by the lease's ban detection
+// (bandetect): a ban ends the lease with outcome banned for the domain,
+// and an idempotent request is sent again on a fresh lease, up to the
+// rule's retries. A request the upstream never answered (unreachable,
+// a refused CONNECT) or answered 407 (our credentials for it are wrong)
+// is tried once through the next proxy when its body can be sent again.
+// The crawler sees one response; HeaderAttempts and HeaderProxy say how
+// it came.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c caller) {
+	logger := klog.FromContext(r.Context())
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	out.Close = false
+	removeHopHeaders(out.Header)
+	if _, ok := out.Header["User-Agent"]; !ok {
+		out.Header.Set("User-Agent", "") // the transport must not add Go's own
+	}
+	replayable := r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0
+	if r.ContentLength == 0 {
+		out.Body = nil
+	}
+	retriable := replayable && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions)
+	domain := domainOf(r.URL.Host)
+
+	var lastErr error
+	refusals, bans := 0, 0
+	for attempt := 1; ; attempt++ {
+		u, err := g.take(r.Context(), c, domain)
+		if err != nil {
+			if attempt == 1 {
+				g.acquireError(w, r, err)
+				return
+			}
+			break
+		}
+		start := time.Now()
+		resp, err := g.roundTrip(out, u)
+		if err == nil && resp.StatusCode == http.StatusProxyAuthRequired {
+			resp.Body.Close()
+			err = fmt.Errorf("%w: the upstream rejected its credentials (407)", errRefused)
+		}
+		if err != nil {
+			if r.Context().Err() != nil {
+				u.done()
+				return
+			}
+			if isCertificateError(err) {
+				// The target's fault, not the proxy's: no other proxy helps,
+				// and nothing is ever sent on without verification.
+				u.done()
+				g.fail(w, r, http.StatusBadGateway, ReasonTargetCertificate, fmt.Sprintf("the target's certificate is not valid: %v", err), 0)
+				return
+			}
+			lastErr = fmt.Errorf("proxy %s: %w", u.h.proxy, err)
+			logger.V(2).Info("Upstream failed a request; releasing it with outcome error", "proxy", u.h.proxy, "host", r.URL.Host, "attempt", attempt, "err", err)
+			u.refused()
+			if refusals++; !replayable || refusals > 1 {
+				break
+			}
+			continue
+		}
+		detector := u.h.detector()
+		prefix, verdict := g.judge(resp, time.Since(start), detector)
+		if verdict.Banned {
+			logger.V(2).Info("Response judged a ban; the lease ends banned for the domain", "proxy", u.h.proxy, "domain", domain, "attempt", attempt, "reason", verdict.Reason)
+			u.banned(domain)
+			if bans++; retriable && bans <= detector.Retries() {
+				resp.Body.Close()
+				continue
+			}
+			resp.Header.Set(HeaderBanned, verdict.Reason)
+		}
+		resp.Header.Set(HeaderAttempts, strconv.Itoa(attempt))
+		resp.Header.Set(HeaderProxy, u.h.proxy.String())
+		g.cfg.Metrics.ObserveGatewayConnection(u.mode, r.Method)
+		g.cfg.Metrics.AddGatewayActive(1)
+		g.copyResponse(w, resp, prefix, u.h)
+		g.cfg.Metrics.AddGatewayActive(-1)
+		if !verdict.Banned {
+			u.done()
+		}
+		return
+	}
+	if lastErr == nil {
+		lastErr = errors.New("every proxy tried was banned and no other could be leased")
+	}
+	g.fail(w, r, http.StatusBadGateway, ReasonUpstreamRefused, fmt.Sprintf("the upstream failed the request: %v", lastErr), 0)
+}
+
+// judge reads what detector needs of resp's body (its first BodyBytes)
+// and says whether resp is a ban; the bytes read are returned, to be sent
+// before the rest of the body.
+func (g *Gateway) judge(resp *http.Response, ttfb time.Duration, detector *bandetect.Detector) ([]byte, bandetect.Verdict) {
+	var prefix []byte
+	if n := detector.BodyBytes(); n > 0 && resp.Body != nil {
+		prefix = make([]byte, n)
+		read, _ := io.ReadFull(resp.Body, prefix)
+		prefix = prefix[:read]
+	}
+	return prefix, detector.Judge(bandetect.Response{Status: resp.StatusCode, Header: resp.Header, TimeToFirstByte: ttfb, Body: prefix})
+}
+
+// isCertificateError: the target's certificate did not verify.
+func isCertificateError(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid)
+}
