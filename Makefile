@@ -9,7 +9,7 @@ GO_PKGS   := ./...
 TEST_P    ?= 2
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build run test chaos fuzz bench generate verify verify-scripts verify-decisions testenv deps testpeers fmt vet clean image cluster cluster-down cluster-tools cluster-images e2e
+.PHONY: all build run unit test chaos fuzz bench generate verify verify-scripts verify-decisions testenv deps testpeers fmt vet clean image cluster cluster-down cluster-tools cluster-images e2e
 
 all: build
 
@@ -21,6 +21,10 @@ build:
 ## run: the operator on an embedded API server (or on $$KUBECONFIG's cluster); ARGS= passes flags
 run: build testenv
 	$(BIN)/local-up $(ARGS)
+
+## unit: the fast unit loop, go test -short ./...: no kube-apiserver, etcd, Debian peer or other process; integration tests skip and say what they need
+unit:
+	$(GO) test -short $(GO_PKGS)
 
 ## test: unit and integration tests with the race detector, then the real-node suite (installs missing Debian peers when root)
 test: testenv testpeers

@@ -20,6 +20,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
@@ -34,6 +35,7 @@ const (
 // tool is a binary make testenv builds into bin/.
 func tool(t *testing.T, name string) string {
 	t.Helper()
+	integration.Needs(t, "bin/"+name+" from `make testenv`")
 	path, err := filepath.Abs(filepath.Join("..", "bin", name))
 	if err != nil {
 		t.Fatal(err)
@@ -345,6 +347,7 @@ func TestHelmValues(t *testing.T) {
 // object. The ServiceMonitor and PrometheusRule are left out (no
 // prometheus-operator CRDs here).
 func TestServerSideDryRun(t *testing.T) {
+	integration.Needs(t, testenv.Needs)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	env, err := testenv.Start(ctx, testenv.Options{CRDDir: t.TempDir()}) // the dry-run creates the CRDs

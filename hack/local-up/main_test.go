@@ -22,12 +22,15 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 // TestMakeRun runs the program behind `make run` as a user would: it comes
 // up, the examples become Ready, a lease is acquired and released over
 // HTTP, and Ctrl-C (SIGINT) stops everything it started.
 func TestMakeRun(t *testing.T) {
+	integration.Needs(t, testenv.Needs+", curl from Debian (`make deps`), and local-up run as a process")
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+"/", "github.com/proxyfleet/proxy-operator/hack/local-up", "github.com/proxyfleet/proxy-operator/cmd/forward-proxy",
 		"github.com/proxyfleet/proxy-operator/examples/crawler")
