@@ -9,7 +9,7 @@ GO_PKGS   := ./...
 TEST_P    ?= 2
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build run unit test chaos fuzz bench generate verify verify-scripts verify-decisions testenv deps testpeers fmt vet clean image cluster cluster-down cluster-tools cluster-images e2e
+.PHONY: all build run unit test chaos fuzz bench generate verify verify-scripts verify-decisions verify-docs testenv deps testpeers fmt vet clean image cluster cluster-down cluster-tools cluster-images e2e
 
 all: build
 
@@ -76,8 +76,8 @@ bench: testenv testpeers
 generate:
 	hack/update-codegen.sh
 
-## verify: generated code and CRD up to date, gofmt and go vet clean
-verify: fmt vet verify-scripts verify-decisions
+## verify: generated code and CRD up to date, gofmt and go vet clean, docs name only flags, make targets and metrics that exist
+verify: fmt vet verify-scripts verify-decisions verify-docs
 	hack/verify-codegen.sh
 
 # A backquote inside echo "..." runs its text as a command: make bench once
@@ -90,6 +90,11 @@ verify-scripts:
 # Every decision record the tree points at exists; code names records by file.
 verify-decisions:
 	hack/verify-decisions.sh
+
+# Every --flag, make target and proxy_operator_* metric that README.md and
+# docs/*.md name exists (docs/docs_test.go).
+verify-docs:
+	$(GO) test -count=1 ./docs/
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
