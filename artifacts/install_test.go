@@ -32,16 +32,21 @@ const (
 	imageRepo = "ghcr.io/proxyfleet/proxy-operator"
 )
 
-// tool is a binary make testenv builds into bin/.
+// tool is a binary built into bin/: kubectl by make testenv, helm and
+// promtool by make testtools.
 func tool(t *testing.T, name string) string {
 	t.Helper()
-	integration.Needs(t, "bin/"+name+" from `make testenv`")
+	target := "make testenv"
+	if name == "helm" || name == "promtool" {
+		target = "make testtools"
+	}
+	integration.Needs(t, "bin/"+name+" from `"+target+"`")
 	path, err := filepath.Abs(filepath.Join("..", "bin", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("%s not found: run `make testenv`", path)
+		t.Fatalf("%s not found: run `%s`", path, target)
 	}
 	return path
 }

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,15 +76,17 @@ func run(ctx context.Context, cfg config) error {
 
 func runEmbedded(ctx context.Context, cfg config) error {
 	logger := klog.FromContext(ctx)
+	steps := progress{start: time.Now()}
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return err
 	}
-	logger.Info("Starting etcd and kube-apiserver", "dir", dir)
+	steps.say("starting etcd and kube-apiserver in %s", dir)
 	env, err := testenv.Start(ctx, testenv.Options{Dir: filepath.Join(dir, "apiserver")})
 	if err != nil {
 		return err
 	}
+	steps.say("etcd and kube-apiserver ready, the CRDs served")
 	defer func() {
 		if err := env.Stop(); err != nil {
 			logger.Error(err, "Stopping the API server")
@@ -109,8 +112,42 @@ func runEmbedded(ctx context.Context, cfg config) error {
 	if err := createExamples(ctx, env.Config, cfg); err != nil {
 		return err
 	}
+	steps.say("target, external proxy and examples created; starting the operator and the gateway")
 	printNextSteps(kubeconfig, cfg)
+	go steps.sayFirstReady(ctx, env.Config)
 	return runOperator(ctx, cfg)
+}
+
+// progress says, on stdout, which step a run is on and the seconds since
+// local-up started: a first run shows where its time goes (make run's own
+// steps, the builds before it, say theirs).
+type progress struct{ start time.Time }
+
+func (p progress) say(format string, args ...any) {
+	fmt.Printf("local-up: [%.0fs] %s\n", time.Since(p.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// sayFirstReady polls the examples until one Proxy is Ready and says so:
+// the end of the way from `make run` to a proxy that can be leased.
+func (p progress) sayFirstReady(ctx context.Context, config *rest.Config) {
+	proxies := versioned.NewForConfigOrDie(config).CrawlV1alpha1().Proxies(metav1.NamespaceDefault)
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	for {
+		if list, err := proxies.List(ctx, metav1.ListOptions{}); err == nil {
+			for _, px := range list.Items {
+				if px.Status.Phase == crawlv1alpha1.PhaseReady {
+					p.say("first Ready proxy: %s/%s", px.Namespace, px.Name)
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
 }
 
 // runOperator runs the operator, and the gateway replica beside it, until

@@ -108,6 +108,17 @@ func TestMakeRun(t *testing.T) {
 			fmt.Sprintf("phases %v, pool status %+v", phases, pool.Status)
 	})
 
+	// It says which step it is on, with the seconds since it started, up
+	// to the first Ready proxy.
+	poll(t, time.Minute, "local-up says a proxy is Ready", func() (bool, string) {
+		return strings.Contains(out.String(), "s] first Ready proxy: default/"), `no line "local-up: [Ns] first Ready proxy: default/..."`
+	})
+	for _, step := range []string{"starting etcd and kube-apiserver", "etcd and kube-apiserver ready", "target, external proxy and examples created"} {
+		if !strings.Contains(out.String(), "s] "+step) {
+			t.Errorf("local-up's output lacks the step %q", step)
+		}
+	}
+
 	// A lease over HTTP: acquire on a dev-pool proxy, then release.
 	var granted struct {
 		ID    string `json:"id"`
