@@ -127,8 +127,10 @@ func (p progress) say(format string, args ...any) {
 	fmt.Printf("local-up: [%.0fs] %s\n", time.Since(p.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-// sayFirstReady polls the examples until one Proxy is Ready and says so:
-// the end of the way from `make run` to a proxy that can be leased.
+// sayFirstReady polls the examples until one Proxy is Ready on a probe of
+// this run, and says so: the end of the way from `make run` to a proxy that
+// can be leased. A Ready status that an earlier run left in etcd (kept
+// under .local/) does not count: its last health check is older.
 func (p progress) sayFirstReady(ctx context.Context, config *rest.Config) {
 	proxies := versioned.NewForConfigOrDie(config).CrawlV1alpha1().Proxies(metav1.NamespaceDefault)
 	ticker := time.NewTicker(time.Second)
@@ -136,7 +138,7 @@ func (p progress) sayFirstReady(ctx context.Context, config *rest.Config) {
 	for {
 		if list, err := proxies.List(ctx, metav1.ListOptions{}); err == nil {
 			for _, px := range list.Items {
-				if px.Status.Phase == crawlv1alpha1.PhaseReady {
+				if readySince(&px, p.start) {
 					p.say("first Ready proxy: %s/%s", px.Namespace, px.Name)
 					return
 				}
@@ -148,6 +150,13 @@ func (p progress) sayFirstReady(ctx context.Context, config *rest.Config) {
 		case <-ticker.C:
 		}
 	}
+}
+
+// readySince reports whether px is Ready on a health check at or after start
+// (status times are whole seconds).
+func readySince(px *crawlv1alpha1.Proxy, start time.Time) bool {
+	checked := px.Status.LastHealthCheckTime
+	return px.Status.Phase == crawlv1alpha1.PhaseReady && checked != nil && !checked.Time.Before(start.Truncate(time.Second))
 }
 
 // runOperator runs the operator, and the gateway replica beside it, until

@@ -273,3 +273,26 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// A Ready status counts from the run's first health check on: one that an
+// earlier run left in etcd does not.
+func TestReadySince(t *testing.T) {
+	start := time.Date(2026, 12, 5, 10, 0, 0, 500_000_000, time.UTC)
+	at := func(d time.Duration) *metav1.Time { t := metav1.NewTime(start.Add(d).Truncate(time.Second)); return &t }
+	for name, tc := range map[string]struct {
+		phase   crawlv1alpha1.ProxyPhase
+		checked *metav1.Time
+		want    bool
+	}{
+		"checked in this run":           {crawlv1alpha1.PhaseReady, at(3 * time.Second), true},
+		"checked in the start's second": {crawlv1alpha1.PhaseReady, at(0), true},
+		"left by an earlier run":        {crawlv1alpha1.PhaseReady, at(-time.Minute), false},
+		"never checked":                 {crawlv1alpha1.PhaseReady, nil, false},
+		"not Ready":                     {crawlv1alpha1.PhaseProvisioning, at(3 * time.Second), false},
+	} {
+		px := &crawlv1alpha1.Proxy{Status: crawlv1alpha1.ProxyStatus{Phase: tc.phase, LastHealthCheckTime: tc.checked}}
+		if got := readySince(px, start); got != tc.want {
+			t.Errorf("%s: readySince = %t, want %t", name, got, tc.want)
+		}
+	}
+}
