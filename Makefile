@@ -9,7 +9,7 @@ GO_PKGS   := ./...
 TEST_P    ?= 2
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build run test chaos fuzz bench generate verify verify-scripts verify-decisions testenv deps testpeers fmt vet clean image cluster cluster-down cluster-tools cluster-images e2e
+.PHONY: all build run unit test chaos fuzz bench generate verify verify-scripts verify-decisions verify-docs testenv testtools deps testpeers fmt vet clean image cluster cluster-down cluster-tools cluster-images e2e
 
 all: build
 
@@ -18,12 +18,25 @@ build:
 	$(GO) build $(GO_PKGS)
 	$(GO) build -o $(BIN)/ ./cmd/proxy-operator ./cmd/forward-proxy ./hack/local-up
 
-## run: the operator on an embedded API server (or on $$KUBECONFIG's cluster); ARGS= passes flags
-run: build testenv
+# step runs a command and says when it started and how long it took:
+# $(call step,what it does,command). make run's progress on a first run.
+define step
+	@echo "make $@: $(1) ..."; start=$$(date +%s); $(2) && echo "make $@: $(1): $$(( $$(date +%s) - start ))s"
+endef
+
+## run: the operator on an embedded API server (or on $$KUBECONFIG's cluster); ARGS= passes flags. Builds only what it runs, step by step
+run:
+	$(call step,1/3 build bin/local-up and bin/forward-proxy,$(GO) build -o $(BIN)/ ./hack/local-up ./cmd/forward-proxy)
+	$(call step,2/3 build the pinned kube-apiserver etcd and kubectl (make testenv),hack/tools/build.sh)
+	@echo "make $@: 3/3 bin/local-up $(ARGS) (Ctrl-C stops it and everything it started)"
 	$(BIN)/local-up $(ARGS)
 
+## unit: the fast unit loop, go test -short ./...: no kube-apiserver, etcd, Debian peer or other process; integration tests skip and say what they need
+unit:
+	$(GO) test -short $(GO_PKGS)
+
 ## test: unit and integration tests with the race detector, then the real-node suite (installs missing Debian peers when root)
-test: testenv testpeers
+test: testenv testtools testpeers
 	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(GO_PKGS)
 	GOWORK=off $(GO) test -C hack/image -count=1 -timeout $(TEST_TIMEOUT) ./...  # -count=1: it builds the operator, which the test cache does not track
 	$(MAKE) e2e
@@ -46,8 +59,8 @@ cluster-down:
 	$(GO) build -o $(BIN)/cluster ./hack/cluster
 	$(BIN)/cluster down
 
-# cluster-tools: the node's pinned builds into bin/ (no-op when current).
-cluster-tools: testenv
+# cluster-tools: the node's pinned builds into bin/ (no-op when current); helm installs the chart there.
+cluster-tools: testenv testtools
 	hack/tools/build.sh node
 	hack/tools/build-tool.sh containerd
 	hack/tools/build-tool.sh cni-plugins
@@ -72,8 +85,8 @@ bench: testenv testpeers
 generate:
 	hack/update-codegen.sh
 
-## verify: generated code and CRD up to date, gofmt and go vet clean
-verify: fmt vet verify-scripts verify-decisions
+## verify: generated code and CRD up to date, gofmt and go vet clean, docs name only flags, make targets and metrics that exist
+verify: fmt vet verify-scripts verify-decisions verify-docs
 	hack/verify-codegen.sh
 
 # A backquote inside echo "..." runs its text as a command: make bench once
@@ -87,6 +100,11 @@ verify-scripts:
 verify-decisions:
 	hack/verify-decisions.sh
 
+# Every --flag, make target and proxy_operator_* metric that README.md and
+# docs/*.md name exists (docs/docs_test.go).
+verify-docs:
+	$(GO) test -count=1 ./docs/
+
 fmt:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -96,9 +114,12 @@ vet:
 	$(GO) vet -tags realnode ./pkg/testsuites/realnode/
 	GOWORK=off $(GO) vet -C hack/image ./...
 
-## testenv: build the pinned kube-apiserver, etcd, kubectl, helm and promtool into bin/ (no-op when current)
+## testenv: build the pinned kube-apiserver, etcd and kubectl into bin/, what make run and the integration tests start (no-op when current)
 testenv:
 	hack/tools/build.sh
+
+## testtools: build the pinned helm and promtool into bin/, for the install artifacts' tests (make test; no-op when current)
+testtools:
 	hack/tools/build-tool.sh helm
 	hack/tools/build-tool.sh promtool
 

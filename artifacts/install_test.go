@@ -20,6 +20,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
@@ -31,15 +32,21 @@ const (
 	imageRepo = "ghcr.io/proxyfleet/proxy-operator"
 )
 
-// tool is a binary make testenv builds into bin/.
+// tool is a binary built into bin/: kubectl by make testenv, helm and
+// promtool by make testtools.
 func tool(t *testing.T, name string) string {
 	t.Helper()
+	target := "make testenv"
+	if name == "helm" || name == "promtool" {
+		target = "make testtools"
+	}
+	integration.Needs(t, "bin/"+name+" from `"+target+"`")
 	path, err := filepath.Abs(filepath.Join("..", "bin", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("%s not found: run `make testenv`", path)
+		t.Fatalf("%s not found: run `%s`", path, target)
 	}
 	return path
 }
@@ -345,6 +352,7 @@ func TestHelmValues(t *testing.T) {
 // object. The ServiceMonitor and PrometheusRule are left out (no
 // prometheus-operator CRDs here).
 func TestServerSideDryRun(t *testing.T) {
+	integration.Needs(t, testenv.Needs)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	env, err := testenv.Start(ctx, testenv.Options{CRDDir: t.TempDir()}) // the dry-run creates the CRDs

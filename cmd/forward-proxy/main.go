@@ -16,11 +16,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -46,64 +44,48 @@ func main() {
 }
 
 func run() int {
-	klog.InitFlags(nil)
-	var (
-		listen                = flag.String("listen", ":3128", "address to listen on; host:0 picks a free port (see the \"listening\" log line)")
-		name                  = flag.String("name", forwardproxy.DefaultName, "pseudonym in the Via header")
-		maxConns              = flag.Int("max-conns", 1024, "maximum concurrent client connections (0: no limit); beyond it HTTP gets 503 and CONNECT is refused")
-		readHeaderTimeout     = flag.Duration("read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "time allowed to read a request's headers")
-		idleTimeout           = flag.Duration("idle-timeout", forwardproxy.DefaultIdleTimeout, "close keep-alive connections and tunnels idle this long")
-		dialTimeout           = flag.Duration("dial-timeout", forwardproxy.DefaultDialTimeout, "time allowed to connect to a target (504 when exceeded)")
-		xForwardedFor         = flag.Bool("x-forwarded-for", false, "add the client's IP to X-Forwarded-For on plain HTTP requests (leaks the crawler's origin)")
-		authFile              = flag.String("auth-file", "", "file holding username:password for basic auth (alternative to $"+envUsername+"/$"+envPassword+")")
-		cloudInit             = flag.String("cloud-init", "", "path of the cloud-init user-data delivered to this instance; its size and sha256 are logged, never its content")
-		shutdownTimeout       = flag.Duration("shutdown-timeout", 25*time.Second, "on SIGTERM, how long to wait for requests and tunnels in flight")
-		showVersion           = flag.Bool("version", false, "print the version and exit")
-		allowCIDRs, denyCIDRs cidrList
-	)
-	flag.Var(&allowCIDRs, "allow-cidr", "admit destinations in this range, which the egress guard refuses by default (repeatable; e.g. 127.0.0.0/8). "+
-		"The most specific --allow-cidr or --deny-cidr containing an address decides; metadata servers yield only to a range at least as specific as theirs")
-	flag.Var(&denyCIDRs, "deny-cidr", "refuse destinations in this range, beside the internal ranges refused by default (repeatable)")
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags]\n\nA forward HTTP(S) proxy. Basic-auth credentials come from $%s and $%s or --auth-file.\n\nFlags:\n", os.Args[0], envUsername, envPassword)
-		flag.PrintDefaults()
+	var c forwardproxy.CommandLine
+	fs := forwardproxy.NewFlagSet(os.Args[0], &c, "$"+envUsername+"/$"+envPassword)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nA forward HTTP(S) proxy. Basic-auth credentials come from $%s and $%s or --auth-file.\n\nFlags:\n", os.Args[0], envUsername, envPassword)
+		fs.PrintDefaults()
 	}
-	flag.Parse()
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: exits 2 on a bad flag, 0 after -help
 	defer klog.Flush()
-	if *showVersion {
+	if c.ShowVersion {
 		fmt.Println("forward-proxy", version)
 		return 0
 	}
-	if flag.NArg() > 0 {
-		klog.ErrorS(nil, "Unexpected arguments", "args", flag.Args())
+	if fs.NArg() > 0 {
+		klog.ErrorS(nil, "Unexpected arguments", "args", fs.Args())
 		return 2
 	}
 
-	user, pass, err := credentials(*authFile, os.Getenv)
+	user, pass, err := credentials(c.AuthFile, os.Getenv)
 	if err != nil {
 		klog.ErrorS(err, "Cannot load credentials")
 		return 2
 	}
-	if *cloudInit != "" {
-		size, sum, err := digestFile(*cloudInit)
+	if c.CloudInit != "" {
+		size, sum, err := digestFile(c.CloudInit)
 		if err != nil {
-			klog.ErrorS(err, "Cannot read cloud-init user-data", "path", *cloudInit)
+			klog.ErrorS(err, "Cannot read cloud-init user-data", "path", c.CloudInit)
 			return 1
 		}
-		klog.InfoS("cloud-init user-data present", "path", *cloudInit, "bytes", size, "sha256", sum)
+		klog.InfoS("cloud-init user-data present", "path", c.CloudInit, "bytes", size, "sha256", sum)
 	}
 
 	srv, err := forwardproxy.New(forwardproxy.Config{
-		Name:              *name,
+		Name:              c.Name,
 		Username:          user,
 		Password:          pass,
-		MaxConns:          *maxConns,
-		ReadHeaderTimeout: *readHeaderTimeout,
-		IdleTimeout:       *idleTimeout,
-		DialTimeout:       *dialTimeout,
-		XForwardedFor:     *xForwardedFor,
-		AllowCIDRs:        allowCIDRs,
-		DenyCIDRs:         denyCIDRs,
+		MaxConns:          c.MaxConns,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		DialTimeout:       c.DialTimeout,
+		XForwardedFor:     c.XForwardedFor,
+		AllowCIDRs:        c.AllowCIDRs,
+		DenyCIDRs:         c.DenyCIDRs,
 		Logger:            klog.Background(),
 	})
 	if err != nil {
@@ -111,17 +93,17 @@ func run() int {
 		return 2
 	}
 
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
-		klog.ErrorS(err, "Cannot listen", "addr", *listen)
+		klog.ErrorS(err, "Cannot listen", "addr", c.Listen)
 		return 1
 	}
-	klog.InfoS("Configuration", "name", *name, "auth", user != "", "maxConns", *maxConns,
-		"readHeaderTimeout", *readHeaderTimeout, "idleTimeout", *idleTimeout, "dialTimeout", *dialTimeout,
-		"xForwardedFor", *xForwardedFor, "allowCIDRs", allowCIDRs.String(), "denyCIDRs", denyCIDRs.String())
+	klog.InfoS("Configuration", "name", c.Name, "auth", user != "", "maxConns", c.MaxConns,
+		"readHeaderTimeout", c.ReadHeaderTimeout, "idleTimeout", c.IdleTimeout, "dialTimeout", c.DialTimeout,
+		"xForwardedFor", c.XForwardedFor, "allowCIDRs", c.AllowCIDRs.String(), "denyCIDRs", c.DenyCIDRs.String())
 	klog.InfoS(forwardproxy.ListeningMessage, "addr", forwardproxy.LogAddr(ln.Addr().String()))
 
-	return serveUntilSignal(srv, ln, *shutdownTimeout)
+	return serveUntilSignal(srv, ln, c.ShutdownTimeout)
 }
 
 // serveUntilSignal serves on ln until SIGTERM or SIGINT, then shuts down
@@ -177,27 +159,6 @@ func credentials(authFile string, getenv func(string) string) (user, pass string
 		return "", "", fmt.Errorf("set both $%s and $%s, or neither", envUsername, envPassword)
 	}
 	return envUser, envPass, nil
-}
-
-// cidrList is a repeatable flag of CIDR ranges (a bare address is a
-// single-address range).
-type cidrList []netip.Prefix
-
-func (l *cidrList) String() string {
-	parts := make([]string, len(*l))
-	for i, p := range *l {
-		parts[i] = p.String()
-	}
-	return strings.Join(parts, ",")
-}
-
-func (l *cidrList) Set(v string) error {
-	p, err := forwardproxy.ParseCIDR(v)
-	if err != nil {
-		return err
-	}
-	*l = append(*l, p)
-	return nil
 }
 
 func digestFile(path string) (int, string, error) {

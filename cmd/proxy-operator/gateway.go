@@ -16,10 +16,8 @@ import (
 // Exit codes as the operator's: 0 after a requested shutdown, 1 on failure,
 // 2 for bad flags.
 func runGateway(args []string) int {
-	fs := flag.NewFlagSet("proxy-operator gateway", flag.ContinueOnError)
-	klog.InitFlags(fs)
 	opts := gatewaycmd.DefaultOptions()
-	opts.AddFlags(fs)
+	fs := gatewaycmd.NewFlagSet(&opts)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -30,22 +30,21 @@ func run() int {
 	if len(os.Args) > 1 && os.Args[1] == "gateway" {
 		return runGateway(os.Args[2:])
 	}
-	klog.InitFlags(flag.CommandLine)
 	opts := operator.DefaultOptions()
-	opts.AddFlags(flag.CommandLine)
-	showVersion := flag.Bool("version", false, "Print the version and exit.")
-	flag.Parse()
+	var showVersion bool
+	fs := operator.NewFlagSet(&opts, &showVersion)
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: exits 2 on a bad flag, 0 after -help
 	defer klog.Flush()
 
-	if *showVersion {
+	if showVersion {
 		fmt.Println("proxy-operator", operator.Version())
 		return 0
 	}
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "proxy-operator: unexpected arguments %q: every setting is a flag (see -help); the one subcommand, gateway, comes first\n", flag.Args())
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "proxy-operator: unexpected arguments %q: every setting is a flag (see -help); the one subcommand, gateway, comes first\n", fs.Args())
 		return 2
 	}
-	if err := refuseBodyDumps(flag.CommandLine); err != nil {
+	if err := refuseBodyDumps(fs); err != nil {
 		fmt.Fprintf(os.Stderr, "proxy-operator: invalid flags: %v\n", err)
 		return 2
 	}

@@ -11,7 +11,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -24,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,6 +33,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/proxyfleet/proxy-operator/hack/local-up/options"
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
 	"github.com/proxyfleet/proxy-operator/pkg/gatewaycmd"
@@ -42,40 +43,15 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
-type config struct {
-	dir               string
-	targetAddr        string
-	externalProxyAddr string
-	examples          string
-	operator          operator.Options
-	// gateway is one replica of the gateway tier, run beside the operator
-	// as `proxy-operator gateway` would run (docs/gateway.md).
-	gateway gatewaycmd.Options
-}
+// config is local-up's command line (package options).
+type config = options.Options
 
 func main() {
-	klog.InitFlags(nil)
-	cfg := config{operator: operator.DefaultOptions(), gateway: gatewaycmd.DefaultOptions()}
-	flag.StringVar(&cfg.dir, "dir", ".local", "where the embedded API server and the local instances keep their state")
-	flag.StringVar(&cfg.targetAddr, "target-addr", "127.0.0.1:8443", "the local HTTPS target the example proxies are probed against")
-	flag.StringVar(&cfg.externalProxyAddr, "external-proxy-addr", "127.0.0.1:3128", "the existing forward proxy the External example points at")
-	flag.StringVar(&cfg.examples, "examples", "examples", "the directory of example manifests")
-	flag.StringVar(&cfg.gateway.Listen, "gateway-listen", "127.0.0.1:3129", "where the gateway tier's replica listens (empty: none)")
-	flag.StringVar(&cfg.gateway.MetricsAddr, "gateway-metrics-addr", "127.0.0.1:9091", "the gateway replica's /metrics, /healthz and /readyz")
-	cfg.operator.AddFlags(flag.CommandLine)
-	// Development defaults: one replica, no cluster auth for the lease API,
-	// loopback only.
-	for name, value := range map[string]string{
-		"leader-elect": "false", "lease-auth": "none", "providers": "local",
-		"lease-addr": "127.0.0.1:8080", "metrics-addr": "127.0.0.1:9090", "local-state-dir": "",
-	} {
-		if err := flag.Set(name, value); err != nil {
-			panic(err)
-		}
-	}
-	flag.Parse()
-	if cfg.operator.LocalStateDir == "" {
-		cfg.operator.LocalStateDir = filepath.Join(cfg.dir, "instances")
+	var cfg config
+	fs := options.NewFlagSet(&cfg)
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: exits 2 on a bad flag, 0 after -help
+	if cfg.Operator.LocalStateDir == "" {
+		cfg.Operator.LocalStateDir = filepath.Join(cfg.Dir, "instances")
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -92,7 +68,7 @@ func main() {
 func run(ctx context.Context, cfg config) error {
 	if kubeconfig := os.Getenv("KUBECONFIG"); kubeconfig != "" {
 		klog.FromContext(ctx).Info("KUBECONFIG is set: running the operator against that cluster", "kubeconfig", kubeconfig)
-		cfg.operator.Kubeconfig = kubeconfig
+		cfg.Operator.Kubeconfig = kubeconfig
 		return runOperator(ctx, cfg)
 	}
 	return runEmbedded(ctx, cfg)
@@ -100,15 +76,17 @@ func run(ctx context.Context, cfg config) error {
 
 func runEmbedded(ctx context.Context, cfg config) error {
 	logger := klog.FromContext(ctx)
-	dir, err := filepath.Abs(cfg.dir)
+	steps := progress{start: time.Now()}
+	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return err
 	}
-	logger.Info("Starting etcd and kube-apiserver", "dir", dir)
+	steps.say("starting etcd and kube-apiserver in %s", dir)
 	env, err := testenv.Start(ctx, testenv.Options{Dir: filepath.Join(dir, "apiserver")})
 	if err != nil {
 		return err
 	}
+	steps.say("etcd and kube-apiserver ready, the CRDs served")
 	defer func() {
 		if err := env.Stop(); err != nil {
 			logger.Error(err, "Stopping the API server")
@@ -118,14 +96,14 @@ func runEmbedded(ctx context.Context, cfg config) error {
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		return err
 	}
-	cfg.operator.Kubeconfig = kubeconfig
+	cfg.Operator.Kubeconfig = kubeconfig
 
-	target, err := startTarget(cfg.targetAddr)
+	target, err := startTarget(cfg.TargetAddr)
 	if err != nil {
 		return fmt.Errorf("local HTTPS target: %w", err)
 	}
 	defer target.Close()
-	externalProxy, err := startExternalProxy(cfg.externalProxyAddr)
+	externalProxy, err := startExternalProxy(cfg.ExternalProxyAddr)
 	if err != nil {
 		return fmt.Errorf("external forward proxy: %w", err)
 	}
@@ -134,22 +112,65 @@ func runEmbedded(ctx context.Context, cfg config) error {
 	if err := createExamples(ctx, env.Config, cfg); err != nil {
 		return err
 	}
+	steps.say("target, external proxy and examples created; starting the operator and the gateway")
 	printNextSteps(kubeconfig, cfg)
+	go steps.sayFirstReady(ctx, env.Config)
 	return runOperator(ctx, cfg)
+}
+
+// progress says, on stdout, which step a run is on and the seconds since
+// local-up started: a first run shows where its time goes (make run's own
+// steps, the builds before it, say theirs).
+type progress struct{ start time.Time }
+
+func (p progress) say(format string, args ...any) {
+	fmt.Printf("local-up: [%.0fs] %s\n", time.Since(p.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// sayFirstReady polls the examples until one Proxy is Ready on a probe of
+// this run, and says so: the end of the way from `make run` to a proxy that
+// can be leased. A Ready status that an earlier run left in etcd (kept
+// under .local/) does not count: its last health check is older.
+func (p progress) sayFirstReady(ctx context.Context, config *rest.Config) {
+	proxies := versioned.NewForConfigOrDie(config).CrawlV1alpha1().Proxies(metav1.NamespaceDefault)
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	for {
+		if list, err := proxies.List(ctx, metav1.ListOptions{}); err == nil {
+			for _, px := range list.Items {
+				if readySince(&px, p.start) {
+					p.say("first Ready proxy: %s/%s", px.Namespace, px.Name)
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// readySince reports whether px is Ready on a health check at or after start
+// (status times are whole seconds).
+func readySince(px *crawlv1alpha1.Proxy, start time.Time) bool {
+	checked := px.Status.LastHealthCheckTime
+	return px.Status.Phase == crawlv1alpha1.PhaseReady && checked != nil && !checked.Time.Before(start.Truncate(time.Second))
 }
 
 // runOperator runs the operator, and the gateway replica beside it, until
 // ctx ends; local instances it started are then stopped so that nothing
 // outlives `make run`.
 func runOperator(ctx context.Context, cfg config) error {
-	if err := cfg.operator.Validate(); err != nil {
+	if err := cfg.Operator.Validate(); err != nil {
 		return err
 	}
 	gatewayDone := make(chan error, 1)
-	if cfg.gateway.Listen != "" {
-		gw := cfg.gateway
-		gw.LeaseURLs = []string{"http://" + cfg.operator.LeaseAddr}
-		gw.LeaseAuth, gw.Kubeconfig, gw.DrainDelay = cfg.operator.LeaseAuth, cfg.operator.Kubeconfig, 0
+	if cfg.Gateway.Listen != "" {
+		gw := cfg.Gateway
+		gw.LeaseURLs = []string{"http://" + cfg.Operator.LeaseAddr}
+		gw.LeaseAuth, gw.Kubeconfig, gw.DrainDelay = cfg.Operator.LeaseAuth, cfg.Operator.Kubeconfig, 0
 		if err := gw.Validate(); err != nil {
 			return err
 		}
@@ -157,9 +178,9 @@ func runOperator(ctx context.Context, cfg config) error {
 	} else {
 		gatewayDone <- nil
 	}
-	err := operator.Run(ctx, cfg.operator, operator.BuiltinProviders())
+	err := operator.Run(ctx, cfg.Operator, operator.BuiltinProviders())
 	err = errors.Join(err, <-gatewayDone)
-	if stopErr := stopLocalInstances(context.WithoutCancel(ctx), cfg.operator.LocalStateDir); stopErr != nil {
+	if stopErr := stopLocalInstances(context.WithoutCancel(ctx), cfg.Operator.LocalStateDir); stopErr != nil {
 		err = errors.Join(err, stopErr)
 	}
 	return err
@@ -231,13 +252,13 @@ func startExternalProxy(addr string) (interface{ Close() error }, error) {
 // (from an earlier run; etcd keeps its data under .local/) are left alone.
 func createExamples(ctx context.Context, config *rest.Config, cfg config) error {
 	client := versioned.NewForConfigOrDie(config).CrawlV1alpha1().Proxies(metav1.NamespaceDefault)
-	host, port, err := splitHostPort(cfg.externalProxyAddr)
+	host, port, err := splitHostPort(cfg.ExternalProxyAddr)
 	if err != nil {
 		return err
 	}
-	targetURL := "https://" + cfg.targetAddr + "/generate_204"
+	targetURL := "https://" + cfg.TargetAddr + "/generate_204"
 	for _, file := range []string{"external.yaml", "local.yaml"} {
-		proxies, err := readProxies(filepath.Join(cfg.examples, file))
+		proxies, err := readProxies(filepath.Join(cfg.Examples, file))
 		if err != nil {
 			return err
 		}
@@ -253,7 +274,7 @@ func createExamples(ctx context.Context, config *rest.Config, cfg config) error 
 			}
 		}
 	}
-	return createExamplePool(ctx, config, filepath.Join(cfg.examples, "pool.yaml"), targetURL)
+	return createExamplePool(ctx, config, filepath.Join(cfg.Examples, "pool.yaml"), targetURL)
 }
 
 // createExamplePool creates examples/pool.yaml: its cloud-init Secret and
@@ -360,5 +381,5 @@ In another terminal:
 
 Ctrl-C stops the gateway, the operator, its local proxies and the API server.
 
-`, cfg.dir, kubeconfig, cfg.operator.LeaseAddr, cfg.operator.MetricsAddr, cfg.gateway.Listen, cfg.targetAddr)
+`, cfg.Dir, kubeconfig, cfg.Operator.LeaseAddr, cfg.Operator.MetricsAddr, cfg.Gateway.Listen, cfg.TargetAddr)
 }

@@ -22,12 +22,15 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
 
 // TestMakeRun runs the program behind `make run` as a user would: it comes
 // up, the examples become Ready, a lease is acquired and released over
 // HTTP, and Ctrl-C (SIGINT) stops everything it started.
 func TestMakeRun(t *testing.T) {
+	integration.Needs(t, testenv.Needs+", curl from Debian (`make deps`), and local-up run as a process")
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+"/", "github.com/proxyfleet/proxy-operator/hack/local-up", "github.com/proxyfleet/proxy-operator/cmd/forward-proxy",
 		"github.com/proxyfleet/proxy-operator/examples/crawler")
@@ -104,6 +107,17 @@ func TestMakeRun(t *testing.T) {
 		return ready == 3 && len(list.Items) == 6 && members == 3 && readyMembers == 3 && pool.Status.ReadyReplicas == 3,
 			fmt.Sprintf("phases %v, pool status %+v", phases, pool.Status)
 	})
+
+	// It says which step it is on, with the seconds since it started, up
+	// to the first Ready proxy.
+	poll(t, time.Minute, "local-up says a proxy is Ready", func() (bool, string) {
+		return strings.Contains(out.String(), "s] first Ready proxy: default/"), `no line "local-up: [Ns] first Ready proxy: default/..."`
+	})
+	for _, step := range []string{"starting etcd and kube-apiserver", "etcd and kube-apiserver ready", "target, external proxy and examples created"} {
+		if !strings.Contains(out.String(), "s] "+step) {
+			t.Errorf("local-up's output lacks the step %q", step)
+		}
+	}
 
 	// A lease over HTTP: acquire on a dev-pool proxy, then release.
 	var granted struct {
@@ -258,4 +272,27 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// A Ready status counts from the run's first health check on: one that an
+// earlier run left in etcd does not.
+func TestReadySince(t *testing.T) {
+	start := time.Date(2026, 12, 5, 10, 0, 0, 500_000_000, time.UTC)
+	at := func(d time.Duration) *metav1.Time { t := metav1.NewTime(start.Add(d).Truncate(time.Second)); return &t }
+	for name, tc := range map[string]struct {
+		phase   crawlv1alpha1.ProxyPhase
+		checked *metav1.Time
+		want    bool
+	}{
+		"checked in this run":           {crawlv1alpha1.PhaseReady, at(3 * time.Second), true},
+		"checked in the start's second": {crawlv1alpha1.PhaseReady, at(0), true},
+		"left by an earlier run":        {crawlv1alpha1.PhaseReady, at(-time.Minute), false},
+		"never checked":                 {crawlv1alpha1.PhaseReady, nil, false},
+		"not Ready":                     {crawlv1alpha1.PhaseProvisioning, at(3 * time.Second), false},
+	} {
+		px := &crawlv1alpha1.Proxy{Status: crawlv1alpha1.ProxyStatus{Phase: tc.phase, LastHealthCheckTime: tc.checked}}
+		if got := readySince(px, start); got != tc.want {
+			t.Errorf("%s: readySince = %t, want %t", name, got, tc.want)
+		}
+	}
 }

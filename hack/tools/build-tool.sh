@@ -6,7 +6,8 @@
 # runtime and Pod network of make cluster's node. Each has its own module because their
 # dependency graphs must not move the versions hack/tools pins for
 # kube-apiserver and etcd. Cheap when nothing changed: bin/.<name>-version
-# holds a stamp of the inputs. Called by `make testenv`.
+# holds a stamp of the inputs. Called by `make testtools` (helm, promtool)
+# and `make cluster-tools` (containerd, cni-plugins).
 #
 #   hack/tools/build-tool.sh helm|promtool|containerd|cni-plugins
 set -euo pipefail

@@ -1,4 +1,4 @@
-// Package gateway is the lease store's second door (design §10): a forward
+// Package gateway is the lease store's second door (docs/gateway.md): a forward
 // proxy that crawlers reach at one address, whose Proxy-Authorization says
 // who calls (the password is the caller's bearer token, checked as the lease
 // API checks it) and what they want (the username's terms: ns-, pool-,

@@ -108,8 +108,8 @@ var errNoCredentials = errors.New("proxy credentials unavailable")
 func SecretCredentials(secrets corelisters.SecretLister) CredentialsFunc {
 	return func(_ context.Context, p LeasedProxy) (*Credentials, error) {
 		if p.CredentialsSecret == "" {
-			// No Secret to read: skip building a getter, which allocates on
-			// every grant (docs/decisions/0158-two-small-cuts-grant-one-table.md).
+			// No Secret: the proxy takes no credentials (an External
+			// proxy without spec.auth), and the holder gets none.
 			return nil, nil
 		}
 		creds, err := proxyaccess.ReadCredentials(p.CredentialsSecret, secrets.Secrets(p.Key.Namespace).Get)

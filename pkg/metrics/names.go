@@ -19,10 +19,20 @@ var descName = regexp.MustCompile(`^Desc\{fqName: "([^"]+)"`)
 //
 // The install artifacts' tests check that every metric their dashboard and
 // alert queries name is one of these.
-func (m *Metrics) Names() []string {
+func (m *Metrics) Names() []string { return namesOf(m.registry) }
+
+// GatewayNames lists every metric family a gateway replica's registry
+// (NewGateway) can export, as Names does.
+func GatewayNames() []string {
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(newGatewayMetrics().collectors()...)
+	return namesOf(registry)
+}
+
+func namesOf(registry *prometheus.Registry) []string {
 	descs := make(chan *prometheus.Desc)
 	go func() {
-		m.registry.Describe(descs)
+		registry.Describe(descs)
 		close(descs)
 	}()
 	var names []string

@@ -25,6 +25,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/aws"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/ec2test"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
@@ -136,6 +137,7 @@ func TestDocumentedSquidCloudInit(t *testing.T) {
 	if cmd := doc.RunCmd[0]; !strings.Contains(cmd, aws.EnvFile) || !strings.Contains(cmd, "/etc/squid/passwords") {
 		t.Fatalf("the first runcmd must read %s and write /etc/squid/passwords: %q", aws.EnvFile, cmd)
 	}
+	integration.Needs(t, "sh, openssl and squid from Debian (`make deps`), run as processes")
 	if out, err := exec.Command("sh", "-c", paths.Replace(doc.RunCmd[0])).CombinedOutput(); err != nil {
 		t.Fatalf("the documented runcmd failed: %v\n%s", err, out)
 	}

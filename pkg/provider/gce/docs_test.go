@@ -27,6 +27,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/gce"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/gcetest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
@@ -231,6 +232,7 @@ func runPasswordCommand(t *testing.T, cmd string, metadata map[string]string) st
 	}
 	local := strings.ReplaceAll(cmd, metadataServer, srv.URL)
 	local = strings.ReplaceAll(local, "/etc/squid/passwords", passwords)
+	integration.Needs(t, "sh, curl, openssl and squid from Debian (`make deps`), run as processes")
 	if out, err := exec.Command("sh", "-c", local).CombinedOutput(); err != nil {
 		t.Fatalf("the documented runcmd failed: %v\n%s", err, out)
 	}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 )
 
 func TestSysProcAttrDetaches(t *testing.T) {
@@ -49,6 +51,7 @@ func TestReadProcStat(t *testing.T) {
 // A command name may hold spaces and parentheses; fields are counted after
 // the last ')'.
 func TestReadProcStatCommandNames(t *testing.T) {
+	integration.Needs(t, "copies of true(1) run as processes")
 	trueBin, err := exec.LookPath("true")
 	if err != nil {
 		t.Fatalf("true(1) not found: %v", err)

@@ -26,6 +26,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
@@ -65,6 +66,7 @@ func TestMain(m *testing.M) {
 // integration tests pay for them.
 func apiServer(t *testing.T) *testenv.Environment {
 	t.Helper()
+	integration.Needs(t, testenv.Needs)
 	envOnce.Do(func() { env, envErr = testenv.Start(context.Background(), testenv.Options{}) })
 	if envErr != nil {
 		t.Fatalf("testenv: %v", envErr)

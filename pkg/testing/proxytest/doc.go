@@ -6,8 +6,10 @@
 //
 // Everything listens on and dials 127.0.0.1 only. Processes are stopped in
 // t.Cleanup, and their output is logged when the test failed. A missing
-// tinyproxy binary fails the test with a message naming `make deps`; nothing
-// here skips.
+// tinyproxy binary fails the test with a message naming `make deps`. Under
+// -short (the unit loop) every helper that starts a process, or builds one,
+// skips the test instead (integration.Needs); the in-process proxy and the
+// targets run there too.
 //
 // Packages that start the binary need
 //

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 )
 
 // StartDocumentedSquid runs squid in the foreground with a squid.conf a
@@ -22,6 +24,7 @@ import (
 // its address: the docs tests run what the pages tell users to install.
 func StartDocumentedSquid(t testing.TB, conf, passwordsFile string) string {
 	t.Helper()
+	integration.Needs(t, NeedsSquid)
 	bin, err := findBinary("squid", squidDirs...)
 	if err != nil {
 		t.Fatalf("proxytest: squid is not installed (not in $PATH nor in %s): run `make deps` (apt-get installs tinyproxy, squid and redis-server)", strings.Join(squidDirs, ", "))

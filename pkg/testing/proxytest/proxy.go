@@ -24,6 +24,7 @@ import (
 
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 )
 
 // Options configure a proxy started by one of the Start functions. Fields
@@ -284,10 +285,21 @@ func Main(m *testing.M) int {
 	return code
 }
 
+// NeedsForwardProxyBinary is what a test that runs cmd/forward-proxy as a
+// process needs (integration.Needs); ForwardProxyBinary and StartBinary say
+// it themselves.
+const NeedsForwardProxyBinary = "cmd/forward-proxy built by `go build` and run as a process"
+
+// NeedsSquid is what a test that runs squid needs (integration.Needs); the
+// Start functions that run it say it themselves.
+const NeedsSquid = "squid from Debian (`make deps`)"
+
 // ForwardProxyBinary returns the path of cmd/forward-proxy, built on first
-// use into a temporary directory that Main removes.
+// use into a temporary directory that Main removes. Under -short it skips t
+// (integration.Needs): the unit loop builds and starts no binary.
 func ForwardProxyBinary(t testing.TB) string {
 	t.Helper()
+	integration.Needs(t, NeedsForwardProxyBinary)
 	if !mainRunning.Load() {
 		t.Fatal("proxytest: building cmd/forward-proxy needs this package's tests to run through proxytest.Main: " +
 			"add func TestMain(m *testing.M) { os.Exit(proxytest.Main(m)) }")
@@ -337,6 +349,7 @@ func tinyproxyBinary() (string, error) {
 // missing tinyproxy fails the test and names `make deps`.
 func StartTinyproxy(t testing.TB, opts Options) *Proxy {
 	t.Helper()
+	integration.Needs(t, "tinyproxy from Debian (`make deps`)")
 	bin, err := tinyproxyBinary()
 	if err != nil {
 		t.Fatalf("proxytest: %v", err)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 )
 
 // squidDirs are searched after $PATH.
@@ -23,6 +25,7 @@ const squidAuthHelper = "/usr/lib/squid/basic_ncsa_auth"
 // missing squid fails the test and names `make deps`.
 func StartSquid(t testing.TB, opts Options) *Proxy {
 	t.Helper()
+	integration.Needs(t, NeedsSquid)
 	bin, err := findBinary("squid", squidDirs...)
 	if err != nil {
 		t.Fatalf("proxytest: squid is not installed (not in $PATH nor in %s): run `make deps` (apt-get installs tinyproxy, squid and redis-server)", strings.Join(squidDirs, ", "))

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 )
 
 //go:embed testdata/vendor-auth-helper.py
@@ -51,6 +53,7 @@ type Vendor struct {
 // squid or python3 fails the test and names `make deps`.
 func StartVendorSquid(t testing.TB, opts VendorOptions) *Vendor {
 	t.Helper()
+	integration.Needs(t, "squid and python3 from Debian (`make deps`)")
 	bin, err := findBinary("squid", squidDirs...)
 	if err != nil {
 		t.Fatalf("proxytest: squid is not installed (not in $PATH nor in %s): run `make deps` (apt-get installs tinyproxy, squid and redis-server)", strings.Join(squidDirs, ", "))

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 )
 
 // TestVendorSquidChoosesExitIPBySession: the rig behaves like a proxy
@@ -114,6 +116,7 @@ func TestVendorSquidChoosesExitIPBySession(t *testing.T) {
 // TestVendorSquidRefusesPatternWithoutOneGroup: a pattern without the
 // session group fails at start, not at the first request.
 func TestVendorSquidRefusesPatternWithoutOneGroup(t *testing.T) {
+	integration.Needs(t, "squid and python3 from Debian (`make deps`)") // the auth helper checks the pattern
 	ft := &fatalRecorder{TB: t}
 	done := make(chan struct{})
 	go func() {

@@ -6,12 +6,20 @@ import (
 	"os"
 	"sync"
 	"testing"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 )
+
+// Needs is what a test that starts an Environment needs, for
+// integration.Needs: a test that calls Start itself rather than through
+// Shared.Get says so first, `integration.Needs(t, testenv.Needs)`.
+const Needs = "kube-apiserver and etcd from `make testenv`"
 
 // Shared is one Environment for a test package, started by the first test that
 // asks for it, so that a package's unit tests run on a checkout where `make
-// testenv` has not built kube-apiserver yet. The tests that need it still fail
-// (naming `make testenv`), they never skip.
+// testenv` has not built kube-apiserver yet. Under -short (the unit loop) the
+// tests that ask for it skip, saying what they need; without -short they run,
+// and fail naming `make testenv` when its binaries are missing.
 //
 //	var apiServer = testenv.NewShared(testenv.Options{})
 //
@@ -30,9 +38,11 @@ type Shared struct {
 func NewShared(opts Options) *Shared { return &Shared{opts: opts} }
 
 // Get returns the package's Environment, starting it on the first call. A
-// failure to start fails t, now and on every later call.
+// failure to start fails t, now and on every later call. Under -short it
+// skips t (integration.Needs).
 func (s *Shared) Get(t testing.TB) *Environment {
 	t.Helper()
+	integration.Needs(t, Needs)
 	s.once.Do(func() { s.env, s.err = Start(context.Background(), s.opts) })
 	if s.err != nil {
 		t.Fatalf("testenv: %v", s.err)

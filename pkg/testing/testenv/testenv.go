@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -21,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -131,6 +133,7 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 		}
 	}()
 
+	refuseUnderShort()
 	if e.pki, err = ensurePKI(filepath.Join(e.Dir, "pki")); err != nil {
 		return nil, err
 	}
@@ -305,5 +308,18 @@ func poll(ctx context.Context, timeout time.Duration, check func(ctx context.Con
 			return ctx.Err()
 		case <-t.C:
 		}
+	}
+}
+
+// refuseUnderShort panics when a test binary run with -short is about to
+// start etcd: the unit loop (`go test -short ./...`) promises to start no
+// process, and a test that would has forgotten integration.Needs(t,
+// testenv.Needs), which Shared.Get calls. A panic fails the whole package,
+// loudly, where a skip or an error might pass unseen. Before the flags are
+// parsed (a TestMain's helper mode) -short is unknown, and nothing is refused.
+func refuseUnderShort() {
+	if testing.Testing() && flag.Parsed() && testing.Short() {
+		panic("testenv: Start under go test -short, which starts no kube-apiserver or etcd: " +
+			"the test must call integration.Needs(t, testenv.Needs) first (Shared.Get does)")
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 )
 
 // apiServer is shared by the tests of this package, with the throwaway CRDs in
@@ -395,6 +396,7 @@ func TestCompactEtcdForgetsHistory(t *testing.T) {
 }
 
 func TestStopLeavesNothing(t *testing.T) {
+	integration.Needs(t, Needs)
 	t.Parallel()
 	var out strings.Builder // written under the prefixWriters' lock, read after Stop
 	e, err := Start(t.Context(), Options{CRDDir: t.TempDir(), Out: &out})
@@ -424,6 +426,7 @@ func TestStopLeavesNothing(t *testing.T) {
 }
 
 func TestKeptDirIsReused(t *testing.T) {
+	integration.Needs(t, Needs)
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "state")
 	opts := Options{CRDDir: "testdata", Dir: dir}
@@ -538,6 +541,7 @@ func startAndDie(dir string) {
 }
 
 func TestKilledParentLeavesNothing(t *testing.T) {
+	integration.Needs(t, Needs)
 	t.Parallel()
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "no-crds"), 0o700); err != nil {
@@ -592,8 +596,9 @@ func TestStartFailsWithAReason(t *testing.T) {
 	}
 
 	for name, tc := range map[string]struct {
-		opts Options
-		want []string // substrings of the error
+		opts   Options
+		starts bool     // the failure comes from a started process
+		want   []string // substrings of the error
 	}{
 		"binaries missing": {
 			opts: Options{BinDir: t.TempDir(), CRDDir: "testdata"},
@@ -608,11 +613,15 @@ func TestStartFailsWithAReason(t *testing.T) {
 			want: []string{"cm.yaml", "want an apiextensions.k8s.io/v1 CustomResourceDefinition, got /v1, Kind=ConfigMap"},
 		},
 		"etcd exits": {
-			opts: Options{BinDir: failingBin, CRDDir: "testdata"},
-			want: []string{"etcd: not ready", "exited before it was ready", "exit status 3", "cannot open data dir: boom"},
+			opts:   Options{BinDir: failingBin, CRDDir: "testdata"},
+			starts: true,
+			want:   []string{"etcd: not ready", "exited before it was ready", "exit status 3", "cannot open data dir: boom"},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
+			if tc.starts {
+				integration.Needs(t, "sh, as a failing etcd")
+			}
 			e, err := Start(t.Context(), tc.opts)
 			if err == nil {
 				e.Stop()
@@ -719,4 +728,36 @@ func newWidget(name string, size int64) *unstructured.Unstructured {
 	w.SetName(name)
 	_ = unstructured.SetNestedField(w.Object, size, "spec", "size")
 	return w
+}
+
+// Under -short Start refuses, loudly, before it starts a process: the unit
+// loop starts no kube-apiserver or etcd. Without -short it goes on to start
+// the (here failing) etcd. The binaries and CRDs exist, so nothing else
+// stops it first.
+func TestStartPanicsOnlyUnderShort(t *testing.T) {
+	fakeBin := t.TempDir()
+	for _, name := range []string{"etcd", "kube-apiserver", "kubectl"} {
+		if err := os.WriteFile(filepath.Join(fakeBin, name), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := func() (panicked string, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				panicked = fmt.Sprint(r)
+			}
+		}()
+		_, err = Start(t.Context(), Options{BinDir: fakeBin, CRDDir: "testdata"})
+		return "", err
+	}
+	panicked, err := start()
+	if testing.Short() {
+		if !strings.Contains(panicked, "integration.Needs(t, testenv.Needs)") {
+			t.Errorf("Start under -short: panic %q, error %v; want a panic naming integration.Needs(t, testenv.Needs)", panicked, err)
+		}
+		return
+	}
+	if panicked != "" || err == nil || !strings.Contains(err.Error(), "etcd: not ready") {
+		t.Errorf("Start without -short: panic %q, error %v; want etcd's failure", panicked, err)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -23,6 +24,7 @@ const python = "/usr/bin/python3" // Debian's, with python3-requests (not a pyen
 
 func requireBinary(t *testing.T, path string) {
 	t.Helper()
+	integration.Needs(t, path+" from Debian (`make deps`)")
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("%s is missing: run `make deps` (hack/install-deps.sh installs curl, python3-requests and python3-scrapy)", path)
 	}

@@ -26,6 +26,8 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
+
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
@@ -333,6 +335,7 @@ func (pt *poolTest) noPasswordShown(t *testing.T, password string, events []core
 // hosts) take the four members, so the target sees both kinds of exit IP.
 func TestScrapyCrawlsOwnAndNetworkIPs(t *testing.T) {
 	const scrapyBin = "/usr/bin/scrapy"
+	integration.Needs(t, "scrapy from Debian (`make deps`)")
 	if _, err := exec.LookPath(scrapyBin); err != nil {
 		t.Fatalf("%s: %v (install the test peers: make deps)", scrapyBin, err)
 	}
