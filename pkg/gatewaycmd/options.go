@@ -68,6 +68,12 @@ type Options struct {
 	DrainDelay, ShutdownGrace time.Duration
 	// Profiling serves /debug/pprof/ on MetricsAddr.
 	Profiling bool
+	// InspectionCANamespace is where the operator keeps the inspected
+	// namespaces' CA Secrets; empty: nothing is inspected.
+	InspectionCANamespace string
+	// InspectionTargetRoots is a PEM file of certificates trusted for
+	// inspected targets besides the system's.
+	InspectionTargetRoots string
 
 	leaseURLSet bool
 }
@@ -111,6 +117,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.DrainDelay, "drain-delay", o.DrainDelay, "After SIGTERM: how long readiness is false before the listener closes.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's profiles (/debug/pprof/) beside /metrics on --metrics-addr. Off by default: the address is often reachable by more than the operator's admins.")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "After the listener closes: how long open tunnels may finish before they are cut.")
+	fs.StringVar(&o.InspectionCANamespace, "inspection-ca-namespace", o.InspectionCANamespace, "Namespace where the operator keeps the CAs of the namespaces that opted into TLS inspection (the operator's own; docs/inspection.md). Empty: nothing is inspected.")
+	fs.StringVar(&o.InspectionTargetRoots, "inspection-target-roots", o.InspectionTargetRoots, "PEM file of certificates trusted, besides the system's, to verify inspected targets.")
 }
 
 // Validate checks every flag and names each bad one.

@@ -38,10 +38,14 @@ func Run(ctx context.Context, o Options, version string) error {
 		return err
 	}
 	m, metricsHandler := metrics.NewGateway(version)
-	gw, err := gateway.New(gateway.Config{
+	cfg := gateway.Config{
 		Leases: remote, Authenticator: authn, Authorizer: authz, AuthNone: o.LeaseAuth == AuthNone,
 		Wait: o.Wait, SessionIdle: o.SessionIdle, TTL: o.LeaseTTL, ShutdownGrace: o.ShutdownGrace, Metrics: m,
-	})
+	}
+	if err := o.inspection(ctx, version, &cfg); err != nil {
+		return err
+	}
+	gw, err := gateway.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -110,21 +114,51 @@ func healthMux(metricsHandler http.Handler, remote *gateway.Remote, draining *at
 	return mux
 }
 
+// inspection sets up TLS inspection when --inspection-ca-namespace names
+// where the CAs are.
+func (o Options) inspection(ctx context.Context, version string, cfg *gateway.Config) error {
+	if o.InspectionCANamespace == "" {
+		return nil
+	}
+	kube, err := o.kube(version)
+	if err != nil {
+		return err
+	}
+	if cfg.TargetRootCAs, err = targetRoots(o.InspectionTargetRoots); err != nil {
+		return err
+	}
+	minters, err := watchCAs(ctx, kube, o.InspectionCANamespace)
+	if err != nil {
+		return err
+	}
+	cfg.Inspection = minters
+	return nil
+}
+
+// kube is the replica's Kubernetes client.
+func (o Options) kube(version string) (kubernetes.Interface, error) {
+	cfg, err := kubeconfig.Load(o.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = reviewQPS, 2*reviewQPS
+	cfg.UserAgent = "proxy-operator-gateway/" + version
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return kube, nil
+}
+
 // auth checks the callers as the lease API does.
 func (o Options) auth(ctx context.Context, version string) (lease.Authenticator, lease.Authorizer, error) {
 	if o.LeaseAuth == AuthNone {
 		a := lease.NewNoAuth(klog.FromContext(ctx))
 		return a, a, nil
 	}
-	cfg, err := kubeconfig.Load(o.Kubeconfig)
+	kube, err := o.kube(version)
 	if err != nil {
 		return nil, nil, err
-	}
-	cfg.QPS, cfg.Burst = reviewQPS, 2*reviewQPS
-	cfg.UserAgent = "proxy-operator-gateway/" + version
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	a := lease.NewKubernetesAuth(kube, lease.KubernetesAuthOptions{})
 	return a, a, nil
