@@ -108,7 +108,7 @@ func newOperator(ctx context.Context, o Options, c clients, enabled map[crawlv1a
 		return nil, err
 	}
 	// ProxyPools (pkg/pool), on the leader beside the Proxy controller.
-	if op.pools, err = newPoolController(c.crawl, c.kube, crawlInformers, proxyInformer, secretInformer, op.leases, m); err != nil {
+	if op.pools, err = newPoolController(c.crawl, c.kube, crawlInformers, proxyInformer, secretInformer, op.leases, enabled, m); err != nil {
 		return nil, fmt.Errorf("pool controller: %w", err)
 	}
 	op.synced = append(op.synced, crawlInformers.Crawl().V1alpha1().ProxyPools().Informer().HasSynced)

@@ -162,19 +162,13 @@ func SessionLifetime(spec *crawlv1alpha1.UpstreamProvider) time.Duration {
 // RecycleAge is the age at which a pool replaces a member made from spec:
 // four fifths of the session's lifetime, so that its leases drain before the
 // network moves the session to another IP.
-func RecycleAge(spec *crawlv1alpha1.UpstreamProvider) time.Duration {
-	return SessionLifetime(spec) * 4 / 5
-}
-
-// RecycleAge is the age at which a pool replaces a member made from spec
-// (RecycleAge of its spec.upstream).
 func (*Provider) RecycleAge(spec *crawlv1alpha1.ProxySpec) (provider.RecycleAge, bool) {
 	if spec.Upstream == nil {
 		return provider.RecycleAge{}, false
 	}
 	lifetime := SessionLifetime(spec.Upstream)
 	return provider.RecycleAge{
-		Age:     RecycleAge(spec.Upstream),
+		Age:     lifetime * 4 / 5,
 		Why:     "before its session's lifetime ends",
 		Setting: fmt.Sprintf("upstream.sessionLifetime %s", lifetime),
 	}, true
