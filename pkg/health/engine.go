@@ -18,6 +18,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
 // Defaults of Config.
@@ -93,6 +94,11 @@ type Config struct {
 	// RootCAs verify the certificates of https targets (and https proxies);
 	// nil means the system roots. Tests set it to trust a local CA.
 	RootCAs *x509.CertPool
+	// Providers are the enabled providers, asked whether a proxy's instance
+	// is configured with its credentials (then it must refuse a request
+	// without them) and what to say when they are refused. Nil: every
+	// Managed instance is.
+	Providers provider.Set
 }
 
 // Engine probes proxies and keeps their verdicts. It implements
@@ -114,6 +120,7 @@ type Engine struct {
 	metrics                             Metrics
 	logger                              klog.Logger
 	rootCAs                             *x509.CertPool
+	providers                           provider.Set
 
 	// probe is Probe; unit tests script it.
 	probe   func(context.Context, Target) Result
@@ -176,6 +183,7 @@ func New(cfg Config) (*Engine, error) {
 		metrics:             cfg.Metrics,
 		logger:              cfg.Logger,
 		rootCAs:             cfg.RootCAs,
+		providers:           cfg.Providers,
 		probe:               Probe,
 		states:              map[cache.ObjectName]*proxyState{},
 		byObject:            map[*crawlv1alpha1.Proxy]*proxyState{},

@@ -22,6 +22,8 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
@@ -1091,6 +1093,13 @@ func TestManagedInstanceMustRefuseAnonymous(t *testing.T) {
 				{Probes: []string{"alice", "-"}, Class: ResultOpen},
 			},
 		},
+		"a proxy network's session, whose super proxy answers anonymous: healthy, probed once": {
+			opts: []proxyOption{managed(), asSession()}, anonymous: success(time.Millisecond),
+			want: []probeRound{
+				{Probes: []string{"alice"}, Healthy: true, Class: ResultSuccess},
+				{Probes: []string{"alice"}, Healthy: true, Class: ResultSuccess},
+			},
+		},
 		"External with auth, answers anonymous: healthy, probed once": {
 			opts: []proxyOption{withAuth("creds")}, anonymous: success(time.Millisecond),
 			want: []probeRound{
@@ -1103,6 +1112,7 @@ func TestManagedInstanceMustRefuseAnonymous(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, testProxy("p", append(tc.opts, withThresholds(1, 1))...))
 			f.engine.secrets = func(context.Context, string, string) (*corev1.Secret, error) { return secret, nil }
+			f.engine.providers = provider.Set{crawlv1alpha1.ProviderUpstream: upstream.New()}
 			var got []probeRound
 			var probes []string
 			f.engine.probe = func(_ context.Context, target Target) Result {

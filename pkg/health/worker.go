@@ -54,8 +54,8 @@ func (e *Engine) runCheck(ctx context.Context, j job) Result {
 	proxyURL.User = url.UserPassword(creds.Username, creds.Password)
 	withAuth.Proxy = &proxyURL
 	r := e.probe(ctx, withAuth)
-	if r.Class == ResultProxyRefused && j.check.upstream {
-		r.Message += fmt.Sprintf(": the proxy network refused the username or the password; check spec.upstream.usernameTemplate and the password in spec.upstream.credentialsSecretRef (copied into Secret %q)", j.check.authSecret)
+	if r.Class == ResultProxyRefused && j.check.refusalHint != "" {
+		r.Message += ": " + j.check.refusalHint
 	}
 	if !r.OK || !j.proveClosed {
 		return r

@@ -134,6 +134,7 @@ func newControllerAndEngine(o Options, c clients, proxyInformer crawlinformersv1
 		MaxProbesPerEndpoint:    o.HealthMaxProbesPerEndpoint,
 		LatencyReportsPerSecond: o.latencyUpdatesPerSecond(),
 		Metrics:                 m,
+		Providers:               enabled,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("health engine: %w", err)
