@@ -31,6 +31,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlscheme "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/scheme"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/queueworker"
@@ -78,21 +79,7 @@ type HealthSource interface {
 	// (a first verdict, a flip, or a material latency change: not every
 	// probe, so that a steady fleet causes no status writes), and false
 	// while it has none.
-	Verdict(key cache.ObjectName) (HealthVerdict, bool)
-}
-
-// HealthVerdict is what the controller writes into the Healthy condition.
-type HealthVerdict struct {
-	// Address is the host:port the verdict was measured against.
-	Address string
-	Healthy bool
-	// Message says why in a few words; it never holds a credential.
-	Message string
-	Latency time.Duration
-	// ExitIP is the address the health check's target saw (healthCheck.exitIPFromBody), "" if not measured.
-	ExitIP string
-	// CheckedAt is when the probe behind this verdict ran.
-	CheckedAt time.Time
+	Verdict(key cache.ObjectName) (health.Verdict, bool)
 }
 
 // Config is what a Controller needs. Zero durations take the defaults above.

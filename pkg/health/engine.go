@@ -17,7 +17,6 @@ import (
 	"k8s.io/utils/clock"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
@@ -151,8 +150,6 @@ type Engine struct {
 	due []job
 }
 
-var _ controller.HealthSource = (*Engine)(nil)
-
 // New validates cfg and applies defaults. It starts nothing.
 func New(cfg Config) (*Engine, error) {
 	if cfg.Proxies == nil {
@@ -202,12 +199,12 @@ func New(cfg Config) (*Engine, error) {
 // Verdict returns the latest verdict reported for the proxy, with the
 // address it was measured against; false before the first one, and for a
 // proxy the engine does not probe.
-func (e *Engine) Verdict(key cache.ObjectName) (controller.HealthVerdict, bool) {
+func (e *Engine) Verdict(key cache.ObjectName) (Verdict, bool) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	st, ok := e.states[key]
 	if !ok || st.reported == nil {
-		return controller.HealthVerdict{}, false
+		return Verdict{}, false
 	}
 	return *st.reported, true
 }

@@ -21,7 +21,6 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
@@ -206,7 +205,7 @@ func (f *fixture) checkDue(d time.Duration) (class string) {
 	return class
 }
 
-func (f *fixture) verdict(name string) (controller.HealthVerdict, bool) {
+func (f *fixture) verdict(name string) (Verdict, bool) {
 	return f.engine.Verdict(cache.NewObjectName(testNamespace, name))
 }
 
@@ -355,7 +354,7 @@ func TestReportedSnapshot(t *testing.T) {
 	f.tick()
 	f.step(testInterval, always(success(42*time.Millisecond)))
 	got, _ := f.verdict("p")
-	want := controller.HealthVerdict{Address: "127.0.0.9:8080", Healthy: true, Message: "target answered 204 in 42ms",
+	want := Verdict{Address: "127.0.0.9:8080", Healthy: true, Message: "target answered 204 in 42ms",
 		Latency: 42 * time.Millisecond, CheckedAt: f.clock.Now()}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("healthy verdict (-want +got):\n%s", diff)
@@ -363,7 +362,7 @@ func TestReportedSnapshot(t *testing.T) {
 
 	f.step(testInterval, always(Result{Class: ResultTimeout, Message: "timeout after 1s waiting for the response", Latency: time.Second}))
 	got, _ = f.verdict("p")
-	want = controller.HealthVerdict{Address: "127.0.0.9:8080", Healthy: false, Message: "timeout after 1s waiting for the response",
+	want = Verdict{Address: "127.0.0.9:8080", Healthy: false, Message: "timeout after 1s waiting for the response",
 		CheckedAt: f.clock.Now()}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("unhealthy verdict (-want +got):\n%s", diff)
@@ -684,7 +683,7 @@ func TestSeedFromHealthyCondition(t *testing.T) {
 				// the controller applying it writes nothing.
 				got, ok := f.verdict("p")
 				cond := p.Status.Conditions[0]
-				want := controller.HealthVerdict{Address: "127.0.0.1:3128", Healthy: cond.Status == metav1.ConditionTrue,
+				want := Verdict{Address: "127.0.0.1:3128", Healthy: cond.Status == metav1.ConditionTrue,
 					Message: cond.Message, Latency: time.Duration(p.Status.LatencyMillis) * time.Millisecond, CheckedAt: checked}
 				if diff := cmp.Diff(want, got); !ok || diff != "" {
 					t.Errorf("seeded snapshot (ok=%v) (-want +got):\n%s", ok, diff)

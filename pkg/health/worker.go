@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -97,9 +96,9 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 		why = reportExitIP
 	}
 	// Made only when reported: most probes report nothing (docs/decisions/0164-engine-own-work-probe-measured-alone.md).
-	var v *controller.HealthVerdict
+	var v *Verdict
 	if why != "" {
-		v = &controller.HealthVerdict{
+		v = &Verdict{
 			Address:   st.address,
 			Healthy:   st.counters.verdict == verdictHealthy,
 			Message:   r.Message,

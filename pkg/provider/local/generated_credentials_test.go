@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
@@ -123,7 +123,7 @@ func TestManagedProxyWithoutAuthIsNeverOpen(t *testing.T) {
 	if err != nil || res.Status != http.StatusNoContent {
 		t.Fatalf("with the lease's credentials through %s: status %d, err %v; want 204", addr, res.Status, err)
 	}
-	h.Health.Set(h.Key("open"), controller.HealthVerdict{Address: addr, Healthy: true, Message: "probe with the generated credentials succeeded", Latency: time.Millisecond, CheckedAt: time.Now()})
+	h.Health.Set(h.Key("open"), health.Verdict{Address: addr, Healthy: true, Message: "probe with the generated credentials succeeded", Latency: time.Millisecond, CheckedAt: time.Now()})
 	h.WaitForPhase("open", crawlv1alpha1.PhaseReady)
 
 	if err := h.Crawl.CrawlV1alpha1().Proxies(h.NS).Delete(h.Ctx, "open", metav1.DeleteOptions{}); err != nil {
