@@ -65,11 +65,17 @@ const (
 	ModeRotating = "rotating"
 )
 
+// Modes lists every mode, for pre-declared metrics.
+var Modes = []string{ModeSession, ModeRotating}
+
 // Directions of the bytes metric.
 const (
 	DirectionUp   = "up"   // client to upstream
 	DirectionDown = "down" // upstream to client
 )
+
+// Directions lists both directions, for pre-declared metrics.
+var Directions = []string{DirectionUp, DirectionDown}
 
 // Metrics receives the gateway's measurements (pkg/metrics implements it).
 type Metrics interface {

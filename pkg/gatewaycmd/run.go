@@ -37,7 +37,7 @@ func Run(ctx context.Context, o Options, version string) error {
 	if err != nil {
 		return err
 	}
-	m, metricsHandler := metrics.NewGateway(version)
+	m, metricsHandler := metrics.NewGateway(version, metrics.GatewayLabels{Modes: gateway.Modes, Directions: gateway.Directions, ErrorReasons: gateway.ErrorReasons})
 	cfg := gateway.Config{
 		Leases: remote, Authenticator: authn, Authorizer: authz, AuthNone: o.LeaseAuth == AuthNone,
 		Wait: o.Wait, SessionIdle: o.SessionIdle, TTL: o.LeaseTTL, ShutdownGrace: o.ShutdownGrace, Metrics: m,

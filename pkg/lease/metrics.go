@@ -73,6 +73,9 @@ const (
 	StateDomainBudgets = "domain_budgets"
 )
 
+// StateKinds lists every kind of bounded state, for pre-declaring series.
+var StateKinds = []string{StateSessions, StateCooldowns, StateDomainBudgets, StateSessionStates}
+
 // StateMetrics, when a Metrics implements it too, receives the size of the
 // store's bounded state (sticky sessions, cool-down entries) and counts
 // what the caps evicted. It is a separate interface so that existing

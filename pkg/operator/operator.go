@@ -77,7 +77,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	if err != nil {
 		return err
 	}
-	m := metrics.New()
+	m := metrics.New(metricLabels())
 	m.SetBuildInfo(Version())
 	enabled, err := buildProviders(ctx, o.Providers, providers, ProviderEnv{KubeClient: c.kube, RESTConfig: rest.CopyConfig(c.cfg), Options: o})
 	if err != nil {
