@@ -37,12 +37,12 @@ import (
 // releases before it read.
 //
 // where a string is a uvarint length and the bytes, and mac is the first
-// 16 bytes of HMAC-SHA256(key, everything before it). Version 3 IDs, which
-// the releases of docs/decisions/0159-lease-ids-version-3-signed-aes.md minted, have the same fields and an
-// AES-CMAC as their MAC; they are still accepted until they expire
-// (token_v3compat.go, docs/decisions/0171-lease-path-plain-again.md), never
-// minted. Version 2 added the owner (the authenticated identity that
-// acquired the lease); version 1 IDs are refused.
+// 16 bytes of HMAC-SHA256(key, everything before it). Version 2 added the
+// owner (the authenticated identity that acquired the lease); version 1
+// IDs are refused, and so are version 3 IDs (an AES-CMAC, minted for two
+// days by the releases of docs/decisions/0159-lease-ids-version-3-signed-aes.md):
+// every one of them has expired
+// (docs/decisions/0270-version-3-lease-ids-no-longer-verified.md).
 //
 // An ID is signed, not encrypted (docs/decisions/0070-lease-ids-signed-not-encrypted-docs.md): its
 // fields are readable by anyone who sees it. It has exactly one spelling:
@@ -118,14 +118,12 @@ type signer struct {
 	// macs holds keyed HMAC-SHA256 states: keying one costs six
 	// allocations, two thirds of a store pair's (BenchmarkStoreOps).
 	macs *sync.Pool
-	// v3 checks the version 3 IDs of the previous release.
-	v3 *cmacV3
 }
 
 func newSigner(key []byte) signer {
 	key = slices.Clone(key)
 	macs := &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}
-	return signer{macs: macs, v3: newCMACV3(key)}
+	return signer{macs: macs}
 }
 
 func (s signer) encode(t token) string {
@@ -190,8 +188,6 @@ func (s signer) verify(id string) ([]byte, bool) {
 	switch payload[0] {
 	case tokenVersion, tokenVersionSession:
 		return payload, hmac.Equal(mac, s.hmac(payload))
-	case tokenVersionCMAC:
-		return payload, s.v3.verify(payload, mac)
 	}
 	return nil, false
 }
