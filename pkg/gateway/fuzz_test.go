@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // Fuzz targets for what a client controls: the username and the request
@@ -61,12 +62,12 @@ type fuzzLeases struct{}
 
 const fuzzUpstreamPassword = "upstream-secret-never-shown"
 
-func (fuzzLeases) Acquire(_ context.Context, _ lease.User, req lease.AcquireRequest) (lease.Lease, *lease.Credentials, error) {
+func (fuzzLeases) Acquire(_ context.Context, _ lease.User, req lease.AcquireRequest) (lease.Lease, *proxyaccess.Credentials, error) {
 	if req.Namespace == "full" {
 		return lease.Lease{}, nil, &lease.UnavailableError{Reason: lease.ErrNoneFree, RetryAfter: time.Second}
 	}
 	return lease.Lease{ID: "id", Proxy: lease.LeasedProxy{Key: cache.ObjectName{Namespace: "crawl", Name: "p"}, URL: "http://127.0.0.1:9"}, TTL: time.Minute, ExpiresAt: time.Now().Add(time.Minute)},
-		&lease.Credentials{Username: "fleet", Password: fuzzUpstreamPassword}, nil
+		&proxyaccess.Credentials{Username: "fleet", Password: fuzzUpstreamPassword}, nil
 }
 func (fuzzLeases) Renew(context.Context, lease.User, string, time.Duration) (lease.Lease, error) {
 	return lease.Lease{}, lease.ErrUnknownLease

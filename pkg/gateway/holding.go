@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // holding is one lease the gateway holds: a session's (kept between
@@ -34,7 +35,7 @@ type holding struct {
 	ended bool
 }
 
-func newHolding(user lease.User, l lease.Lease, creds *lease.Credentials) (*holding, error) {
+func newHolding(user lease.User, l lease.Lease, creds *proxyaccess.Credentials) (*holding, error) {
 	u, err := url.Parse(l.Proxy.URL)
 	if err != nil {
 		return nil, err

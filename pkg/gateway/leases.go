@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // Leases is what the gateway needs of the lease API, for the user it
@@ -13,7 +14,7 @@ import (
 type Leases interface {
 	// Acquire holds while no lease API leader answers (Remote: up to its
 	// LeaderWait), then errors with lease.ErrNotLeader.
-	Acquire(ctx context.Context, user lease.User, req lease.AcquireRequest) (lease.Lease, *lease.Credentials, error)
+	Acquire(ctx context.Context, user lease.User, req lease.AcquireRequest) (lease.Lease, *proxyaccess.Credentials, error)
 	// Renew, Release and Get reach user's leases only.
 	Renew(ctx context.Context, user lease.User, id string, ttl time.Duration) (lease.Lease, error)
 	Release(ctx context.Context, user lease.User, id string, outcome lease.Outcome, domain string) error

@@ -15,6 +15,7 @@ import (
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // Defaults of RemoteConfig.
@@ -168,7 +169,7 @@ func foreignAnswer(err error) bool {
 }
 
 // Acquire holds the connection up to LeaderWait while there is no leader.
-func (r *Remote) Acquire(ctx context.Context, user lease.User, req lease.AcquireRequest) (lease.Lease, *lease.Credentials, error) {
+func (r *Remote) Acquire(ctx context.Context, user lease.User, req lease.AcquireRequest) (lease.Lease, *proxyaccess.Credentials, error) {
 	var got *client.Lease
 	acquire := func(c *client.Client) (err error) {
 		got, err = c.ActingFor(user.Name, user.UID, user.Groups).Acquire(ctx, client.AcquireRequest{
@@ -245,11 +246,11 @@ func leaseOf(user lease.User, l *client.Lease) lease.Lease {
 	}
 }
 
-func credentialsOf(l *client.Lease) *lease.Credentials {
+func credentialsOf(l *client.Lease) *proxyaccess.Credentials {
 	if l.Credentials == nil {
 		return nil
 	}
-	return &lease.Credentials{Username: l.Credentials.Username, Password: l.Credentials.Password}
+	return &proxyaccess.Credentials{Username: l.Credentials.Username, Password: l.Credentials.Password}
 }
 
 // leaseError maps the API's answers to the store's errors, which the

@@ -86,16 +86,10 @@ func ProxyInfoFrom(p *crawlv1alpha1.Proxy) ProxyInfo {
 	}
 }
 
-// Credentials are a proxy's basic-auth credentials, handed to a holder in
-// the response that grants the lease, and nowhere else.
-type Credentials struct {
-	Username string
-	Password string
-}
-
 // CredentialsFunc returns the credentials of a leased proxy, nil if it
-// needs none. Its errors must not contain the credentials.
-type CredentialsFunc func(ctx context.Context, proxy LeasedProxy) (*Credentials, error)
+// needs none; they are handed to the holder in the response that grants
+// the lease, and nowhere else. Its errors must not contain the credentials.
+type CredentialsFunc func(ctx context.Context, proxy LeasedProxy) (*proxyaccess.Credentials, error)
 
 // errNoCredentials is wrapped by SecretCredentials' errors.
 var errNoCredentials = errors.New("proxy credentials unavailable")
@@ -106,7 +100,7 @@ var errNoCredentials = errors.New("proxy credentials unavailable")
 // only if it is marked for proxies (proxyaccess.ReadMarkedSecret): a grant,
 // and so the gateway, never carries an unmarked Secret's password.
 func SecretCredentials(secrets corelisters.SecretLister) CredentialsFunc {
-	return func(_ context.Context, p LeasedProxy) (*Credentials, error) {
+	return func(_ context.Context, p LeasedProxy) (*proxyaccess.Credentials, error) {
 		if p.CredentialsSecret == "" {
 			// No Secret to read: skip building a getter, which allocates on
 			// every grant (docs/decisions/0158-two-small-cuts-grant-one-table.md).
@@ -116,9 +110,6 @@ func SecretCredentials(secrets corelisters.SecretLister) CredentialsFunc {
 		if err != nil {
 			return nil, fmt.Errorf("%w: proxy %s: %w", errNoCredentials, p.Key, err)
 		}
-		if creds == nil {
-			return nil, nil
-		}
-		return &Credentials{Username: creds.Username, Password: creds.Password}, nil
+		return creds, nil
 	}
 }

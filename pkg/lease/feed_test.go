@@ -17,6 +17,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	crawlfake "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/fake"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
@@ -196,13 +197,13 @@ func TestSecretCredentials(t *testing.T) {
 	creds := SecretCredentials(corelisters.NewSecretLister(secretIndexer))
 	for name, tc := range map[string]struct {
 		proxy   string
-		want    *Credentials
+		want    *proxyaccess.Credentials
 		wantErr bool
 	}{
 		"external without auth": {proxy: "open"},
 		// A Managed Proxy without spec.auth: the controller's generated Secret.
-		"managed without auth": {proxy: "generated", want: &Credentials{Username: "g", Password: "random"}},
-		"auth":                 {proxy: "closed", want: &Credentials{Username: "u", Password: "hunter2"}},
+		"managed without auth": {proxy: "generated", want: &proxyaccess.Credentials{Username: "g", Password: "random"}},
+		"auth":                 {proxy: "closed", want: &proxyaccess.Credentials{Username: "u", Password: "hunter2"}},
 		"missing Secret":       {proxy: "missing", wantErr: true},
 		"incomplete Secret":    {proxy: "partial", wantErr: true},
 		// docs/decisions/0230-credentials-secrets-opt-in-by-label.md: a grant never carries an unmarked Secret's password.

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // The handlers of the /v1 calls: decode, authorize, call the store (within
@@ -37,7 +38,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	var creds *Credentials
+	var creds *proxyaccess.Credentials
 	if s.credentials != nil {
 		if creds, err = s.credentials(r.Context(), l.Proxy); err != nil {
 			// A lease without the credentials it needs is useless: give it back.
@@ -244,7 +245,7 @@ func (s *Server) beyondHorizon(ctx context.Context, l Lease, err error) (need ti
 }
 
 // leaseWireFrom is a lease as the API writes it (package wire).
-func leaseWireFrom(l Lease, creds *Credentials) wire.Lease {
+func leaseWireFrom(l Lease, creds *proxyaccess.Credentials) wire.Lease {
 	out := wire.Lease{
 		ID:     l.ID,
 		Holder: l.Holder,

@@ -19,6 +19,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
@@ -155,8 +156,8 @@ func errorOf(t *testing.T, rec *httptest.ResponseRecorder) wire.ErrorBody {
 
 func TestAcquireResponse(t *testing.T) {
 	ts := newTestServer(t, func(c *ServerConfig) {
-		c.Credentials = func(_ context.Context, p LeasedProxy) (*Credentials, error) {
-			return &Credentials{Username: "user-" + p.Key.Name, Password: "s3cret"}, nil
+		c.Credentials = func(_ context.Context, p LeasedProxy) (*proxyaccess.Credentials, error) {
+			return &proxyaccess.Credentials{Username: "user-" + p.Key.Name, Password: "s3cret"}, nil
 		}
 	})
 	rec := ts.do(http.MethodPost, "/v1/leases", `{"holder":"w1","namespace":"crawl","selector":"","ttl":"30s","domain":"Example.COM","session":"s"}`)
@@ -388,7 +389,7 @@ func TestForbiddenAndAuthorizationErrors(t *testing.T) {
 
 func TestCredentialsUnavailableReturnsTheLease(t *testing.T) {
 	ts := newTestServer(t, func(c *ServerConfig) {
-		c.Credentials = func(context.Context, LeasedProxy) (*Credentials, error) {
+		c.Credentials = func(context.Context, LeasedProxy) (*proxyaccess.Credentials, error) {
 			return nil, errors.New("Secret crawl/auth not found")
 		}
 	})

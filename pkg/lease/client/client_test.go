@@ -20,6 +20,7 @@ import (
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
@@ -80,9 +81,9 @@ func startAPI(t *testing.T) *apiServer {
 	}
 	srv, err := lease.NewServer(lease.ServerConfig{
 		Store: store, Authenticator: tokenAuth{}, Authorizer: tokenAuth{}, Horizon: &lease.MemoryHorizon{},
-		Credentials: func(_ context.Context, p lease.LeasedProxy) (*lease.Credentials, error) {
+		Credentials: func(_ context.Context, p lease.LeasedProxy) (*proxyaccess.Credentials, error) {
 			if p.Key.Name == "p1" {
-				return &lease.Credentials{Username: "u1", Password: "pw1"}, nil
+				return &proxyaccess.Credentials{Username: "u1", Password: "pw1"}, nil
 			}
 			return nil, nil
 		},
