@@ -10,7 +10,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -22,7 +23,7 @@ type holding struct {
 	// pool is the proxy's ProxyPool ("" if none), for the bytes metric.
 	pool string
 	// user is who the lease was acquired for.
-	user lease.User
+	user auth.User
 	// upstream is the proxy's URL with its credentials in User: never
 	// logged, never shown to clients (use proxy to name it).
 	upstream *url.URL
@@ -35,7 +36,7 @@ type holding struct {
 	ended bool
 }
 
-func newHolding(user lease.User, l lease.Lease, creds *proxyaccess.Credentials) (*holding, error) {
+func newHolding(user auth.User, l store.Lease, creds *proxyaccess.Credentials) (*holding, error) {
 	u, err := url.Parse(l.Proxy.URL)
 	if err != nil {
 		return nil, err
@@ -43,7 +44,7 @@ func newHolding(user lease.User, l lease.Lease, creds *proxyaccess.Credentials) 
 	if creds != nil {
 		u.User = url.UserPassword(creds.Username, creds.Password)
 	}
-	return &holding{proxy: l.Proxy.Key, pool: l.Proxy.Pool, user: user, upstream: u, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL}, nil
+	return &holding{proxy: cache.ObjectName(l.Proxy.Key), pool: l.Proxy.Pool, user: user, upstream: u, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL}, nil
 }
 
 // live reports whether the lease is still ours. When the store cannot tell
@@ -62,14 +63,14 @@ func (h *holding) live(ctx context.Context, leases Leases, now time.Time) bool {
 }
 
 // release gives the lease back once; later calls do nothing.
-func (h *holding) release(ctx context.Context, leases Leases, outcome lease.Outcome, logger klog.Logger) {
+func (h *holding) release(ctx context.Context, leases Leases, outcome store.Outcome, logger klog.Logger) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended {
 		return
 	}
 	h.ended = true
-	if err := leases.Release(ctx, h.user, h.id, outcome, ""); err != nil && !leaseGone(err) && !errors.Is(err, lease.ErrNotLeader) {
+	if err := leases.Release(ctx, h.user, h.id, outcome, ""); err != nil && !leaseGone(err) && !errors.Is(err, store.ErrNotLeader) {
 		logger.Error(err, "Releasing a gateway lease", "proxy", h.proxy, "outcome", outcome)
 	}
 }
@@ -105,7 +106,7 @@ func (h *holding) renewIfDue(ctx context.Context, leases Leases, now time.Time, 
 		logger.V(3).Info("Gateway lease gone", "proxy", h.proxy, "reason", err.Error())
 		h.ended = true
 		return false
-	case errors.Is(err, lease.ErrNotLeader):
+	case errors.Is(err, store.ErrNotLeader):
 		logger.V(2).Info("No lease API leader to renew with; trying again", "proxy", h.proxy, "expiresAt", h.expiresAt)
 		return true
 	default:

@@ -3,14 +3,14 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
 
-// leaseStateMetrics are the lease store's bounded state (pkg/lease.StateMetrics).
+// leaseStateMetrics are the lease store's bounded state (pkg/lease/store.StateMetrics).
 type leaseStateMetrics struct {
 	entries   *prometheus.GaugeVec
 	evictions *prometheus.CounterVec
-	// The crawl policies' budgets (pkg/lease.PolicyMetrics).
+	// The crawl policies' budgets (pkg/lease/store.PolicyMetrics).
 	policyInUse   *prometheus.GaugeVec
 	policyLimited *prometheus.CounterVec
 }
@@ -44,7 +44,7 @@ func newLeaseStateMetrics() leaseStateMetrics {
 	for _, outcome := range []string{"waited", "refused"} {
 		l.policyLimited.WithLabelValues("", "", "", outcome)
 	}
-	for _, kind := range []string{lease.StateSessions, lease.StateCooldowns, lease.StateDomainBudgets, lease.StateSessionStates} {
+	for _, kind := range []string{store.StateSessions, store.StateCooldowns, store.StateDomainBudgets, store.StateSessionStates} {
 		l.entries.WithLabelValues(kind)
 		l.evictions.WithLabelValues(kind)
 	}
@@ -65,7 +65,7 @@ func (m *Metrics) ObserveStateEviction(kind string) {
 	m.leaseState.evictions.WithLabelValues(kind).Inc()
 }
 
-var _ lease.StateMetrics = (*Metrics)(nil)
+var _ store.StateMetrics = (*Metrics)(nil)
 
 // SetDomainBudgetInUse records the live leases a policy rule's budget holds.
 func (m *Metrics) SetDomainBudgetInUse(namespace, policy, rule string, n int) {
@@ -77,4 +77,4 @@ func (m *Metrics) ObserveDomainLimited(namespace, policy, rule, outcome string) 
 	m.leaseState.policyLimited.WithLabelValues(namespace, policy, rule, outcome).Inc()
 }
 
-var _ lease.PolicyMetrics = (*Metrics)(nil)
+var _ store.PolicyMetrics = (*Metrics)(nil)

@@ -27,7 +27,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
@@ -122,7 +122,7 @@ func New() *Metrics {
 	)
 	m.health.predeclare(health.Results, health.Reports)
 	m.registry.MustRegister(m.health.collectors()...)
-	m.lease.predeclare(lease.AcquireOutcomes, lease.LeaseEnds)
+	m.lease.predeclare(store.AcquireOutcomes, store.LeaseEnds)
 	m.registry.MustRegister(m.lease.collectors()...)
 	m.registry.MustRegister(m.leaseState.collectors()...)
 	m.registry.MustRegister(m.pool.collectors()...)
