@@ -4,11 +4,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// leaseStateMetrics are the lease store's bounded state (pkg/lease.StateMetrics).
+// leaseStateMetrics are the lease store's bounded state (pkg/lease/store.StateMetrics).
 type leaseStateMetrics struct {
 	entries   *prometheus.GaugeVec
 	evictions *prometheus.CounterVec
-	// The crawl policies' budgets (pkg/lease.PolicyMetrics).
+	// The crawl policies' budgets (pkg/lease/store.PolicyMetrics).
 	policyInUse   *prometheus.GaugeVec
 	policyLimited *prometheus.CounterVec
 }

@@ -24,7 +24,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
@@ -32,8 +32,8 @@ import (
 // interfaces, this package imports none of them (imports_test.go).
 var (
 	_ controller.Metrics  = (*Metrics)(nil)
-	_ lease.StateMetrics  = (*Metrics)(nil)
-	_ lease.PolicyMetrics = (*Metrics)(nil)
+	_ store.StateMetrics  = (*Metrics)(nil)
+	_ store.PolicyMetrics = (*Metrics)(nil)
 )
 
 // testLabels are the label values the operator passes (pkg/operator's
@@ -41,9 +41,9 @@ var (
 var testLabels = Labels{
 	ProbeResults:    health.Results,
 	HealthReports:   health.Reports,
-	AcquireOutcomes: lease.AcquireOutcomes,
-	LeaseEnds:       lease.LeaseEnds,
-	LeaseStateKinds: lease.StateKinds,
+	AcquireOutcomes: store.AcquireOutcomes,
+	LeaseEnds:       store.LeaseEnds,
+	LeaseStateKinds: store.StateKinds,
 }
 
 func TestObserveSync(t *testing.T) {

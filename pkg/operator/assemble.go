@@ -28,6 +28,7 @@ import (
 	crawlinformersv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/kubeconfig"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/feed"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
@@ -207,7 +208,7 @@ func (op *operator) addLeaseServer(ctx context.Context, o Options, c clients, pr
 func (op *operator) addCrawlPolicies(c clients) error {
 	policies := op.crawlInformers.Crawl().V1alpha1().CrawlPolicies()
 	op.policyStatus = crawlpolicy.NewStatusWriter(c.crawl, policies.Lister(), op.leases.Store(), 0)
-	synced, err := crawlpolicy.NewFeed(op.leases.Store(), policies, op.policyStatus.Poke)
+	synced, err := feed.CrawlPolicies(op.leases.Store(), policies, op.policyStatus.Poke)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,7 @@ package operator
 
 import (
 	"github.com/proxyfleet/proxy-operator/pkg/health"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 )
 
@@ -13,8 +13,8 @@ func metricLabels() metrics.Labels {
 	return metrics.Labels{
 		ProbeResults:    health.Results,
 		HealthReports:   health.Reports,
-		AcquireOutcomes: lease.AcquireOutcomes,
-		LeaseEnds:       lease.LeaseEnds,
-		LeaseStateKinds: lease.StateKinds,
+		AcquireOutcomes: store.AcquireOutcomes,
+		LeaseEnds:       store.LeaseEnds,
+		LeaseStateKinds: store.StateKinds,
 	}
 }
