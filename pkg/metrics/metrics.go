@@ -52,6 +52,7 @@ type Metrics struct {
 	health            healthMetrics
 	lease             leaseMetrics
 	leaseState        leaseStateMetrics
+	outcomes          outcomeMetrics
 	pool              poolMetrics
 	poolDemand        poolDemandMetrics
 	leader            prometheus.Gauge
@@ -118,6 +119,7 @@ func New(labels Labels) *Metrics {
 		health:     newHealthMetrics(),
 		lease:      newLeaseMetrics(),
 		leaseState: newLeaseStateMetrics(labels.LeaseStateKinds),
+		outcomes:   newOutcomeMetrics(),
 		pool:       newPoolMetrics(),
 		poolDemand: newPoolDemandMetrics(),
 		proxies:    &proxyCollector{desc: proxiesDesc},
@@ -138,6 +140,7 @@ func New(labels Labels) *Metrics {
 	m.registry.MustRegister(m.health.collectors()...)
 	m.lease.predeclare(labels.AcquireOutcomes, labels.LeaseEnds)
 	m.registry.MustRegister(m.lease.collectors()...)
+	m.registry.MustRegister(m.outcomes.collectors()...)
 	m.registry.MustRegister(m.leaseState.collectors()...)
 	m.registry.MustRegister(m.pool.collectors()...)
 	m.registry.MustRegister(m.poolDemand.collectors()...)

@@ -31,9 +31,10 @@ import (
 // Metrics is what the packages it measures report to; they state the
 // interfaces, this package imports none of them (imports_test.go).
 var (
-	_ controller.Metrics  = (*Metrics)(nil)
-	_ store.StateMetrics  = (*Metrics)(nil)
-	_ store.PolicyMetrics = (*Metrics)(nil)
+	_ controller.Metrics   = (*Metrics)(nil)
+	_ store.StateMetrics   = (*Metrics)(nil)
+	_ store.PolicyMetrics  = (*Metrics)(nil)
+	_ store.OutcomeMetrics = (*Metrics)(nil)
 )
 
 // testLabels are the label values the operator passes (pkg/operator's

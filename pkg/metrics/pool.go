@@ -44,6 +44,7 @@ func (m *Metrics) ForgetPool(ns, pool string) {
 	m.pool.replicas.DeletePartialMatch(prometheus.Labels{"namespace": ns, "pool": pool})
 	m.pool.removals.DeletePartialMatch(prometheus.Labels{"namespace": ns, "pool": pool})
 	m.poolDemand.forget(ns, pool)
+	m.outcomes.forgetPool(ns, pool)
 }
 
 // ObservePoolRemoval counts a member chosen for removal.

@@ -46,6 +46,7 @@ const DefaultRuleHost = "*"
 type RuleStats struct {
 	Host                   string
 	InUse, Waited, Refused int64
+	Outcomes               Outcomes
 }
 
 type budgetKey struct {
@@ -70,7 +71,10 @@ type budget struct {
 
 // ruleCounts are a rule's live leases (over all its budgets: the default
 // rule has one per domain), waits and refusals; they outlive its budgets.
-type ruleCounts struct{ inUse, waited, refused int64 }
+type ruleCounts struct {
+	inUse, waited, refused int64
+	outcomes               Outcomes
+}
 
 // ruleOf is a budget's rule: the key without the default rule's domain.
 func (k budgetKey) ruleOf() budgetKey { k.domain = ""; return k }
@@ -399,7 +403,7 @@ func (s *Store) CrawlPolicyStats(key ObjectName) []RuleStats {
 	}
 	for k, c := range s.polite.counts {
 		if r := byRule[k.rule]; r != nil && k.namespace == key.Namespace && k.policy == key.Name {
-			r.InUse, r.Waited, r.Refused = c.inUse, c.waited, c.refused
+			r.InUse, r.Waited, r.Refused, r.Outcomes = c.inUse, c.waited, c.refused, c.outcomes
 		}
 	}
 	return out

@@ -95,7 +95,7 @@ func TestCrawlPolicyReleaseAndIntervalFree(t *testing.T) {
 		t.Fatalf("the waiting acquire: %v", err)
 	}
 	stats := s.CrawlPolicyStats(ObjectName{testNamespace, "polite"})
-	if diff := cmp.Diff([]RuleStats{{Host: "shop.example", InUse: 1, Waited: 1, Refused: 1}}, stats); diff != "" {
+	if diff := cmp.Diff([]RuleStats{{Host: "shop.example", InUse: 1, Waited: 1, Refused: 1, Outcomes: Outcomes{OK: 1}}}, stats); diff != "" {
 		t.Errorf("stats (-want +got):\n%s", diff)
 	}
 }

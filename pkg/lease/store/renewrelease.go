@@ -123,8 +123,16 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) erro
 	default:
 		return ErrUnknownLease
 	}
+	p := s.proxies[tok.proxy]
+	if p != nil && p.info.UID != tok.proxyUID {
+		p = nil // a new Proxy of the same name: not the one leased
+	}
+	if domain = NormalizeDomain(domain); domain == "" {
+		domain = tok.domain
+	}
+	s.countOutcomeLocked(p, outcome, domain)
 	if outcome == OutcomeBanned {
-		if p := s.proxies[tok.proxy]; p != nil && p.info.UID == tok.proxyUID {
+		if p != nil {
 			s.banLocked(p, domain, now)
 			p.burn.noteBan(domain, now)
 			s.dropStateLocked(tok.owner, p, domain) // the site knows this IP: start afresh

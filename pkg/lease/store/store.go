@@ -172,6 +172,9 @@ type Store struct {
 
 	// The crawl policies and their budgets (politeness.go).
 	polite politeness
+	// poolOutcomes count releases per pool (outcomes.go); bounded by the
+	// pools that exist, ForgetPool drops a deleted one's.
+	poolOutcomes map[ObjectName]*Outcomes
 	// Session state blobs by (identity, proxy, domain) (sessionstate.go).
 	states sessionStates
 
@@ -196,20 +199,21 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("lease store: %w", err)
 	}
 	return &Store{
-		cfg:         cfg,
-		clock:       cfg.Clock,
-		signer:      newSigner(cfg.Key),
-		metrics:     cfg.Metrics,
-		proxies:     map[ObjectName]*proxyState{},
-		order:       &selectionOrder{},
-		byNamespace: map[string]*selectionOrder{},
-		leases:      map[leaseKey]*lease{},
-		sessions:    map[sessionKey]*session{},
-		sessionLRU:  list.New(),
-		owned:       map[string]int{},
-		changed:     make(chan struct{}),
-		polite:      newPoliteness(cfg.MaxDomainBudgets),
-		states:      newSessionStates(cfg),
+		cfg:          cfg,
+		clock:        cfg.Clock,
+		signer:       newSigner(cfg.Key),
+		metrics:      cfg.Metrics,
+		proxies:      map[ObjectName]*proxyState{},
+		order:        &selectionOrder{},
+		byNamespace:  map[string]*selectionOrder{},
+		leases:       map[leaseKey]*lease{},
+		sessions:     map[sessionKey]*session{},
+		sessionLRU:   list.New(),
+		owned:        map[string]int{},
+		changed:      make(chan struct{}),
+		polite:       newPoliteness(cfg.MaxDomainBudgets),
+		poolOutcomes: map[ObjectName]*Outcomes{},
+		states:       newSessionStates(cfg),
 	}, nil
 }
 
