@@ -28,6 +28,7 @@ func newPoolController(crawl versioned.Interface, kube kubernetes.Interface, fac
 		SecretInformer:   secrets,
 		Leases:           leases.Store(),
 		Burn:             leases.Store(),
+		Outcomes:         leases.Store(), // status.usage
 		Demand:           leases.Store(), // spec.autoscaling: waiting and refused acquires
 		Providers:        providers,      // a provider's age limit for its instances
 		Metrics:          m,

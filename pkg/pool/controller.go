@@ -73,13 +73,16 @@ type Metrics interface {
 	SetPoolReplicas(namespace, pool string, byState map[string]int)
 	ForgetPool(namespace, pool string)
 	ObservePoolRemoval(namespace, pool, reason string)
+	// SetPoolCost: perThousandOK < 0 before the first ok outcome.
+	SetPoolCost(namespace, pool, currency string, cost, perThousandOK float64)
 }
 
 type noMetrics struct{}
 
-func (noMetrics) SetPoolReplicas(string, string, map[string]int) {}
-func (noMetrics) ForgetPool(string, string)                      {}
-func (noMetrics) ObservePoolRemoval(string, string, string)      {}
+func (noMetrics) SetPoolReplicas(string, string, map[string]int)       {}
+func (noMetrics) ForgetPool(string, string)                            {}
+func (noMetrics) ObservePoolRemoval(string, string, string)            {}
+func (noMetrics) SetPoolCost(string, string, string, float64, float64) {}
 
 // Config is what a Controller needs.
 type Config struct {
@@ -108,6 +111,11 @@ type Config struct {
 	Demand DemandSource
 	// DemandPoll overrides DemandPoll.
 	DemandPoll time.Duration
+	// Outcomes are the lease store's counts per pool, for status.usage;
+	// nil: usage is not reported.
+	Outcomes OutcomeCounter
+	// UsagePoll overrides UsagePoll.
+	UsagePoll time.Duration
 	// Providers are the enabled providers, asked for the age at which their
 	// instances must be replaced (provider.Recycler); nil: none sets one.
 	Providers provider.Set
@@ -130,6 +138,7 @@ type Controller struct {
 	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	pending   *expectations
 	recycle   recycleState
+	usage     usageState
 	// Autoscaling (autoscale_sync.go).
 	demand      DemandSource
 	demandPoll  time.Duration
@@ -179,6 +188,7 @@ func NewController(cfg Config) (*Controller, error) {
 		c.drainPoll = DrainPoll
 	}
 	c.recycle = newRecycleState(cfg.Burn, cfg.RecyclePoll)
+	c.usage = newUsageState(cfg.Outcomes, cfg.UsagePoll)
 	if c.demandPoll <= 0 {
 		c.demandPoll = DemandPoll
 	}

@@ -28,6 +28,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	if apierrors.IsNotFound(err) {
 		c.metrics.ForgetPool(key.Namespace, key.Name)
 		c.recycle.forget(key)
+		c.usage.forget(key)
 		c.autoscalers.forget(key)
 		return 0, c.deleteOrphans(ctx, key)
 	}
@@ -77,6 +78,8 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 
 	c.stageStatus(pool, pol, plan, revision)
 	c.recycle.stageStatus(pool, cached, pol.Recycle, plan, byName)
+	c.usage.stageUsage(pool, cached, len(members), now)
+	c.reportCost(pool)
 	c.metrics.SetPoolReplicas(pool.Namespace, pool.Name, map[string]int{
 		"desired": pol.Replicas, "current": plan.Counts.Total, "ready": plan.Counts.Ready, "available": plan.Counts.Available,
 		"updated": plan.Counts.Updated, "draining": plan.Counts.Draining, "unhealthy": plan.Counts.Unhealthy,
@@ -117,6 +120,9 @@ func (c *Controller) requeueAfter(key cache.ObjectName, pool *crawlv1alpha1.Prox
 	}
 	if pol.Recycle.Enabled() {
 		polls = append(polls, c.recycle.poll)
+	}
+	if c.usage.outcomes != nil {
+		polls = append(polls, c.usage.poll)
 	}
 	requeue := plan.RequeueAfter
 	for _, d := range append(polls, scaleRequeue, c.demandPollFor(pool)) {

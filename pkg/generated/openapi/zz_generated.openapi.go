@@ -1809,9 +1809,15 @@ func schema_pkg_apis_crawl_v1alpha1_PoolUsage(ref common.ReferenceCallback) comm
 					},
 					"instanceHours": {
 						SchemaProps: spec.SchemaProps{
-							Description: "InstanceHours is how long members have existed, summed, to the hundredth of an hour.",
+							Description: "InstanceHours is how long members have existed, summed, to the ten-thousandth of an hour (0.36 s: the pool's status is written every few seconds, and each write adds what passed since countedAt).",
 							Type:        []string{"string"},
 							Format:      "",
+						},
+					},
+					"countedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CountedAt is when instanceHours was last brought up to date; the next count adds the members' time since then, so a restart of the operator loses none.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
 						},
 					},
 					"transferredGiB": {
@@ -1839,7 +1845,7 @@ func schema_pkg_apis_crawl_v1alpha1_PoolUsage(ref common.ReferenceCallback) comm
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts"},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts", metav1.Time{}.OpenAPIModelName()},
 	}
 }
 

@@ -132,9 +132,16 @@ type PoolUsage struct {
 	Outcomes OutcomeCounts `json:"outcomes"`
 
 	// InstanceHours is how long members have existed, summed, to the
-	// hundredth of an hour.
+	// ten-thousandth of an hour (0.36 s: the pool's status is written every
+	// few seconds, and each write adds what passed since countedAt).
 	// +optional
 	InstanceHours string `json:"instanceHours,omitempty"`
+
+	// CountedAt is when instanceHours was last brought up to date; the
+	// next count adds the members' time since then, so a restart of the
+	// operator loses none.
+	// +optional
+	CountedAt *metav1.Time `json:"countedAt,omitempty"`
 
 	// TransferredGiB is how many GiB went through the members by the
 	// gateway, to the hundredth.

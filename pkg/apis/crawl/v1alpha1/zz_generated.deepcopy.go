@@ -782,6 +782,10 @@ func (in *PoolStrategy) DeepCopy() *PoolStrategy {
 func (in *PoolUsage) DeepCopyInto(out *PoolUsage) {
 	*out = *in
 	out.Outcomes = in.Outcomes
+	if in.CountedAt != nil {
+		in, out := &in.CountedAt, &out.CountedAt
+		*out = (*in).DeepCopy()
+	}
 	return
 }
 
@@ -1021,7 +1025,7 @@ func (in *ProxyPoolStatus) DeepCopyInto(out *ProxyPoolStatus) {
 	if in.Usage != nil {
 		in, out := &in.Usage, &out.Usage
 		*out = new(PoolUsage)
-		**out = **in
+		(*in).DeepCopyInto(*out)
 	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions

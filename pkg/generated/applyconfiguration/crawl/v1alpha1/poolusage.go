@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+import (
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
 // PoolUsageApplyConfiguration represents a declarative configuration of the PoolUsage type for use
 // with apply.
 //
@@ -28,8 +32,13 @@ type PoolUsageApplyConfiguration struct {
 	// Outcomes are the outcomes of requests and leases on the members.
 	Outcomes *OutcomeCountsApplyConfiguration `json:"outcomes,omitempty"`
 	// InstanceHours is how long members have existed, summed, to the
-	// hundredth of an hour.
+	// ten-thousandth of an hour (0.36 s: the pool's status is written every
+	// few seconds, and each write adds what passed since countedAt).
 	InstanceHours *string `json:"instanceHours,omitempty"`
+	// CountedAt is when instanceHours was last brought up to date; the
+	// next count adds the members' time since then, so a restart of the
+	// operator loses none.
+	CountedAt *v1.Time `json:"countedAt,omitempty"`
 	// TransferredGiB is how many GiB went through the members by the
 	// gateway, to the hundredth.
 	TransferredGiB *string `json:"transferredGiB,omitempty"`
@@ -60,6 +69,14 @@ func (b *PoolUsageApplyConfiguration) WithOutcomes(value *OutcomeCountsApplyConf
 // If called multiple times, the InstanceHours field is set to the value of the last call.
 func (b *PoolUsageApplyConfiguration) WithInstanceHours(value string) *PoolUsageApplyConfiguration {
 	b.InstanceHours = &value
+	return b
+}
+
+// WithCountedAt sets the CountedAt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CountedAt field is set to the value of the last call.
+func (b *PoolUsageApplyConfiguration) WithCountedAt(value v1.Time) *PoolUsageApplyConfiguration {
+	b.CountedAt = &value
 	return b
 }
 
