@@ -7,16 +7,23 @@ package crawlpolicy
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/bandetect"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
@@ -39,6 +46,10 @@ type StatusWriter struct {
 	stats    Stats
 	interval time.Duration
 	pokes    chan struct{}
+	// bases are each policy's rule outcomes as its status had them when
+	// this process first wrote it: the store counts from zero in each
+	// process, and adds to them (writeAll is the only user).
+	bases map[types.UID]map[string]crawlv1alpha1.OutcomeCounts
 }
 
 // NewStatusWriter writes every interval (0: DefaultStatusInterval), and
@@ -47,7 +58,8 @@ func NewStatusWriter(client versioned.Interface, lister crawllisters.CrawlPolicy
 	if interval <= 0 {
 		interval = DefaultStatusInterval
 	}
-	return &StatusWriter{client: client, lister: lister, stats: stats, interval: interval, pokes: make(chan struct{}, 1)}
+	return &StatusWriter{client: client, lister: lister, stats: stats, interval: interval, pokes: make(chan struct{}, 1),
+		bases: map[types.UID]map[string]crawlv1alpha1.OutcomeCounts{}}
 }
 
 // Poke asks for a write now: a policy was added or changed, and its
@@ -82,8 +94,18 @@ func (w *StatusWriter) writeAll(ctx context.Context) {
 		klog.FromContext(ctx).Error(err, "Listing crawl policies")
 		return
 	}
+	seen := map[types.UID]bool{}
 	for _, p := range policies {
-		want := StatusFrom(p.Generation, w.stats.CrawlPolicyStats(store.ObjectName(cache.MetaObjectToName(p))))
+		seen[p.UID] = true
+		base, ok := w.bases[p.UID]
+		if !ok {
+			base = map[string]crawlv1alpha1.OutcomeCounts{}
+			for _, r := range p.Status.Rules {
+				base[r.Host] = r.Outcomes
+			}
+			w.bases[p.UID] = base
+		}
+		want := StatusFrom(p, w.stats.CrawlPolicyStats(store.ObjectName(cache.MetaObjectToName(p))), base)
 		if apiequality.Semantic.DeepEqual(p.Status, want) {
 			continue
 		}
@@ -95,16 +117,65 @@ func (w *StatusWriter) writeAll(ctx context.Context) {
 			klog.FromContext(ctx).Error(err, "Writing crawl policy status", "policy", klog.KObj(p))
 		}
 	}
+	for uid := range w.bases {
+		if !seen[uid] {
+			delete(w.bases, uid) // deleted: its counts go with it
+		}
+	}
 }
 
-// StatusFrom is a policy's status from its rules' counts.
-func StatusFrom(generation int64, stats []store.RuleStats) crawlv1alpha1.CrawlPolicyStatus {
-	st := crawlv1alpha1.CrawlPolicyStatus{ObservedGeneration: generation, RuleCount: int32(len(stats))}
+// StatusFrom is a policy's status from its rules' counts, their outcomes
+// added to base (by host), and the Valid condition from its ban rules.
+func StatusFrom(p *crawlv1alpha1.CrawlPolicy, stats []store.RuleStats, base map[string]crawlv1alpha1.OutcomeCounts) crawlv1alpha1.CrawlPolicyStatus {
+	st := crawlv1alpha1.CrawlPolicyStatus{ObservedGeneration: p.Generation, RuleCount: int32(len(stats))}
+	var total crawlv1alpha1.OutcomeCounts
 	for _, r := range stats {
-		st.Rules = append(st.Rules, crawlv1alpha1.DomainRuleStatus{Host: r.Host, InUse: r.InUse, Waited: r.Waited, Refused: r.Refused})
+		b := base[r.Host]
+		o := withRate(crawlv1alpha1.OutcomeCounts{OK: b.OK + r.Outcomes.OK, Banned: b.Banned + r.Outcomes.Banned, Error: b.Error + r.Outcomes.Error})
+		st.Rules = append(st.Rules, crawlv1alpha1.DomainRuleStatus{Host: r.Host, InUse: r.InUse, Waited: r.Waited, Refused: r.Refused, Outcomes: o})
 		st.InUse += r.InUse
 		st.Waited += r.Waited
 		st.Refused += r.Refused
+		total.OK, total.Banned, total.Error = total.OK+o.OK, total.Banned+o.Banned, total.Error+o.Error
 	}
+	st.Outcomes = withRate(total)
+	st.Conditions = slices.Clone(p.Status.Conditions)
+	setValid(&st, p)
 	return st
+}
+
+// setValid sets the Valid condition: False, naming each field, while a
+// ban rule cannot be applied as written (a pattern that is not RE2: the
+// gateway ignores it and judges by the rest).
+func setValid(st *crawlv1alpha1.CrawlPolicyStatus, p *crawlv1alpha1.CrawlPolicy) {
+	var problems []string
+	check := func(limits *crawlv1alpha1.DomainLimits, field string) {
+		if limits == nil || limits.BanDetection == nil {
+			return
+		}
+		_, errs := bandetect.Compile(limits.BanDetection, field+".banDetection")
+		for _, e := range errs {
+			problems = append(problems, e.Error())
+		}
+	}
+	for i := range p.Spec.Rules {
+		check(&p.Spec.Rules[i].DomainLimits, fmt.Sprintf("spec.rules[%d]", i))
+	}
+	check(p.Spec.Default, "spec.default")
+	c := metav1.Condition{Type: crawlv1alpha1.CrawlPolicyConditionValid, Status: metav1.ConditionTrue, Reason: "Applied",
+		Message: "every field is applied as written", ObservedGeneration: p.Generation}
+	if len(problems) > 0 {
+		c.Status, c.Reason = metav1.ConditionFalse, "InvalidField"
+		c.Message = strings.Join(problems, "; ") + " (ignored; the rest of the policy applies)"
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+// withRate fills in the success rate; empty before the first outcome.
+func withRate(o crawlv1alpha1.OutcomeCounts) crawlv1alpha1.OutcomeCounts {
+	o.SuccessRate = ""
+	if total := o.OK + o.Banned + o.Error; total > 0 {
+		o.SuccessRate = strconv.FormatFloat(100*float64(o.OK)/float64(total), 'f', 1, 64) + "%"
+	}
+	return o
 }

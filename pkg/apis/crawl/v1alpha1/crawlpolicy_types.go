@@ -137,6 +137,10 @@ type CrawlPolicyStatus struct {
 	Rules []DomainRuleStatus `json:"rules,omitempty"`
 }
 
+// CrawlPolicyConditionValid is False while a field of the policy cannot be
+// applied as written; its message names the field.
+const CrawlPolicyConditionValid = "Valid"
+
 // DomainRuleStatus is one rule's use since the leader started.
 type DomainRuleStatus struct {
 	// Host is the rule's host, "*" for the default rule.
