@@ -89,7 +89,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c caller) {
 			}
 			continue
 		}
-		detector := u.h.detector()
+		detector := g.cfg.BanRules.For(u.h.proxy.Namespace, domain)
 		prefix, verdict := g.judge(resp, time.Since(start), detector)
 		if verdict.Banned {
 			logger.V(2).Info("Response judged a ban; the lease ends banned for the domain", "proxy", u.h.proxy, "domain", domain, "attempt", attempt, "reason", verdict.Reason)

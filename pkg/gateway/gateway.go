@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/proxyfleet/proxy-operator/pkg/bandetect"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
@@ -130,6 +131,9 @@ type Config struct {
 	// at. Default one second.
 	JanitorInterval time.Duration
 	Metrics         Metrics
+	// BanRules give the detector of a domain for a proxy's namespace (its
+	// CrawlPolicies' banDetection); nil: every domain by bandetect.Default.
+	BanRules *bandetect.Rules
 	// Inspection, when set, gives the CAs of the namespaces that opted
 	// into TLS inspection (inspect.go); nil: nothing is inspected.
 	Inspection Minters

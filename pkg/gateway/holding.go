@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/proxyfleet/proxy-operator/pkg/bandetect"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
@@ -29,10 +28,6 @@ type holding struct {
 	// logged, never shown to clients (use proxy to name it).
 	upstream *url.URL
 
-	// bans judges the responses through it: the ban detection of the
-	// lease's domain.
-	bans *bandetect.Detector
-
 	mu        sync.Mutex
 	id        string // changes at each renewal
 	expiresAt time.Time
@@ -49,12 +44,10 @@ func newHolding(user auth.User, l store.Lease, creds *proxyaccess.Credentials) (
 	if creds != nil {
 		u.User = url.UserPassword(creds.Username, creds.Password)
 	}
-	return &holding{proxy: cache.ObjectName(l.Proxy.Key), pool: l.Proxy.Pool, user: user, upstream: u, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL,
-		bans: bandetect.Default()}, nil
+	return &holding{proxy: cache.ObjectName(l.Proxy.Key), pool: l.Proxy.Pool, user: user, upstream: u, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL}, nil
 }
 
 // detector judges the responses through the holding.
-func (h *holding) detector() *bandetect.Detector { return h.bans }
 
 // live reports whether the lease is still ours. When the store cannot tell
 // (no leader during a failover) it is used as long as it has not expired.

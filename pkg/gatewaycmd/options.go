@@ -68,6 +68,10 @@ type Options struct {
 	DrainDelay, ShutdownGrace time.Duration
 	// Profiling serves /debug/pprof/ on MetricsAddr.
 	Profiling bool
+	// WatchCrawlPolicies: judge each domain by its CrawlPolicy rule's
+	// banDetection (an informer over every namespace's CrawlPolicies);
+	// false: every domain by the default, 401, 403 and 429.
+	WatchCrawlPolicies bool
 	// InspectionCANamespace is where the operator keeps the inspected
 	// namespaces' CA Secrets; empty: nothing is inspected.
 	InspectionCANamespace string
@@ -81,14 +85,15 @@ type Options struct {
 // DefaultOptions are the flags' defaults.
 func DefaultOptions() Options {
 	return Options{
-		Listen:        DefaultListen,
-		MetricsAddr:   DefaultMetricsAddr,
-		LeaseURLs:     []string{DefaultLeaseURL},
-		LeaseAuth:     AuthKubernetes,
-		SessionIdle:   gateway.DefaultSessionIdle,
-		LeaderWait:    gateway.DefaultLeaderWait,
-		DrainDelay:    DefaultDrainDelay,
-		ShutdownGrace: DefaultShutdownGrace,
+		Listen:             DefaultListen,
+		MetricsAddr:        DefaultMetricsAddr,
+		LeaseURLs:          []string{DefaultLeaseURL},
+		LeaseAuth:          AuthKubernetes,
+		SessionIdle:        gateway.DefaultSessionIdle,
+		LeaderWait:         gateway.DefaultLeaderWait,
+		DrainDelay:         DefaultDrainDelay,
+		ShutdownGrace:      DefaultShutdownGrace,
+		WatchCrawlPolicies: true,
 	}
 }
 
@@ -117,6 +122,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.DrainDelay, "drain-delay", o.DrainDelay, "After SIGTERM: how long readiness is false before the listener closes.")
 	fs.BoolVar(&o.Profiling, "profiling", o.Profiling, "Serve Go's profiles (/debug/pprof/) beside /metrics on --metrics-addr. Off by default: the address is often reachable by more than the operator's admins.")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "After the listener closes: how long open tunnels may finish before they are cut.")
+	fs.BoolVar(&o.WatchCrawlPolicies, "watch-crawl-policies", o.WatchCrawlPolicies, "Judge each response by the banDetection of its domain's CrawlPolicy rule (needs list and watch on crawlpolicies, through --kubeconfig). False: every domain by the default, 401, 403 and 429.")
 	fs.StringVar(&o.InspectionCANamespace, "inspection-ca-namespace", o.InspectionCANamespace, "Namespace where the operator keeps the CAs of the namespaces that opted into TLS inspection (the operator's own; docs/inspection.md). Empty: nothing is inspected.")
 	fs.StringVar(&o.InspectionTargetRoots, "inspection-target-roots", o.InspectionTargetRoots, "PEM file of certificates trusted, besides the system's, to verify inspected targets.")
 }

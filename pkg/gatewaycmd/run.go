@@ -45,6 +45,11 @@ func Run(ctx context.Context, o Options, version string) error {
 	if err := o.inspection(ctx, version, &cfg); err != nil {
 		return err
 	}
+	if o.WatchCrawlPolicies {
+		if cfg.BanRules, err = o.banRules(ctx, version); err != nil {
+			return fmt.Errorf("--watch-crawl-policies: %w", err)
+		}
+	}
 	gw, err := gateway.New(cfg)
 	if err != nil {
 		return err

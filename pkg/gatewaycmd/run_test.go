@@ -75,6 +75,7 @@ func TestRunLifecycle(t *testing.T) {
 			o := DefaultOptions()
 			o.Listen, o.MetricsAddr, o.LeaseURLs, o.LeaseAuth = freeAddr(t), freeAddr(t), []string{api.URL}, AuthNone
 			o.DrainDelay, o.Profiling = time.Second, profiling
+			o.WatchCrawlPolicies = false // no API server here: the default ban rules
 			if err := o.Validate(); err != nil {
 				t.Fatal(err)
 			}
