@@ -78,9 +78,13 @@ func (pt *poolTest) startOperator(name string) *operatortest.Process {
 // leader.
 func (pt *poolTest) startGateway(extra ...string) string {
 	pt.t.Helper()
+	kubeconfig := filepath.Join(pt.t.TempDir(), "kubeconfig") // for the CrawlPolicies' ban rules
+	if err := shared.Get(pt.t).Env.WriteKubeconfig(kubeconfig); err != nil {
+		pt.t.Fatal(err)
+	}
 	pt.gateway = operatortest.Start(pt.t, operatortest.ProcessOptions{
 		Binary: shared.Get(pt.t).Binary, Name: "gateway", Gateway: true, LogsEnv: "POOL_LOGS",
-		Args: append([]string{"--lease-url=http://" + pt.op.LeaseAddr, "--lease-auth=none", "--drain-delay=0s"}, extra...),
+		Args: append([]string{"--lease-url=http://" + pt.op.LeaseAddr, "--lease-auth=none", "--drain-delay=0s", "--kubeconfig=" + kubeconfig}, extra...),
 	})
 	eventually.Check(pt.t, time.Minute, interval, "the gateway reaches the lease API's leader", func(ctx context.Context) error {
 		status, body, err := pt.gateway.Get(ctx, "/readyz")

@@ -44,7 +44,7 @@ func startGateways(s *setup, operatorBin, dir, kubeconfig string) (*child, error
 		addr := fmt.Sprintf("127.0.0.1:%d", ports[2+2*i])
 		r, err := start(fmt.Sprintf("gateway-%d", i), operatorBin, filepath.Join(dir, fmt.Sprintf("gateway-%d.log", i)), nil,
 			"gateway", "--listen="+addr, fmt.Sprintf("--metrics-addr=127.0.0.1:%d", ports[3+2*i]),
-			"--lease-url=http://"+leaseAddr, "--lease-auth=none", "--drain-delay=0s")
+			"--lease-url=http://"+leaseAddr, "--lease-auth=none", "--drain-delay=0s", "--kubeconfig="+kubeconfig)
 		if err != nil {
 			op.stop()
 			for _, started := range s.replicas {
