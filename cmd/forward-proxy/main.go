@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -75,6 +76,13 @@ func run() int {
 		klog.InfoS("cloud-init user-data present", "path", c.CloudInit, "bytes", size, "sha256", sum)
 	}
 
+	var source netip.Addr
+	if c.SourceAddr != "" {
+		if source, err = netip.ParseAddr(c.SourceAddr); err != nil {
+			klog.ErrorS(err, "Invalid --source-addr", "value", c.SourceAddr)
+			return 2
+		}
+	}
 	srv, err := forwardproxy.New(forwardproxy.Config{
 		Name:              c.Name,
 		Username:          user,
@@ -86,6 +94,7 @@ func run() int {
 		XForwardedFor:     c.XForwardedFor,
 		AllowCIDRs:        c.AllowCIDRs,
 		DenyCIDRs:         c.DenyCIDRs,
+		SourceAddr:        source,
 		Logger:            klog.Background(),
 	})
 	if err != nil {

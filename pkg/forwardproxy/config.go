@@ -76,6 +76,10 @@ type Config struct {
 	// observe what would be dialled.
 	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
 
+	// SourceAddr, when valid, is the local address targets are dialled
+	// from (the default DialContext only): one host, several exit IPs.
+	SourceAddr netip.Addr
+
 	// AllowCIDRs and DenyCIDRs adjust the egress guard: by default every
 	// internal range is refused (DefaultEgressDenyRules: loopback, RFC
 	// 1918, link-local and the metadata servers, CGNAT, multicast, the IPv6

@@ -24,6 +24,7 @@ type CommandLine struct {
 	ShowVersion       bool
 	AllowCIDRs        CIDRList
 	DenyCIDRs         CIDRList
+	SourceAddr        string
 }
 
 // NewFlagSet is cmd/forward-proxy's command line, with klog's flags, parsed
@@ -46,6 +47,7 @@ func NewFlagSet(name string, c *CommandLine, credentialsHelp string) *flag.FlagS
 	fs.BoolVar(&c.ShowVersion, "version", false, "print the version and exit")
 	fs.Var(&c.AllowCIDRs, "allow-cidr", "admit destinations in this range, which the egress guard refuses by default (repeatable; e.g. 127.0.0.0/8). "+
 		"The most specific --allow-cidr or --deny-cidr containing an address decides; metadata servers yield only to a range at least as specific as theirs")
+	fs.StringVar(&c.SourceAddr, "source-addr", "", "local IP address targets see the proxy connect from (a secondary address of the host; the local provider gives each instance its own loopback one); empty: the system's choice")
 	fs.Var(&c.DenyCIDRs, "deny-cidr", "refuse destinations in this range, beside the internal ranges refused by default (repeatable)")
 	return fs
 }

@@ -72,7 +72,11 @@ func New(cfg Config) (*Server, error) {
 		tunnels: make(map[*tunnel]struct{}),
 	}
 	if s.cfg.DialContext == nil {
-		s.cfg.DialContext = (&net.Dialer{KeepAlive: 30 * time.Second, Control: egress.control}).DialContext
+		d := &net.Dialer{KeepAlive: 30 * time.Second, Control: egress.control}
+		if cfg.SourceAddr.IsValid() {
+			d.LocalAddr = &net.TCPAddr{IP: cfg.SourceAddr.AsSlice()}
+		}
+		s.cfg.DialContext = d.DialContext
 	}
 	if cfg.Username != "" {
 		s.auth = true

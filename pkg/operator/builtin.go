@@ -99,7 +99,8 @@ func newKubernetesProvider(_ context.Context, env ProviderEnv) (provider.Provide
 
 func newLocalProvider(_ context.Context, env ProviderEnv) (provider.Provider, error) {
 	return local.New(local.Options{
-		StateDir: env.Options.LocalStateDir,
+		StateDir:      env.Options.LocalStateDir,
+		LoopbackExits: env.Options.LocalLoopbackExits,
 		// Read only when an instance with spec.auth is created.
 		Secrets: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 			return env.KubeClient.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})

@@ -118,6 +118,9 @@ type Options struct {
 	AWSCredentialsSecret    string
 	// LocalStateDir is where the local provider keeps its state.
 	LocalStateDir string
+	// LocalLoopbackExits gives each local instance its own loopback exit
+	// address (local.Options.LoopbackExits).
+	LocalLoopbackExits bool
 	// GCInterval is how often orphaned provider instances are collected.
 	GCInterval time.Duration
 
@@ -245,6 +248,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.AWSClusterID, "aws-cluster-id", o.AWSClusterID, "Tag value that scopes every EC2 instance to this cluster, unique among the clusters sharing the AWS account (the cluster's name, say); required when --providers includes aws.")
 	fs.StringVar(&o.AWSCredentialsSecret, "aws-credentials-secret", o.AWSCredentialsSecret, "namespace/name of a Secret with aws_access_key_id and aws_secret_access_key (and optional aws_session_token) for the aws provider; empty: the AWS SDK's default credential chain.")
 	fs.StringVar(&o.LocalStateDir, "local-state-dir", o.LocalStateDir, "Directory where the local provider keeps its processes' state. Required when --providers includes local.")
+	fs.BoolVar(&o.LocalLoopbackExits, "local-loopback-exits", o.LocalLoopbackExits, "Give each local instance an exit address of its own in 127.1.0.0/16, so that sites on this machine see one IP per instance (and ban them one by one).")
 	fs.DurationVar(&o.GCInterval, "gc-interval", o.GCInterval, "How often provider instances whose Proxy is gone are collected.")
 	fs.StringVar(&o.PodName, "pod-name", o.PodName, "The operator's own Pod (default $POD_NAME); the leader labels it "+LeaderLabel+"=true for the lease Service.")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "The namespace of the operator's own Pod (default $POD_NAMESPACE).")

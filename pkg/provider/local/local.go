@@ -98,6 +98,11 @@ type Options struct {
 	// DefaultStopTimeout.
 	StartTimeout time.Duration
 	StopTimeout  time.Duration
+	// LoopbackExits gives each instance an exit address of its own in
+	// 127.1.0.0/16 (forward-proxy --source-addr, from the instance's
+	// name), so that sites on this machine see as many IPs as instances
+	// and ban them one by one, as sites do a cloud fleet's.
+	LoopbackExits bool
 }
 
 // Provider runs instances as local processes. Create with New.
@@ -110,6 +115,8 @@ type Provider struct {
 	stopTimeout  time.Duration
 	bootID       string
 	healthz      *http.Client
+	// loopbackExits: Options.LoopbackExits.
+	loopbackExits bool
 
 	// locks serialises the calls on one instance id, so that a Get never
 	// rewrites a state file that a Delete is removing.
@@ -148,13 +155,14 @@ func New(opts Options) (*Provider, error) {
 		return nil, provider.Permanent(fmt.Errorf("local provider: host %q is not a loopback IP address", host))
 	}
 	p := &Provider{
-		dir:          dir,
-		binary:       bin,
-		secrets:      opts.Secrets,
-		host:         host,
-		startTimeout: orDefault(opts.StartTimeout, DefaultStartTimeout),
-		stopTimeout:  orDefault(opts.StopTimeout, DefaultStopTimeout),
-		bootID:       bootID,
+		dir:           dir,
+		binary:        bin,
+		secrets:       opts.Secrets,
+		host:          host,
+		loopbackExits: opts.LoopbackExits,
+		startTimeout:  orDefault(opts.StartTimeout, DefaultStartTimeout),
+		stopTimeout:   orDefault(opts.StopTimeout, DefaultStopTimeout),
+		bootID:        bootID,
 		// Proxy: nil, so $HTTP_PROXY never reroutes a loopback health check.
 		healthz: &http.Client{
 			Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},

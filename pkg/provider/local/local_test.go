@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -859,4 +860,24 @@ func BenchmarkCreateDelete(b *testing.B) {
 	}
 	b.ReportMetric(float64(create.Microseconds())/float64(b.N)/1000, "ms/create")
 	b.ReportMetric(float64(del.Microseconds())/float64(b.N)/1000, "ms/delete")
+}
+
+// TestLoopbackExit: exits are loopback addresses in 127.1.0.0/16, never a
+// network or broadcast-looking host part, stable per name and spread.
+func TestLoopbackExit(t *testing.T) {
+	seen := map[netip.Addr]bool{}
+	for i := range 64 {
+		name := fmt.Sprintf("px-%d", i)
+		a := local.LoopbackExit(name)
+		if !netip.MustParsePrefix("127.1.0.0/16").Contains(a) || a.As4()[3] == 0 || a.As4()[3] == 255 {
+			t.Errorf("LoopbackExit(%q) = %s, want a host of 127.1.0.0/16", name, a)
+		}
+		if a != local.LoopbackExit(name) {
+			t.Errorf("LoopbackExit(%q) is not stable", name)
+		}
+		seen[a] = true
+	}
+	if len(seen) < 62 {
+		t.Errorf("64 names share %d exits; want nearly one each", len(seen))
+	}
 }

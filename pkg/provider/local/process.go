@@ -7,9 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -58,6 +60,9 @@ func (p *Provider) processArgs(req provider.CreateRequest) ([]string, error) {
 		"--allow-cidr=" + LoopbackCIDR,
 	}
 	args = append(args, provider.EgressArgs(req.Proxy)...)
+	if p.loopbackExits {
+		args = append(args, "--source-addr="+LoopbackExit(req.Name).String())
+	}
 	if req.CloudInit != nil {
 		path := p.userDataPath(req.Name)
 		if err := writeFileAtomic(path, func(f *os.File) error { _, err := f.Write(req.CloudInit); return err }); err != nil {
@@ -249,4 +254,15 @@ func (p *Provider) waitGone(ctx context.Context, st state, timeout time.Duration
 		case <-tick.C:
 		}
 	}
+}
+
+// LoopbackExit is the exit address of the instance named name when
+// Options.LoopbackExits is set: 127.1.x.y from a hash of the name (y never
+// 0 or 255). Two of a few dozen instances share one rarely; a test that
+// needs distinct exits checks them.
+func LoopbackExit(name string) netip.Addr {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	v := h.Sum32()
+	return netip.AddrFrom4([4]byte{127, 1, byte(v >> 8), byte(1 + v%254)})
 }
