@@ -72,6 +72,8 @@ type Options struct {
 	// banDetection (an informer over every namespace's CrawlPolicies);
 	// false: every domain by the default, 401, 403 and 429.
 	WatchCrawlPolicies bool
+	// InspectionPorts are the CONNECT ports inspected; empty: 443.
+	InspectionPorts []string
 	// InspectionCANamespace is where the operator keeps the inspected
 	// namespaces' CA Secrets; empty: nothing is inspected.
 	InspectionCANamespace string
@@ -124,6 +126,16 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "After the listener closes: how long open tunnels may finish before they are cut.")
 	fs.BoolVar(&o.WatchCrawlPolicies, "watch-crawl-policies", o.WatchCrawlPolicies, "Judge each response by the banDetection of its domain's CrawlPolicy rule (needs list and watch on crawlpolicies, through --kubeconfig). False: every domain by the default, 401, 403 and 429.")
 	fs.StringVar(&o.InspectionCANamespace, "inspection-ca-namespace", o.InspectionCANamespace, "Namespace where the operator keeps the CAs of the namespaces that opted into TLS inspection (the operator's own; docs/inspection.md). Empty: nothing is inspected.")
+	fs.Func("inspection-ports", "CONNECT ports whose TLS is inspected in opted-in namespaces, comma-separated (default 443); other ports are tunnelled.", func(v string) error {
+		for _, p := range strings.Split(v, ",") {
+			p = strings.TrimSpace(p)
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				return fmt.Errorf("%q is not a port (1-65535)", p)
+			}
+			o.InspectionPorts = append(o.InspectionPorts, p)
+		}
+		return nil
+	})
 	fs.StringVar(&o.InspectionTargetRoots, "inspection-target-roots", o.InspectionTargetRoots, "PEM file of certificates trusted, besides the system's, to verify inspected targets.")
 }
 

@@ -136,7 +136,7 @@ func (o Options) inspection(ctx context.Context, version string, cfg *gateway.Co
 	if err != nil {
 		return err
 	}
-	cfg.Inspection = minters
+	cfg.Inspection, cfg.InspectedPorts = minters, o.InspectionPorts
 	return nil
 }
 

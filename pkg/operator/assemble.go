@@ -113,6 +113,9 @@ func newOperator(ctx context.Context, o Options, c clients, enabled map[crawlv1a
 		return nil, fmt.Errorf("pool controller: %w", err)
 	}
 	op.synced = append(op.synced, crawlInformers.Crawl().V1alpha1().ProxyPools().Informer().HasSynced)
+	if op.inspectionCA, err = newInspectionCA(o, c.kube, events); err != nil {
+		return nil, err
+	}
 	return op, nil
 }
 

@@ -151,6 +151,9 @@ type operator struct {
 	fence *leadershipFence
 	// policyStatus writes the CrawlPolicies' status on the leader.
 	policyStatus *crawlpolicy.StatusWriter
+	// inspectionCA keeps the inspected namespaces' CAs on the leader; nil
+	// without --inspection-ca-namespace.
+	inspectionCA *inspectionCA
 }
 
 // run starts the informers, then runs the metrics server and the leader
@@ -377,6 +380,12 @@ func (op *operator) runLeader(ctx context.Context) error {
 		defer logger.V(2).Info("Crawl policy status stopped")
 		return op.policyStatus.Run(ctx)
 	})
+	if op.inspectionCA != nil {
+		g.Go(func() error {
+			defer logger.V(2).Info("Inspection CA keeper stopped")
+			return op.inspectionCA.run(ctx)
+		})
+	}
 	err := g.Wait()
 	logger.V(2).Info("Leader loops stopped")
 	return err

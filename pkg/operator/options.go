@@ -132,6 +132,11 @@ type Options struct {
 
 	// Profiling serves /debug/pprof/ on MetricsAddr (profiling.go).
 	Profiling bool
+
+	// InspectionCANamespace, when set, makes the leader keep a CA for every
+	// namespace that opted into TLS inspection, its key in a Secret here
+	// (the operator's own namespace; pkg/inspectionca). Empty: none.
+	InspectionCANamespace string
 }
 
 // LatencyShareOfQPS is the part of --kube-api-qps that latency-only status
@@ -252,6 +257,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.GCInterval, "gc-interval", o.GCInterval, "How often provider instances whose Proxy is gone are collected.")
 	fs.StringVar(&o.PodName, "pod-name", o.PodName, "The operator's own Pod (default $POD_NAME); the leader labels it "+LeaderLabel+"=true for the lease Service.")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "The namespace of the operator's own Pod (default $POD_NAMESPACE).")
+	fs.StringVar(&o.InspectionCANamespace, "inspection-ca-namespace", o.InspectionCANamespace, "Namespace where the CAs of the namespaces that opted into TLS inspection are kept (the operator's own; docs/inspection.md); the gateway reads them from there. Empty: no CA is issued and nothing is inspected.")
 	o.addProfilingFlags(fs)
 }
 

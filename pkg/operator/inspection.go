@@ -1,0 +1,54 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/proxyfleet/proxy-operator/pkg/inspectionca"
+)
+
+// inspectionCA is the leader's CA keeper for inspected namespaces, with
+// informers of its own: every Namespace (their labels opt in), the CA
+// Secrets of the operator's namespace and the published bundles, the last
+// two by label, so that the caches hold nothing else.
+type inspectionCA struct {
+	controller *inspectionca.Controller
+	factories  []informers.SharedInformerFactory
+}
+
+// newInspectionCA is nil when --inspection-ca-namespace is empty.
+func newInspectionCA(o Options, kube kubernetes.Interface, events record.EventBroadcaster) (*inspectionCA, error) {
+	if o.InspectionCANamespace == "" {
+		return nil, nil
+	}
+	byLabel := informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = inspectionca.Selector })
+	all := informers.NewSharedInformerFactory(kube, 0)
+	ours := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.InspectionCANamespace), byLabel)
+	published := informers.NewSharedInformerFactoryWithOptions(kube, 0, byLabel)
+	c, err := inspectionca.New(inspectionca.Config{
+		Kube: kube, Namespaces: all.Core().V1().Namespaces(), Secrets: ours.Core().V1().Secrets(),
+		ConfigMaps: published.Core().V1().ConfigMaps(), OperatorNamespace: o.InspectionCANamespace,
+		Recorder: events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: inspectionca.FieldManager}),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--inspection-ca-namespace: %w", err)
+	}
+	return &inspectionCA{controller: c, factories: []informers.SharedInformerFactory{all, ours, published}}, nil
+}
+
+// run starts the informers and keeps the CAs until ctx ends (on the
+// leader only: a standby neither caches the CA keys nor writes).
+func (i *inspectionCA) run(ctx context.Context) error {
+	for _, f := range i.factories {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+	}
+	return i.controller.Run(ctx)
+}
