@@ -2,10 +2,16 @@ package poolintegration_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,12 +19,15 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
+	"github.com/proxyfleet/proxy-operator/pkg/inspection"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/antibot"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -38,8 +47,111 @@ const (
 // recycles its burned members (new instances, new loopback exits); status
 // and metrics tell the success rate and the cost per 1,000.
 func TestCrawlThroughBans(t *testing.T) {
-	pt := newPoolTest(t, "--local-loopback-exits")
-	site := antibot.Start(t, antibot.Options{BanAfter: banAfter, Seed: 7})
+	c := startBanCrawl(t)
+	gw := c.pt.startGateway("--gateway-wait=60s")
+	c.crawl(t, c.client(gw, nil), c.site.HTTP.URL)
+	c.checkOutcomes(t)
+}
+
+// TestInspectedHTTPSCrawl: over HTTPS the gateway sees nothing until the
+// namespace opts into inspection: the same crawl then gives the same result
+// as over HTTP, the crawler trusting the CA the operator published in its
+// namespace. The CA key stays in the operator's namespace, in no log.
+func TestInspectedHTTPSCrawl(t *testing.T) {
+	kube := kubernetes.NewForConfigOrDie(shared.Get(t).Env.Config)
+	operatorNS := operatortest.NewNamespace(t, kube)
+	c := startBanCrawl(t, "--inspection-ca-namespace="+operatorNS)
+	roots := filepath.Join(t.TempDir(), "site.pem")
+	if err := os.WriteFile(roots, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.site.HTTPS.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(c.site.HTTPS.Listener.Addr().String())
+	gw := c.pt.startGateway("--gateway-wait=60s", "--inspection-ca-namespace="+operatorNS, "--inspection-target-roots="+roots, "--inspection-ports=443,"+port)
+
+	// Not opted in: the tunnel hides the bans; the crawler meets them, the
+	// fleet counts none. (A site of its own, whose bans the crawl below
+	// must not inherit.)
+	blindSite := antibot.Start(t, antibot.Options{BanAfter: 2})
+	siteRoots := x509.NewCertPool()
+	siteRoots.AddCert(blindSite.HTTPS.Certificate())
+	blind := c.client(gw, siteRoots)
+	sawBan := false
+	for page := range 2 * banAfter {
+		body, _, err := fetch(t.Context(), blind, fmt.Sprintf("%s/page/%d", blindSite.HTTPS.URL, page))
+		if err != nil {
+			t.Fatalf("uninspected page %d: %v", page, err)
+		}
+		sawBan = sawBan || !strings.Contains(body, fmt.Sprintf("<h1>Page %d</h1>", page))
+	}
+	if !sawBan {
+		t.Fatalf("%d uninspected pages, none banned: the site bans each address after 2", 2*banAfter)
+	}
+	if p, err := c.pt.crawl.CrawlV1alpha1().ProxyPools(c.pt.ns).Get(t.Context(), "crawl", metav1.GetOptions{}); err != nil || (p.Status.Usage != nil && p.Status.Usage.Outcomes.Banned != 0) {
+		t.Fatalf("without inspection the fleet counted bans (%v, %+v)", err, p.Status.Usage)
+	}
+
+	// Opted in: the leader issues the CA, publishes it, and the crawl
+	// goes as over HTTP.
+	ns, err := kube.CoreV1().Namespaces().Get(t.Context(), c.pt.ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels[inspection.NamespaceLabel] = inspection.NamespaceLabelValue
+	if _, err := kube.CoreV1().Namespaces().Update(t.Context(), ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var bundle []byte
+	eventually.Check(t, time.Minute, interval, "the CA published in "+c.pt.ns, func(ctx context.Context) error {
+		cm, err := kube.CoreV1().ConfigMaps(c.pt.ns).Get(ctx, inspection.BundleConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		bundle = []byte(cm.Data[inspection.BundleKey])
+		return nil
+	})
+	trusted := x509.NewCertPool()
+	if !trusted.AppendCertsFromPEM(bundle) {
+		t.Fatalf("the published bundle holds no certificate: %q", bundle)
+	}
+	eventually.Check(t, time.Minute, interval, "the gateway inspects "+c.pt.ns, func(ctx context.Context) error {
+		_, header, err := fetch(ctx, c.client(gw, trusted), c.site.HTTPS.URL+"/page/0")
+		if err != nil {
+			return err
+		}
+		if header.Get(gateway.HeaderAttempts) == "" {
+			return fmt.Errorf("no %s header: not inspected yet", gateway.HeaderAttempts)
+		}
+		return nil
+	})
+	c.crawl(t, c.client(gw, trusted), c.site.HTTPS.URL)
+	c.checkOutcomes(t)
+
+	// The key: in the operator's namespace only, in no log.
+	secrets, err := kube.CoreV1().Secrets(c.pt.ns).List(t.Context(), metav1.ListOptions{LabelSelector: inspection.CALabel})
+	if err != nil || len(secrets.Items) != 0 {
+		t.Errorf("CA Secrets in the tenant's namespace: %d (%v)", len(secrets.Items), err)
+	}
+	for _, p := range []*operatortest.Process{c.pt.op, c.pt.gateway} {
+		if strings.Contains(p.Logs(), "PRIVATE KEY") {
+			t.Errorf("%s's log holds a private key", p.Name)
+		}
+	}
+}
+
+// banCrawl is the crawl's parts: the operator's pool test, the site and
+// the health target.
+type banCrawl struct {
+	pt   *poolTest
+	site *antibot.Site
+}
+
+// startBanCrawl starts the operator (with extra flags), the site, a
+// CrawlPolicy whose default rule names the challenge marker, and an
+// 8-member pool with loopback exits, spec.recycle and spec.cost, Ready.
+func startBanCrawl(t *testing.T, extra ...string) *banCrawl {
+	t.Helper()
+	pt := newPoolTest(t, append([]string{"--local-loopback-exits"}, extra...)...)
+	c := &banCrawl{pt: pt, site: antibot.Start(t, antibot.Options{BanAfter: banAfter, Seed: 7})}
 	health := proxytest.StartHTTPTarget(t)
 	policy := &crawlv1alpha1.CrawlPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "bans"},
@@ -56,17 +168,27 @@ func TestCrawlThroughBans(t *testing.T) {
 		p.Spec.Cost = &crawlv1alpha1.PoolCost{Currency: "USD", PerInstanceHour: "0.50"}
 	}))
 	eventually.Check(t, 3*time.Minute, interval, "8 Ready members", func(ctx context.Context) error { return pt.settled(ctx, "crawl", exits) })
-	gw := pt.startGateway("--gateway-wait=60s")
+	return c
+}
 
-	// The crawler: Go's client through the gateway, re-queueing a page the
-	// gateway hands back as a ban (its retries were spent), as a crawler
-	// re-queues a failed request.
-	proxyURL := &url.URL{Scheme: "http", User: url.UserPassword("ns-"+pt.ns+"+pool-crawl", "none"), Host: gw}
-	crawler := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 90 * time.Second}
+// client is Go's client through the gateway at gw, trusting roots for
+// HTTPS (nil: the system's).
+func (c *banCrawl) client(gw string, roots *x509.CertPool) *http.Client {
+	proxyURL := &url.URL{Scheme: "http", User: url.UserPassword("ns-"+c.pt.ns+"+pool-crawl", "none"), Host: gw}
+	return &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{
+		Proxy: http.ProxyURL(proxyURL), TLSClientConfig: &tls.Config{RootCAs: roots}, DisableKeepAlives: true,
+	}}
+}
+
+// crawl fetches the 200 pages of base, re-queueing a page the gateway
+// hands back as a ban (its retries were spent), as a crawler re-queues a
+// failed request.
+func (c *banCrawl) crawl(t *testing.T, crawler *http.Client, base string) {
+	t.Helper()
 	requeued, retried := 0, 0
 	for page := range crawlPages {
 		for try := 1; ; try++ {
-			body, header, err := fetch(t.Context(), crawler, fmt.Sprintf("%s/page/%d", site.HTTP.URL, page))
+			body, header, err := fetch(t.Context(), crawler, fmt.Sprintf("%s/page/%d", base, page))
 			if err != nil {
 				t.Fatalf("page %d: %v", page, err)
 			}
@@ -82,11 +204,16 @@ func TestCrawlThroughBans(t *testing.T) {
 			requeued++
 		}
 	}
-	t.Logf("%d pages fetched; %d answers took more than one attempt, %d pages re-queued by the crawler", crawlPages, retried, requeued)
+	t.Logf("%d pages of %s fetched; %d answers took more than one attempt, %d pages re-queued by the crawler", crawlPages, base, retried, requeued)
+}
 
-	// The site's view: every banned address got exactly one answer past
-	// its budget (the ban), never another request for the site.
-	seen := site.Seen()
+// checkOutcomes: every banned address got exactly one answer past its
+// budget (the ban) and no request after; status, kubectl and metrics
+// tell the story.
+func (c *banCrawl) checkOutcomes(t *testing.T) {
+	t.Helper()
+	pt := c.pt
+	seen := c.site.Seen()
 	banned := 0
 	for ip, st := range seen {
 		if !st.Banned {
@@ -100,8 +227,6 @@ func TestCrawlThroughBans(t *testing.T) {
 	if banned < exits || len(seen) <= exits {
 		t.Errorf("the site saw %d addresses and banned %d; want more than %d (recycled members leave from new ones) and at least %d banned", len(seen), banned, exits, exits)
 	}
-
-	// status, kubectl and metrics tell the story.
 	eventually.Check(t, time.Minute, interval, "status.usage and status.recycled", func(ctx context.Context) error {
 		p, err := pt.crawl.CrawlV1alpha1().ProxyPools(pt.ns).Get(ctx, "crawl", metav1.GetOptions{})
 		if err != nil {
