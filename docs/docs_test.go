@@ -36,12 +36,13 @@ var foreignPrograms = map[string]bool{
 // foreignFlags are flags of other programs that the docs name in prose,
 // with whose they are.
 var foreignFlags = map[string]string{
-	"masquerade-all":  "kube-proxy",
-	"platforms":       "hack/image (make image's program, a module of its own)",
-	"proxy-server":    "Chrome",
-	"proxy-user":      "curl",
-	"source-ranges":   "gcloud compute firewall-rules create",
-	"unsafe-no-fsync": "etcd",
+	"masquerade-all":                      "kube-proxy",
+	"platforms":                           "hack/image (make image's program, a module of its own)",
+	"proxy-server":                        "Chrome",
+	"ignore-certificate-errors-spki-list": "Chrome",
+	"proxy-user":                          "curl",
+	"source-ranges":                       "gcloud compute firewall-rules create",
+	"unsafe-no-fsync":                     "etcd",
 }
 
 func TestDocsNameOnlyFlagsThatExist(t *testing.T) {
