@@ -229,3 +229,20 @@ func TestCASetRotatesWithAnOverlap(t *testing.T) {
 		t.Error("the bundle holds a private key")
 	}
 }
+
+// TestLeafCacheStaysBoundedUnder100000Hosts: a crawl of 100,000 distinct
+// hosts through one namespace keeps the default cache at its bound.
+func TestLeafCacheStaysBoundedUnder100000Hosts(t *testing.T) {
+	m, err := NewMinter(newTestCA(t), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100_000 {
+		if _, err := m.Leaf(fmt.Sprintf("h%d.example", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := m.Len(); n != DefaultMaxLeaves {
+		t.Errorf("cache holds %d leaves after 100,000 hosts, want the bound %d", n, DefaultMaxLeaves)
+	}
+}
