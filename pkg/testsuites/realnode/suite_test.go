@@ -26,7 +26,8 @@ import (
 const (
 	operatorNamespace = "proxy-operator"
 	release           = "proxy-operator"
-	operatorSelector  = "app.kubernetes.io/name=proxy-operator"
+	operatorSelector  = "app.kubernetes.io/name=proxy-operator,app.kubernetes.io/component=operator"
+	gatewaySelector   = "app.kubernetes.io/name=proxy-operator,app.kubernetes.io/component=gateway"
 	leaderLabel       = "crawl.proxyfleet.io/leader"
 	crawlNamespace    = "crawl"  // PodSecurity restricted: the proxies and the crawler
 	targetNamespace   = "target" // the echo server the crawler reaches through a proxy
@@ -219,7 +220,7 @@ func (s *suite) dumpState(t *testing.T) {
 		{"get", "proxies,proxypools,secrets,networkpolicies", "-A", "-o", "wide"},
 		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
 		{"logs", "-n", operatorNamespace, "-l", operatorSelector, "--tail=60", "--prefix"},
-		{"logs", "-n", operatorNamespace, "-l", "app.kubernetes.io/name=proxy-operator-gateway", "--tail=30", "--prefix"},
+		{"logs", "-n", operatorNamespace, "-l", gatewaySelector, "--tail=30", "--prefix"},
 	} {
 		out, _ := s.try("kubectl", args...)
 		t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
