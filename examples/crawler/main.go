@@ -8,6 +8,15 @@
 //
 // In a cluster, pass --token-file /var/run/secrets/kubernetes.io/serviceaccount/token
 // and bind the worker's ServiceAccount to artifacts/rbac/crawler-role.yaml.
+// With --gateway it leases nothing itself: each fetch goes through the
+// gateway tier (docs/gateway.md) in rotating mode, with the token as the
+// proxy password:
+//
+//	crawler --gateway http://proxy-operator-gateway.proxy-operator:3128 --namespace crawl \
+//	    --token-file /var/run/secrets/kubernetes.io/serviceaccount/token --url http://example.com/
+//
+// make image --images=crawler builds it into ghcr.io/proxyfleet/crawler
+// (hack/image); the real-node suite runs it as a Pod.
 package main
 
 import (
@@ -16,19 +25,27 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 )
 
+// version is set by hack/image (-X main.version).
+var version = "dev"
+
 func main() {
 	var (
 		api       = flag.String("lease-api", "http://127.0.0.1:8080", "the lease API")
+		gateway   = flag.String("gateway", "", "fetch through this gateway (http://host:port) instead of leasing from --lease-api")
+		showBody  = flag.Bool("show-body", false, "print the first line of each page")
+		showVer   = flag.Bool("version", false, "print the version and exit")
 		tokenFile = flag.String("token-file", "", "bearer token file (a ServiceAccount token); empty for --lease-auth=none")
 		namespace = flag.String("namespace", "default", "namespace of the proxies")
 		selector  = flag.String("selector", "", "label selector of the proxies, e.g. pool=dev")
@@ -37,6 +54,10 @@ func main() {
 		insecure  = flag.Bool("insecure", false, "accept any TLS certificate from the target (make run's self-signed target)")
 	)
 	flag.Parse()
+	if *showVer {
+		fmt.Println("crawler " + version)
+		return
+	}
 	if *target == "" {
 		fmt.Fprintln(os.Stderr, "crawler: --url is required")
 		os.Exit(2)
@@ -58,6 +79,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "crawler: --url:", err)
 		os.Exit(2)
 	}
+	if *gateway != "" {
+		os.Exit(crawlThroughGateway(ctx, *gateway, *tokenFile, *namespace, *target, *rounds, *insecure, *showBody))
+	}
 	hostname, _ := os.Hostname()
 	for round := 1; round <= *rounds && ctx.Err() == nil; round++ {
 		req := client.AcquireRequest{
@@ -67,7 +91,19 @@ func main() {
 		// Hold renews the lease while fetch runs and releases it afterwards
 		// with the outcome fetch's error implies.
 		err := leases.Hold(ctx, req, func(ctx context.Context, l client.Lease) error {
-			return fetch(ctx, l, *target, *insecure)
+			proxyURL, err := l.ProxyURL() // credentials included when the proxy needs them
+			if err != nil {
+				return err
+			}
+			status, err := fetch(ctx, proxyURL, *target, *insecure, *showBody)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s via %s/%s: %s\n", *target, l.Proxy.Namespace, l.Proxy.Name, status)
+			if isBan(status) {
+				return client.Banned(targetURL.Hostname())
+			}
+			return nil
 		})
 		var banned *client.BannedError
 		switch {
@@ -81,28 +117,70 @@ func main() {
 	}
 }
 
-// fetch requests target through the leased proxy; a 403 or 429 from the
-// site counts as a ban of this proxy for that domain.
-func fetch(ctx context.Context, l client.Lease, target string, insecure bool) error {
-	proxyURL, err := l.ProxyURL() // credentials included when the proxy needs them
+// crawlThroughGateway fetches target rounds times through the gateway, which
+// leases a proxy of namespace for each connection; it returns the exit code.
+func crawlThroughGateway(ctx context.Context, gateway, tokenFile, namespace, target string, rounds int, insecure, showBody bool) int {
+	proxyURL, err := url.Parse(gateway)
 	if err != nil {
-		return err
+		fmt.Fprintln(os.Stderr, "crawler: --gateway:", err)
+		return 2
 	}
+	failed := 0
+	for round := 1; round <= rounds && ctx.Err() == nil; round++ {
+		password := ""
+		if tokenFile != "" {
+			// Read each round: the kubelet rotates a projected token.
+			raw, err := os.ReadFile(tokenFile)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "crawler:", err)
+				return 1
+			}
+			password = strings.TrimSpace(string(raw))
+		}
+		proxyURL.User = url.UserPassword("ns-"+namespace, password)
+		status, err := fetch(ctx, proxyURL, target, insecure, showBody)
+		if err != nil {
+			fmt.Printf("round %d: %v\n", round, err)
+			failed++
+			continue
+		}
+		fmt.Printf("%s via gateway %s: %s\n", target, proxyURL.Host, status)
+	}
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// fetch requests target through proxyURL and returns the response's status
+// and time (and first line, with showBody).
+func fetch(ctx context.Context, proxyURL *url.URL, target string, insecure, showBody bool) (string, error) {
 	transport := &http.Transport{Proxy: http.ProxyURL(proxyURL), TLSClientConfig: &tls.Config{InsecureSkipVerify: insecure}} //nolint:gosec // opt-in, for make run's self-signed target
 	defer transport.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	start := time.Now()
 	resp, err := (&http.Client{Transport: transport, Timeout: 20 * time.Second}).Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
-	resp.Body.Close()
-	fmt.Printf("%s via %s/%s: %s in %s\n", target, l.Proxy.Namespace, l.Proxy.Name, resp.Status, time.Since(start).Round(time.Millisecond))
-	if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusTooManyRequests {
-		return client.Banned(req.URL.Hostname())
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return "", err
 	}
-	return nil
+	status := fmt.Sprintf("%s in %s", resp.Status, time.Since(start).Round(time.Millisecond))
+	if showBody {
+		first, _, _ := strings.Cut(string(body), "\n")
+		status += fmt.Sprintf(", body %q", first)
+	}
+	return status, nil
+}
+
+// isBan: a 403 or 429 from the site counts as a ban of the proxy for that
+// domain.
+func isBan(status string) bool {
+	return strings.HasPrefix(status, "403 ") || strings.HasPrefix(status, "429 ")
 }
