@@ -22,7 +22,8 @@ const (
 // series names of histograms.
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
-	m := metrics.New()
+	// Names only: no label value adds or removes a family.
+	m := metrics.New(metrics.Labels{})
 	m.Handler() // registers the promhttp_* families
 	names := map[string]bool{}
 	for _, n := range m.Names() {

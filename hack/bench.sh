@@ -94,35 +94,35 @@ HEALTHAB
     echo
     echo "### The handlers alone"
     echo
-    echo "\`go test -run '^\$' -bench 'BenchmarkHandlerPair\$|BenchmarkStoreOps\$' -benchtime 3s -cpu 1 ./pkg/lease\`: one"
+    echo "\`go test -run '^\$' -bench 'BenchmarkHandlerPair\$|BenchmarkStoreOps\$' -benchtime 3s -cpu 1 ./pkg/lease/server ./pkg/lease/store\`: one"
     echo "acquire+release through Server.Handler with requests built by hand (no sockets, no net/http parsing), beside"
     echo "the store's own pair: what the lease API's handlers add to a pair. 7 of its allocs/op are the benchmark's"
     echo "own requests ([decision 153](decisions/0153-lease-api-decodes-request-without-maps.md))."
     echo
     echo '```text'
-    go test -run '^$' -bench 'BenchmarkHandlerPair$|BenchmarkStoreOps$' -benchtime 3s -cpu 1 ./pkg/lease | grep -E '^Benchmark'
+    go test -run '^$' -bench 'BenchmarkHandlerPair$|BenchmarkStoreOps$' -benchtime 3s -cpu 1 ./pkg/lease/server ./pkg/lease/store | grep -E '^Benchmark'
     echo '```'
     echo
     echo "### Over HTTP, in-process"
     echo
-    echo "\`go test -run '^\$' -bench 'BenchmarkLeaseAPI/(http-lease|http-lease-domain|http-lease-policy|http-trivial|redis)\$' -benchtime 3s ./pkg/lease\`:"
+    echo "\`go test -run '^\$' -bench 'BenchmarkLeaseAPI/(http-lease|http-lease-domain|http-lease-policy|http-trivial|redis)\$' -benchtime 3s ./pkg/lease/server\`:"
     echo "the lease API's handler on loopback in the benchmark's process, 1,000 proxies, 64 concurrent clients, beside"
     echo "(a) a trivial net/http handler in the lease API's server settings hit by the same client (the HTTP limit) and (b) Debian's"
     echo "redis-server doing SET NX PX + DEL. http-lease-domain and http-lease-policy acquire with a domain, the second under a"
     echo "CrawlPolicy rule for it that is charged but never binds (issue 40: at least 0.9x the first's pairs/s)."
     echo
     echo '```text'
-    go test -run '^$' -bench 'BenchmarkLeaseAPI/(http-lease|http-lease-domain|http-lease-policy|http-trivial|redis)$' -benchtime 3s ./pkg/lease | grep -E '^Benchmark'
+    go test -run '^$' -bench 'BenchmarkLeaseAPI/(http-lease|http-lease-domain|http-lease-policy|http-trivial|redis)$' -benchtime 3s ./pkg/lease/server | grep -E '^Benchmark'
     echo '```'
     echo
     echo "### Memory per 10,000 domains"
     echo
-    echo "\`go test -run '^\$' -bench 'BenchmarkStoreMemoryPer10kDomains' -benchtime 3x ./pkg/lease\`: the live heap a"
+    echo "\`go test -run '^\$' -bench 'BenchmarkStoreMemoryPer10kDomains' -benchtime 3x ./pkg/lease/store\`: the live heap a"
     echo "store adds for 10,000 domains with a 1 KiB session state each (states), or a CrawlPolicy default-rule budget each"
     echo "(budgets): both are capped (--lease-max-state-bytes, --lease-max-domain-budgets)."
     echo
     echo '```text'
-    go test -run '^$' -bench 'BenchmarkStoreMemoryPer10kDomains' -benchtime 3x ./pkg/lease | grep -E '^Benchmark'
+    go test -run '^$' -bench 'BenchmarkStoreMemoryPer10kDomains' -benchtime 3x ./pkg/lease/store | grep -E '^Benchmark'
     echo '```'
     echo
     echo "### Tenants at the caps (issue 48)"
@@ -136,14 +136,14 @@ HEALTHAB
     echo
     go run ./pkg/testsuites/bench/tenants
     echo
-    echo "\`go test -run '^\$' -bench 'BenchmarkNewDomainAcquire' ./pkg/lease\` and \`-bench 'BenchmarkSessionStateMemory' -benchtime 3x\`: a"
+    echo "\`go test -run '^\$' -bench 'BenchmarkNewDomainAcquire' ./pkg/lease/store\` and \`-bench 'BenchmarkSessionStateMemory' -benchtime 3x\`: a"
     echo "new-domain acquire+release at the default cap, 50,000 budgets pinned behind 50,000 idle (full) or few (empty)"
     echo "([decision 212](decisions/0212-domain-budgets-shared-per-namespace.md)); and the heap one session state takes beside"
     echo "what --lease-max-state-bytes charges it ([decision 210](decisions/0210-session-state-cap-counts-entries.md))."
     echo
     echo '```text'
-    go test -run '^$' -bench 'BenchmarkNewDomainAcquire' ./pkg/lease | grep -E '^Benchmark'
-    go test -run '^$' -bench 'BenchmarkSessionStateMemory' -benchtime 3x ./pkg/lease | grep -E '^Benchmark'
+    go test -run '^$' -bench 'BenchmarkNewDomainAcquire' ./pkg/lease/store | grep -E '^Benchmark'
+    go test -run '^$' -bench 'BenchmarkSessionStateMemory' -benchtime 3x ./pkg/lease/store | grep -E '^Benchmark'
     echo '```'
     echo
     echo "### Over HTTP, on the operator binary"
@@ -151,7 +151,7 @@ HEALTHAB
     echo "\`go run ./pkg/testsuites/bench/leaseapi\`: cmd/proxy-operator (no -race) with --lease-auth=none on a real"
     echo "kube-apiserver and etcd, leading 1,000 External proxies (MaxLeases 1) that its health engine took to Ready;"
     echo "64 clients (pkg/lease/client) doing acquire+release pairs, beside the same client against a trivial net/http"
-    echo "handler in a process of its own, in the lease API's own net/http server settings (lease.NewHTTPServer: the"
+    echo "handler in a process of its own, in the lease API's own net/http server settings (server.NewHTTPServer: the"
     echo "same timeouts, so the same per-request deadlines; [decision 155](decisions/0155-lease-api-bench-trivial-handler-runs.md)), that answers the operator's own grant body"
     echo "and Location, and 204 to the release. 11 alternating rounds, medians; CPU/pair is the server process's."
     echo "Targets (issue 16): pairs/s at least 0.95x the trivial handler's, p99 at most 1.2x."

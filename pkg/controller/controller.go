@@ -31,6 +31,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlscheme "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/scheme"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/queueworker"
@@ -66,9 +67,10 @@ const (
 )
 
 // secretIndex indexes Proxies by the "namespace/name" of the Secrets their
-// spec.cloudInit.secretRef names and of their credentials Secret
-// (proxyaccess.CredentialsSecret), so a Secret event
-// finds its Proxies without scanning the namespace.
+// spec.cloudInit.secretRef names, of their credentials Secret
+// (proxyaccess.CredentialsSecret) and of those their provider renders
+// credentials from (provider.CredentialsRenderer), so a Secret event finds
+// its Proxies without scanning the namespace.
 const secretIndex = "secret"
 
 // HealthSource is the health engine as the controller sees it.
@@ -77,21 +79,7 @@ type HealthSource interface {
 	// (a first verdict, a flip, or a material latency change: not every
 	// probe, so that a steady fleet causes no status writes), and false
 	// while it has none.
-	Verdict(key cache.ObjectName) (HealthVerdict, bool)
-}
-
-// HealthVerdict is what the controller writes into the Healthy condition.
-type HealthVerdict struct {
-	// Address is the host:port the verdict was measured against.
-	Address string
-	Healthy bool
-	// Message says why in a few words; it never holds a credential.
-	Message string
-	Latency time.Duration
-	// ExitIP is the address the health check's target saw (healthCheck.exitIPFromBody), "" if not measured.
-	ExitIP string
-	// CheckedAt is when the probe behind this verdict ran.
-	CheckedAt time.Time
+	Verdict(key cache.ObjectName) (health.Verdict, bool)
 }
 
 // Config is what a Controller needs. Zero durations take the defaults above.
@@ -100,8 +88,10 @@ type Config struct {
 	KubeClient     kubernetes.Interface
 	ProxyInformer  crawlinformers.ProxyInformer
 	SecretInformer coreinformers.SecretInformer
-	// Providers are the enabled providers by name; a Proxy naming another fails.
-	Providers map[crawlv1alpha1.ProviderName]provider.Provider
+	// Providers are the enabled providers by name; a Proxy naming another
+	// fails. The controller also asks them what their instances differ in
+	// (rendered credentials, whether an instance is configured with them).
+	Providers provider.Set
 	// Health reports probe verdicts; nil means none yet (no Healthy condition).
 	Health HealthSource
 	// Recorder records events; nil starts a broadcaster to the API in Run.
@@ -136,7 +126,7 @@ type Controller struct {
 	secrets   corelisters.SecretLister
 	indexer   cache.Indexer
 	synced    []cache.InformerSynced
-	providers map[crawlv1alpha1.ProviderName]provider.Provider
+	providers provider.Set
 	health    HealthSource
 	recorder  record.EventRecorder
 	clock     clock.PassiveClock
@@ -179,7 +169,7 @@ func NewController(cfg Config) (*Controller, error) {
 		c.metrics = noMetrics{}
 	}
 	if c.providers == nil {
-		c.providers = map[crawlv1alpha1.ProviderName]provider.Provider{}
+		c.providers = provider.Set{}
 	}
 
 	proxyInformer := cfg.ProxyInformer.Informer()
@@ -188,7 +178,7 @@ func NewController(cfg Config) (*Controller, error) {
 	// newer version.
 	c.objects = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), proxyInformer.GetStore(),
 		cache.MutationCacheOptions{TTL: time.Minute, MaxCacheSize: 20000})
-	if err := proxyInformer.AddIndexers(cache.Indexers{secretIndex: indexBySecret}); err != nil {
+	if err := proxyInformer.AddIndexers(cache.Indexers{secretIndex: indexBySecret(c.providers)}); err != nil {
 		return nil, fmt.Errorf("adding the Secret index: %w", err)
 	}
 	proxyReg, err := proxyInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -391,11 +381,19 @@ func (c *Controller) enqueueProxiesOfSecret(obj any) {
 	}
 }
 
-func indexBySecret(obj any) ([]string, error) {
-	p, ok := obj.(*crawlv1alpha1.Proxy)
-	if !ok {
-		return nil, nil
+// indexBySecret is the secretIndex's function: the Secrets a Proxy's sync
+// reads, so that a change to one requeues it.
+func indexBySecret(providers provider.Set) cache.IndexFunc {
+	return func(obj any) ([]string, error) {
+		p, ok := obj.(*crawlv1alpha1.Proxy)
+		if !ok {
+			return nil, nil
+		}
+		return secretKeys(p, providers), nil
 	}
+}
+
+func secretKeys(p *crawlv1alpha1.Proxy, providers provider.Set) []string {
 	var keys []string
 	if ci := p.Spec.CloudInit; ci != nil && ci.SecretRef != nil {
 		keys = append(keys, cache.NewObjectName(p.Namespace, ci.SecretRef.Name).String())
@@ -405,11 +403,12 @@ func indexBySecret(obj any) ([]string, error) {
 	if name := proxyaccess.CredentialsSecret(p); name != "" && (len(keys) == 0 || name != p.Spec.CloudInit.SecretRef.Name) {
 		keys = append(keys, cache.NewObjectName(p.Namespace, name).String())
 	}
-	// The account's password, which the generated Secret copies.
-	if isUpstream(p) {
-		keys = append(keys, cache.NewObjectName(p.Namespace, p.Spec.Upstream.CredentialsSecretRef.Name).String())
+	// The Secrets that rendered credentials are read from (an account's
+	// password, which the generated Secret copies).
+	for _, name := range providers.CredentialsSources(p) {
+		keys = append(keys, cache.NewObjectName(p.Namespace, name).String())
 	}
-	return keys, nil
+	return keys
 }
 
 // proxyChanged says whether an update can change what sync does. Status-only

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -49,7 +50,7 @@ type generatedChange int
 
 const (
 	// generatedAsIs: the cache holds the Secret as it must be (its content
-	// may have been rewritten just now: an upstream password, which the
+	// may have been rewritten just now: rendered credentials, which the
 	// controller does not read back).
 	generatedAsIs generatedChange = iota
 	// generatedCreated: created just now.
@@ -65,19 +66,16 @@ const (
 // informer event (the providers and the health engine read it from the
 // cache, and refuse it unmarked) before it reads the Secret or creates an
 // instance. A Secret of that name that this Proxy does not control is an
-// error, never overwritten.
+// error, never overwritten. The Secret holds random credentials, or those
+// the Proxy's provider renders (provider.CredentialsRenderer: a proxy
+// network's session), kept current when they change.
 func (c *Controller) ensureGeneratedCredentials(ctx context.Context, p *crawlv1alpha1.Proxy) (generatedChange, error) {
-	// An upstream session's credentials are not random: they must be the
-	// network's (upstream.go).
-	var want *proxyaccess.Credentials
-	if isUpstream(p) {
-		var err error
-		if want, err = c.upstreamCredentials(p); err != nil {
-			if proxyaccess.IsNotMarked(err) {
-				err = errors.Join(err, c.dropUpstreamCopy(ctx, p))
-			}
-			return generatedAsIs, err
+	want, err := c.providers.RenderCredentials(p, c.markedSecretReader(p.Namespace))
+	if err != nil {
+		if proxyaccess.IsNotMarked(err) {
+			err = errors.Join(err, c.dropRenderedCopy(ctx, p))
 		}
+		return generatedAsIs, err
 	}
 	name := proxyaccess.GeneratedCredentialsSecret(p)
 	existing, err := c.secrets.Secrets(p.Namespace).Get(name)
@@ -109,6 +107,41 @@ func (c *Controller) ensureGeneratedCredentials(ctx context.Context, p *crawlv1a
 	}
 	klog.FromContext(ctx).Info("Generated credentials for a Proxy without spec.auth", "secret", name)
 	return generatedCreated, nil
+}
+
+// markedSecretReader reads Secrets of namespace from the cache through the
+// one gate every credentials reader goes through
+// (proxyaccess.ReadMarkedSecret): a provider rendering credentials gets a
+// Secret only when it is marked for proxies.
+func (c *Controller) markedSecretReader(namespace string) provider.MarkedSecretReader {
+	get := c.secrets.Secrets(namespace).Get
+	return func(field, name string) (*corev1.Secret, error) {
+		return proxyaccess.ReadMarkedSecret(field, name, get)
+	}
+}
+
+// dropRenderedCopy deletes p's generated Secret, a copy of rendered
+// credentials (an account's password) whose source Secret is no longer
+// marked for proxies: readers of the copy cannot see where it came from, so
+// the copy goes with the mark. It comes back when the mark does.
+func (c *Controller) dropRenderedCopy(ctx context.Context, p *crawlv1alpha1.Proxy) error {
+	name := proxyaccess.GeneratedCredentialsSecret(p)
+	existing, err := c.secrets.Secrets(p.Namespace).Get(name)
+	if apierrors.IsNotFound(err) || (err == nil && !metav1.IsControlledBy(existing, p)) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading credentials Secret %q: %w", name, err)
+	}
+	err = c.kube.CoreV1().Secrets(p.Namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &existing.UID}})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // deleted by an earlier pass; the cache had yet to show it
+	case err != nil:
+		return fmt.Errorf("deleting credentials Secret %q: %w", name, err)
+	}
+	klog.FromContext(ctx).Info("Deleted a copy of rendered credentials whose source Secret is not marked for proxies", "secret", name)
+	return nil
 }
 
 // updateGeneratedSecret writes want into the generated Secret when it holds

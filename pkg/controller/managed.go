@@ -353,9 +353,9 @@ func (c *Controller) resolveCloudInit(p *crawlv1alpha1.Proxy) ([]byte, error) {
 // instance is configured with them, so a rotation must replace it. Only the
 // digest enters the spec hash.
 func (c *Controller) credentialsDigest(p *crawlv1alpha1.Proxy) (string, error) {
-	if isUpstream(p) {
-		// The network's session, not an instance configured with them: a
-		// new password is used from the next probe and lease on.
+	if !c.providers.ConfiguresCredentials(p) {
+		// Checked by a service the operator does not run: a new password
+		// is used from the next probe and lease on.
 		return "", nil
 	}
 	creds, err := proxyaccess.ReadProxyCredentials(p, c.secrets.Secrets(p.Namespace).Get)

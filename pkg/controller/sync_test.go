@@ -27,6 +27,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	crawlfake "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/fake"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/fake"
@@ -203,9 +204,9 @@ func cloudInitSecret(key string, data []byte) *corev1.Secret {
 }
 
 // fakeHealth is a HealthSource with fixed verdicts.
-type fakeHealth map[cache.ObjectName]HealthVerdict
+type fakeHealth map[cache.ObjectName]health.Verdict
 
-func (f fakeHealth) Verdict(key cache.ObjectName) (HealthVerdict, bool) {
+func (f fakeHealth) Verdict(key cache.ObjectName) (health.Verdict, bool) {
 	v, ok := f[key]
 	return v, ok
 }

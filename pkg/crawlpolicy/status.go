@@ -1,3 +1,8 @@
+// Package crawlpolicy writes each CrawlPolicy's status on the leader: every
+// rule's budget in use and how often callers waited or were refused
+// (docs/politeness.md), from the lease store's counts. The feed that applies
+// the policies to the store is pkg/lease/feed's; the budgets themselves are
+// enforced by pkg/lease/store at grant time.
 package crawlpolicy
 
 import (
@@ -14,29 +19,35 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
 
 // DefaultStatusInterval is how often the leader writes the policies'
 // status when it changed: counts are news, not events.
 const DefaultStatusInterval = 5 * time.Second
 
+// Stats is what the status writer needs of the lease store: each rule's
+// counts (pkg/lease/store.Store implements it).
+type Stats interface {
+	CrawlPolicyStats(store.ObjectName) []store.RuleStats
+}
+
 // StatusWriter writes each CrawlPolicy's status from the store's counts.
 type StatusWriter struct {
 	client   versioned.Interface
 	lister   crawllisters.CrawlPolicyLister
-	store    Store
+	stats    Stats
 	interval time.Duration
 	pokes    chan struct{}
 }
 
 // NewStatusWriter writes every interval (0: DefaultStatusInterval), and
 // soon after Poke.
-func NewStatusWriter(client versioned.Interface, lister crawllisters.CrawlPolicyLister, store Store, interval time.Duration) *StatusWriter {
+func NewStatusWriter(client versioned.Interface, lister crawllisters.CrawlPolicyLister, stats Stats, interval time.Duration) *StatusWriter {
 	if interval <= 0 {
 		interval = DefaultStatusInterval
 	}
-	return &StatusWriter{client: client, lister: lister, store: store, interval: interval, pokes: make(chan struct{}, 1)}
+	return &StatusWriter{client: client, lister: lister, stats: stats, interval: interval, pokes: make(chan struct{}, 1)}
 }
 
 // Poke asks for a write now: a policy was added or changed, and its
@@ -72,7 +83,7 @@ func (w *StatusWriter) writeAll(ctx context.Context) {
 		return
 	}
 	for _, p := range policies {
-		want := StatusFrom(p.Generation, w.store.CrawlPolicyStats(cache.MetaObjectToName(p)))
+		want := StatusFrom(p.Generation, w.stats.CrawlPolicyStats(store.ObjectName(cache.MetaObjectToName(p))))
 		if apiequality.Semantic.DeepEqual(p.Status, want) {
 			continue
 		}
@@ -87,7 +98,7 @@ func (w *StatusWriter) writeAll(ctx context.Context) {
 }
 
 // StatusFrom is a policy's status from its rules' counts.
-func StatusFrom(generation int64, stats []lease.RuleStats) crawlv1alpha1.CrawlPolicyStatus {
+func StatusFrom(generation int64, stats []store.RuleStats) crawlv1alpha1.CrawlPolicyStatus {
 	st := crawlv1alpha1.CrawlPolicyStatus{ObservedGeneration: generation, RuleCount: int32(len(stats))}
 	for _, r := range stats {
 		st.Rules = append(st.Rules, crawlv1alpha1.DomainRuleStatus{Host: r.Host, InUse: r.InUse, Waited: r.Waited, Refused: r.Refused})

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/cache"
-
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // Fuzz targets for what a client controls: the username and the request
@@ -61,37 +61,37 @@ type fuzzLeases struct{}
 
 const fuzzUpstreamPassword = "upstream-secret-never-shown"
 
-func (fuzzLeases) Acquire(_ context.Context, _ lease.User, req lease.AcquireRequest) (lease.Lease, *lease.Credentials, error) {
+func (fuzzLeases) Acquire(_ context.Context, _ auth.User, req store.AcquireRequest) (store.Lease, *proxyaccess.Credentials, error) {
 	if req.Namespace == "full" {
-		return lease.Lease{}, nil, &lease.UnavailableError{Reason: lease.ErrNoneFree, RetryAfter: time.Second}
+		return store.Lease{}, nil, &store.UnavailableError{Reason: store.ErrNoneFree, RetryAfter: time.Second}
 	}
-	return lease.Lease{ID: "id", Proxy: lease.LeasedProxy{Key: cache.ObjectName{Namespace: "crawl", Name: "p"}, URL: "http://127.0.0.1:9"}, TTL: time.Minute, ExpiresAt: time.Now().Add(time.Minute)},
-		&lease.Credentials{Username: "fleet", Password: fuzzUpstreamPassword}, nil
+	return store.Lease{ID: "id", Proxy: store.LeasedProxy{Key: store.ObjectName{Namespace: "crawl", Name: "p"}, URL: "http://127.0.0.1:9"}, TTL: time.Minute, ExpiresAt: time.Now().Add(time.Minute)},
+		&proxyaccess.Credentials{Username: "fleet", Password: fuzzUpstreamPassword}, nil
 }
-func (fuzzLeases) Renew(context.Context, lease.User, string, time.Duration) (lease.Lease, error) {
-	return lease.Lease{}, lease.ErrUnknownLease
+func (fuzzLeases) Renew(context.Context, auth.User, string, time.Duration) (store.Lease, error) {
+	return store.Lease{}, store.ErrUnknownLease
 }
-func (fuzzLeases) Release(context.Context, lease.User, string, lease.Outcome, string) error {
+func (fuzzLeases) Release(context.Context, auth.User, string, store.Outcome, string) error {
 	return nil
 }
-func (fuzzLeases) Get(context.Context, lease.User, string) (lease.Lease, error) {
-	return lease.Lease{}, lease.ErrUnknownLease
+func (fuzzLeases) Get(context.Context, auth.User, string) (store.Lease, error) {
+	return store.Lease{}, store.ErrUnknownLease
 }
-func (fuzzLeases) ReleaseSession(context.Context, lease.User, string, string, lease.Outcome, string) error {
+func (fuzzLeases) ReleaseSession(context.Context, auth.User, string, string, store.Outcome, string) error {
 	return nil
 }
 
 // fuzzAuth accepts the token "good" for user u, allowed in namespace crawl and full.
 type fuzzAuth struct{}
 
-func (fuzzAuth) Authenticate(_ context.Context, token string) (lease.User, error) {
+func (fuzzAuth) Authenticate(_ context.Context, token string) (auth.User, error) {
 	if token != "good" {
-		return lease.User{}, fmt.Errorf("%w: no", lease.ErrUnauthenticated)
+		return auth.User{}, fmt.Errorf("%w: no", auth.ErrUnauthenticated)
 	}
-	return lease.User{Name: "u"}, nil
+	return auth.User{Name: "u"}, nil
 }
 
-func (fuzzAuth) Authorize(_ context.Context, _ lease.User, attrs lease.Attributes) (bool, string, error) {
+func (fuzzAuth) Authorize(_ context.Context, _ auth.User, attrs auth.Attributes) (bool, string, error) {
 	return attrs.Namespace == "crawl" || attrs.Namespace == "full", "", nil
 }
 

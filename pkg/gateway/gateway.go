@@ -17,7 +17,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
 
 // Defaults of Config.
@@ -65,11 +66,17 @@ const (
 	ModeRotating = "rotating"
 )
 
+// Modes lists every mode, for pre-declared metrics.
+var Modes = []string{ModeSession, ModeRotating}
+
 // Directions of the bytes metric.
 const (
 	DirectionUp   = "up"   // client to upstream
 	DirectionDown = "down" // upstream to client
 )
+
+// Directions lists both directions, for pre-declared metrics.
+var Directions = []string{DirectionUp, DirectionDown}
 
 // Metrics receives the gateway's measurements (pkg/metrics implements it).
 type Metrics interface {
@@ -98,9 +105,9 @@ type Config struct {
 	// Leases is the lease API (Remote). Required.
 	Leases Leases
 	// Authenticator and Authorizer check callers as the lease API does
-	// (lease.NewKubernetesAuth, or NoAuth). Required.
-	Authenticator lease.Authenticator
-	Authorizer    lease.Authorizer
+	// (auth.NewKubernetes, or auth.None). Required.
+	Authenticator auth.Authenticator
+	Authorizer    auth.Authorizer
 	// AuthNone: the password is ignored (--lease-auth=none).
 	AuthNone bool
 	// Wait is how long a connection waits for a free proxy (--gateway-wait).
@@ -202,7 +209,7 @@ func New(cfg Config) (*Gateway, error) {
 
 // caller is an authenticated, authorized request's who and what.
 type caller struct {
-	user   lease.User
+	user   auth.User
 	target Target
 }
 
@@ -241,12 +248,12 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request) (caller, bool) {
 		return caller{}, false
 	}
 	ctx := r.Context()
-	user, err := g.cfg.Authenticator.Authenticate(lease.WithClientAddr(ctx, sourceAddr(r)), token)
+	user, err := g.cfg.Authenticator.Authenticate(auth.WithClientAddr(ctx, sourceAddr(r)), token)
 	switch {
-	case errors.Is(err, lease.ErrUnauthenticated):
+	case errors.Is(err, auth.ErrUnauthenticated):
 		g.challenge(w, r, "the password must be a valid bearer token: "+err.Error())
 		return caller{}, false
-	case errors.Is(err, lease.ErrReviewBudget):
+	case errors.Is(err, auth.ErrReviewBudget):
 		// Expected under a flood of new tokens: not an error to log.
 		g.fail(w, r, http.StatusServiceUnavailable, ReasonAuthUnavailable, "too many new bearer tokens to review now (from this address, or from all); retry", time.Second)
 		return caller{}, false
@@ -255,7 +262,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request) (caller, bool) {
 		g.fail(w, r, http.StatusServiceUnavailable, ReasonAuthUnavailable, "authentication is unavailable; retry", time.Second)
 		return caller{}, false
 	}
-	allowed, reason, err := g.cfg.Authorizer.Authorize(ctx, user, lease.Attributes{Verb: lease.VerbCreate, Namespace: target.Namespace})
+	allowed, reason, err := g.cfg.Authorizer.Authorize(ctx, user, auth.Attributes{Verb: auth.VerbCreate, Namespace: target.Namespace})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Authorizing a gateway connection", "user", user.Name)
 		g.fail(w, r, http.StatusServiceUnavailable, ReasonAuthUnavailable, "authorization is unavailable; retry", time.Second)
@@ -360,12 +367,12 @@ func domainOf(hostport string) string {
 	if err != nil {
 		host = hostport
 	}
-	return lease.NormalizeDomain(strings.Trim(host, "[]"))
+	return store.NormalizeDomain(strings.Trim(host, "[]"))
 }
 
 // acquire takes a lease for one connection or a session's first.
 func (g *Gateway) acquire(ctx context.Context, c caller, domain string) (*holding, error) {
-	l, creds, err := g.cfg.Leases.Acquire(ctx, c.user, lease.AcquireRequest{
+	l, creds, err := g.cfg.Leases.Acquire(ctx, c.user, store.AcquireRequest{
 		Holder:    holderName(c),
 		Namespace: c.target.Namespace,
 		Selector:  c.target.Selector(),
@@ -379,7 +386,7 @@ func (g *Gateway) acquire(ctx context.Context, c caller, domain string) (*holdin
 	}
 	h, err := newHolding(c.user, l, creds)
 	if err != nil {
-		_ = g.cfg.Leases.Release(ctx, c.user, l.ID, lease.OutcomeError, "")
+		_ = g.cfg.Leases.Release(ctx, c.user, l.ID, store.OutcomeError, "")
 		return nil, fmt.Errorf("proxy %s has an unusable URL: %w", l.Proxy.Key, err)
 	}
 	return h, nil
@@ -407,7 +414,7 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 		g.mu.Lock()
 		g.rotating[h] = struct{}{}
 		g.mu.Unlock()
-		drop := func(outcome lease.Outcome, domain string) {
+		drop := func(outcome store.Outcome, domain string) {
 			g.mu.Lock()
 			delete(g.rotating, h)
 			g.mu.Unlock()
@@ -415,9 +422,9 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 		}
 		return &use{
 			h: h, mode: ModeRotating,
-			done:    func() { drop(lease.OutcomeOK, "") },
-			refused: func() { drop(lease.OutcomeError, "") },
-			banned:  func(domain string) { drop(lease.OutcomeBanned, domain) },
+			done:    func() { drop(store.OutcomeOK, "") },
+			refused: func() { drop(store.OutcomeError, "") },
+			banned:  func(domain string) { drop(store.OutcomeBanned, domain) },
 		}, nil
 	}
 
@@ -455,7 +462,7 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 	// A refusal or a ban moves the session: the lease may be shared with
 	// other replicas, so the session call ends it for all of them, and
 	// the store's sticky choice goes with it.
-	move := func(outcome lease.Outcome, domain string) {
+	move := func(outcome store.Outcome, domain string) {
 		s.mu.Lock()
 		if s.held == h {
 			s.held = nil
@@ -471,8 +478,8 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 		h:       h,
 		mode:    ModeSession,
 		done:    func() { g.leaveSession(s) },
-		refused: func() { move(lease.OutcomeError, "") },
-		banned:  func(domain string) { move(lease.OutcomeBanned, domain) },
+		refused: func() { move(store.OutcomeError, "") },
+		banned:  func(domain string) { move(store.OutcomeBanned, domain) },
 	}, nil
 }
 
@@ -485,16 +492,16 @@ func (g *Gateway) leaveSession(s *session) {
 
 // acquireError answers a failed acquire.
 func (g *Gateway) acquireError(w http.ResponseWriter, r *http.Request, err error) {
-	var unavailable *lease.UnavailableError
-	var field *lease.FieldError
+	var unavailable *store.UnavailableError
+	var field *store.FieldError
 	switch {
-	case errors.As(err, &unavailable) && errors.Is(err, lease.ErrDomainLimited):
+	case errors.As(err, &unavailable) && errors.Is(err, store.ErrDomainLimited):
 		g.fail(w, r, http.StatusTooManyRequests, ReasonDomainLimited, unavailable.Reason.Error(), unavailable.RetryAfter)
 	case errors.As(err, &unavailable):
 		g.fail(w, r, http.StatusServiceUnavailable, ReasonNoneFree, unavailable.Reason.Error(), unavailable.RetryAfter)
 	case errors.As(err, &field):
 		g.fail(w, r, http.StatusBadRequest, ReasonBadRequest, err.Error(), 0)
-	case errors.Is(err, lease.ErrNotLeader):
+	case errors.Is(err, store.ErrNotLeader):
 		g.fail(w, r, http.StatusServiceUnavailable, ReasonNotLeader, "no lease API leader answered (a failover, or this replica is not the leader): retry", time.Second)
 	case errors.Is(err, context.Canceled):
 		g.cfg.Metrics.ObserveGatewayError(ReasonUnavailable) // the client left while waiting

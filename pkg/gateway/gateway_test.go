@@ -13,13 +13,15 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
@@ -31,7 +33,7 @@ var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 // in-process forward proxies as upstreams.
 type unit struct {
 	clock    *clocktesting.FakeClock
-	store    *lease.Store
+	store    *store.Store
 	gw       *gateway.Gateway
 	addr     string
 	leaseAPI string
@@ -57,7 +59,7 @@ func startUnitWith(t *testing.T, opts unitOptions, upstreams ...string) *unit {
 	ctx, cancel := context.WithCancel(ctx)
 	u := &unit{clock: clocktesting.NewFakeClock(t0), ups: map[string]*proxytest.Proxy{}}
 	var err error
-	u.store, err = lease.NewStore(lease.Config{Key: []byte("gateway-unit-test-key-of-32-byte"), Clock: u.clock, DefaultTTL: 30 * time.Second})
+	u.store, err = store.New(store.Config{Key: []byte("gateway-unit-test-key-of-32-byte"), Clock: u.clock, DefaultTTL: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,14 +70,14 @@ func startUnitWith(t *testing.T, opts unitOptions, upstreams ...string) *unit {
 		}
 		p := proxytest.StartInProcess(t, popts)
 		u.ups[name] = p
-		u.store.Upsert(lease.ProxyInfo{
-			Key: cache.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID("uid-" + name), Ready: true,
-			URL: "http://" + p.Addr, Labels: map[string]string{gateway.PoolLabel: "p"}, MaxLeases: 1,
+		u.store.Upsert(store.ProxyInfo{
+			Key: store.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID("uid-" + name), Ready: true,
+			URL: "http://" + p.Addr, Labels: map[string]string{gateway.PoolLabel: "p"}, Pool: "p", MaxLeases: 1,
 			LatencyMillis: int64(i), ReadySince: t0,
 		})
 	}
-	auth := lease.NoAuth{}
-	srv, err := lease.NewServer(lease.ServerConfig{Store: u.store, Authenticator: auth, Authorizer: auth, Horizon: &lease.MemoryHorizon{}})
+	auth := auth.None{}
+	srv, err := server.New(server.Config{Store: u.store, Authenticator: auth, Authorizer: auth, Horizon: &failover.MemoryHorizon{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +132,7 @@ func (u *unit) get(t *testing.T, username, target string) (int, string) {
 }
 
 // anonymous owns every lease under NoAuth.
-var anonymous = lease.User{Name: "system:anonymous"}.Identity()
+var anonymous = auth.User{Name: "system:anonymous"}.Identity()
 
 // sessionProxy is the proxy the session's lease holds, "" if none.
 func (u *unit) sessionProxy(t *testing.T, scope, session string) string {

@@ -11,7 +11,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxyfleet/proxy-operator/pkg/bandetect"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // holding is one lease the gateway holds: a session's (kept between
@@ -22,7 +24,7 @@ type holding struct {
 	// pool is the proxy's ProxyPool ("" if none), for the bytes metric.
 	pool string
 	// user is who the lease was acquired for.
-	user lease.User
+	user auth.User
 	// upstream is the proxy's URL with its credentials in User: never
 	// logged, never shown to clients (use proxy to name it).
 	upstream *url.URL
@@ -39,7 +41,7 @@ type holding struct {
 	ended bool
 }
 
-func newHolding(user lease.User, l lease.Lease, creds *lease.Credentials) (*holding, error) {
+func newHolding(user auth.User, l store.Lease, creds *proxyaccess.Credentials) (*holding, error) {
 	u, err := url.Parse(l.Proxy.URL)
 	if err != nil {
 		return nil, err
@@ -47,7 +49,7 @@ func newHolding(user lease.User, l lease.Lease, creds *lease.Credentials) (*hold
 	if creds != nil {
 		u.User = url.UserPassword(creds.Username, creds.Password)
 	}
-	return &holding{proxy: l.Proxy.Key, pool: l.Proxy.Pool, user: user, upstream: u, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL,
+	return &holding{proxy: cache.ObjectName(l.Proxy.Key), pool: l.Proxy.Pool, user: user, upstream: u, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL,
 		bans: bandetect.Default()}, nil
 }
 
@@ -71,14 +73,14 @@ func (h *holding) live(ctx context.Context, leases Leases, now time.Time) bool {
 
 // release gives the lease back once (with the domain of a ban); later
 // calls do nothing.
-func (h *holding) release(ctx context.Context, leases Leases, outcome lease.Outcome, domain string, logger klog.Logger) {
+func (h *holding) release(ctx context.Context, leases Leases, outcome store.Outcome, domain string, logger klog.Logger) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended {
 		return
 	}
 	h.ended = true
-	if err := leases.Release(ctx, h.user, h.id, outcome, domain); err != nil && !leaseGone(err) && !errors.Is(err, lease.ErrNotLeader) {
+	if err := leases.Release(ctx, h.user, h.id, outcome, domain); err != nil && !leaseGone(err) && !errors.Is(err, store.ErrNotLeader) {
 		logger.Error(err, "Releasing a gateway lease", "proxy", h.proxy, "outcome", outcome)
 	}
 }
@@ -114,7 +116,7 @@ func (h *holding) renewIfDue(ctx context.Context, leases Leases, now time.Time, 
 		logger.V(3).Info("Gateway lease gone", "proxy", h.proxy, "reason", err.Error())
 		h.ended = true
 		return false
-	case errors.Is(err, lease.ErrNotLeader):
+	case errors.Is(err, store.ErrNotLeader):
 		logger.V(2).Info("No lease API leader to renew with; trying again", "proxy", h.proxy, "expiresAt", h.expiresAt)
 		return true
 	default:

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // Defaults of RemoteConfig.
@@ -119,7 +120,7 @@ func (r *Remote) Watch(ctx context.Context) {
 
 // call runs fn on each URL from the last leader's until one answers as the
 // leader (success, or any answer but NotLeader); it returns that answer, or
-// lease.ErrNotLeader when none did.
+// store.ErrNotLeader when none did.
 func (r *Remote) call(ctx context.Context, fn func(*client.Client) error) error {
 	first := int(r.leader.Load())
 	var last error
@@ -144,7 +145,7 @@ func (r *Remote) call(ctx context.Context, fn func(*client.Client) error) error 
 		return ctx.Err()
 	}
 	klog.FromContext(ctx).V(3).Info("No lease API URL answers as the leader", "urls", r.cfg.URLs, "last", last.Error())
-	return lease.ErrNotLeader
+	return store.ErrNotLeader
 }
 
 // notLeader is a standby's answer, a URL that cannot be reached now, or a
@@ -168,7 +169,7 @@ func foreignAnswer(err error) bool {
 }
 
 // Acquire holds the connection up to LeaderWait while there is no leader.
-func (r *Remote) Acquire(ctx context.Context, user lease.User, req lease.AcquireRequest) (lease.Lease, *lease.Credentials, error) {
+func (r *Remote) Acquire(ctx context.Context, user auth.User, req store.AcquireRequest) (store.Lease, *proxyaccess.Credentials, error) {
 	var got *client.Lease
 	acquire := func(c *client.Client) (err error) {
 		got, err = c.ActingFor(user.Name, user.UID, user.Groups).Acquire(ctx, client.AcquireRequest{
@@ -180,51 +181,51 @@ func (r *Remote) Acquire(ctx context.Context, user lease.User, req lease.Acquire
 	deadline := r.cfg.Clock.Now().Add(r.cfg.LeaderWait)
 	for {
 		err := r.call(ctx, acquire)
-		if !errors.Is(err, lease.ErrNotLeader) || !r.cfg.Clock.Now().Before(deadline) {
+		if !errors.Is(err, store.ErrNotLeader) || !r.cfg.Clock.Now().Before(deadline) {
 			if err != nil {
-				return lease.Lease{}, nil, leaseError(err)
+				return store.Lease{}, nil, leaseError(err)
 			}
 			return leaseOf(user, got), credentialsOf(got), nil
 		}
 		select {
 		case <-ctx.Done():
-			return lease.Lease{}, nil, ctx.Err()
+			return store.Lease{}, nil, ctx.Err()
 		case <-r.cfg.Clock.After(leaderRetry):
 		}
 	}
 }
 
-func (r *Remote) Renew(ctx context.Context, user lease.User, id string, ttl time.Duration) (lease.Lease, error) {
+func (r *Remote) Renew(ctx context.Context, user auth.User, id string, ttl time.Duration) (store.Lease, error) {
 	var got *client.Lease
 	err := r.call(ctx, func(c *client.Client) (err error) {
 		got, err = c.ActingFor(user.Name, user.UID, user.Groups).Renew(ctx, id, ttl)
 		return err
 	})
 	if err != nil {
-		return lease.Lease{}, leaseError(err)
+		return store.Lease{}, leaseError(err)
 	}
 	return leaseOf(user, got), nil
 }
 
-func (r *Remote) Release(ctx context.Context, user lease.User, id string, outcome lease.Outcome, domain string) error {
+func (r *Remote) Release(ctx context.Context, user auth.User, id string, outcome store.Outcome, domain string) error {
 	return leaseError(r.call(ctx, func(c *client.Client) error {
 		return c.ActingFor(user.Name, user.UID, user.Groups).Release(ctx, id, client.Outcome(outcome), domain)
 	}))
 }
 
-func (r *Remote) Get(ctx context.Context, user lease.User, id string) (lease.Lease, error) {
+func (r *Remote) Get(ctx context.Context, user auth.User, id string) (store.Lease, error) {
 	var got *client.Lease
 	err := r.call(ctx, func(c *client.Client) (err error) {
 		got, err = c.ActingFor(user.Name, user.UID, user.Groups).Lease(ctx, id)
 		return err
 	})
 	if err != nil {
-		return lease.Lease{}, leaseError(err)
+		return store.Lease{}, leaseError(err)
 	}
 	return leaseOf(user, got), nil
 }
 
-func (r *Remote) ReleaseSession(ctx context.Context, user lease.User, scope, session string, outcome lease.Outcome, domain string) error {
+func (r *Remote) ReleaseSession(ctx context.Context, user auth.User, scope, session string, outcome store.Outcome, domain string) error {
 	return leaseError(r.call(ctx, func(c *client.Client) error {
 		return c.ActingFor(user.Name, user.UID, user.Groups).ReleaseSession(ctx, scope, session, client.Outcome(outcome), domain)
 	}))
@@ -237,19 +238,19 @@ func selectorString(s labels.Selector) string {
 	return s.String()
 }
 
-func leaseOf(user lease.User, l *client.Lease) lease.Lease {
-	return lease.Lease{
+func leaseOf(user auth.User, l *client.Lease) store.Lease {
+	return store.Lease{
 		ID: l.ID, Holder: l.Holder, Owner: user.Identity(),
-		Proxy:   lease.LeasedProxy{Key: cache.ObjectName{Namespace: l.Proxy.Namespace, Name: l.Proxy.Name}, URL: l.Proxy.URL, LatencyMillis: l.Proxy.LatencyMillis, Pool: l.Proxy.Pool},
+		Proxy:   store.LeasedProxy{Key: store.ObjectName{Namespace: l.Proxy.Namespace, Name: l.Proxy.Name}, URL: l.Proxy.URL, LatencyMillis: l.Proxy.LatencyMillis, Pool: l.Proxy.Pool},
 		Session: l.Session, Domain: l.Domain, GrantedAt: l.GrantedAt, ExpiresAt: l.ExpiresAt, TTL: l.TTL,
 	}
 }
 
-func credentialsOf(l *client.Lease) *lease.Credentials {
+func credentialsOf(l *client.Lease) *proxyaccess.Credentials {
 	if l.Credentials == nil {
 		return nil
 	}
-	return &lease.Credentials{Username: l.Credentials.Username, Password: l.Credentials.Password}
+	return &proxyaccess.Credentials{Username: l.Credentials.Username, Password: l.Credentials.Password}
 }
 
 // leaseError maps the API's answers to the store's errors, which the
@@ -261,26 +262,26 @@ func leaseError(err error) error {
 	}
 	switch apiErr.Code {
 	case "NoneFree":
-		return &lease.UnavailableError{Reason: lease.ErrNoneFree, RetryAfter: apiErr.RetryAfter}
+		return &store.UnavailableError{Reason: store.ErrNoneFree, RetryAfter: apiErr.RetryAfter}
 	case "CoolingDown":
-		return &lease.UnavailableError{Reason: lease.ErrCoolingDown, RetryAfter: apiErr.RetryAfter}
+		return &store.UnavailableError{Reason: store.ErrCoolingDown, RetryAfter: apiErr.RetryAfter}
 	case "Recovering":
-		return &lease.UnavailableError{Reason: lease.ErrRecovering, RetryAfter: apiErr.RetryAfter}
+		return &store.UnavailableError{Reason: store.ErrRecovering, RetryAfter: apiErr.RetryAfter}
 	case "DomainLimited":
-		return &lease.UnavailableError{Reason: lease.ErrDomainLimited, RetryAfter: apiErr.RetryAfter}
+		return &store.UnavailableError{Reason: store.ErrDomainLimited, RetryAfter: apiErr.RetryAfter}
 	case "NotLeader":
-		return lease.ErrNotLeader
+		return store.ErrNotLeader
 	}
 	// The API's own words stay in the error, for the gateway's log.
 	switch apiErr.StatusCode {
 	case http.StatusNotFound:
-		return fmt.Errorf("%w (%v)", lease.ErrUnknownLease, apiErr)
+		return fmt.Errorf("%w (%v)", store.ErrUnknownLease, apiErr)
 	case http.StatusConflict:
-		return fmt.Errorf("%w (%v)", lease.ErrSuperseded, apiErr)
+		return fmt.Errorf("%w (%v)", store.ErrSuperseded, apiErr)
 	case http.StatusGone:
-		return fmt.Errorf("%w (%v)", lease.ErrRevoked, apiErr)
+		return fmt.Errorf("%w (%v)", store.ErrRevoked, apiErr)
 	case http.StatusBadRequest:
-		return &lease.FieldError{Field: apiErr.Field, Message: apiErr.Message}
+		return &store.FieldError{Field: apiErr.Field, Message: apiErr.Message}
 	}
 	return fmt.Errorf("lease API: %w", err)
 }

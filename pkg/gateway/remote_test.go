@@ -12,11 +12,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -26,15 +28,15 @@ const tierGatewayToken = "gateway-token"
 // alone may act-for; everyone may do the rest.
 type tierAuth struct{}
 
-func (tierAuth) Authenticate(_ context.Context, token string) (lease.User, error) {
+func (tierAuth) Authenticate(_ context.Context, token string) (auth.User, error) {
 	if token != tierGatewayToken {
-		return lease.User{}, lease.ErrUnauthenticated
+		return auth.User{}, auth.ErrUnauthenticated
 	}
-	return lease.User{Name: "system:serviceaccount:crawl-system:gateway", UID: "gw"}, nil
+	return auth.User{Name: "system:serviceaccount:crawl-system:gateway", UID: "gw"}, nil
 }
 
-func (tierAuth) Authorize(_ context.Context, u lease.User, attrs lease.Attributes) (bool, string, error) {
-	if attrs.Verb == lease.VerbActFor {
+func (tierAuth) Authorize(_ context.Context, u auth.User, attrs auth.Attributes) (bool, string, error) {
+	if attrs.Verb == auth.VerbActFor {
 		return u.UID == "gw", "", nil
 	}
 	return true, "", nil
@@ -42,8 +44,8 @@ func (tierAuth) Authorize(_ context.Context, u lease.User, attrs lease.Attribute
 
 // replica is one operator replica's lease API: a store and its server.
 type replica struct {
-	store *lease.Store
-	srv   *lease.Server
+	store *store.Store
+	srv   *server.Server
 	url   string
 }
 
@@ -57,31 +59,31 @@ type tier struct {
 func startTier(t *testing.T, upstreams ...string) *tier {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	horizon := &lease.MemoryHorizon{}
-	var ups []lease.ProxyInfo
+	horizon := &failover.MemoryHorizon{}
+	var ups []store.ProxyInfo
 	for _, name := range upstreams {
 		p := proxytest.StartInProcess(t, proxytest.Options{})
-		ups = append(ups, lease.ProxyInfo{
-			Key: cache.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID("uid-" + name), Ready: true,
-			URL: "http://" + p.Addr, Labels: map[string]string{gateway.PoolLabel: "p"}, MaxLeases: 1, ReadySince: t0,
+		ups = append(ups, store.ProxyInfo{
+			Key: store.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID("uid-" + name), Ready: true,
+			URL: "http://" + p.Addr, Labels: map[string]string{gateway.PoolLabel: "p"}, Pool: "p", MaxLeases: 1, ReadySince: t0,
 		})
 	}
 	tr := &tier{}
 	for i := range tr.replicas {
-		store, err := lease.NewStore(lease.Config{Key: []byte("gateway-tier-test-key-of-32-byte"), DefaultTTL: 30 * time.Second})
+		st, err := store.New(store.Config{Key: []byte("gateway-tier-test-key-of-32-byte"), DefaultTTL: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range ups {
-			store.Upsert(p)
+			st.Upsert(p)
 		}
-		srv, err := lease.NewServer(lease.ServerConfig{Store: store, Authenticator: tierAuth{}, Authorizer: tierAuth{}, Horizon: horizon})
+		srv, err := server.New(server.Config{Store: st, Authenticator: tierAuth{}, Authorizer: tierAuth{}, Horizon: horizon})
 		if err != nil {
 			t.Fatal(err)
 		}
 		api := httptest.NewServer(srv.Handler())
 		t.Cleanup(api.Close)
-		tr.replicas[i] = &replica{store: store, srv: srv, url: api.URL}
+		tr.replicas[i] = &replica{store: st, srv: srv, url: api.URL}
 	}
 	if err := tr.replicas[0].srv.StartLeading(ctx); err != nil {
 		t.Fatal(err)
@@ -95,7 +97,7 @@ func startTier(t *testing.T, upstreams ...string) *tier {
 		if err != nil {
 			t.Fatal(err)
 		}
-		auth := lease.NoAuth{}
+		auth := auth.None{}
 		gw, err := gateway.New(gateway.Config{Leases: remote, Authenticator: auth, Authorizer: auth, AuthNone: true})
 		if err != nil {
 			t.Fatal(err)
@@ -148,10 +150,10 @@ func TestRemoteSessionOnTwoGatewaysKeepsItsUpstreamAcrossAFailover(t *testing.T)
 	// The rotating lease goes when its tunnel closes, a moment after the
 	// client has its answer.
 	if err := proxytest.Poll(5*time.Second, func() bool {
-		all, err := leader.store.List(lease.LeaseFilter{})
+		all, err := leader.store.List(store.LeaseFilter{})
 		return err == nil && len(all) == 1
 	}); err != nil {
-		all, _ := leader.store.List(lease.LeaseFilter{})
+		all, _ := leader.store.List(store.LeaseFilter{})
 		t.Errorf("%d live leases after one session and one rotating connection, want 1: %v", len(all), err)
 	}
 
@@ -182,8 +184,8 @@ func TestRemoteHoldsAcquiresWhileNoLeaderAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, _, err = remote.Acquire(ctx, lease.User{Name: "u"}, lease.AcquireRequest{Holder: "h"})
-	if !errors.Is(err, lease.ErrNotLeader) {
+	_, _, err = remote.Acquire(ctx, auth.User{Name: "u"}, store.AcquireRequest{Holder: "h"})
+	if !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("Acquire without a leader: err = %v, want ErrNotLeader", err)
 	}
 	// Held for the leader wait, not refused at once (bounds, not timing: at
@@ -224,8 +226,8 @@ func TestRemoteTakesAForeignAnswerForNoLeader(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, _, err = remote.Acquire(ctx, lease.User{Name: "u"}, lease.AcquireRequest{Holder: "h"})
-			if !errors.Is(err, lease.ErrNotLeader) {
+			_, _, err = remote.Acquire(ctx, auth.User{Name: "u"}, store.AcquireRequest{Holder: "h"})
+			if !errors.Is(err, store.ErrNotLeader) {
 				t.Fatalf("Acquire answered by %s: err = %v, want ErrNotLeader (held, then no leader)", name, err)
 			}
 			if n := dials.Load(); n < 2 {

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
 
 // Lease API authentication, as the operator's --lease-auth.
@@ -152,8 +152,8 @@ func (o Options) Validate() error {
 	if o.LeaseAuth != AuthKubernetes && o.LeaseAuth != AuthNone {
 		bad("lease-auth", "must be %q or %q, got %q", AuthKubernetes, AuthNone, o.LeaseAuth)
 	}
-	if o.Wait < 0 || o.Wait > lease.DefaultMaxWait {
-		bad("gateway-wait", "must be between 0s and %v, got %v", lease.DefaultMaxWait, o.Wait)
+	if o.Wait < 0 || o.Wait > store.DefaultMaxWait {
+		bad("gateway-wait", "must be between 0s and %v, got %v", store.DefaultMaxWait, o.Wait)
 	}
 	for _, d := range []named[time.Duration]{{"gateway-session-idle", o.SessionIdle}, {"leader-wait", o.LeaderWait}, {"shutdown-grace", o.ShutdownGrace}} {
 		if d.value <= 0 {

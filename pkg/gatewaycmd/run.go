@@ -15,7 +15,7 @@ import (
 
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/kubeconfig"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 )
@@ -37,7 +37,7 @@ func Run(ctx context.Context, o Options, version string) error {
 	if err != nil {
 		return err
 	}
-	m, metricsHandler := metrics.NewGateway(version)
+	m, metricsHandler := metrics.NewGateway(version, metrics.GatewayLabels{Modes: gateway.Modes, Directions: gateway.Directions, ErrorReasons: gateway.ErrorReasons})
 	cfg := gateway.Config{
 		Leases: remote, Authenticator: authn, Authorizer: authz, AuthNone: o.LeaseAuth == AuthNone,
 		Wait: o.Wait, SessionIdle: o.SessionIdle, TTL: o.LeaseTTL, ShutdownGrace: o.ShutdownGrace, Metrics: m,
@@ -151,16 +151,16 @@ func (o Options) kube(version string) (kubernetes.Interface, error) {
 }
 
 // auth checks the callers as the lease API does.
-func (o Options) auth(ctx context.Context, version string) (lease.Authenticator, lease.Authorizer, error) {
+func (o Options) auth(ctx context.Context, version string) (auth.Authenticator, auth.Authorizer, error) {
 	if o.LeaseAuth == AuthNone {
-		a := lease.NewNoAuth(klog.FromContext(ctx))
+		a := auth.NewNone(klog.FromContext(ctx))
 		return a, a, nil
 	}
 	kube, err := o.kube(version)
 	if err != nil {
 		return nil, nil, err
 	}
-	a := lease.NewKubernetesAuth(kube, lease.KubernetesAuthOptions{})
+	a := auth.NewKubernetes(kube, auth.KubernetesOptions{})
 	return a, a, nil
 }
 

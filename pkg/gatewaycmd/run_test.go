@@ -12,7 +12,10 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
 
 // freeAddr is a loopback address free a moment ago.
@@ -56,11 +59,11 @@ func waitStatus(t *testing.T, url string, want int) {
 // drain delay before Run returns.
 func TestRunLifecycle(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	store, err := lease.NewStore(lease.Config{Key: []byte("gatewaycmd-run-test-key-32-bytes")})
+	st, err := store.New(store.Config{Key: []byte("gatewaycmd-run-test-key-32-bytes")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := lease.NewServer(lease.ServerConfig{Store: store, Authenticator: lease.NoAuth{}, Authorizer: lease.NoAuth{}, Horizon: &lease.MemoryHorizon{}})
+	srv, err := server.New(server.Config{Store: st, Authenticator: auth.None{}, Authorizer: auth.None{}, Horizon: &failover.MemoryHorizon{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package health
 // DefaultMaxProbesPerEndpoint bounds the probes in flight through one proxy
 // address. Many Proxy objects share one host:port (a proxy network's super
 // proxy, where the session is in the username; a squid with many ports on one
-// VM); probed all at once they become a burst the upstream does not accept
+// VM); probed all at once they become a burst that address does not accept
 // (docs/decisions/0187-probes-per-endpoint-bounded.md). Ten probes of a
 // second each keep 1,000 members on a 60 s interval on schedule; raise it
 // (--health-max-probes-per-endpoint) for larger fleets behind one address.

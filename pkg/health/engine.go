@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
 // Defaults of Config.
@@ -93,6 +93,11 @@ type Config struct {
 	// RootCAs verify the certificates of https targets (and https proxies);
 	// nil means the system roots. Tests set it to trust a local CA.
 	RootCAs *x509.CertPool
+	// Providers are the enabled providers, asked whether a proxy's instance
+	// is configured with its credentials (then it must refuse a request
+	// without them) and what to say when they are refused. Nil: every
+	// Managed instance is.
+	Providers provider.Set
 }
 
 // Engine probes proxies and keeps their verdicts. It implements
@@ -114,6 +119,7 @@ type Engine struct {
 	metrics                             Metrics
 	logger                              klog.Logger
 	rootCAs                             *x509.CertPool
+	providers                           provider.Set
 
 	// probe is Probe; unit tests script it.
 	probe   func(context.Context, Target) Result
@@ -143,8 +149,6 @@ type Engine struct {
 	// pass allocates none (docs/decisions/0164-engine-own-work-probe-measured-alone.md). Guarded by mu.
 	due []job
 }
-
-var _ controller.HealthSource = (*Engine)(nil)
 
 // New validates cfg and applies defaults. It starts nothing.
 func New(cfg Config) (*Engine, error) {
@@ -176,6 +180,7 @@ func New(cfg Config) (*Engine, error) {
 		metrics:             cfg.Metrics,
 		logger:              cfg.Logger,
 		rootCAs:             cfg.RootCAs,
+		providers:           cfg.Providers,
 		probe:               Probe,
 		states:              map[cache.ObjectName]*proxyState{},
 		byObject:            map[*crawlv1alpha1.Proxy]*proxyState{},
@@ -194,12 +199,12 @@ func New(cfg Config) (*Engine, error) {
 // Verdict returns the latest verdict reported for the proxy, with the
 // address it was measured against; false before the first one, and for a
 // proxy the engine does not probe.
-func (e *Engine) Verdict(key cache.ObjectName) (controller.HealthVerdict, bool) {
+func (e *Engine) Verdict(key cache.ObjectName) (Verdict, bool) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	st, ok := e.states[key]
 	if !ok || st.reported == nil {
-		return controller.HealthVerdict{}, false
+		return Verdict{}, false
 	}
 	return *st.reported, true
 }

@@ -21,7 +21,8 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
@@ -204,7 +205,7 @@ func (f *fixture) checkDue(d time.Duration) (class string) {
 	return class
 }
 
-func (f *fixture) verdict(name string) (controller.HealthVerdict, bool) {
+func (f *fixture) verdict(name string) (Verdict, bool) {
 	return f.engine.Verdict(cache.NewObjectName(testNamespace, name))
 }
 
@@ -353,7 +354,7 @@ func TestReportedSnapshot(t *testing.T) {
 	f.tick()
 	f.step(testInterval, always(success(42*time.Millisecond)))
 	got, _ := f.verdict("p")
-	want := controller.HealthVerdict{Address: "127.0.0.9:8080", Healthy: true, Message: "target answered 204 in 42ms",
+	want := Verdict{Address: "127.0.0.9:8080", Healthy: true, Message: "target answered 204 in 42ms",
 		Latency: 42 * time.Millisecond, CheckedAt: f.clock.Now()}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("healthy verdict (-want +got):\n%s", diff)
@@ -361,7 +362,7 @@ func TestReportedSnapshot(t *testing.T) {
 
 	f.step(testInterval, always(Result{Class: ResultTimeout, Message: "timeout after 1s waiting for the response", Latency: time.Second}))
 	got, _ = f.verdict("p")
-	want = controller.HealthVerdict{Address: "127.0.0.9:8080", Healthy: false, Message: "timeout after 1s waiting for the response",
+	want = Verdict{Address: "127.0.0.9:8080", Healthy: false, Message: "timeout after 1s waiting for the response",
 		CheckedAt: f.clock.Now()}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("unhealthy verdict (-want +got):\n%s", diff)
@@ -682,7 +683,7 @@ func TestSeedFromHealthyCondition(t *testing.T) {
 				// the controller applying it writes nothing.
 				got, ok := f.verdict("p")
 				cond := p.Status.Conditions[0]
-				want := controller.HealthVerdict{Address: "127.0.0.1:3128", Healthy: cond.Status == metav1.ConditionTrue,
+				want := Verdict{Address: "127.0.0.1:3128", Healthy: cond.Status == metav1.ConditionTrue,
 					Message: cond.Message, Latency: time.Duration(p.Status.LatencyMillis) * time.Millisecond, CheckedAt: checked}
 				if diff := cmp.Diff(want, got); !ok || diff != "" {
 					t.Errorf("seeded snapshot (ok=%v) (-want +got):\n%s", ok, diff)
@@ -1091,6 +1092,13 @@ func TestManagedInstanceMustRefuseAnonymous(t *testing.T) {
 				{Probes: []string{"alice", "-"}, Class: ResultOpen},
 			},
 		},
+		"a proxy network's session, whose super proxy answers anonymous: healthy, probed once": {
+			opts: []proxyOption{managed(), asSession()}, anonymous: success(time.Millisecond),
+			want: []probeRound{
+				{Probes: []string{"alice"}, Healthy: true, Class: ResultSuccess},
+				{Probes: []string{"alice"}, Healthy: true, Class: ResultSuccess},
+			},
+		},
 		"External with auth, answers anonymous: healthy, probed once": {
 			opts: []proxyOption{withAuth("creds")}, anonymous: success(time.Millisecond),
 			want: []probeRound{
@@ -1103,6 +1111,7 @@ func TestManagedInstanceMustRefuseAnonymous(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, testProxy("p", append(tc.opts, withThresholds(1, 1))...))
 			f.engine.secrets = func(context.Context, string, string) (*corev1.Secret, error) { return secret, nil }
+			f.engine.providers = provider.Set{crawlv1alpha1.ProviderUpstream: upstream.New()}
 			var got []probeRound
 			var probes []string
 			f.engine.probe = func(_ context.Context, target Target) Result {

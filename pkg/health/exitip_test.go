@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -76,10 +75,10 @@ func TestReadExitIP(t *testing.T) {
 // a status write at once; a failed probe or an unchanged IP is not.
 func TestExitIPChangeIsReported(t *testing.T) {
 	healthy := counters{verdict: verdictHealthy}
-	reported := &controller.HealthVerdict{Healthy: true, ExitIP: "127.0.9.1"}
+	reported := &Verdict{Healthy: true, ExitIP: "127.0.9.1"}
 	for _, tc := range []struct {
 		name     string
-		reported *controller.HealthVerdict
+		reported *Verdict
 		c        counters
 		r        Result
 		want     bool
@@ -88,7 +87,7 @@ func TestExitIPChangeIsReported(t *testing.T) {
 		{"same", reported, healthy, Result{OK: true, ExitIP: "127.0.9.1"}, false},
 		{"failed probe", reported, healthy, Result{OK: false}, false},
 		{"nothing reported yet", nil, healthy, Result{OK: true, ExitIP: "127.0.9.2"}, false},
-		{"reported unhealthy", &controller.HealthVerdict{Healthy: false}, healthy, Result{OK: true, ExitIP: "127.0.9.2"}, false},
+		{"reported unhealthy", &Verdict{Healthy: false}, healthy, Result{OK: true, ExitIP: "127.0.9.2"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := exitIPChanged(tc.reported, tc.c, tc.r); got != tc.want {

@@ -102,6 +102,9 @@ func start(t *testing.T, rootCAs *x509.CertPool) *harness {
 	proxies := crawlFactory.Crawl().V1alpha1().Proxies()
 	secrets := kubeFactory.Core().V1().Secrets()
 
+	// Sessions of a proxy network call nothing: the only provider a test of
+	// probes needs, for Proxies whose address is a super proxy.
+	providers := provider.Set{crawlv1alpha1.ProviderUpstream: upstream.New()}
 	var ctrl *controller.Controller
 	engine, err := health.New(health.Config{
 		Proxies: proxies.Informer().GetIndexer(),
@@ -110,9 +113,10 @@ func start(t *testing.T, rootCAs *x509.CertPool) *harness {
 		},
 		Enqueue: func(key cache.ObjectName) { ctrl.Enqueue(key) },
 		// A short tick, so that lateness does not blur the 1s intervals.
-		Tick:    100 * time.Millisecond,
-		Metrics: h.metrics,
-		RootCAs: rootCAs,
+		Tick:      100 * time.Millisecond,
+		Metrics:   h.metrics,
+		RootCAs:   rootCAs,
+		Providers: providers,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -123,9 +127,7 @@ func start(t *testing.T, rootCAs *x509.CertPool) *harness {
 		ProxyInformer:  proxies,
 		SecretInformer: secrets,
 		Health:         engine,
-		// Sessions of a proxy network call nothing: the only provider a
-		// test of probes needs, for Proxies whose address is a super proxy.
-		Providers: map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderUpstream: upstream.New()},
+		Providers:      providers,
 	})
 	if err != nil {
 		t.Fatal(err)

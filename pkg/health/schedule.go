@@ -86,7 +86,7 @@ func (e *Engine) collectDueLocked(ctx context.Context, objs []any, now time.Time
 		tally.count(st.counters.verdict)
 
 		if !st.inFlight && !now.Before(st.due) {
-			c := checkFor(p, st.address, e.rootCAs)
+			c := checkFor(p, st.address, e.rootCAs, e.providers)
 			// Only on the way to healthy: an instance is proved closed
 			// before its first Ready (a replaced one starts over), and a
 			// healthy fleet pays for one probe each, not two.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -31,9 +32,10 @@ type check struct {
 	// mustRefuseAnonymous: a Managed instance, which the operator starts with
 	// credentials, must refuse a request without them (docs/decisions/0140-managed-instance-must-refuse-request-without.md).
 	mustRefuseAnonymous bool
-	// upstream: a proxy network's session (spec.provider upstream), whose
-	// refusals name the username template.
-	upstream bool
+	// refusalHint, when the proxy refuses the credentials, says where to
+	// look: what its provider says of a service that checks them
+	// (provider.CredentialsCheckedElsewhere); "" for none.
+	refusalHint string
 }
 
 // proxyAddress is the host:port the proxy is probed at, from its status
@@ -50,7 +52,7 @@ func intervalOf(p *crawlv1alpha1.Proxy) time.Duration {
 }
 
 // checkFor resolves how to probe p at address. It is pure.
-func checkFor(p *crawlv1alpha1.Proxy, address string, rootCAs *x509.CertPool) check {
+func checkFor(p *crawlv1alpha1.Proxy, address string, rootCAs *x509.CertPool, providers provider.Set) check {
 	hc := p.Spec.HealthCheck
 	c := check{
 		target: Target{
@@ -75,9 +77,13 @@ func checkFor(p *crawlv1alpha1.Proxy, address string, rootCAs *x509.CertPool) ch
 	}
 	c.target.ExitIPFromBody = hc.ExitIPFromBody
 	c.authSecret = proxyaccess.CredentialsSecret(p)
-	// A proxy network's super proxy is not ours to prove closed.
-	c.upstream = p.Spec.Provider == crawlv1alpha1.ProviderUpstream
-	c.mustRefuseAnonymous = c.authSecret != "" && p.Spec.Mode != crawlv1alpha1.ModeExternal && !c.upstream
+	if c.authSecret == "" {
+		return c
+	}
+	// An instance not configured with the credentials (a proxy network's
+	// super proxy) is not ours to prove closed.
+	c.mustRefuseAnonymous = p.Spec.Mode != crawlv1alpha1.ModeExternal && providers.ConfiguresCredentials(p)
+	c.refusalHint = providers.RefusedCredentialsHint(p, c.authSecret)
 	return c
 }
 

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -68,14 +70,31 @@ func TestCheckFor(t *testing.T) {
 				mustRefuseAnonymous: true,
 			},
 		},
+		"a session of a proxy network: not proved closed, a refusal explained": {
+			proxy: bare(withAddress("10.1.2.3", 8000), func(p *crawlv1alpha1.Proxy) {
+				p.Spec.Mode, p.Spec.Endpoint, p.Spec.Provider = crawlv1alpha1.ModeManaged, nil, crawlv1alpha1.ProviderUpstream
+				p.Spec.Upstream = &crawlv1alpha1.UpstreamProvider{CredentialsSecretRef: crawlv1alpha1.LocalSecretRef{Name: "vendor"}}
+			}),
+			want: check{
+				target: Target{Proxy: &url.URL{Scheme: "http", Host: "10.1.2.3:8000"}, URL: DefaultURL,
+					ExpectedStatus: 204, Timeout: 5 * time.Second},
+				interval: 30 * time.Second, thresholds: thresholds{success: 1, failure: 3},
+				authSecret: proxyaccess.GeneratedCredentialsSecret(testProxy("p")),
+				// The network checks the credentials; its super proxy is
+				// not the operator's to close.
+				mustRefuseAnonymous: false,
+				refusalHint:         `the proxy network refused the username or the password; check spec.upstream.usernameTemplate and the password in spec.upstream.credentialsSecretRef (copied into Secret "proxy-auth-p-uid-1")`,
+			},
+		},
 	}
+	providers := provider.Set{crawlv1alpha1.ProviderUpstream: upstream.New()}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			address, ok := proxyAddress(tc.proxy)
 			if !ok {
 				t.Fatal("no address")
 			}
-			got := checkFor(tc.proxy, address, nil)
+			got := checkFor(tc.proxy, address, nil, providers)
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(check{}, thresholds{})); diff != "" {
 				t.Errorf("checkFor (-want +got):\n%s", diff)
 			}

@@ -10,7 +10,6 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
 )
 
 // proxyState is what the engine knows of one proxy instance at one address.
@@ -25,7 +24,7 @@ type proxyState struct {
 	counters counters
 	// reported is the snapshot Verdict returns, nil before the first
 	// verdict; reportedAt is when it was reported.
-	reported   *controller.HealthVerdict
+	reported   *Verdict
 	reportedAt time.Time
 	// pass is the last scheduling pass that met this proxy in the cache,
 	// obj the cached object it met.
@@ -125,7 +124,7 @@ func (e *Engine) newState(p *crawlv1alpha1.Proxy, key cache.ObjectName, address 
 
 // seedFromStatus returns the verdict the proxy's status shows, as if the
 // engine had reported it, or nothing when there is no Healthy condition.
-func seedFromStatus(p *crawlv1alpha1.Proxy, address string) (counters, *controller.HealthVerdict, time.Time) {
+func seedFromStatus(p *crawlv1alpha1.Proxy, address string) (counters, *Verdict, time.Time) {
 	cond := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionHealthy)
 	if cond == nil || (cond.Status != metav1.ConditionTrue && cond.Status != metav1.ConditionFalse) {
 		return counters{}, nil, time.Time{}
@@ -139,7 +138,7 @@ func seedFromStatus(p *crawlv1alpha1.Proxy, address string) (counters, *controll
 	if p.Status.LastHealthCheckTime != nil {
 		checkedAt = p.Status.LastHealthCheckTime.Time
 	}
-	return c, &controller.HealthVerdict{
+	return c, &Verdict{
 		Address:   address,
 		Healthy:   healthy,
 		Message:   cond.Message,

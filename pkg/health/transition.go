@@ -3,8 +3,6 @@ package health
 import (
 	"math/bits"
 	"time"
-
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
 )
 
 // verdict is the engine's opinion of a proxy.
@@ -121,7 +119,7 @@ const minLatencyChange = 20 * time.Millisecond
 // that bucket for latencyPersistence probes, at most once per minInterval.
 // Anything else (a probe agreeing with the verdict, a failure below the
 // threshold) is silent, so a steady fleet causes no writes.
-func reportReason(reported *controller.HealthVerdict, reportedAt time.Time, c counters, latency time.Duration, probeOK bool, now time.Time, minInterval time.Duration) string {
+func reportReason(reported *Verdict, reportedAt time.Time, c counters, latency time.Duration, probeOK bool, now time.Time, minInterval time.Duration) string {
 	switch {
 	case c.verdict == verdictUnknown:
 		return ""
@@ -147,6 +145,6 @@ func reportReason(reported *controller.HealthVerdict, reportedAt time.Time, c co
 // than the one reported. Always worth a write, without the latency's
 // persistence: a pool re-rolls a member whose exit IP another has, and the
 // IP a lease would get is what kubectl get shows.
-func exitIPChanged(reported *controller.HealthVerdict, c counters, r Result) bool {
+func exitIPChanged(reported *Verdict, c counters, r Result) bool {
 	return reported != nil && reported.Healthy && c.verdict == verdictHealthy && r.OK && r.ExitIP != reported.ExitIP
 }

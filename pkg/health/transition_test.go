@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
 )
 
 func TestTransition(t *testing.T) {
@@ -78,17 +76,17 @@ func TestTransition(t *testing.T) {
 
 func TestReportReason(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	healthyAt := func(latency time.Duration) *controller.HealthVerdict {
-		return &controller.HealthVerdict{Address: "127.0.0.1:3128", Healthy: true, Latency: latency}
+	healthyAt := func(latency time.Duration) *Verdict {
+		return &Verdict{Address: "127.0.0.1:3128", Healthy: true, Latency: latency}
 	}
-	unhealthy := &controller.HealthVerdict{Address: "127.0.0.1:3128", Healthy: false}
+	unhealthy := &Verdict{Address: "127.0.0.1:3128", Healthy: false}
 	healthy := counters{verdict: verdictHealthy, successes: 1}
 	// steadyAt: healthy, the last latencyPersistence probes all in latency's bucket.
 	steadyAt := func(latency time.Duration) counters {
 		return counters{verdict: verdictHealthy, successes: latencyPersistence, bucket: latencyBucket(latency), bucketRun: latencyPersistence}
 	}
 	tests := map[string]struct {
-		reported *controller.HealthVerdict
+		reported *Verdict
 		c        counters
 		latency  time.Duration
 		probeOK  bool

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -54,8 +53,8 @@ func (e *Engine) runCheck(ctx context.Context, j job) Result {
 	proxyURL.User = url.UserPassword(creds.Username, creds.Password)
 	withAuth.Proxy = &proxyURL
 	r := e.probe(ctx, withAuth)
-	if r.Class == ResultProxyRefused && j.check.upstream {
-		r.Message += fmt.Sprintf(": the proxy network refused the username or the password; check spec.upstream.usernameTemplate and the password in spec.upstream.credentialsSecretRef (copied into Secret %q)", j.check.authSecret)
+	if r.Class == ResultProxyRefused && j.check.refusalHint != "" {
+		r.Message += ": " + j.check.refusalHint
 	}
 	if !r.OK || !j.proveClosed {
 		return r
@@ -97,9 +96,9 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 		why = reportExitIP
 	}
 	// Made only when reported: most probes report nothing (docs/decisions/0164-engine-own-work-probe-measured-alone.md).
-	var v *controller.HealthVerdict
+	var v *Verdict
 	if why != "" {
-		v = &controller.HealthVerdict{
+		v = &Verdict{
 			Address:   st.address,
 			Healthy:   st.counters.verdict == verdictHealthy,
 			Message:   r.Message,

@@ -1,25 +1,20 @@
-// Package lease hands crawler workers exclusive, TTL-bound leases on Ready
-// proxies (docs/architecture.md, Flow 7): the lease store, the feed that keeps it in step with
-// the Proxy informer, and the HTTP API in front of it (docs/api.md).
+// Package lease is the map of the lease API (docs/architecture.md, Flow 7;
+// docs/api.md): crawler workers get exclusive, TTL-bound leases on Ready
+// proxies. It holds no code; each job is a package of its own:
 //
-//   - Store is pure and clock-injected: proxies come in through Upsert and
-//     Remove, leases go out through Acquire, Renew and Release. Selection
-//     walks a list kept in selection order (sticky session first, then least
-//     recently released, then lower latency); expiries and cool-downs are
-//     heaps; an acquire that waits sleeps until a release, an expiry or a
-//     new Ready proxy. It does no I/O and starts no goroutines.
-//   - Feed turns Proxy informer events into Upsert and Remove.
-//   - Server is the thin net/http layer: strict decoding, authentication and
-//     authorization through the Authenticator and Authorizer seams
-//     (KubernetesAuth: TokenReview + SubjectAccessReview; NoAuth), JSON
-//     errors, leader gating, and the horizon that makes failover safe.
+//   - store: the lease store, pure and clock-injected (no net/http, no
+//     client-go): proxies in, leases out, sessions, cool-downs, budgets,
+//     session state, signed lease IDs and their re-learning by a new leader;
+//   - server: the net/http API in front of the store: routing, strict
+//     decoding, authentication and authorization calls, error mapping,
+//     leader gating and the horizon a term keeps persisted;
+//   - auth: who calls and what they may do (TokenReview, SubjectAccessReview);
+//   - feed: the informers that keep the store in step (Proxies, CrawlPolicies)
+//     and the credentials a grant hands out;
+//   - failover: what a new leader needs of the old, in the API server (the
+//     lease ID key's Secret, the horizon's ConfigMap);
+//   - wire and client: the API's JSON types and a Go client for crawlers.
 //
-// Failover: lease IDs are signed and self-describing, so a new leader
-// re-learns live leases from their renewals; it grants nothing until every
-// lease its predecessor could have granted has expired or been re-learned,
-// which the persisted horizon (HorizonStore) bounds tightly. See
-// docs/architecture.md, "Lease failover".
-//
-// It is not a health checker (it trusts status.phase), not a proxy, and not
+// None of it is a health checker (it trusts status.phase), a proxy, or
 // persistent: leases are soft state of the leader.
 package lease

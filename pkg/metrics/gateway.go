@@ -6,8 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-
-	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 )
 
 // Gateway is the gateway's metrics (pkg/gateway.Metrics), which a
@@ -29,7 +27,13 @@ type Gateway struct {
 // bytesKey names one child of gateway_bytes_total.
 type bytesKey struct{ direction, namespace, pool string }
 
-func newGatewayMetrics() *Gateway {
+// GatewayLabels are the gateway's label values (pkg/gateway's Modes,
+// Directions and ErrorReasons), predeclared as Labels are.
+type GatewayLabels struct {
+	Modes, Directions, ErrorReasons []string
+}
+
+func newGatewayMetrics(labels GatewayLabels) *Gateway {
 	g := &Gateway{
 		connections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
@@ -58,16 +62,16 @@ func newGatewayMetrics() *Gateway {
 		}, []string{"reason"}),
 	}
 	g.connectByMode = map[string]prometheus.Counter{}
-	for _, mode := range []string{gateway.ModeSession, gateway.ModeRotating} {
+	for _, mode := range labels.Modes {
 		g.connectByMode[mode] = g.connections.WithLabelValues(mode, "CONNECT")
 	}
 	// The family is exported from the start (for dashboards and the
 	// metrics test), as a zero series without a namespace or pool.
-	for _, d := range []string{gateway.DirectionUp, gateway.DirectionDown} {
+	for _, d := range labels.Directions {
 		g.bytes.WithLabelValues(d, "", "")
 	}
 	g.errorByReason = map[string]prometheus.Counter{}
-	for _, r := range gateway.ErrorReasons {
+	for _, r := range labels.ErrorReasons {
 		g.errorByReason[r] = g.errors.WithLabelValues(r)
 	}
 	return g
@@ -115,8 +119,8 @@ func (g *Gateway) ObserveGatewayError(reason string) {
 // NewGateway returns a gateway's metrics on a registry of their own, with
 // the build info, and its /metrics handler: what `proxy-operator gateway`
 // serves, without the operator's metrics that it has no part in.
-func NewGateway(version string) (*Gateway, http.Handler) {
-	g := newGatewayMetrics()
+func NewGateway(version string, labels GatewayLabels) (*Gateway, http.Handler) {
+	g := newGatewayMetrics(labels)
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(g.collectors()...)
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// leaseMetrics are the lease API's (pkg/lease.Metrics).
+// leaseMetrics are the lease API's (pkg/lease/store.Metrics).
 type leaseMetrics struct {
 	acquires   *prometheus.CounterVec
 	active     prometheus.Gauge

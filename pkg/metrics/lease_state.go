@@ -2,20 +2,18 @@ package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
 )
 
-// leaseStateMetrics are the lease store's bounded state (pkg/lease.StateMetrics).
+// leaseStateMetrics are the lease store's bounded state (pkg/lease/store.StateMetrics).
 type leaseStateMetrics struct {
 	entries   *prometheus.GaugeVec
 	evictions *prometheus.CounterVec
-	// The crawl policies' budgets (pkg/lease.PolicyMetrics).
+	// The crawl policies' budgets (pkg/lease/store.PolicyMetrics).
 	policyInUse   *prometheus.GaugeVec
 	policyLimited *prometheus.CounterVec
 }
 
-func newLeaseStateMetrics() leaseStateMetrics {
+func newLeaseStateMetrics(kinds []string) leaseStateMetrics {
 	l := leaseStateMetrics{
 		entries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
@@ -44,7 +42,7 @@ func newLeaseStateMetrics() leaseStateMetrics {
 	for _, outcome := range []string{"waited", "refused"} {
 		l.policyLimited.WithLabelValues("", "", "", outcome)
 	}
-	for _, kind := range []string{lease.StateSessions, lease.StateCooldowns, lease.StateDomainBudgets, lease.StateSessionStates} {
+	for _, kind := range kinds {
 		l.entries.WithLabelValues(kind)
 		l.evictions.WithLabelValues(kind)
 	}
@@ -65,8 +63,6 @@ func (m *Metrics) ObserveStateEviction(kind string) {
 	m.leaseState.evictions.WithLabelValues(kind).Inc()
 }
 
-var _ lease.StateMetrics = (*Metrics)(nil)
-
 // SetDomainBudgetInUse records the live leases a policy rule's budget holds.
 func (m *Metrics) SetDomainBudgetInUse(namespace, policy, rule string, n int) {
 	m.leaseState.policyInUse.WithLabelValues(namespace, policy, rule).Set(float64(n))
@@ -76,5 +72,3 @@ func (m *Metrics) SetDomainBudgetInUse(namespace, policy, rule string, n int) {
 func (m *Metrics) ObserveDomainLimited(namespace, policy, rule, outcome string) {
 	m.leaseState.policyLimited.WithLabelValues(namespace, policy, rule, outcome).Inc()
 }
-
-var _ lease.PolicyMetrics = (*Metrics)(nil)

@@ -10,6 +10,8 @@
 //
 // It measures; it does not decide anything. Callers (pkg/controller through
 // its Metrics interface, pkg/operator for leadership) report what happened.
+// It imports none of the packages it measures: their label values come in
+// through Labels, and each package states the interface it reports to.
 package metrics
 
 import (
@@ -26,8 +28,6 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/health"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
@@ -60,8 +60,22 @@ type Metrics struct {
 	workqueue         *workqueueProvider
 }
 
-// New builds the metrics on a fresh private registry.
-func New() *Metrics {
+// Labels are the label values the measured packages report, predeclared so
+// that a dashboard sees zeros rather than gaps before the first event. Each
+// package owns its values; the operator's wiring passes them in, so that
+// this package imports none of the packages it measures. A value not listed
+// is still counted, from its first observation.
+type Labels struct {
+	// ProbeResults and HealthReports are pkg/health's Results and Reports.
+	ProbeResults, HealthReports []string
+	// AcquireOutcomes, LeaseEnds and LeaseStateKinds are pkg/lease's
+	// AcquireOutcomes, LeaseEnds and StateKinds.
+	AcquireOutcomes, LeaseEnds, LeaseStateKinds []string
+}
+
+// New builds the metrics on a fresh private registry, with the series of
+// labels predeclared.
+func New(labels Labels) *Metrics {
 	m := &Metrics{
 		registry: prometheus.NewRegistry(),
 		reconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -103,7 +117,7 @@ func New() *Metrics {
 		}, []string{"version"}),
 		health:     newHealthMetrics(),
 		lease:      newLeaseMetrics(),
-		leaseState: newLeaseStateMetrics(),
+		leaseState: newLeaseStateMetrics(labels.LeaseStateKinds),
 		pool:       newPoolMetrics(),
 		poolDemand: newPoolDemandMetrics(),
 		proxies:    &proxyCollector{desc: proxiesDesc},
@@ -120,9 +134,9 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	m.health.predeclare(health.Results, health.Reports)
+	m.health.predeclare(labels.ProbeResults, labels.HealthReports)
 	m.registry.MustRegister(m.health.collectors()...)
-	m.lease.predeclare(lease.AcquireOutcomes, lease.LeaseEnds)
+	m.lease.predeclare(labels.AcquireOutcomes, labels.LeaseEnds)
 	m.registry.MustRegister(m.lease.collectors()...)
 	m.registry.MustRegister(m.leaseState.collectors()...)
 	m.registry.MustRegister(m.pool.collectors()...)

@@ -23,10 +23,28 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
-var _ controller.Metrics = (*Metrics)(nil)
+// Metrics is what the packages it measures report to; they state the
+// interfaces, this package imports none of them (imports_test.go).
+var (
+	_ controller.Metrics  = (*Metrics)(nil)
+	_ store.StateMetrics  = (*Metrics)(nil)
+	_ store.PolicyMetrics = (*Metrics)(nil)
+)
+
+// testLabels are the label values the operator passes (pkg/operator's
+// metricLabels), from the packages that own them.
+var testLabels = Labels{
+	ProbeResults:    health.Results,
+	HealthReports:   health.Reports,
+	AcquireOutcomes: store.AcquireOutcomes,
+	LeaseEnds:       store.LeaseEnds,
+	LeaseStateKinds: store.StateKinds,
+}
 
 func TestObserveSync(t *testing.T) {
 	type sync struct {
@@ -59,7 +77,7 @@ proxy_operator_reconcile_total{result="success"} 2
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			m := New()
+			m := New(testLabels)
 			var wantSeconds float64
 			for _, s := range tc.syncs {
 				m.ObserveSync(s.result, s.d)
@@ -123,7 +141,7 @@ func TestObserveProviderCall(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			m := New()
+			m := New(testLabels)
 			for _, c := range tc.calls {
 				m.ObserveProviderCall(c.provider, c.op, c.err)
 			}
@@ -208,7 +226,7 @@ proxy_operator_proxies{namespace="ns2",phase="Ready"} 1
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			m := New()
+			m := New(testLabels)
 			if tc.watch {
 				m.WatchProxies(newLister(t, tc.proxies...), tc.namespace)
 			}
@@ -221,7 +239,7 @@ proxy_operator_proxies{namespace="ns2",phase="Ready"} 1
 
 // The gauge follows the cache without anyone telling the metrics.
 func TestProxiesFollowTheCache(t *testing.T) {
-	m := New()
+	m := New(testLabels)
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	m.WatchProxies(crawllisters.NewProxyLister(indexer), "ns")
 	ready := func() float64 {
@@ -247,7 +265,7 @@ func TestProxiesFollowTheCache(t *testing.T) {
 }
 
 func TestLeaderAndBuildInfo(t *testing.T) {
-	m := New()
+	m := New(testLabels)
 	if got := testutil.ToFloat64(m.leader); got != 0 {
 		t.Errorf("leader at start = %v, want 0", got)
 	}
@@ -276,7 +294,7 @@ proxy_operator_build_info{version="v1.2.3"} 1
 // workqueue.SetProvider is process-global and first-call-wins, so a test
 // cannot install a fresh one per case.
 func TestWorkqueueProvider(t *testing.T) {
-	m := New()
+	m := New(testLabels)
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(
 		// A retry far in the future, so that "c" is counted as a retry and not yet as an add.
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Hour, time.Hour),
@@ -312,7 +330,7 @@ func TestWorkqueueProvider(t *testing.T) {
 }
 
 func TestHandler(t *testing.T) {
-	m := New()
+	m := New(testLabels)
 	m.SetBuildInfo("v1.2.3")
 	m.SetLeader(true)
 	m.WatchProxies(newLister(t, newProxy("a", "ns", crawlv1alpha1.PhaseReady)), "")
@@ -354,7 +372,7 @@ func TestHandler(t *testing.T) {
 
 // Two Metrics in one process must not collide: the registry is private.
 func TestNewTwice(t *testing.T) {
-	a, b := New(), New()
+	a, b := New(testLabels), New(testLabels)
 	a.SetLeader(true)
 	if got := testutil.ToFloat64(b.leader); got != 0 {
 		t.Errorf("leader of a second Metrics = %v, want 0", got)
@@ -362,7 +380,7 @@ func TestNewTwice(t *testing.T) {
 }
 
 func TestLint(t *testing.T) {
-	m := New()
+	m := New(testLabels)
 	m.SetBuildInfo("dev")
 	problems, err := testutil.GatherAndLint(m.registry)
 	if err != nil {
@@ -509,7 +527,7 @@ proxy_operator_probe_last_timestamp_seconds{name="b",namespace="crawl"} 1.700000
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			m := New()
+			m := New(testLabels)
 			tc.do(m)
 			if err := testutil.CollectAndCompare(m.health.probed, strings.NewReader(tc.want)); err != nil {
 				t.Error(err)

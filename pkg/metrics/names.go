@@ -25,7 +25,7 @@ func (m *Metrics) Names() []string { return namesOf(m.registry) }
 // (NewGateway) can export, as Names does.
 func GatewayNames() []string {
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(newGatewayMetrics().collectors()...)
+	registry.MustRegister(newGatewayMetrics(GatewayLabels{}).collectors()...) // names only
 	return namesOf(registry)
 }
 

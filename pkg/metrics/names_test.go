@@ -8,7 +8,7 @@ import (
 // Names lists families without series too (a vector never observed), and
 // every family a scrape shows.
 func TestNames(t *testing.T) {
-	m := New()
+	m := New(testLabels)
 	m.Handler()
 	names := m.Names()
 	for _, want := range []string{

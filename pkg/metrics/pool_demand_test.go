@@ -9,7 +9,7 @@ import (
 
 // TestPoolDemand: a pool's three kinds are set together and go with the pool.
 func TestPoolDemand(t *testing.T) {
-	m := New()
+	m := New(testLabels)
 	m.SetPoolDemand("crawl", "eu", 8, 2, 1)
 	m.SetPoolDemand("crawl", "us", 0, 0, 0)
 	m.SetPoolDemand("crawl", "eu", 9, 0, 1)

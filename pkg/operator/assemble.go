@@ -28,6 +28,7 @@ import (
 	crawlinformersv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/kubeconfig"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/feed"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
@@ -108,7 +109,7 @@ func newOperator(ctx context.Context, o Options, c clients, enabled map[crawlv1a
 		return nil, err
 	}
 	// ProxyPools (pkg/pool), on the leader beside the Proxy controller.
-	if op.pools, err = newPoolController(c.crawl, c.kube, crawlInformers, proxyInformer, secretInformer, op.leases, m); err != nil {
+	if op.pools, err = newPoolController(c.crawl, c.kube, crawlInformers, proxyInformer, secretInformer, op.leases, enabled, m); err != nil {
 		return nil, fmt.Errorf("pool controller: %w", err)
 	}
 	op.synced = append(op.synced, crawlInformers.Crawl().V1alpha1().ProxyPools().Informer().HasSynced)
@@ -134,6 +135,7 @@ func newControllerAndEngine(o Options, c clients, proxyInformer crawlinformersv1
 		MaxProbesPerEndpoint:    o.HealthMaxProbesPerEndpoint,
 		LatencyReportsPerSecond: o.latencyUpdatesPerSecond(),
 		Metrics:                 m,
+		Providers:               enabled,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("health engine: %w", err)
@@ -206,7 +208,7 @@ func (op *operator) addLeaseServer(ctx context.Context, o Options, c clients, pr
 func (op *operator) addCrawlPolicies(c clients) error {
 	policies := op.crawlInformers.Crawl().V1alpha1().CrawlPolicies()
 	op.policyStatus = crawlpolicy.NewStatusWriter(c.crawl, policies.Lister(), op.leases.Store(), 0)
-	synced, err := crawlpolicy.NewFeed(op.leases.Store(), policies, op.policyStatus.Poke)
+	synced, err := feed.CrawlPolicies(op.leases.Store(), policies, op.policyStatus.Poke)
 	if err != nil {
 		return err
 	}

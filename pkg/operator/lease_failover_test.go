@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
 	"github.com/proxyfleet/proxy-operator/pkg/operator"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
@@ -239,7 +239,7 @@ func leaseFailover(t *testing.T, partitioned bool) {
 	}
 
 	// (3) The new leader waited out the old leader's horizon, and no longer.
-	recoverUntil := horizon.Add(lease.DefaultMaxClockSkew) // the operator's skew allowance
+	recoverUntil := horizon.Add(server.DefaultMaxClockSkew) // the operator's skew allowance
 	if firstNew.Before(recoverUntil) {
 		t.Errorf("first grant by %s at %v, before the old leader's horizon + skew %v", newAPI.name, firstNew, recoverUntil)
 	}

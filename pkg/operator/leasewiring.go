@@ -11,7 +11,11 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlinformersv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/feed"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 )
 
@@ -19,18 +23,18 @@ import (
 // the authenticator of --lease-auth, credentials from the spec.auth Secrets,
 // the horizon a successor reads after a leader change, and the fence of the
 // leader election (nil without one).
-func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.Interface, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics, fence *leadershipFence) (*lease.Server, cache.InformerSynced, error) {
+func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.Interface, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics, fence *leadershipFence) (*server.Server, cache.InformerSynced, error) {
 	// Every replica signs and verifies lease IDs with one key, created by
 	// the first replica to start.
 	var key []byte
 	err := untilAPIAnswers(ctx, "lease signing key", func(ctx context.Context) (err error) {
-		key, err = lease.EnsureKey(ctx, kube, o.LeaderElectNamespace, LeaseKeySecret)
+		key, err = failover.EnsureKey(ctx, kube, o.LeaderElectNamespace, LeaseKeySecret)
 		return err
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("lease signing key: %w", err)
 	}
-	store, err := lease.NewStore(lease.Config{
+	st, err := store.New(store.Config{
 		Key:        key,
 		DefaultTTL: o.LeaseDefaultTTL,
 		MinTTL:     o.LeaseMinTTL,
@@ -51,26 +55,26 @@ func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.In
 	if err != nil {
 		return nil, nil, fmt.Errorf("lease store: %w", err)
 	}
-	feed, err := lease.NewFeed(store, proxies)
+	proxiesSynced, err := feed.Proxies(st, proxies)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lease feed: %w", err)
 	}
-	var auth interface {
-		lease.Authenticator
-		lease.Authorizer
+	var callers interface {
+		auth.Authenticator
+		auth.Authorizer
 	}
 	if o.LeaseAuth == LeaseAuthNone {
-		auth = lease.NewNoAuth(klog.FromContext(ctx))
+		callers = auth.NewNone(klog.FromContext(ctx))
 	} else {
-		auth = lease.NewKubernetesAuth(authKube, lease.KubernetesAuthOptions{})
+		callers = auth.NewKubernetes(authKube, auth.KubernetesOptions{})
 	}
 	hostname, _ := os.Hostname()
-	srv, err := lease.NewServer(lease.ServerConfig{
-		Store:         store,
-		Authenticator: auth,
-		Authorizer:    auth,
-		Credentials:   lease.SecretCredentials(secrets),
-		Horizon:       lease.NewConfigMapHorizon(kube, o.LeaderElectNamespace, LeaseHorizonConfigMap, hostname),
+	srv, err := server.New(server.Config{
+		Store:         st,
+		Authenticator: callers,
+		Authorizer:    callers,
+		Credentials:   feed.SecretCredentials(secrets),
+		Horizon:       failover.NewConfigMapHorizon(kube, o.LeaderElectNamespace, LeaseHorizonConfigMap, hostname),
 	})
-	return srv, feed.HasSynced, err
+	return srv, proxiesSynced, err
 }

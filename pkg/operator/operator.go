@@ -38,7 +38,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 	"github.com/proxyfleet/proxy-operator/pkg/pool"
 )
@@ -77,7 +77,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	if err != nil {
 		return err
 	}
-	m := metrics.New()
+	m := metrics.New(metricLabels())
 	m.SetBuildInfo(Version())
 	enabled, err := buildProviders(ctx, o.Providers, providers, ProviderEnv{KubeClient: c.kube, RESTConfig: rest.CopyConfig(c.cfg), Options: o})
 	if err != nil {
@@ -132,7 +132,7 @@ type operator struct {
 	labeler podLabeler
 	// leases is the lease API: served on every replica, answering /v1 calls
 	// only while leading.
-	leases        *lease.Server
+	leases        *server.Server
 	leaseListener net.Listener
 	// health probes every proxy through itself, on the leader.
 	health *health.Engine
@@ -321,7 +321,7 @@ func (op *operator) runElected(ctx context.Context) error {
 //     op.controller.Enqueue;
 //   - orphan collection every --gc-interval (pkg/gc);
 //   - the CrawlPolicies' status (pkg/crawlpolicy);
-//   - the lease API's leader side (pkg/lease, --lease-auth): it is served
+//   - the lease API's leader side (pkg/lease/server, --lease-auth): it is served
 //     on --lease-addr by every replica, and answers /v1 calls and its
 //     /readyz only while this one leads (docs/decisions/0027-lease-api-serves-every-replica.md).
 func (op *operator) runLeader(ctx context.Context) error {

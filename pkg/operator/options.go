@@ -16,7 +16,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	kubernetesprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
 )
 
@@ -163,23 +163,23 @@ func DefaultOptions() Options {
 		LeaderElectRetryPeriod:   2 * time.Second,
 		LeaseAddr:                ":8080",
 		LeaseAuth:                LeaseAuthKubernetes,
-		LeaseDefaultTTL:          lease.DefaultTTL,
-		LeaseMinTTL:              lease.DefaultMinTTL,
-		LeaseMaxTTL:              lease.DefaultMaxTTL,
+		LeaseDefaultTTL:          store.DefaultTTL,
+		LeaseMinTTL:              store.DefaultMinTTL,
+		LeaseMaxTTL:              store.DefaultMaxTTL,
 		LeaseAuthQPS:             50,
 		LeaseAuthBurst:           100,
-		LeaseMaxSessions:         lease.DefaultMaxSessions,
-		LeaseMaxCooldowns:        lease.DefaultMaxCooldowns,
-		LeaseMaxDomainBudgets:    lease.DefaultMaxDomainBudgets,
-		LeaseMaxStateBytes:       lease.DefaultMaxStateBytes,
-		LeaseMaxStateEntries:     lease.DefaultMaxStateEntries,
+		LeaseMaxSessions:         store.DefaultMaxSessions,
+		LeaseMaxCooldowns:        store.DefaultMaxCooldowns,
+		LeaseMaxDomainBudgets:    store.DefaultMaxDomainBudgets,
+		LeaseMaxStateBytes:       store.DefaultMaxStateBytes,
+		LeaseMaxStateEntries:     store.DefaultMaxStateEntries,
 		MetricsAddr:              ":9090",
 		// Sized in pkg/health (Little's law with room for probes that run
 		// into their timeout); benchmarked at 10,000 proxies.
 		HealthWorkers:              health.DefaultWorkers,
 		HealthMaxProbesPerEndpoint: health.DefaultMaxProbesPerEndpoint,
 		// One identity keeps at most a quarter of the session state.
-		LeaseMaxStateBytesPerIdentity: lease.DefaultMaxStateBytesPerOwner,
+		LeaseMaxStateBytesPerIdentity: store.DefaultMaxStateBytesPerOwner,
 		// In a cluster, Pods; local, gce and aws are opt-in. A Managed Proxy
 		// naming a provider that is not enabled goes Failed.
 		Providers:              []string{string(crawlv1alpha1.ProviderKubernetes)},
@@ -387,14 +387,14 @@ func (o *Options) validateLeases(bad badFlag) {
 	if o.LeaseMaxSessions < 1 {
 		bad("lease-max-sessions", "must be at least 1, got %d", o.LeaseMaxSessions)
 	}
-	if o.LeaseMaxStateBytes < lease.MaxStateSize {
-		bad("lease-max-state-bytes", "must be at least %d (one state), got %d", lease.MaxStateSize, o.LeaseMaxStateBytes)
+	if o.LeaseMaxStateBytes < store.MaxStateSize {
+		bad("lease-max-state-bytes", "must be at least %d (one state), got %d", store.MaxStateSize, o.LeaseMaxStateBytes)
 	}
 	if o.LeaseMaxStateEntries < 1 {
 		bad("lease-max-state-entries", "must be at least 1, got %d", o.LeaseMaxStateEntries)
 	}
-	if o.LeaseMaxStateBytesPerIdentity < lease.MaxStateSize {
-		bad("lease-max-state-bytes-per-identity", "must be at least %d (one state), got %d", lease.MaxStateSize, o.LeaseMaxStateBytesPerIdentity)
+	if o.LeaseMaxStateBytesPerIdentity < store.MaxStateSize {
+		bad("lease-max-state-bytes-per-identity", "must be at least %d (one state), got %d", store.MaxStateSize, o.LeaseMaxStateBytesPerIdentity)
 	}
 	if o.LeaseMaxDomainBudgets < 1 {
 		bad("lease-max-domain-budgets", "must be at least 1, got %d", o.LeaseMaxDomainBudgets)

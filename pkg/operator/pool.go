@@ -7,9 +7,10 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	crawlinformersv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 	"github.com/proxyfleet/proxy-operator/pkg/pool"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
 // newPoolController builds the ProxyPool controller (pkg/pool): it runs on
@@ -18,7 +19,7 @@ import (
 // member's instance has been through (spec.recycle) and, for
 // spec.autoscaling, which acquires wait or were refused.
 func newPoolController(crawl versioned.Interface, kube kubernetes.Interface, factory crawlinformers.SharedInformerFactory,
-	proxies crawlinformersv1alpha1.ProxyInformer, secrets coreinformers.SecretInformer, leases *lease.Server, m *metrics.Metrics) (*pool.Controller, error) {
+	proxies crawlinformersv1alpha1.ProxyInformer, secrets coreinformers.SecretInformer, leases *server.Server, providers provider.Set, m *metrics.Metrics) (*pool.Controller, error) {
 	return pool.NewController(pool.Config{
 		CrawlClient:      crawl,
 		KubeClient:       kube,
@@ -28,6 +29,7 @@ func newPoolController(crawl versioned.Interface, kube kubernetes.Interface, fac
 		Leases:           leases.Store(),
 		Burn:             leases.Store(),
 		Demand:           leases.Store(), // spec.autoscaling: waiting and refused acquires
+		Providers:        providers,      // a provider's age limit for its instances
 		Metrics:          m,
 		WorkqueueMetrics: m.WorkqueueProvider(),
 	})

@@ -30,7 +30,7 @@ func TestProfilingFlag(t *testing.T) {
 			}
 			opts := DefaultOptions()
 			opts.Profiling = tc.profiling
-			op := &operator{opts: opts, metrics: metrics.New()}
+			op := &operator{opts: opts, metrics: metrics.New(metricLabels())}
 			stop := make(chan struct{})
 			served := make(chan error, 1)
 			go func() { served <- op.serveMetrics(context.Background(), ln, stop) }()

@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
 
 // The I/O around Autoscale: measuring a pool's demand (its members' held
@@ -33,7 +33,7 @@ const DemandPoll = 5 * time.Second
 
 // DemandSource is the lease store's view of waiting and refused acquires.
 type DemandSource interface {
-	Demand(namespace string, members labels.Labels) (lease.WaitDemand, error)
+	Demand(namespace string, members labels.Labels) (store.WaitDemand, error)
 	NotifyDemand(func(namespace string, sel labels.Selector))
 }
 

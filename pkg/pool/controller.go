@@ -39,6 +39,7 @@ import (
 	crawlscheme "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/scheme"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/queueworker"
 )
 
@@ -107,6 +108,9 @@ type Config struct {
 	Demand DemandSource
 	// DemandPoll overrides DemandPoll.
 	DemandPoll time.Duration
+	// Providers are the enabled providers, asked for the age at which their
+	// instances must be replaced (provider.Recycler); nil: none sets one.
+	Providers provider.Set
 }
 
 // Controller reconciles ProxyPools.
@@ -130,6 +134,7 @@ type Controller struct {
 	demand      DemandSource
 	demandPoll  time.Duration
 	autoscalers autoscaler
+	providers   provider.Set
 }
 
 // secretIndex indexes pools by the "namespace/name" of the Secrets their
@@ -155,6 +160,7 @@ func NewController(cfg Config) (*Controller, error) {
 		pending:    newExpectations(),
 		demand:     cfg.Demand,
 		demandPoll: cfg.DemandPoll,
+		providers:  cfg.Providers,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedMaxOfRateLimiter(
 				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, time.Minute),

@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
 func (c *Controller) createMember(ctx context.Context, pool *crawlv1alpha1.ProxyPool, revision string) error {
@@ -77,7 +77,7 @@ func (c *Controller) drainMember(ctx context.Context, pool *crawlv1alpha1.ProxyP
 		leases = fmt.Sprintf("%d lease(s)", r.Leases)
 	}
 	c.recorder.Eventf(pool, corev1.EventTypeNormal, EventDraining, "Draining member %s: %s; it takes no new lease, keeps %s, and goes when they end or drainTimeout passes",
-		p.Name, describeReason(r.Reason, p, pool), leases)
+		p.Name, describeReason(r.Reason, p, pool, c.providers), leases)
 	return nil
 }
 
@@ -104,19 +104,20 @@ func (c *Controller) deleteMember(ctx context.Context, pool *crawlv1alpha1.Proxy
 		c.noteRecycle(ctx, pool, p, reason, d.Evidence)
 	}
 	klog.FromContext(ctx).Info("Deleted member", "member", p.Name, "why", d.Why, "reason", reason)
-	c.recorder.Eventf(pool, corev1.EventTypeNormal, EventMemberDeleted, "Deleted member %s (%s): %s", p.Name, d.Why, describeReason(reason, p, pool))
+	c.recorder.Eventf(pool, corev1.EventTypeNormal, EventMemberDeleted, "Deleted member %s (%s): %s", p.Name, d.Why, describeReason(reason, p, pool, c.providers))
 	return nil
 }
 
-func describeReason(r Reason, p *crawlv1alpha1.Proxy, pool *crawlv1alpha1.ProxyPool) string {
+func describeReason(r Reason, p *crawlv1alpha1.Proxy, pool *crawlv1alpha1.ProxyPool, providers provider.Set) string {
 	switch r {
 	case ReasonOutOfDate:
 		return fmt.Sprintf("replaced because out of date (revision %s, current %s)", p.Labels[crawlv1alpha1.PoolRevisionLabel], pool.Status.Revision)
 	case ReasonTooOld:
-		if up := pool.Spec.Template.Spec.Upstream; up != nil && (pool.Spec.MaxAge == nil || upstream.RecycleAge(up) < pool.Spec.MaxAge.Duration) {
-			return fmt.Sprintf("replaced before its session's lifetime ends (created %s, spec.template.spec.upstream.sessionLifetime %s)", p.CreationTimestamp.UTC().Format(time.RFC3339), upstream.SessionLifetime(up))
+		created := p.CreationTimestamp.UTC().Format(time.RFC3339)
+		if _, limit := maxAgeOf(pool, providers); limit != nil {
+			return fmt.Sprintf("replaced %s (created %s, spec.template.spec.%s)", limit.Why, created, limit.Setting)
 		}
-		return fmt.Sprintf("replaced because too old (created %s, maxAge %s)", p.CreationTimestamp.UTC().Format(time.RFC3339), pool.Spec.MaxAge.Duration)
+		return fmt.Sprintf("replaced because too old (created %s, maxAge %s)", created, pool.Spec.MaxAge.Duration)
 	case ReasonDuplicateExitIP:
 		return fmt.Sprintf("re-rolled: its exit IP %s is an older member's too", p.Status.ExitIP)
 	case ReasonUnhealthy:

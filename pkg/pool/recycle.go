@@ -18,7 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
 
 // Recycling on evidence (spec.recycle): the lease store knows first-hand
@@ -46,11 +46,11 @@ const DefaultRecycleWindow = time.Hour
 const RecyclePoll = 5 * time.Second
 
 // BurnCounter tells what each Proxy's current instance has been through:
-// leases served and distinct domains banned within window (lease.Store).
+// leases served and distinct domains banned within window (pkg/lease/store.Store).
 // An error (the store is not leading) makes every count unknown, and
 // nothing is recycled on evidence.
 type BurnCounter interface {
-	BurnByProxy(namespace string, window time.Duration) (map[string]lease.Burn, error)
+	BurnByProxy(namespace string, window time.Duration) (map[string]store.Burn, error)
 }
 
 // RecyclePolicy is spec.recycle resolved; zero limits are off.

@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
 // sync reconciles one pool: it reads the members, asks Decide, acts on the
@@ -46,7 +46,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 		c.recorder.Eventf(pool, corev1.EventTypeWarning, EventTemplateError, "%v", err)
 		return 0, errors.Join(err, c.writeStatus(ctx, cached, pool))
 	}
-	pol, err := policyOf(pool, revision)
+	pol, err := policyOf(pool, revision, c.providers)
 	if err != nil {
 		return 0, err
 	}
@@ -63,7 +63,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	// spec.autoscaling may write spec.replicas first (autoscale_sync.go); a
 	// failed write is in the condition and retried, the sync goes on.
 	scaleRequeue, scaleErr := c.autoscale(ctx, pool, revision, members, now)
-	if pol, err = policyOf(pool, revision); err != nil {
+	if pol, err = policyOf(pool, revision, c.providers); err != nil {
 		return 0, err
 	}
 	c.recycle.addBurn(pool.Namespace, pol.Recycle, members)
@@ -253,7 +253,7 @@ func (c *Controller) deleteOrphans(ctx context.Context, key cache.ObjectName) er
 	return errors.Join(errs...)
 }
 
-func policyOf(pool *crawlv1alpha1.ProxyPool, revision string) (Policy, error) {
+func policyOf(pool *crawlv1alpha1.ProxyPool, revision string, providers provider.Set) (Policy, error) {
 	replicas := 1
 	if pool.Spec.Replicas != nil {
 		replicas = int(*pool.Spec.Replicas)
@@ -270,20 +270,26 @@ func policyOf(pool *crawlv1alpha1.ProxyPool, revision string) (Policy, error) {
 	if d := pool.Spec.Remediation.UnhealthyTimeout; d != nil {
 		pol.UnhealthyTimeout = d.Duration
 	}
-	if d := pool.Spec.MaxAge; d != nil {
-		pol.MaxAge = d.Duration
-	}
-	// A proxy network's session leaves before the network moves it to
-	// another IP (docs/decisions/0194-upstream-member-is-a-session.md).
-	if up := pool.Spec.Template.Spec.Upstream; up != nil && pool.Spec.Template.Spec.Provider == crawlv1alpha1.ProviderUpstream {
-		if age := upstream.RecycleAge(up); pol.MaxAge == 0 || age < pol.MaxAge {
-			pol.MaxAge = age
-		}
-	}
+	pol.MaxAge, _ = maxAgeOf(pool, providers)
 	if pol.Recycle, err = recyclePolicyOf(pool.Spec.Recycle); err != nil {
 		return Policy{}, err
 	}
 	return pol, nil
+}
+
+// maxAgeOf is the age at which pool replaces a member, 0 for never:
+// spec.maxAge, or the age limit of the template's provider
+// (provider.Recycler: a proxy network's session leaves before the network
+// moves it to another IP) when that is sooner. byProvider is the provider's
+// limit when it is the one that binds.
+func maxAgeOf(pool *crawlv1alpha1.ProxyPool, providers provider.Set) (age time.Duration, byProvider *provider.RecycleAge) {
+	if d := pool.Spec.MaxAge; d != nil {
+		age = d.Duration
+	}
+	if limit, ok := providers.RecycleAge(&pool.Spec.Template.Spec); ok && (age == 0 || limit.Age < age) {
+		return limit.Age, &limit
+	}
+	return age, nil
 }
 
 func memberLabels(pool *crawlv1alpha1.ProxyPool, revision string) map[string]string {

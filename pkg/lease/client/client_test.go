@@ -15,11 +15,14 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
@@ -35,20 +38,20 @@ const (
 	aliceToken   = "al1ce"
 )
 
-func (tokenAuth) Authenticate(_ context.Context, token string) (lease.User, error) {
+func (tokenAuth) Authenticate(_ context.Context, token string) (auth.User, error) {
 	switch token {
 	case testToken:
-		return lease.User{Name: "crawler"}, nil
+		return auth.User{Name: "crawler"}, nil
 	case gatewayToken:
-		return lease.User{Name: "system:serviceaccount:crawl-system:gateway", UID: "g1"}, nil
+		return auth.User{Name: "system:serviceaccount:crawl-system:gateway", UID: "g1"}, nil
 	case aliceToken:
-		return lease.User{Name: "alice", UID: "a1", Groups: []string{"crawlers"}}, nil
+		return auth.User{Name: "alice", UID: "a1", Groups: []string{"crawlers"}}, nil
 	}
-	return lease.User{}, lease.ErrUnauthenticated
+	return auth.User{}, auth.ErrUnauthenticated
 }
 
-func (tokenAuth) Authorize(_ context.Context, u lease.User, attrs lease.Attributes) (bool, string, error) {
-	if attrs.Verb == lease.VerbActFor {
+func (tokenAuth) Authorize(_ context.Context, u auth.User, attrs auth.Attributes) (bool, string, error) {
+	if attrs.Verb == auth.VerbActFor {
 		return u.Name == "system:serviceaccount:crawl-system:gateway", "", nil
 	}
 	return u.Name != "mallory", "", nil
@@ -56,7 +59,7 @@ func (tokenAuth) Authorize(_ context.Context, u lease.User, attrs lease.Attribut
 
 type apiServer struct {
 	url    string
-	store  *lease.Store
+	store  *store.Store
 	renews atomic.Int32
 }
 
@@ -64,7 +67,7 @@ type apiServer struct {
 // credentials are u1/pw1) and p2, and short TTLs so that Hold renews often.
 func startAPI(t *testing.T) *apiServer {
 	t.Helper()
-	store, err := lease.NewStore(lease.Config{
+	st, err := store.New(store.Config{
 		Key:    []byte("0123456789abcdef0123456789abcdef"),
 		MinTTL: 30 * time.Millisecond, DefaultTTL: 300 * time.Millisecond, MaxTTL: time.Minute,
 		MaxWait: 5 * time.Second,
@@ -73,16 +76,16 @@ func startAPI(t *testing.T) *apiServer {
 		t.Fatal(err)
 	}
 	for i, name := range []string{"p1", "p2"} {
-		store.Upsert(lease.ProxyInfo{
-			Key: cache.NewObjectName("crawl", name), UID: types.UID(name), Ready: true,
+		st.Upsert(store.ProxyInfo{
+			Key: store.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID(name), Ready: true,
 			URL: "http://127.0.0.1:3128" + strings.Repeat("0", i), Labels: map[string]string{"n": name}, LatencyMillis: int64(10 * (i + 1)), MaxLeases: 1,
 		})
 	}
-	srv, err := lease.NewServer(lease.ServerConfig{
-		Store: store, Authenticator: tokenAuth{}, Authorizer: tokenAuth{}, Horizon: &lease.MemoryHorizon{},
-		Credentials: func(_ context.Context, p lease.LeasedProxy) (*lease.Credentials, error) {
+	srv, err := server.New(server.Config{
+		Store: st, Authenticator: tokenAuth{}, Authorizer: tokenAuth{}, Horizon: &failover.MemoryHorizon{},
+		Credentials: func(_ context.Context, p store.LeasedProxy) (*proxyaccess.Credentials, error) {
 			if p.Key.Name == "p1" {
-				return &lease.Credentials{Username: "u1", Password: "pw1"}, nil
+				return &proxyaccess.Credentials{Username: "u1", Password: "pw1"}, nil
 			}
 			return nil, nil
 		},
@@ -94,7 +97,7 @@ func startAPI(t *testing.T) *apiServer {
 	if err := srv.StartLeading(ctx); err != nil {
 		t.Fatal(err)
 	}
-	api := &apiServer{store: store}
+	api := &apiServer{store: st}
 	handler := srv.Handler()
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/renew") {
@@ -295,7 +298,7 @@ func TestHoldRenewsAndReleases(t *testing.T) {
 				}); err != nil {
 					t.Errorf("renewals while holding: %v", err)
 				}
-				if _, err := api.store.GetAs(lease.User{Name: "crawler"}.Identity(), l.ID); err != nil {
+				if _, err := api.store.GetAs(auth.User{Name: "crawler"}.Identity(), l.ID); err != nil {
 					t.Errorf("lease after renewals: %v", err)
 				}
 				return tc.fnErr
@@ -306,12 +309,12 @@ func TestHoldRenewsAndReleases(t *testing.T) {
 			if held.Credentials == nil || held.Proxy.Name != "p1" {
 				t.Errorf("the function got %+v", held)
 			}
-			leases, err := api.store.List(lease.LeaseFilter{})
+			leases, err := api.store.List(store.LeaseFilter{})
 			if err != nil || len(leases) != 0 {
 				t.Errorf("leases after Hold: %+v (%v), want none", leases, err)
 			}
-			_, err = api.store.Acquire(t.Context(), lease.AcquireRequest{Holder: "x", Domain: "example.com", Selector: labels.SelectorFromSet(labels.Set{"n": "p1"})})
-			cooling := errors.Is(err, lease.ErrCoolingDown)
+			_, err = api.store.Acquire(t.Context(), store.AcquireRequest{Holder: "x", Domain: "example.com", Selector: labels.SelectorFromSet(labels.Set{"n": "p1"})})
+			cooling := errors.Is(err, store.ErrCoolingDown)
 			if cooling != tc.wantCooling {
 				t.Errorf("p1 cooling down for example.com: %v, want %v (%v)", cooling, tc.wantCooling, err)
 			}
@@ -324,7 +327,7 @@ func TestHoldStopsWhenTheLeaseIsLost(t *testing.T) {
 	c := newClient(t, api.url)
 	err := c.Hold(t.Context(), client.AcquireRequest{Holder: "w", TTL: 90 * time.Millisecond}, func(ctx context.Context, l client.Lease) error {
 		// The proxy turns Unhealthy: the next renewal is refused, and ctx ends.
-		api.store.Upsert(lease.ProxyInfo{Key: cache.NewObjectName(l.Proxy.Namespace, l.Proxy.Name), UID: "p1", Ready: false, URL: l.Proxy.URL})
+		api.store.Upsert(store.ProxyInfo{Key: store.ObjectName{Namespace: l.Proxy.Namespace, Name: l.Proxy.Name}, UID: "p1", Ready: false, URL: l.Proxy.URL})
 		<-ctx.Done()
 		if cause := context.Cause(ctx); !errors.Is(cause, client.ErrLeaseLost) {
 			t.Errorf("cause = %v, want ErrLeaseLost", cause)

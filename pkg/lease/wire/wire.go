@@ -1,5 +1,5 @@
 // Package wire is the JSON of the lease API (docs/api.md), written once and
-// shared by the server (pkg/lease) and the Go client (pkg/lease/client).
+// shared by the server (pkg/lease/server) and the Go client (pkg/lease/client).
 //
 // It holds types and error codes only, no behaviour, and depends on the
 // standard library only, so that the client stays free of client-go. The

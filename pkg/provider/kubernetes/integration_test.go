@@ -24,6 +24,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	podprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
@@ -121,7 +122,7 @@ func (h *harness) probeThrough(name string, user *url.Userinfo) {
 	if err != nil || res.Status != http.StatusNoContent {
 		h.T.Fatalf("fetch through %s: status %d, err %v", address(p), res.Status, err)
 	}
-	h.Health.Set(h.Key(name), controller.HealthVerdict{Address: address(p), Healthy: true, Message: "probe through the proxy succeeded", Latency: time.Since(began), CheckedAt: time.Now()})
+	h.Health.Set(h.Key(name), health.Verdict{Address: address(p), Healthy: true, Message: "probe through the proxy succeeded", Latency: time.Since(began), CheckedAt: time.Now()})
 	h.Eventually(waitTimeout, name+" Ready", func() (bool, string) {
 		p := h.Get(name)
 		return p.Status.Phase == crawlv1alpha1.PhaseReady, fmt.Sprintf("phase %q", p.Status.Phase)

@@ -20,9 +20,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/feed"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
@@ -34,7 +35,7 @@ import (
 // API server with the real local provider and forward-proxy. A Managed Proxy
 // created without spec.auth gets a generated Secret controlled by it; its
 // instance refuses an unauthenticated request with 407; the lease feed's
-// credentials (lease.SecretCredentials, what the lease API hands out) are
+// credentials (feed.SecretCredentials, what the lease API hands out) are
 // the generated ones, and a request with them goes through.
 func TestManagedProxyWithoutAuthIsNeverOpen(t *testing.T) {
 	stateDir := filepath.Join(t.TempDir(), "state")
@@ -111,8 +112,8 @@ func TestManagedProxyWithoutAuthIsNeverOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info := lease.ProxyInfoFrom(open)
-	creds, err := lease.SecretCredentials(secrets.Lister())(ctx, lease.LeasedProxy{Key: info.Key, CredentialsSecret: info.CredentialsSecret})
+	info := feed.ProxyInfoFrom(open)
+	creds, err := feed.SecretCredentials(secrets.Lister())(ctx, store.LeasedProxy{Key: info.Key, CredentialsSecret: info.CredentialsSecret})
 	if err != nil || creds == nil {
 		t.Fatalf("the lease feed's credentials: %v, %v", creds, err)
 	}
@@ -123,7 +124,7 @@ func TestManagedProxyWithoutAuthIsNeverOpen(t *testing.T) {
 	if err != nil || res.Status != http.StatusNoContent {
 		t.Fatalf("with the lease's credentials through %s: status %d, err %v; want 204", addr, res.Status, err)
 	}
-	h.Health.Set(h.Key("open"), controller.HealthVerdict{Address: addr, Healthy: true, Message: "probe with the generated credentials succeeded", Latency: time.Millisecond, CheckedAt: time.Now()})
+	h.Health.Set(h.Key("open"), health.Verdict{Address: addr, Healthy: true, Message: "probe with the generated credentials succeeded", Latency: time.Millisecond, CheckedAt: time.Now()})
 	h.WaitForPhase("open", crawlv1alpha1.PhaseReady)
 
 	if err := h.Crawl.CrawlV1alpha1().Proxies(h.NS).Delete(h.Ctx, "open", metav1.DeleteOptions{}); err != nil {

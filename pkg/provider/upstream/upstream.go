@@ -7,6 +7,12 @@
 // can leak. The session id derives from the Proxy's UID, so a new Proxy
 // (a pool's new member) is a new session and a new IP
 // (docs/decisions/0194-upstream-member-is-a-session.md).
+//
+// What sets a session apart from an instance the operator runs, it says
+// through pkg/provider's optional hooks: its credentials are rendered from
+// the spec (CredentialsRenderer), the network checks them
+// (CredentialsCheckedElsewhere), and a pool replaces it before the network
+// moves it to another IP (Recycler).
 package upstream
 
 import (
@@ -26,6 +32,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 // DefaultSessionLifetime is spec.upstream.sessionLifetime's default: what
@@ -49,7 +56,12 @@ type Provider struct {
 // New returns the provider; it needs nothing.
 func New() *Provider { return &Provider{clock: time.Now, deleted: map[string]time.Time{}} }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider                    = (*Provider)(nil)
+	_ provider.CredentialsRenderer         = (*Provider)(nil)
+	_ provider.CredentialsCheckedElsewhere = (*Provider)(nil)
+	_ provider.Recycler                    = (*Provider)(nil)
+)
 
 // Create returns the session's instance: the super proxy with the session
 // id of the Proxy's UID. The same Proxy always gets the same ID, so Create
@@ -147,9 +159,62 @@ func SessionLifetime(spec *crawlv1alpha1.UpstreamProvider) time.Duration {
 	return DefaultSessionLifetime
 }
 
-// RecycleAge is the age at which a pool replaces a member of spec: four
-// fifths of the session's lifetime, so that its leases drain before the
+// RecycleAge is the age at which a pool replaces a member made from spec:
+// four fifths of the session's lifetime, so that its leases drain before the
 // network moves the session to another IP.
-func RecycleAge(spec *crawlv1alpha1.UpstreamProvider) time.Duration {
-	return SessionLifetime(spec) * 4 / 5
+func (*Provider) RecycleAge(spec *crawlv1alpha1.ProxySpec) (provider.RecycleAge, bool) {
+	if spec.Upstream == nil {
+		return provider.RecycleAge{}, false
+	}
+	lifetime := SessionLifetime(spec.Upstream)
+	return provider.RecycleAge{
+		Age:     lifetime * 4 / 5,
+		Why:     "before its session's lifetime ends",
+		Setting: fmt.Sprintf("upstream.sessionLifetime %s", lifetime),
+	}, true
+}
+
+// A session keeps its credentials in its generated Secret like any Managed
+// Proxy, so that the health engine, the lease API and the gateway read them
+// by the one rule: the username rendered from spec.upstream.usernameTemplate
+// for its session, and the account's password copied from
+// spec.upstream.credentialsSecretRef. The controller keeps the copy current
+// when either changes.
+
+// CredentialsSources is the account's Secret, which the generated Secret
+// copies the password of.
+func (*Provider) CredentialsSources(p *crawlv1alpha1.Proxy) []string {
+	if p.Spec.Upstream == nil {
+		return nil
+	}
+	return []string{p.Spec.Upstream.CredentialsSecretRef.Name}
+}
+
+// RenderCredentials is the session's username and the account's password.
+// The account's Secret goes through readMarked, the one gate every
+// credentials reader goes through: the password is copied only from a
+// Secret marked for proxies.
+func (*Provider) RenderCredentials(p *crawlv1alpha1.Proxy, readMarked provider.MarkedSecretReader) (*proxyaccess.Credentials, error) {
+	if p.Spec.Upstream == nil {
+		return nil, nil
+	}
+	name := p.Spec.Upstream.CredentialsSecretRef.Name
+	secret, err := readMarked(proxyaccess.FieldUpstreamCredentialsSecretRef, name)
+	if err != nil {
+		return nil, err
+	}
+	password := secret.Data[crawlv1alpha1.AuthPasswordKey]
+	if len(password) == 0 {
+		return nil, &proxyaccess.CredentialsError{Field: proxyaccess.FieldUpstreamCredentialsSecretRef, Secret: name, Key: crawlv1alpha1.AuthPasswordKey, Problem: "is missing or empty"}
+	}
+	return &proxyaccess.Credentials{Username: Username(p.Spec.Upstream, p.UID), Password: string(password)}, nil
+}
+
+// RefusedCredentialsHint points at what the network checks: the rendered
+// username and the account's password. A session is not configured with
+// them (CredentialsCheckedElsewhere): a new password is used from the next
+// probe and lease on, and the super proxy is not the operator's to prove
+// closed.
+func (*Provider) RefusedCredentialsHint(_ *crawlv1alpha1.Proxy, secret string) string {
+	return fmt.Sprintf("the proxy network refused the username or the password; check spec.upstream.usernameTemplate and the password in spec.upstream.credentialsSecretRef (copied into Secret %q)", secret)
 }

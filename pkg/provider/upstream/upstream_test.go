@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
 func TestUsername(t *testing.T) {
@@ -126,5 +128,104 @@ func TestDeleteIsSeenByGet(t *testing.T) {
 	_ = prov.Delete(ctx, "h:1/other")
 	if n := len(prov.deleted); n != 1 {
 		t.Errorf("%d deletions remembered, want only the recent one", n)
+	}
+}
+
+// A session's credentials are its rendered username and the account's
+// password, read through the marked-Secret gate under the field that names
+// the account's Secret; the gate's refusals pass through unchanged.
+func TestRenderCredentials(t *testing.T) {
+	const uid = types.UID("u-1")
+	spec := &crawlv1alpha1.UpstreamProvider{UsernameTemplate: "user-acme-session-{session}", CredentialsSecretRef: crawlv1alpha1.LocalSecretRef{Name: "vendor"}}
+	session := func(up *crawlv1alpha1.UpstreamProvider) *crawlv1alpha1.Proxy {
+		return &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{UID: uid}, Spec: crawlv1alpha1.ProxySpec{Provider: crawlv1alpha1.ProviderUpstream, Upstream: up}}
+	}
+	notMarked := &proxyaccess.CredentialsError{Field: proxyaccess.FieldUpstreamCredentialsSecretRef, Secret: "vendor", Problem: "is not marked", NotMarked: true}
+	tests := map[string]struct {
+		proxy       *crawlv1alpha1.Proxy
+		data        map[string][]byte
+		readErr     error
+		want        *proxyaccess.Credentials
+		wantErr     string
+		wantSources []string
+	}{
+		"username rendered, password copied": {
+			proxy: session(spec), data: map[string][]byte{"password": []byte("pw")},
+			want:        &proxyaccess.Credentials{Username: "user-acme-session-" + SessionID(uid), Password: "pw"},
+			wantSources: []string{"vendor"},
+		},
+		"no password": {
+			proxy: session(spec), data: map[string][]byte{"username": []byte("ignored")},
+			wantErr:     `spec.upstream.credentialsSecretRef: Secret "vendor" key "password" is missing or empty`,
+			wantSources: []string{"vendor"},
+		},
+		"unmarked Secret": {
+			proxy: session(spec), readErr: notMarked,
+			wantErr:     notMarked.Error(),
+			wantSources: []string{"vendor"},
+		},
+		"no spec.upstream: nothing rendered": {proxy: session(nil)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			readMarked := func(field, name string) (*corev1.Secret, error) {
+				if field != proxyaccess.FieldUpstreamCredentialsSecretRef || name != "vendor" {
+					t.Errorf("read %s %q, want %s %q", field, name, proxyaccess.FieldUpstreamCredentialsSecretRef, "vendor")
+				}
+				return &corev1.Secret{Data: tc.data}, tc.readErr
+			}
+			got, err := New().RenderCredentials(tc.proxy, readMarked)
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" || gotErr != tc.wantErr {
+				t.Errorf("RenderCredentials = %+v, %q; want %+v, %q", got, gotErr, tc.want, tc.wantErr)
+			}
+			if tc.readErr != nil && !proxyaccess.IsNotMarked(err) {
+				t.Errorf("the gate's refusal lost its class: %v", err)
+			}
+			if diff := cmp.Diff(tc.wantSources, New().CredentialsSources(tc.proxy)); diff != "" {
+				t.Errorf("CredentialsSources (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A pool recycles a session at four fifths of its lifetime.
+func TestRecycleAge(t *testing.T) {
+	tests := map[string]struct {
+		spec   crawlv1alpha1.ProxySpec
+		want   provider.RecycleAge
+		wantOK bool
+	}{
+		"default lifetime": {
+			spec:   crawlv1alpha1.ProxySpec{Provider: crawlv1alpha1.ProviderUpstream, Upstream: &crawlv1alpha1.UpstreamProvider{}},
+			want:   provider.RecycleAge{Age: 8 * time.Minute, Why: "before its session's lifetime ends", Setting: "upstream.sessionLifetime 10m0s"},
+			wantOK: true,
+		},
+		"lifetime set": {
+			spec:   crawlv1alpha1.ProxySpec{Provider: crawlv1alpha1.ProviderUpstream, Upstream: &crawlv1alpha1.UpstreamProvider{SessionLifetime: &metav1.Duration{Duration: time.Hour}}},
+			want:   provider.RecycleAge{Age: 48 * time.Minute, Why: "before its session's lifetime ends", Setting: "upstream.sessionLifetime 1h0m0s"},
+			wantOK: true,
+		},
+		"no spec.upstream": {spec: crawlv1alpha1.ProxySpec{Provider: crawlv1alpha1.ProviderUpstream}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := New().RecycleAge(&tc.spec)
+			if diff := cmp.Diff(tc.want, got); diff != "" || ok != tc.wantOK {
+				t.Errorf("RecycleAge ok=%v, want %v; (-want +got):\n%s", ok, tc.wantOK, diff)
+			}
+		})
+	}
+}
+
+// The health engine's hint names what the network checks and the Secret
+// the password was copied into.
+func TestRefusedCredentialsHint(t *testing.T) {
+	want := `the proxy network refused the username or the password; check spec.upstream.usernameTemplate and the password in spec.upstream.credentialsSecretRef (copied into Secret "proxy-auth-u-1")`
+	if got := New().RefusedCredentialsHint(&crawlv1alpha1.Proxy{}, "proxy-auth-u-1"); got != want {
+		t.Errorf("RefusedCredentialsHint = %q, want %q", got, want)
 	}
 }

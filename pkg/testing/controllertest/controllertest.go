@@ -30,6 +30,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
@@ -135,10 +136,10 @@ func Start(t *testing.T, cfg *rest.Config, opts Options) *Harness {
 			providers[name] = p
 		}
 	}
-	health := opts.Health
-	if health == nil {
-		h.Health = &TestHealth{verdicts: map[cache.ObjectName]controller.HealthVerdict{}}
-		health = h.Health
+	verdicts := opts.Health
+	if verdicts == nil {
+		h.Health = &TestHealth{verdicts: map[cache.ObjectName]health.Verdict{}}
+		verdicts = h.Health
 	}
 	ctrl, err := controller.NewController(controller.Config{
 		CrawlClient:      operatorCrawl,
@@ -146,7 +147,7 @@ func Start(t *testing.T, cfg *rest.Config, opts Options) *Harness {
 		ProxyInformer:    crawlFactory.Crawl().V1alpha1().Proxies(),
 		SecretInformer:   secrets,
 		Providers:        providers,
-		Health:           health,
+		Health:           verdicts,
 		ProvisioningPoll: opts.ProvisioningPoll,
 		DeletionPoll:     opts.DeletionPoll,
 		DriftPoll:        opts.DriftPoll,
@@ -268,12 +269,12 @@ func (h *Harness) MakeReady(name string) *crawlv1alpha1.Proxy {
 // pushes the key through the controller's queue.
 type TestHealth struct {
 	mu       sync.Mutex
-	verdicts map[cache.ObjectName]controller.HealthVerdict
+	verdicts map[cache.ObjectName]health.Verdict
 	ctrl     *controller.Controller
 }
 
 // Verdict implements controller.HealthSource.
-func (h *TestHealth) Verdict(key cache.ObjectName) (controller.HealthVerdict, bool) {
+func (h *TestHealth) Verdict(key cache.ObjectName) (health.Verdict, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	v, ok := h.verdicts[key]
@@ -281,7 +282,7 @@ func (h *TestHealth) Verdict(key cache.ObjectName) (controller.HealthVerdict, bo
 }
 
 // Set records v for key and enqueues key.
-func (h *TestHealth) Set(key cache.ObjectName, v controller.HealthVerdict) {
+func (h *TestHealth) Set(key cache.ObjectName, v health.Verdict) {
 	h.mu.Lock()
 	h.verdicts[key] = v
 	h.mu.Unlock()
@@ -289,8 +290,8 @@ func (h *TestHealth) Set(key cache.ObjectName, v controller.HealthVerdict) {
 }
 
 // Verdict is a canned verdict about addr, checked now, with 3ms latency.
-func Verdict(addr string, healthy bool) controller.HealthVerdict {
-	return controller.HealthVerdict{Address: addr, Healthy: healthy, Message: "test verdict", Latency: 3 * time.Millisecond, CheckedAt: time.Now()}
+func Verdict(addr string, healthy bool) health.Verdict {
+	return health.Verdict{Address: addr, Healthy: healthy, Message: "test verdict", Latency: 3 * time.Millisecond, CheckedAt: time.Now()}
 }
 
 // WriteCounter counts the controller's writes to Proxy objects, per object.

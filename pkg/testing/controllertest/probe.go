@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -46,7 +46,7 @@ func (h *Harness) ProbeReady(name, target string) *crawlv1alpha1.Proxy {
 	if err := json.Unmarshal(res.Body, &echo); err != nil || len(echo.Header.Values("Via")) == 0 {
 		h.T.Fatalf("the target saw no Via header (%v): the request did not go through the proxy: %s", err, res.Body)
 	}
-	h.Health.Set(h.Key(name), controller.HealthVerdict{Address: addr, Healthy: true, Message: "fetched through the proxy", Latency: time.Since(start), CheckedAt: time.Now()})
+	h.Health.Set(h.Key(name), health.Verdict{Address: addr, Healthy: true, Message: "fetched through the proxy", Latency: time.Since(start), CheckedAt: time.Now()})
 	var got *crawlv1alpha1.Proxy
 	h.Eventually(20*time.Second, name+" Ready", func() (bool, string) {
 		got = h.Get(name)

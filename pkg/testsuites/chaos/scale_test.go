@@ -19,9 +19,9 @@ import (
 
 	"errors"
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
@@ -38,12 +38,12 @@ func scalePort(i int) int32  { return int32(scaleBasePort + i) }
 // proxy i healthy at the address of its endpoint, as soon as asked.
 type scaleHealth struct{ checkedAt time.Time }
 
-func (h scaleHealth) Verdict(key cache.ObjectName) (controller.HealthVerdict, bool) {
+func (h scaleHealth) Verdict(key cache.ObjectName) (health.Verdict, bool) {
 	i, err := strconv.Atoi(key.Name[1:])
 	if err != nil {
-		return controller.HealthVerdict{}, false
+		return health.Verdict{}, false
 	}
-	return controller.HealthVerdict{
+	return health.Verdict{
 		Address:   net.JoinHostPort("127.0.0.1", strconv.Itoa(int(scalePort(i)))),
 		Healthy:   true,
 		Message:   "scale test verdict",

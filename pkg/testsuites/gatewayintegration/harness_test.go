@@ -25,11 +25,14 @@ import (
 	"sigs.k8s.io/yaml"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/crawlpolicy"
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/feed"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
@@ -69,7 +72,7 @@ type harness struct {
 	env      *testenv.Environment
 	kube     kubernetes.Interface
 	crawl    versioned.Interface
-	store    *lease.Store
+	store    *store.Store
 	leaseURL string
 	// gatewayAddr is the gateway's 127.0.0.1:port.
 	gatewayAddr string
@@ -82,7 +85,7 @@ type harnessOptions struct {
 	wait        time.Duration
 	sessionIdle time.Duration
 	// gatewayAuth tunes the gateway's review budgets.
-	gatewayAuth lease.KubernetesAuthOptions
+	gatewayAuth auth.KubernetesOptions
 }
 
 func startHarness(t *testing.T, ns string, opts harnessOptions) *harness {
@@ -95,36 +98,36 @@ func startHarness(t *testing.T, ns string, opts harnessOptions) *harness {
 	if _, err := h.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	store, err := lease.NewStore(lease.Config{Key: leaseKey, DefaultTTL: 30 * time.Second})
+	st, err := store.New(store.Config{Key: leaseKey, DefaultTTL: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.store = store
+	h.store = st
 	factory := crawlinformers.NewSharedInformerFactoryWithOptions(h.crawl, 0, crawlinformers.WithNamespace(ns))
 	kubeFactory := informers.NewSharedInformerFactoryWithOptions(h.kube, 0, informers.WithNamespace(ns))
 	proxies := factory.Crawl().V1alpha1().Proxies()
 	secrets := kubeFactory.Core().V1().Secrets()
-	feed, err := lease.NewFeed(store, proxies)
+	proxiesSynced, err := feed.Proxies(st, proxies)
 	if err != nil {
 		t.Fatal(err)
 	}
 	secretsSynced := secrets.Informer().HasSynced
-	policiesSynced, err := crawlpolicy.NewFeed(store, factory.Crawl().V1alpha1().CrawlPolicies(), nil)
+	policiesSynced, err := feed.CrawlPolicies(st, factory.Crawl().V1alpha1().CrawlPolicies(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	factory.Start(ctx.Done())
 	kubeFactory.Start(ctx.Done())
-	auth := lease.NewKubernetesAuth(h.kube, lease.KubernetesAuthOptions{CacheTTL: time.Second})
-	srv, err := lease.NewServer(lease.ServerConfig{
-		Store: store, Authenticator: auth, Authorizer: auth,
-		Credentials: lease.SecretCredentials(secrets.Lister()),
-		Horizon:     &lease.MemoryHorizon{},
+	auth := auth.NewKubernetes(h.kube, auth.KubernetesOptions{CacheTTL: time.Second})
+	srv, err := server.New(server.Config{
+		Store: st, Authenticator: auth, Authorizer: auth,
+		Credentials: feed.SecretCredentials(secrets.Lister()),
+		Horizon:     &failover.MemoryHorizon{},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "informers synced", func() bool { return feed.HasSynced() && secretsSynced() && policiesSynced() })
+	poll(t, "informers synced", func() bool { return proxiesSynced() && secretsSynced() && policiesSynced() })
 	if err := srv.StartLeading(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -314,13 +317,13 @@ func (h *harness) gatewayURL(username, token string) string {
 }
 
 // gatewayLeases are the live leases the gateway holds in the namespace.
-func (h *harness) gatewayLeases(t *testing.T) []lease.Lease {
+func (h *harness) gatewayLeases(t *testing.T) []store.Lease {
 	t.Helper()
-	all, err := h.store.List(lease.LeaseFilter{Namespace: h.ns})
+	all, err := h.store.List(store.LeaseFilter{Namespace: h.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []lease.Lease
+	var out []store.Lease
 	for _, l := range all {
 		if strings.HasPrefix(l.Holder, "gateway:") {
 			out = append(out, l)

@@ -15,11 +15,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -105,7 +105,9 @@ func TestCrawlPolicyHoldsTheFleetToThree(t *testing.T) {
 	token := h.crawler(t, "crawler", true)
 	site := startConcurrencyTarget(t, "127.0.0.1", 100*time.Millisecond)
 	h.createPolicy(t, crawlv1alpha1.DomainRule{Host: "127.0.0.1", DomainLimits: crawlv1alpha1.DomainLimits{MaxConcurrent: ptr.To[int32](3)}})
-	poll(t, "the policy in the store", func() bool { return len(h.store.CrawlPolicyStats(cache.NewObjectName(h.ns, "polite"))) == 1 })
+	poll(t, "the policy in the store", func() bool {
+		return len(h.store.CrawlPolicyStats(store.ObjectName{Namespace: h.ns, Name: "polite"})) == 1
+	})
 
 	lc, err := client.New(h.leaseURL, client.WithToken(func(context.Context) (string, error) { return token, nil }))
 	if err != nil {
@@ -165,9 +167,9 @@ func TestCrawlPolicyHoldsTheFleetToThree(t *testing.T) {
 	// The gateway releases a rotating lease once its tunnel has closed, a
 	// lease API call that may land after curl has its answer: wait for the
 	// last releases (the check below names what is left).
-	stats := h.store.CrawlPolicyStats(cache.NewObjectName(h.ns, "polite"))
+	stats := h.store.CrawlPolicyStats(store.ObjectName{Namespace: h.ns, Name: "polite"})
 	_ = proxytest.Poll(10*time.Second, func() bool {
-		stats = h.store.CrawlPolicyStats(cache.NewObjectName(h.ns, "polite"))
+		stats = h.store.CrawlPolicyStats(store.ObjectName{Namespace: h.ns, Name: "polite"})
 		return len(stats) == 1 && stats[0].InUse == 0
 	})
 	if len(stats) != 1 || stats[0].Waited == 0 || stats[0].InUse != 0 {
@@ -182,7 +184,9 @@ func TestCrawlPolicyMinInterval(t *testing.T) {
 	politeFleet(t, h)
 	token := h.crawler(t, "crawler", true)
 	h.createPolicy(t, crawlv1alpha1.DomainRule{Host: "shop.example", DomainLimits: crawlv1alpha1.DomainLimits{MinInterval: &metav1.Duration{Duration: 200 * time.Millisecond}}})
-	poll(t, "the policy in the store", func() bool { return len(h.store.CrawlPolicyStats(cache.NewObjectName(h.ns, "polite"))) == 1 })
+	poll(t, "the policy in the store", func() bool {
+		return len(h.store.CrawlPolicyStats(store.ObjectName{Namespace: h.ns, Name: "polite"})) == 1
+	})
 	lc, err := client.New(h.leaseURL, client.WithToken(func(context.Context) (string, error) { return token, nil }))
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 )
 
@@ -66,7 +66,7 @@ func TestSessionBelongsToItsCaller(t *testing.T) {
 // only, whatever address it claims in headers; a crawler connecting from
 // another address gets its new token reviewed.
 func TestReviewBudgetIsPerSourceAddress(t *testing.T) {
-	h := startHarness(t, "gw-budget", harnessOptions{gatewayAuth: lease.KubernetesAuthOptions{
+	h := startHarness(t, "gw-budget", harnessOptions{gatewayAuth: auth.KubernetesOptions{
 		// Three new tokens per address, not refilled within the test; the
 		// overall budget out of the way.
 		TokenReviewPerSourceQPS: 0.001, TokenReviewPerSourceBurst: 3,

@@ -19,7 +19,7 @@ import (
 
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -27,7 +27,7 @@ import (
 // ServiceAccount, bound cluster-wide to artifacts/rbac/gateway-role.yaml
 // and nothing else, reviews its callers with the real API server and calls
 // the lease API over HTTP for them (act-for).
-func (h *harness) tierDoors(t *testing.T, authOpts lease.KubernetesAuthOptions) (gateway.Leases, lease.Authenticator, lease.Authorizer) {
+func (h *harness) tierDoors(t *testing.T, authOpts auth.KubernetesOptions) (gateway.Leases, auth.Authenticator, auth.Authorizer) {
 	t.Helper()
 	token := h.clusterServiceAccount(t, "gateway", artifactRole(t, "gateway-role.yaml"))
 	remote, err := gateway.NewRemote(gateway.RemoteConfig{
@@ -37,7 +37,7 @@ func (h *harness) tierDoors(t *testing.T, authOpts lease.KubernetesAuthOptions) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth := lease.NewKubernetesAuth(kubernetes.NewForConfigOrDie(h.env.UserConfig(token)), authOpts)
+	auth := auth.NewKubernetes(kubernetes.NewForConfigOrDie(h.env.UserConfig(token)), authOpts)
 	return remote, auth, auth
 }
 

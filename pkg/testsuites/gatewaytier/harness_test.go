@@ -21,7 +21,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
@@ -135,10 +135,10 @@ func serviceAccount(t *testing.T, env *testenv.Environment, kube kubernetes.Inte
 	}
 	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}
-	// What the lease API will ask about this account (lease.Attributes).
+	// What the lease API will ask about this account (auth.Attributes).
 	attrs := authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: crawlv1alpha1.SchemeGroupVersion.Group, Resource: "proxies", Subresource: "leases"}
 	if clusterWide {
-		attrs = authorizationv1.ResourceAttributes{Verb: lease.VerbActFor, Group: lease.ActForGroup, Resource: lease.ActForResource}
+		attrs = authorizationv1.ResourceAttributes{Verb: auth.VerbActFor, Group: auth.ActForGroup, Resource: auth.ActForResource}
 		_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name}, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})
 	} else {

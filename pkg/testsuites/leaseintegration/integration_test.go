@@ -12,17 +12,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/feed"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 var apiServer = testenv.NewShared(testenv.Options{})
@@ -60,12 +64,12 @@ func startLeaseAPI(t *testing.T) *harness {
 		}
 	}
 
-	store, err := lease.NewStore(lease.Config{Key: leaseKey})
+	st, err := store.New(store.Config{Key: leaseKey})
 	if err != nil {
 		t.Fatal(err)
 	}
 	factory := crawlinformers.NewSharedInformerFactory(h.crawl, 0)
-	feed, err := lease.NewFeed(store, factory.Crawl().V1alpha1().Proxies())
+	proxiesSynced, err := feed.Proxies(st, factory.Crawl().V1alpha1().Proxies())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,15 +78,15 @@ func startLeaseAPI(t *testing.T) *harness {
 		cancel()
 		factory.Shutdown()
 	})
-	auth := lease.NewKubernetesAuth(h.kube, lease.KubernetesAuthOptions{})
-	srv, err := lease.NewServer(lease.ServerConfig{
-		Store: store, Authenticator: auth, Authorizer: auth,
-		Horizon: lease.NewConfigMapHorizon(h.kube, nsOperator, "lease-horizon-"+strings.ToLower(t.Name()), "test"),
+	auth := auth.NewKubernetes(h.kube, auth.KubernetesOptions{})
+	srv, err := server.New(server.Config{
+		Store: st, Authenticator: auth, Authorizer: auth,
+		Horizon: failover.NewConfigMapHorizon(h.kube, nsOperator, "lease-horizon-"+strings.ToLower(t.Name()), "test"),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, func(context.Context) (bool, error) { return feed.HasSynced(), nil })
+	poll(t, func(context.Context) (bool, error) { return proxiesSynced(), nil })
 	if err := srv.StartLeading(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -290,8 +294,8 @@ func TestConfigMapHorizonOnTheAPIServer(t *testing.T) {
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsOperator}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	a := lease.NewConfigMapHorizon(kube, nsOperator, "horizon-fence", "a")
-	b := lease.NewConfigMapHorizon(kube, nsOperator, "horizon-fence", "b")
+	a := failover.NewConfigMapHorizon(kube, nsOperator, "horizon-fence", "a")
+	b := failover.NewConfigMapHorizon(kube, nsOperator, "horizon-fence", "b")
 	if got, err := a.Claim(ctx); err != nil || !got.IsZero() {
 		t.Fatalf("a's first Claim: %v, %v", got, err)
 	}
@@ -303,7 +307,7 @@ func TestConfigMapHorizonOnTheAPIServer(t *testing.T) {
 	if err != nil || !got.Equal(horizon) {
 		t.Fatalf("b's Claim = %v, %v; want %v", got, err, horizon)
 	}
-	if err := a.Save(ctx, horizon.Add(time.Hour)); !errors.Is(err, lease.ErrHorizonLost) {
+	if err := a.Save(ctx, horizon.Add(time.Hour)); !errors.Is(err, failover.ErrHorizonLost) {
 		t.Errorf("a's Save after b's claim: err = %v, want ErrHorizonLost", err)
 	}
 	if err := b.Save(ctx, horizon.Add(time.Second)); err != nil {

@@ -345,15 +345,33 @@ func (pt *poolTest) kubectlWide(ctx context.Context, name string) (map[string]st
 	if len(lines) != 2 {
 		return nil, fmt.Errorf("kubectl get -o wide printed %q", out)
 	}
-	head, row := strings.Fields(lines[0]), strings.Fields(lines[1])
-	if len(head) != len(row) {
-		return nil, fmt.Errorf("kubectl get -o wide: %d columns, %d values: %q", len(head), len(row), out)
+	return wideColumns(lines[0], lines[1]), nil
+}
+
+// wideColumns cuts a kubectl table row at its header's column starts:
+// kubectl aligns columns, and a column with no value yet (SUCCESS before any
+// outcome) is blank, so splitting on spaces would shift every later value.
+func wideColumns(header, row string) map[string]string {
+	var starts []int
+	for i := range header {
+		if header[i] != ' ' && (i == 0 || header[i-1] == ' ') {
+			starts = append(starts, i)
+		}
 	}
 	cols := map[string]string{}
-	for i, h := range head {
-		cols[h] = row[i]
+	for n, start := range starts {
+		end := len(row)
+		if n+1 < len(starts) && starts[n+1] < end {
+			end = starts[n+1]
+		}
+		name := strings.Fields(header[start:])[0]
+		value := ""
+		if start < len(row) {
+			value = strings.TrimSpace(row[start:end])
+		}
+		cols[name] = value
 	}
-	return cols, nil
+	return cols
 }
 
 func conditionReason(p *crawlv1alpha1.ProxyPool) string {

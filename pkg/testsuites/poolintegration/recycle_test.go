@@ -148,20 +148,12 @@ func TestBurnedMemberIsRecycled(t *testing.T) {
 	})
 	pt.wantEvent(t, "ProxyPool", "burn", "Recycled", victim, "burned: 3 distinct domains banned it within 10m0s (maxBannedDomains 3)")
 	pt.wantEvent(t, "Proxy", victim, "Recycled", "burned: 3 distinct domains")
-	wide, err := pt.kubectl(t.Context(), "get", "pxp", "burn", "-o", "wide")
+	col, err := pt.kubectlWide(t.Context(), "burn")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(wide), "\n")
-	header, row := strings.Fields(lines[0]), strings.Fields(lines[len(lines)-1])
-	col := map[string]string{}
-	for i, h := range header {
-		if i < len(row) {
-			col[h] = row[i]
-		}
-	}
 	if col["BURNED"] != "1" || col["USED-UP"] != "0" {
-		t.Errorf("kubectl get pxp -o wide does not tell the story:\n%s", wide)
+		t.Errorf("kubectl get pxp -o wide does not tell the story: %v", col)
 	}
 	scraped, err := pt.op.Scrape(t.Context())
 	if err != nil {

@@ -105,7 +105,7 @@ func TestAutoscalingExamples(t *testing.T) {
 		return data
 	}
 	exported := map[string]bool{}
-	for _, n := range metrics.New().Names() {
+	for _, n := range metrics.New(metrics.Labels{}).Names() {
 		exported[n] = true
 	}
 	checkQuery := func(where, q string) {

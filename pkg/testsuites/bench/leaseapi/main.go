@@ -48,8 +48,9 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
 	leaseclient "github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/procstat"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest/fleet"
 	"github.com/proxyfleet/proxy-operator/pkg/testsuites/bench/benchkit"
@@ -548,7 +549,7 @@ func serveTrivial(bodyPath string) error {
 	if *bareTrivial {
 		return (&http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}).Serve(ln)
 	}
-	return lease.NewHTTPServer(mux, lease.DefaultMaxWait).Serve(ln)
+	return server.NewHTTPServer(mux, store.DefaultMaxWait).Serve(ln)
 }
 
 // idOf is the "id" member of a grant body.

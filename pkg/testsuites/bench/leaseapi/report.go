@@ -13,7 +13,7 @@ import (
 
 func format(cfg config, loadBefore, loadAfter string, results [][]result) string {
 	var b strings.Builder
-	trivialServer := "the lease API's server settings (lease.NewHTTPServer)"
+	trivialServer := "the lease API's server settings (server.NewHTTPServer)"
 	if *bareTrivial {
 		trivialServer = "net/http's defaults and a header timeout (-bare-trivial)"
 	}

@@ -15,7 +15,7 @@ import (
 // The counters are read from what the operator's own registry serves, so a
 // renamed metric or bucket breaks this test, not the bench at hour two.
 func TestParseProbeMetrics(t *testing.T) {
-	m := metrics.New()
+	m := metrics.New(metrics.Labels{ProbeResults: health.Results, HealthReports: health.Reports})
 	key := cache.ObjectName{Namespace: "ns", Name: "px"}
 	for range 5 {
 		m.ObserveProbe(key, health.ResultSuccess, 3*time.Millisecond, time.Now())

@@ -49,7 +49,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest/fleet"
 	"github.com/proxyfleet/proxy-operator/pkg/testsuites/bench/benchkit"
 )
@@ -314,7 +314,7 @@ func (b *bench) run(ctx context.Context, s runSpec) (res result, err error) {
 		return res, fmt.Errorf("creating the namespace: %w", err)
 	}
 	defer b.abandon(ns)
-	leaseTTL := max(lease.DefaultMaxTTL, s.steady+5*time.Minute)
+	leaseTTL := max(store.DefaultMaxTTL, s.steady+5*time.Minute)
 	args := []string{
 		"--kubeconfig=" + b.kubeconfig,
 		"--namespace=" + ns,

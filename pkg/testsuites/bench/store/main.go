@@ -36,9 +36,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
 
 // Issue 16's targets.
@@ -97,7 +96,7 @@ func run(proxies, goroutines, rounds int, round time.Duration, cpuProfile string
 		}
 		placements = placements[only-1 : only]
 	}
-	store, err := newStore(proxies)
+	st, err := newStore(proxies)
 	if err != nil {
 		return err
 	}
@@ -117,7 +116,7 @@ func run(proxies, goroutines, rounds int, round time.Duration, cpuProfile string
 	results := make([][]result, len(placements)) // by placement, then round
 	// A short warm-up in every placement, not reported.
 	for _, p := range placements {
-		if _, err := measure(store, p, round/4); err != nil {
+		if _, err := measure(st, p, round/4); err != nil {
 			return err
 		}
 	}
@@ -125,7 +124,7 @@ func run(proxies, goroutines, rounds int, round time.Duration, cpuProfile string
 		// Rotate which placement goes first, so that none always follows another.
 		for i := range placements {
 			p := (r + i) % len(placements)
-			res, err := measure(store, placements[p], round)
+			res, err := measure(st, placements[p], round)
 			if err != nil {
 				return err
 			}
@@ -137,25 +136,25 @@ func run(proxies, goroutines, rounds int, round time.Duration, cpuProfile string
 	return nil
 }
 
-func newStore(proxies int) (*lease.Store, error) {
-	store, err := lease.NewStore(lease.Config{Key: []byte("benchmark-key-of-thirty-two-byte")})
+func newStore(proxies int) (*store.Store, error) {
+	st, err := store.New(store.Config{Key: []byte("benchmark-key-of-thirty-two-byte")})
 	if err != nil {
 		return nil, err
 	}
 	for i := range proxies {
 		name := "p" + strconv.Itoa(i)
-		store.Upsert(lease.ProxyInfo{
-			Key: cache.NewObjectName("crawl", name), UID: types.UID(name), Ready: true,
+		st.Upsert(store.ProxyInfo{
+			Key: store.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID(name), Ready: true,
 			URL: fmt.Sprintf("http://127.0.%d.%d:3128", i/250, 1+i%250), LatencyMillis: int64(i % 97), MaxLeases: 1,
 			Labels: map[string]string{"region": []string{"eu", "us"}[i%2]},
 		})
 	}
-	store.Lead(time.Time{}, time.Time{})
-	return store, nil
+	st.Lead(time.Time{}, time.Time{})
+	return st, nil
 }
 
 // measure runs p.goroutines goroutines doing pairs on p.procs cores for d.
-func measure(store *lease.Store, p placement, d time.Duration) (result, error) {
+func measure(st *store.Store, p placement, d time.Duration) (result, error) {
 	runtime.GOMAXPROCS(p.procs)
 	runtime.GC()
 	var (
@@ -170,7 +169,7 @@ func measure(store *lease.Store, p placement, d time.Duration) (result, error) {
 	ctx := context.Background()
 	for g := range p.goroutines {
 		done.Go(func() {
-			req := lease.AcquireRequest{Holder: "worker-" + strconv.Itoa(g+1)}
+			req := store.AcquireRequest{Holder: "worker-" + strconv.Itoa(g+1)}
 			start.Wait()
 			n := int64(0)
 			for !stop.Load() {
@@ -178,9 +177,9 @@ func measure(store *lease.Store, p placement, d time.Duration) (result, error) {
 				if n%timeEvery == 0 {
 					t0 = time.Now()
 				}
-				l, err := store.Acquire(ctx, req)
+				l, err := st.Acquire(ctx, req)
 				if err == nil {
-					err = store.Release(l.ID, lease.OutcomeOK, "")
+					err = st.Release(l.ID, store.OutcomeOK, "")
 				}
 				if err != nil {
 					// A copy: taking err's own address would move it to the

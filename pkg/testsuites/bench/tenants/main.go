@@ -20,7 +20,7 @@
 // interval map takes ~830 bytes) plus a margin of 16 MiB for the leases,
 // sessions and the probes.
 //
-// The calls go straight to the store (lease.Store), with each identity as
+// The calls go straight to the store (store.Store), with each identity as
 // the Owner the HTTP handlers would pass: the handlers add validation in
 // front, and nothing that stays in memory.
 //
@@ -42,10 +42,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/proxyfleet/proxy-operator/pkg/lease"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
 
 const (
@@ -65,12 +64,12 @@ type tally struct {
 }
 
 type run struct {
-	store   *lease.Store
+	store   *store.Store
 	clk     *clocktesting.FakeClock
 	metrics *stateMetrics
 	ctx     context.Context
 	tallies map[string]*tally
-	victims map[string]lease.Lease // the lease each namespace's victim holds on guarded.example
+	victims map[string]store.Lease // the lease each namespace's victim holds on guarded.example
 	blob    []byte
 	probeN  int
 	// probeEvery is how many attempts go between two probes.
@@ -105,26 +104,26 @@ func main() {
 func newRun(stateBytes int) (*run, error) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC))
 	m := &stateMetrics{entries: map[string]int{}, evictions: map[string]int{}}
-	store, err := lease.NewStore(lease.Config{Clock: clk, Key: []byte("benchmark-key-of-thirty-two-byte"), Metrics: m,
-		MaxStateBytes: lease.DefaultMaxStateBytes, MaxDomainBudgets: lease.DefaultMaxDomainBudgets})
+	st, err := store.New(store.Config{Clock: clk, Key: []byte("benchmark-key-of-thirty-two-byte"), Metrics: m,
+		MaxStateBytes: store.DefaultMaxStateBytes, MaxDomainBudgets: store.DefaultMaxDomainBudgets})
 	if err != nil {
 		return nil, err
 	}
-	r := &run{store: store, clk: clk, metrics: m, ctx: context.Background(), tallies: map[string]*tally{},
-		victims: map[string]lease.Lease{}, blob: make([]byte, stateBytes)}
+	r := &run{store: st, clk: clk, metrics: m, ctx: context.Background(), tallies: map[string]*tally{},
+		victims: map[string]store.Lease{}, blob: make([]byte, stateBytes)}
 	for _, ns := range append(attacked, quiet) {
 		for i := range 10 {
 			name := fmt.Sprintf("p%d", i)
-			store.Upsert(lease.ProxyInfo{Key: cache.NewObjectName(ns, name), UID: types.UID(ns + "-" + name), Ready: true,
+			st.Upsert(store.ProxyInfo{Key: store.ObjectName{Namespace: ns, Name: name}, UID: types.UID(ns + "-" + name), Ready: true,
 				URL: fmt.Sprintf("http://%s.%s:3128", name, ns), MaxLeases: 100})
 		}
 	}
-	store.Lead(time.Time{}, time.Time{})
+	st.Lead(time.Time{}, time.Time{})
 	for _, ns := range append(attacked, quiet) {
-		store.SetCrawlPolicy(lease.CrawlPolicy{Key: cache.NewObjectName(ns, "polite"),
-			Default: &lease.DomainLimits{MaxConcurrent: 1, MinIntervalPerProxy: 2 * time.Minute}})
+		st.SetCrawlPolicy(store.CrawlPolicy{Key: store.ObjectName{Namespace: ns, Name: "polite"},
+			Default: &store.DomainLimits{MaxConcurrent: 1, MinIntervalPerProxy: 2 * time.Minute}})
 		r.tallies[ns] = &tally{}
-		l, err := store.Acquire(r.ctx, lease.AcquireRequest{Holder: "victim", Owner: "victim-" + ns, Namespace: ns, Domain: "guarded.example", TTL: 10 * time.Minute})
+		l, err := st.Acquire(r.ctx, store.AcquireRequest{Holder: "victim", Owner: "victim-" + ns, Namespace: ns, Domain: "guarded.example", TTL: 10 * time.Minute})
 		if err != nil {
 			return nil, fmt.Errorf("the victim's lease in %s: %w", ns, err)
 		}
@@ -165,14 +164,14 @@ func (r *run) attempt(owner, ns string, i int) error {
 	t.tried++
 	domain := fmt.Sprintf("%s-%d.junk.example", owner, i)
 	session := "s-" + owner
-	l, err := r.store.Acquire(r.ctx, lease.AcquireRequest{Holder: owner, Owner: owner, Namespace: ns, Domain: domain, Session: session})
+	l, err := r.store.Acquire(r.ctx, store.AcquireRequest{Holder: owner, Owner: owner, Namespace: ns, Domain: domain, Session: session})
 	switch {
 	case err == nil:
 		t.granted++
-	case errors.Is(err, lease.ErrDomainBudgetsFull):
+	case errors.Is(err, store.ErrDomainBudgetsFull):
 		t.full++
 		return nil
-	case errors.Is(err, lease.ErrDomainLimited):
+	case errors.Is(err, store.ErrDomainLimited):
 		t.limited++
 		return nil
 	default:
@@ -184,7 +183,7 @@ func (r *run) attempt(owner, ns string, i int) error {
 	if r.store.PutSessionStateAs(owner, ns, session, "planted-"+domain, r.blob) == nil {
 		t.planted++
 	}
-	return r.store.ReleaseAs(owner, l.ID, lease.OutcomeOK, "")
+	return r.store.ReleaseAs(owner, l.ID, store.OutcomeOK, "")
 }
 
 // probe checks in every namespace that its limits bind.
@@ -204,7 +203,7 @@ func (r *run) probe() error {
 		}
 		if granted != nil {
 			t.guardedGranted++
-			_ = r.store.ReleaseAs(granted.Owner, granted.ID, lease.OutcomeOK, "")
+			_ = r.store.ReleaseAs(granted.Owner, granted.ID, store.OutcomeOK, "")
 		}
 		fresh := fmt.Sprintf("probe-%d.example", r.probeN)
 		first, err := r.tryHold(ns, fresh)
@@ -218,20 +217,20 @@ func (r *run) probe() error {
 		}
 		if second != nil {
 			t.freshTwice++
-			_ = r.store.ReleaseAs(second.Owner, second.ID, lease.OutcomeOK, "")
+			_ = r.store.ReleaseAs(second.Owner, second.ID, store.OutcomeOK, "")
 		}
-		_ = r.store.ReleaseAs(first.Owner, first.ID, lease.OutcomeOK, "")
+		_ = r.store.ReleaseAs(first.Owner, first.ID, store.OutcomeOK, "")
 	}
 	return nil
 }
 
 // tryHold acquires domain in ns for a prober; nil when a limit refused it.
-func (r *run) tryHold(ns, domain string) (*lease.Lease, error) {
-	l, err := r.store.Acquire(r.ctx, lease.AcquireRequest{Holder: "prober", Owner: "prober-" + ns, Namespace: ns, Domain: domain})
+func (r *run) tryHold(ns, domain string) (*store.Lease, error) {
+	l, err := r.store.Acquire(r.ctx, store.AcquireRequest{Holder: "prober", Owner: "prober-" + ns, Namespace: ns, Domain: domain})
 	switch {
 	case err == nil:
 		return &l, nil
-	case errors.Is(err, lease.ErrDomainLimited):
+	case errors.Is(err, store.ErrDomainLimited):
 		return nil, nil
 	}
 	return nil, fmt.Errorf("probe of %s in %s: %w", domain, ns, err)
@@ -287,7 +286,7 @@ func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // stateMetrics keeps the store's state gauges and eviction counts.
 type stateMetrics struct {
-	lease.NoMetrics
+	store.NoMetrics
 	mu                 sync.Mutex
 	entries, evictions map[string]int
 }

@@ -1,0 +1,20 @@
+package health
+
+import "time"
+
+// Verdict is what the engine reports of a proxy and the controller writes
+// into its Healthy condition (the controller's HealthSource returns it). It
+// lives here, with the engine that makes it, so that the controller depends
+// on health and never the other way round.
+type Verdict struct {
+	// Address is the host:port the verdict was measured against.
+	Address string
+	Healthy bool
+	// Message says why in a few words; it never holds a credential.
+	Message string
+	Latency time.Duration
+	// ExitIP is the address the health check's target saw (healthCheck.exitIPFromBody), "" if not measured.
+	ExitIP string
+	// CheckedAt is when the probe behind this verdict ran.
+	CheckedAt time.Time
+}

@@ -1,0 +1,154 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// The Store's configuration, its defaults and their checks, and the
+// outcomes a release reports.
+
+// Defaults of Config.
+const (
+	DefaultTTL           = 60 * time.Second
+	DefaultMinTTL        = 5 * time.Second
+	DefaultMaxTTL        = 10 * time.Minute
+	DefaultMaxWait       = 60 * time.Second
+	DefaultCooldownBase  = time.Minute
+	DefaultCooldownMax   = time.Hour
+	DefaultCooldownDecay = time.Hour
+	DefaultSessionIdle   = time.Hour
+	DefaultMaxSessions   = 100000
+	DefaultMaxCooldowns  = 100000
+)
+
+// maxSlots is the CRD's maximum of spec.maxLeases.
+const maxSlots = 10000
+
+// Config configures a Store. Zero durations take the defaults above.
+type Config struct {
+	// Clock drives expiry, cool-downs and waits. Default: the real clock.
+	Clock clock.WithTicker
+	// Key signs lease IDs (at least MinKeyLen bytes). Every replica must
+	// share it, or a new leader cannot re-learn the old leader's leases.
+	Key []byte
+	// DefaultTTL applies when a request names none; MinTTL and MaxTTL bound
+	// what a request may ask for.
+	DefaultTTL, MinTTL, MaxTTL time.Duration
+	// MaxWait bounds an acquire's long poll.
+	MaxWait time.Duration
+	// CooldownBase is the first cool-down after a ban; each further ban
+	// doubles it up to CooldownMax; each quiet CooldownDecay after a
+	// cool-down ends forgets one ban.
+	CooldownBase, CooldownMax, CooldownDecay time.Duration
+	// SessionIdle is how long an unused sticky session is remembered.
+	SessionIdle time.Duration
+	// MaxSessions and MaxCooldowns bound the sticky sessions and the
+	// (proxy, domain) cool-down entries kept, so that a misbehaving crawler
+	// cannot grow the leader without limit (see bounded.go for what is
+	// evicted). Zero takes the defaults.
+	MaxSessions, MaxCooldowns int
+	// MaxDomainBudgets bounds the crawl policies' default-rule budgets, one
+	// per domain (politeness.go). Zero takes DefaultMaxDomainBudgets.
+	MaxDomainBudgets int
+	// MaxStateBytes bounds the session state kept (sessionstate.go), each
+	// entry counted as its blob, its key's bytes and StateEntryOverhead;
+	// MaxStateEntries bounds the entries, MaxStateBytesPerOwner what one
+	// identity keeps. Zero takes the defaults (DefaultMaxStateBytes...).
+	MaxStateBytes, MaxStateEntries, MaxStateBytesPerOwner int
+	// MaxLeasesPerOwner caps the live leases one authenticated identity
+	// holds (AcquireRequest.Owner); 0: no cap. Leases without an owner
+	// (in-process callers) are not capped.
+	MaxLeasesPerOwner int
+	// Metrics receives measurements. Default: none.
+	Metrics Metrics
+	// LeadershipValidUntil, if set, says until when this replica surely
+	// still leads (on Clock's time): from then on the store grants and
+	// renews nothing, even in a term, until it moves on. It fences a leader
+	// cut off from the API server before a standby can take over
+	// (docs/decisions/0190-lease-store-fences-itself.md). Nil: never fenced.
+	LeadershipValidUntil func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	orDefault := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	orDefault(&c.DefaultTTL, DefaultTTL)
+	orDefault(&c.MinTTL, DefaultMinTTL)
+	orDefault(&c.MaxTTL, DefaultMaxTTL)
+	orDefault(&c.MaxWait, DefaultMaxWait)
+	orDefault(&c.CooldownBase, DefaultCooldownBase)
+	orDefault(&c.CooldownMax, DefaultCooldownMax)
+	orDefault(&c.CooldownDecay, DefaultCooldownDecay)
+	orDefault(&c.SessionIdle, DefaultSessionIdle)
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.MaxCooldowns == 0 {
+		c.MaxCooldowns = DefaultMaxCooldowns
+	}
+	if c.MaxStateBytes == 0 {
+		c.MaxStateBytes = DefaultMaxStateBytes
+	}
+	if c.MaxStateEntries == 0 {
+		c.MaxStateEntries = DefaultMaxStateEntries
+	}
+	if c.MaxStateBytesPerOwner == 0 {
+		c.MaxStateBytesPerOwner = DefaultMaxStateBytesPerOwner
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Metrics == nil {
+		c.Metrics = NoMetrics{}
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if len(c.Key) < MinKeyLen {
+		errs = append(errs, fmt.Errorf("the lease ID key has %d bytes, want at least %d", len(c.Key), MinKeyLen))
+	}
+	if c.MinTTL <= 0 || c.MinTTL > c.MaxTTL {
+		errs = append(errs, fmt.Errorf("TTL bounds %v..%v: want 0 < min <= max", c.MinTTL, c.MaxTTL))
+	}
+	if c.DefaultTTL < c.MinTTL || c.DefaultTTL > c.MaxTTL {
+		errs = append(errs, fmt.Errorf("default TTL %v is outside %v..%v", c.DefaultTTL, c.MinTTL, c.MaxTTL))
+	}
+	for name, d := range map[string]time.Duration{"max wait": c.MaxWait, "cool-down base": c.CooldownBase, "cool-down decay": c.CooldownDecay, "session idle": c.SessionIdle} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
+		}
+	}
+	if c.MaxSessions < 0 || c.MaxCooldowns < 0 || c.MaxLeasesPerOwner < 0 {
+		errs = append(errs, fmt.Errorf("negative MaxSessions %d, MaxCooldowns %d or MaxLeasesPerOwner %d", c.MaxSessions, c.MaxCooldowns, c.MaxLeasesPerOwner))
+	}
+	if c.MaxDomainBudgets < 0 || c.MaxStateBytes < 0 || c.MaxStateEntries < 0 || c.MaxStateBytesPerOwner < 0 {
+		errs = append(errs, fmt.Errorf("negative MaxDomainBudgets %d, MaxStateBytes %d, MaxStateEntries %d or MaxStateBytesPerOwner %d",
+			c.MaxDomainBudgets, c.MaxStateBytes, c.MaxStateEntries, c.MaxStateBytesPerOwner))
+	}
+	if c.CooldownMax < c.CooldownBase {
+		errs = append(errs, fmt.Errorf("cool-down max %v is below its base %v", c.CooldownMax, c.CooldownBase))
+	}
+	return errors.Join(errs...)
+}
+
+// Outcome is how a holder's use of a proxy went, given at release.
+type Outcome string
+
+const (
+	// OutcomeOK: the proxy worked.
+	OutcomeOK Outcome = "ok"
+	// OutcomeBanned: the domain banned the proxy; it cools down for that domain.
+	OutcomeBanned Outcome = "banned"
+	// OutcomeError: something failed, not the proxy's fault as far as the
+	// holder knows; no cool-down.
+	OutcomeError Outcome = "error"
+)

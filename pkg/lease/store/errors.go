@@ -1,0 +1,99 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Errors of the store, classified with errors.Is; the HTTP layer maps each
+// to one status and code (see docs/api.md).
+var (
+	// ErrNotLeader: this replica does not lead, so it holds no leases.
+	ErrNotLeader = errors.New("this replica is not the leader")
+	// ErrUnknownLease: no such lease here: never granted, released, expired,
+	// or not a lease ID at all.
+	ErrUnknownLease = errors.New("unknown or expired lease")
+	// ErrRevoked: the lease ended early because its proxy stopped being
+	// Ready, was deleted or replaced, or lost the lease's slot to a lower
+	// maxLeases. Acquire another.
+	ErrRevoked = errors.New("lease revoked: its proxy is no longer available")
+	// ErrSuperseded: after a leader change, a lease granted later on the
+	// previous leader holds the same place on the proxy, which proves that
+	// this one had ended there (released or revoked).
+	ErrSuperseded = errors.New("lease superseded by a later grant on the previous leader")
+	// ErrNoneFree: no Ready proxy matching the request has free capacity.
+	ErrNoneFree = errors.New("no matching Ready proxy has free capacity")
+	// ErrCoolingDown: matching proxies have capacity, but every one of them
+	// is cooling down for the request's domain.
+	ErrCoolingDown = errors.New("every matching free proxy is cooling down for this domain")
+	// ErrRecovering: a new leader grants nothing until every lease the
+	// previous leader could have granted has expired or been re-learned.
+	ErrRecovering = errors.New("recovering after a leader change: not granting yet")
+)
+
+// UnavailableError says that nothing can be granted now, why (ErrNoneFree,
+// ErrCoolingDown or ErrRecovering) and when trying again makes sense.
+type UnavailableError struct {
+	Reason     error
+	RetryAfter time.Duration
+	// budget is the crawl policy budget behind ErrDomainLimited, counted
+	// when the acquire waits or is refused.
+	budget *budget
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("%v (retry after %v)", e.Reason, e.RetryAfter)
+}
+
+func (e *UnavailableError) Unwrap() error { return e.Reason }
+
+// FieldError is a request that is malformed or out of bounds, naming the
+// offending field as the API spells it.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return e.Message
+	}
+	return e.Field + ": " + e.Message
+}
+
+// HorizonError: granting or renewing would promise an expiry beyond the
+// horizon this leader has persisted (pkg/lease/server keeps it). The
+// caller extends the horizon to Need and tries again.
+type HorizonError struct {
+	Need time.Time
+}
+
+func (e *HorizonError) Error() string {
+	return fmt.Sprintf("expiry %v is beyond the persisted horizon", e.Need.Format(time.RFC3339Nano))
+}
+
+// ErrTooManyLeases: the caller's identity already holds
+// Config.MaxLeasesPerOwner live leases (429). Release one first.
+var ErrTooManyLeases = errors.New("this identity holds as many leases as it may")
+
+// OwnerLimitError is ErrTooManyLeases with the limit.
+type OwnerLimitError struct {
+	Limit int
+}
+
+func (e *OwnerLimitError) Error() string {
+	return fmt.Sprintf("%v (%d); release one first", ErrTooManyLeases, e.Limit)
+}
+
+func (e *OwnerLimitError) Unwrap() error { return ErrTooManyLeases }
+
+// truncate keeps echoed input short in error messages.
+func truncate(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
