@@ -46,6 +46,10 @@ func down(ctx context.Context, n node) error {
 	}
 	keep(killContainers(n))
 	keep(stop(n, "containerd", byName["containerd"].Bin, 10*time.Second))
+	// Components without a pid file (a crash, or an up that lost track of them).
+	for _, pid := range strays(n.Dir, componentBins(n)) {
+		keep(signalAndWait(pid, 10*time.Second))
+	}
 	keep(unmountUnder(n.Dir, "/run/containerd", "/var/lib/kubelet"))
 	if exec.Command("ip", "link", "show", n.Bridge).Run() == nil {
 		keep(run("ip", "link", "delete", n.Bridge))
@@ -308,6 +312,9 @@ func leftovers(n node) []string {
 			left = append(left, fmt.Sprintf("process %s (pid %d)", c.Name, pid))
 		}
 	}
+	for _, pid := range strays(n.Dir, componentBins(n)) {
+		left = append(left, fmt.Sprintf("process pid %d (a component naming %s)", pid, n.Dir))
+	}
 	for _, mp := range mounts(n.Dir, "/run/containerd", "/var/lib/kubelet") {
 		left = append(left, "mount "+mp)
 	}
@@ -373,4 +380,13 @@ func destroyIPSets(sets []string) error {
 		errs = append(errs, run("ipset", "destroy", set))
 	}
 	return errors.Join(errs...)
+}
+
+// componentBins are the binaries of the node's processes.
+func componentBins(n node) []string {
+	var bins []string
+	for _, c := range n.components() {
+		bins = append(bins, c.Bin)
+	}
+	return bins
 }
