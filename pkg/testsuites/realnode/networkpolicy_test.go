@@ -42,7 +42,7 @@ type policyRow struct {
 func policiesHoldPackets(t *testing.T, s *suite) {
 	ctx := context.Background()
 	node := s.nodeIP(t)
-	s.createProxy(t, openedProxy, "{port: 3128}", s.echoIP+"/32", node+"/32")
+	s.createProxy(t, openedProxy, "{port: 3128}", s.echoIP+"/32", s.echoServiceIP+"/32", node+"/32")
 	door, opened := s.waitProxyReady(t, doorProxy), s.waitProxyReady(t, openedProxy)
 	doorPod, openedPod := s.proxyPod(t, door.Status.IP), s.proxyPod(t, opened.Status.IP)
 	operator, gateway, dns := s.onePod(t, operatorNamespace, operatorSelector, true), s.onePod(t, operatorNamespace, gatewaySelector, false), s.onePod(t, "kube-system", "k8s-app=kube-dns", false)
