@@ -36,6 +36,7 @@ var foreignPrograms = map[string]bool{
 // foreignFlags are flags of other programs that the docs name in prose,
 // with whose they are.
 var foreignFlags = map[string]string{
+	"admit-wait":      "examples/crawler",
 	"masquerade-all":  "kube-proxy",
 	"platforms":       "hack/image (make image's program, a module of its own)",
 	"proxy-server":    "Chrome",

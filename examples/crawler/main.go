@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -52,6 +53,7 @@ func main() {
 		target    = flag.String("url", "", "the URL to fetch through each leased proxy (required)")
 		rounds    = flag.Int("rounds", 3, "how many fetches to make")
 		insecure  = flag.Bool("insecure", false, "accept any TLS certificate from the target (make run's self-signed target)")
+		admitWait = flag.Duration("admit-wait", 5*time.Second, "how long a refused connection to a leased proxy is retried: a new Pod is admitted by the proxy's NetworkPolicy only once the network plugin has learnt its address")
 	)
 	flag.Parse()
 	if *showVer {
@@ -95,7 +97,7 @@ func main() {
 			if err != nil {
 				return err
 			}
-			status, err := fetch(ctx, proxyURL, *target, *insecure, *showBody)
+			status, err := fetch(ctx, proxyURL, *target, *insecure, *showBody, *admitWait)
 			if err != nil {
 				return err
 			}
@@ -138,7 +140,9 @@ func crawlThroughGateway(ctx context.Context, gateway, tokenFile, namespace, tar
 			password = strings.TrimSpace(string(raw))
 		}
 		proxyURL.User = url.UserPassword("ns-"+namespace, password)
-		status, err := fetch(ctx, proxyURL, target, insecure, showBody)
+		// No retry of a refusal: the chart puts no policy in front of the
+		// gateway, so a refused connection means no gateway is there.
+		status, err := fetch(ctx, proxyURL, target, insecure, showBody, 0)
 		if err != nil {
 			fmt.Printf("round %d: %v\n", round, err)
 			failed++
@@ -154,8 +158,9 @@ func crawlThroughGateway(ctx context.Context, gateway, tokenFile, namespace, tar
 
 // fetch requests target through proxyURL and returns the response's status
 // and time (and first line, with showBody).
-func fetch(ctx context.Context, proxyURL *url.URL, target string, insecure, showBody bool) (string, error) {
-	transport := &http.Transport{Proxy: http.ProxyURL(proxyURL), TLSClientConfig: &tls.Config{InsecureSkipVerify: insecure}} //nolint:gosec // opt-in, for make run's self-signed target
+func fetch(ctx context.Context, proxyURL *url.URL, target string, insecure, showBody bool, admitWait time.Duration) (string, error) {
+	dial := admittingDialer{wait: admitWait}
+	transport := &http.Transport{Proxy: http.ProxyURL(proxyURL), DialContext: dial.DialContext, TLSClientConfig: &tls.Config{InsecureSkipVerify: insecure}} //nolint:gosec // opt-in, for make run's self-signed target
 	defer transport.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
@@ -176,7 +181,38 @@ func fetch(ctx context.Context, proxyURL *url.URL, target string, insecure, show
 		first, _, _ := strings.Cut(string(body), "\n")
 		status += fmt.Sprintf(", body %q", first)
 	}
+	if dial.refusedFor > 0 {
+		status += fmt.Sprintf(" (the proxy refused this Pod for %s before admitting it)", dial.refusedFor.Round(time.Millisecond))
+	}
 	return status, nil
+}
+
+// admittingDialer retries a refused connection for up to wait. A leased
+// proxy is Ready (the operator reached it), so a refusal is most likely the
+// proxy Pod's NetworkPolicy not admitting this Pod yet: policy plugins learn
+// a new Pod's address from the API server, after its container has started
+// (kube-router on the real node: about half a second).
+type admittingDialer struct {
+	wait       time.Duration
+	refusedFor time.Duration
+}
+
+func (d *admittingDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	start := time.Now()
+	for refused := false; ; refused = true {
+		conn, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) >= d.wait {
+			if err == nil && refused {
+				d.refusedFor = time.Since(start)
+			}
+			return conn, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // isBan: a 403 or 429 from the site counts as a ban of the proxy for that

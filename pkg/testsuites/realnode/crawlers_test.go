@@ -48,7 +48,11 @@ func crawlerPodsCrawl(t *testing.T, s *suite) {
 	}
 	s.crawlRows = append(s.crawlRows, policyRow{"crawler Pod → gateway Service by DNS name → proxy Pod with allowFrom → target by DNS name: a page", true, through})
 
+	// examples/crawler retries a refused connection to the leased proxy for
+	// --admit-wait (5s): this Pod is new, and kube-router admits it by its
+	// namespace only once it has learnt its address (it says how long).
 	body = s.runCrawler(t, "crawler-lease", "--lease-api", leasesURL)
+	t.Logf("crawler through a lease printed:\n%s", body)
 	leased := strings.Contains(body, "via "+crawlNamespace+"/"+doorProxy+": 200 OK") && strings.Contains(body, fmt.Sprintf("body %q", door.Status.IP))
 	if !leased {
 		t.Errorf("crawler through a lease printed:\n%s\nwant 200 OK through %s with its address %s as the target saw it", body, doorProxy, door.Status.IP)

@@ -133,12 +133,20 @@ func (s *suite) probeIn(t *testing.T, pod corev1.Pod, from string, paths []path)
 	return rowsOf(t, from, paths, string(out))
 }
 
-// probeFrom runs netcheck as a Pod of namespace.
+// probeFrom runs netcheck as a new Pod of namespace. A policy admits a new
+// Pod by its namespace or labels only once kube-router has learnt its
+// address from the API server, which the kubelet reports after the
+// container started (about half a second here): each address gets
+// settleTime, and a denied one is denied for all of it.
 func (s *suite) probeFrom(t *testing.T, namespace, from string, paths []path) []policyRow {
 	t.Helper()
-	out := s.runPod(t, namespace, "netcheck", "default", "netcheck", netcheckArgs(paths))
+	out := s.runPod(t, namespace, "netcheck", "default", "netcheck", append([]string{"--settle=" + settleTime.String()}, netcheckArgs(paths)...))
+	t.Logf("netcheck as a Pod of %s printed:\n%s", namespace, out)
 	return rowsOf(t, from, paths, out)
 }
+
+// settleTime is how long a new Pod's probe tries each address (probeFrom).
+const settleTime = 5 * time.Second
 
 func netcheckArgs(paths []path) []string {
 	args := []string{"--timeout=3s"}
@@ -156,7 +164,7 @@ func rowsOf(t *testing.T, from string, paths []path, out string) []policyRow {
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		addr, result, _ := strings.Cut(line, " ")
 		seen[addr] = true
-		connected[addr] = result == "connected"
+		connected[addr] = strings.HasPrefix(result, "connected") // or "connected after <d>" (--settle)
 	}
 	var rows []policyRow
 	for _, p := range paths {
