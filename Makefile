@@ -59,15 +59,17 @@ cluster-down:
 	$(GO) build -o $(BIN)/cluster ./hack/cluster
 	$(BIN)/cluster down
 
-# cluster-tools: the node's pinned builds into bin/ (no-op when current); helm installs the chart there.
+# cluster-tools: the node's pinned builds into bin/ (no-op when current), CoreDNS and kube-router included; helm installs the chart there.
 cluster-tools: testenv testtools
 	hack/tools/build.sh node
 	hack/tools/build-tool.sh containerd
 	hack/tools/build-tool.sh cni-plugins
+	hack/tools/build-tool.sh coredns
+	hack/tools/build-tool.sh kube-router
 
-# cluster-images: make image's images, the node's sandbox and the suite's target, imported by make cluster.
-cluster-images:
-	GOWORK=off $(GO) run -C hack/image . --repo $(CURDIR) --out $(CURDIR)/.local/cluster-images --images proxy-operator,forward-proxy,pause,echo
+# cluster-images: make image's images, the node's sandbox and cluster DNS, the suite's target, probe and crawler, imported by make cluster.
+cluster-images: cluster-tools
+	GOWORK=off $(GO) run -C hack/image . --repo $(CURDIR) --out $(CURDIR)/.local/cluster-images --images proxy-operator,forward-proxy,pause,echo,netcheck,coredns,crawler
 
 ## chaos: the failure suite's long variant (more rounds, larger fleets, longer storms; about 15 min)
 chaos: testenv testpeers

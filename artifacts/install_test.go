@@ -20,6 +20,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	podprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
@@ -294,17 +295,17 @@ func TestHelmValues(t *testing.T) {
 	}
 	gatewayArgs := containerArgs(t, objs["Deployment "+namespace+"/proxy-operator-gateway"])
 	for _, want := range []string{"gateway", "--lease-auth=none", "--listen=:3128",
-		"--lease-url=http://$(PROXY_OPERATOR_LEASES_SERVICE_HOST):$(PROXY_OPERATOR_LEASES_SERVICE_PORT)"} {
+		"--lease-url=http://proxy-operator-leases:8080"} {
 		if !slices.Contains(gatewayArgs, want) {
 			t.Errorf("gateway args %q lack %s", gatewayArgs, want)
 		}
 	}
-	// Another release name: the variables follow the leases Service's name.
+	// Another release name: the URL follows the leases Service's name.
 	other := byKey(decode(t, []byte(run(t, nil, tool(t, "helm"), "template", "crawl", chartDir, "--namespace", namespace))))
 	if other["Service "+namespace+"/crawl-proxy-operator-leases"] == nil ||
 		!slices.Contains(containerArgs(t, other["Deployment "+namespace+"/crawl-proxy-operator-gateway"]),
-			"--lease-url=http://$(CRAWL_PROXY_OPERATOR_LEASES_SERVICE_HOST):$(CRAWL_PROXY_OPERATOR_LEASES_SERVICE_PORT)") {
-		t.Error("release crawl: the gateway's --lease-url does not name the crawl-proxy-operator-leases Service's variables")
+			"--lease-url=http://crawl-proxy-operator-leases:8080") {
+		t.Error("release crawl: the gateway's --lease-url does not name the crawl-proxy-operator-leases Service")
 	}
 	if replicas != 3 || c["image"] != imageRepo+":v9.9.9" {
 		t.Errorf("replicas %d image %v, want 3 and %s:v9.9.9", replicas, c["image"], imageRepo)
@@ -344,6 +345,65 @@ func TestHelmValues(t *testing.T) {
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir())
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "leaseAuth") {
 		t.Errorf("helm template with leaseAuth=token: err %v, output %s; want a failure naming leaseAuth", err, out)
+	}
+}
+
+// The Pods' labels follow Helm's convention for any release name (name: the
+// chart, instance: the release, component: operator or gateway), and so do
+// the kustomize base's: the kubernetes provider's NetworkPolicies admit the
+// operator and the gateway by OperatorPodLabels, which both carry; each
+// Deployment, Service and PodDisruptionBudget selects its own Pods only.
+func TestPodLabelsHoldForAnyRelease(t *testing.T) {
+	installs := map[string]map[string]*unstructured.Unstructured{
+		"kustomize":              byKey(decode(t, renderKustomize(t))),
+		"helm, release crawl":    byKey(decode(t, []byte(run(t, nil, tool(t, "helm"), "template", "crawl", chartDir, "--namespace", namespace)))),
+		"helm, release proxy-op": byKey(decode(t, []byte(run(t, nil, tool(t, "helm"), "template", "proxy-op", chartDir, "--namespace", namespace)))),
+	}
+	prefixes := map[string]string{"kustomize": "proxy-operator", "helm, release crawl": "crawl-proxy-operator", "helm, release proxy-op": "proxy-op-proxy-operator"}
+	instances := map[string]string{"kustomize": "proxy-operator", "helm, release crawl": "crawl", "helm, release proxy-op": "proxy-op"}
+	for name, objs := range installs {
+		prefix := prefixes[name]
+		pods := map[string]map[string]string{} // component → the Pod template's labels
+		for component, deployment := range map[string]string{"operator": prefix, "gateway": prefix + "-gateway"} {
+			d := objs["Deployment "+namespace+"/"+deployment]
+			if d == nil {
+				t.Fatalf("%s: no Deployment %s", name, deployment)
+			}
+			labels, _, _ := unstructured.NestedStringMap(d.Object, "spec", "template", "metadata", "labels")
+			want := map[string]string{"app.kubernetes.io/name": "proxy-operator", "app.kubernetes.io/instance": instances[name], "app.kubernetes.io/component": component}
+			if diff := cmp.Diff(want, labels); diff != "" {
+				t.Errorf("%s: %s's Pod labels (-want +got):\n%s", name, deployment, diff)
+			}
+			for k, v := range podprovider.OperatorPodLabels {
+				if labels[k] != v {
+					t.Errorf("%s: %s's Pods lack %s=%s, which the proxy Pods' NetworkPolicies admit", name, deployment, k, v)
+				}
+			}
+			pods[component] = labels
+		}
+		for _, sel := range []struct{ object, path, component string }{
+			{"Deployment " + namespace + "/" + prefix, "spec.selector.matchLabels", "operator"},
+			{"Deployment " + namespace + "/" + prefix + "-gateway", "spec.selector.matchLabels", "gateway"},
+			{"Service " + namespace + "/" + prefix + "-metrics", "spec.selector", "operator"},
+			{"Service " + namespace + "/" + prefix + "-gateway", "spec.selector", "gateway"},
+			{"PodDisruptionBudget " + namespace + "/" + prefix, "spec.selector.matchLabels", "operator"},
+			{"PodDisruptionBudget " + namespace + "/" + prefix + "-gateway", "spec.selector.matchLabels", "gateway"},
+		} {
+			o := objs[sel.object]
+			if o == nil {
+				t.Fatalf("%s: no %s", name, sel.object)
+			}
+			selector, _, _ := unstructured.NestedStringMap(o.Object, strings.Split(sel.path, ".")...)
+			for component, labels := range pods {
+				selects := len(selector) > 0
+				for k, v := range selector {
+					selects = selects && labels[k] == v
+				}
+				if selects != (component == sel.component) {
+					t.Errorf("%s: %s (%v) selects the %s Pods: %v", name, sel.object, selector, component, selects)
+				}
+			}
+		}
 	}
 }
 

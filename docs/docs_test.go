@@ -36,10 +36,11 @@ var foreignPrograms = map[string]bool{
 // foreignFlags are flags of other programs that the docs name in prose,
 // with whose they are.
 var foreignFlags = map[string]string{
+	"admit-wait":                          "examples/crawler",
+	"ignore-certificate-errors-spki-list": "Chrome",
 	"masquerade-all":                      "kube-proxy",
 	"platforms":                           "hack/image (make image's program, a module of its own)",
 	"proxy-server":                        "Chrome",
-	"ignore-certificate-errors-spki-list": "Chrome",
 	"proxy-user":                          "curl",
 	"source-ranges":                       "gcloud compute firewall-rules create",
 	"unsafe-no-fsync":                     "etcd",

@@ -5,7 +5,8 @@
 # skopeo (reads make image's OCI layouts in hack/image's test), util-linux's
 # taskset (the gateway benchmark's placements; Essential, so normally there),
 # and what make cluster's node runs beside its own builds: runc (the OCI
-# runtime under containerd), iptables (kube-proxy and CNI rules) and conntrack.
+# runtime under containerd), iptables (kube-proxy and CNI rules), ipset
+# (kube-router's NetworkPolicy sets) and conntrack.
 # Idempotent: does nothing when they are all present.
 #
 #   hack/install-deps.sh           install what is missing (root, or through sudo)
@@ -24,6 +25,7 @@ command -v skopeo >/dev/null || need+=(skopeo)
 command -v taskset >/dev/null || need+=(util-linux) # the gateway bench pins processes to cores
 command -v runc >/dev/null || [ -x /usr/sbin/runc ] || need+=(runc)
 [ -x /usr/sbin/iptables ] || need+=(iptables)
+[ -x /usr/sbin/ipset ] || need+=(ipset)
 [ -x /usr/sbin/conntrack ] || need+=(conntrack)
 [ ${#need[@]} -eq 0 ] && exit 0
 

@@ -8,6 +8,15 @@
 //
 // In a cluster, pass --token-file /var/run/secrets/kubernetes.io/serviceaccount/token
 // and bind the worker's ServiceAccount to artifacts/rbac/crawler-role.yaml.
+// With --gateway it leases nothing itself: each fetch goes through the
+// gateway tier (docs/gateway.md) in rotating mode, with the token as the
+// proxy password:
+//
+//	crawler --gateway http://proxy-operator-gateway.proxy-operator:3128 --namespace crawl \
+//	    --token-file /var/run/secrets/kubernetes.io/serviceaccount/token --url http://example.com/
+//
+// make image --images=crawler builds it into ghcr.io/proxyfleet/crawler
+// (hack/image); the real-node suite runs it as a Pod.
 package main
 
 import (
@@ -16,27 +25,41 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 )
 
+// version is set by hack/image (-X main.version).
+var version = "dev"
+
 func main() {
 	var (
 		api       = flag.String("lease-api", "http://127.0.0.1:8080", "the lease API")
+		gateway   = flag.String("gateway", "", "fetch through this gateway (http://host:port) instead of leasing from --lease-api")
+		showBody  = flag.Bool("show-body", false, "print the first line of each page")
+		showVer   = flag.Bool("version", false, "print the version and exit")
 		tokenFile = flag.String("token-file", "", "bearer token file (a ServiceAccount token); empty for --lease-auth=none")
 		namespace = flag.String("namespace", "default", "namespace of the proxies")
 		selector  = flag.String("selector", "", "label selector of the proxies, e.g. pool=dev")
 		target    = flag.String("url", "", "the URL to fetch through each leased proxy (required)")
 		rounds    = flag.Int("rounds", 3, "how many fetches to make")
 		insecure  = flag.Bool("insecure", false, "accept any TLS certificate from the target (make run's self-signed target)")
+		admitWait = flag.Duration("admit-wait", 5*time.Second, "how long a refused connection to a leased proxy is retried: a new Pod is admitted by the proxy's NetworkPolicy only once the network plugin has learnt its address")
 	)
 	flag.Parse()
+	if *showVer {
+		fmt.Println("crawler " + version)
+		return
+	}
 	if *target == "" {
 		fmt.Fprintln(os.Stderr, "crawler: --url is required")
 		os.Exit(2)
@@ -58,6 +81,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "crawler: --url:", err)
 		os.Exit(2)
 	}
+	if *gateway != "" {
+		os.Exit(crawlThroughGateway(ctx, *gateway, *tokenFile, *namespace, *target, *rounds, *insecure, *showBody))
+	}
 	hostname, _ := os.Hostname()
 	for round := 1; round <= *rounds && ctx.Err() == nil; round++ {
 		req := client.AcquireRequest{
@@ -67,7 +93,19 @@ func main() {
 		// Hold renews the lease while fetch runs and releases it afterwards
 		// with the outcome fetch's error implies.
 		err := leases.Hold(ctx, req, func(ctx context.Context, l client.Lease) error {
-			return fetch(ctx, l, *target, *insecure)
+			proxyURL, err := l.ProxyURL() // credentials included when the proxy needs them
+			if err != nil {
+				return err
+			}
+			status, err := fetch(ctx, proxyURL, *target, *insecure, *showBody, *admitWait)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s via %s/%s: %s\n", *target, l.Proxy.Namespace, l.Proxy.Name, status)
+			if isBan(status) {
+				return client.Banned(targetURL.Hostname())
+			}
+			return nil
 		})
 		var banned *client.BannedError
 		switch {
@@ -81,28 +119,104 @@ func main() {
 	}
 }
 
-// fetch requests target through the leased proxy; a 403 or 429 from the
-// site counts as a ban of this proxy for that domain.
-func fetch(ctx context.Context, l client.Lease, target string, insecure bool) error {
-	proxyURL, err := l.ProxyURL() // credentials included when the proxy needs them
+// crawlThroughGateway fetches target rounds times through the gateway, which
+// leases a proxy of namespace for each connection; it returns the exit code.
+func crawlThroughGateway(ctx context.Context, gateway, tokenFile, namespace, target string, rounds int, insecure, showBody bool) int {
+	proxyURL, err := url.Parse(gateway)
 	if err != nil {
-		return err
+		fmt.Fprintln(os.Stderr, "crawler: --gateway:", err)
+		return 2
 	}
-	transport := &http.Transport{Proxy: http.ProxyURL(proxyURL), TLSClientConfig: &tls.Config{InsecureSkipVerify: insecure}} //nolint:gosec // opt-in, for make run's self-signed target
+	failed := 0
+	for round := 1; round <= rounds && ctx.Err() == nil; round++ {
+		password := ""
+		if tokenFile != "" {
+			// Read each round: the kubelet rotates a projected token.
+			raw, err := os.ReadFile(tokenFile)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "crawler:", err)
+				return 1
+			}
+			password = strings.TrimSpace(string(raw))
+		}
+		proxyURL.User = url.UserPassword("ns-"+namespace, password)
+		// No retry of a refusal: the chart puts no policy in front of the
+		// gateway, so a refused connection means no gateway is there.
+		status, err := fetch(ctx, proxyURL, target, insecure, showBody, 0)
+		if err != nil {
+			fmt.Printf("round %d: %v\n", round, err)
+			failed++
+			continue
+		}
+		fmt.Printf("%s via gateway %s: %s\n", target, proxyURL.Host, status)
+	}
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// fetch requests target through proxyURL and returns the response's status
+// and time (and first line, with showBody).
+func fetch(ctx context.Context, proxyURL *url.URL, target string, insecure, showBody bool, admitWait time.Duration) (string, error) {
+	dial := admittingDialer{wait: admitWait}
+	transport := &http.Transport{Proxy: http.ProxyURL(proxyURL), DialContext: dial.DialContext, TLSClientConfig: &tls.Config{InsecureSkipVerify: insecure}} //nolint:gosec // opt-in, for make run's self-signed target
 	defer transport.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	start := time.Now()
 	resp, err := (&http.Client{Transport: transport, Timeout: 20 * time.Second}).Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
-	resp.Body.Close()
-	fmt.Printf("%s via %s/%s: %s in %s\n", target, l.Proxy.Namespace, l.Proxy.Name, resp.Status, time.Since(start).Round(time.Millisecond))
-	if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusTooManyRequests {
-		return client.Banned(req.URL.Hostname())
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return "", err
 	}
-	return nil
+	status := fmt.Sprintf("%s in %s", resp.Status, time.Since(start).Round(time.Millisecond))
+	if showBody {
+		first, _, _ := strings.Cut(string(body), "\n")
+		status += fmt.Sprintf(", body %q", first)
+	}
+	if dial.refusedFor > 0 {
+		status += fmt.Sprintf(" (the proxy refused this Pod for %s before admitting it)", dial.refusedFor.Round(time.Millisecond))
+	}
+	return status, nil
+}
+
+// admittingDialer retries a refused connection for up to wait. A leased
+// proxy is Ready (the operator reached it), so a refusal is most likely the
+// proxy Pod's NetworkPolicy not admitting this Pod yet: policy plugins learn
+// a new Pod's address from the API server, after its container has started
+// (kube-router on the real node: about half a second).
+type admittingDialer struct {
+	wait       time.Duration
+	refusedFor time.Duration
+}
+
+func (d *admittingDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	start := time.Now()
+	for refused := false; ; refused = true {
+		conn, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) >= d.wait {
+			if err == nil && refused {
+				d.refusedFor = time.Since(start)
+			}
+			return conn, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// isBan: a 403 or 429 from the site counts as a ban of the proxy for that
+// domain.
+func isBan(status string) bool {
+	return strings.HasPrefix(status, "403 ") || strings.HasPrefix(status, "429 ")
 }

@@ -18,7 +18,7 @@ type component struct {
 
 // components in start order: each needs the ones before it.
 func (n node) components() []component {
-	return []component{n.etcd(), n.apiserver(), n.containerd(), n.controllerManager(), n.scheduler(), n.kubelet(), n.kubeProxy()}
+	return []component{n.etcd(), n.apiserver(), n.containerd(), n.controllerManager(), n.scheduler(), n.kubelet(), n.kubeProxy(), n.kubeRouter()}
 }
 
 func (n node) etcd() component {
@@ -136,6 +136,9 @@ func (n node) kubeletConfig() string {
 		"  x509: {clientCAFile: " + n.pki("ca.crt") + "}",
 		"authorization: {mode: Webhook}",
 		"serializeImagePulls: false",
+		// The node's CoreDNS (addons.go) answers at this Service address.
+		"clusterDNS: [" + n.dnsIP().String() + "]",
+		"clusterDomain: " + clusterDomain,
 		// Images are imported, never pulled: keep them however full the disk is.
 		"imageGCHighThresholdPercent: 100",
 		"",
@@ -166,3 +169,25 @@ func (n node) kubeProxyConfig() string {
 		"",
 	}, "\n")
 }
+
+// kubeRouter enforces NetworkPolicies: kube-router with its network policy
+// controller alone (no routing, no service proxy, no CNI of its own), in the
+// filter table's INPUT, FORWARD and OUTPUT chains with ipsets from Debian's
+// ipset (docs/decisions/0280-kube-router-enforces-network-policy.md).
+func (n node) kubeRouter() component {
+	return component{Name: "kube-router", Bin: n.bin("kube-router"), Args: []string{
+		"--kubeconfig=" + n.kubeconfig("kube-router"),
+		"--hostname-override=" + n.Name,
+		"--run-firewall=true",
+		"--run-router=false",
+		"--run-service-proxy=false",
+		"--enable-cni=false",
+		"--enable-ipv6=false",
+		"--service-cluster-ip-range=" + n.ServiceCIDR.String(),
+		"--health-addr=127.0.0.1",
+		fmt.Sprintf("--health-port=%d", kubeRouterHealthPort),
+		"--metrics-port=0",
+	}}
+}
+
+const kubeRouterHealthPort = 20244

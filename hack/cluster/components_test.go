@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
 )
 
 func testNode() node {
@@ -81,5 +82,67 @@ func TestJumpsTo(t *testing.T) {
 	}
 	if diff := cmp.Diff(tests, got); diff != "" {
 		t.Errorf("jumpsTo (-want +got):\n%s", diff)
+	}
+}
+
+// Cluster DNS and NetworkPolicy enforcement: the kubelet points Pods at the
+// kube-dns Service's address, which the addons give CoreDNS (make
+// cluster-images' build, never pulled), serving the cluster domain; the
+// addons bind kube-router's certificate identity to its role, and
+// kube-router runs its policy controller alone.
+func TestClusterDNSAndPolicyAddons(t *testing.T) {
+	n := testNode()
+	if !strings.Contains(n.kubeletConfig(), "clusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\n") {
+		t.Errorf("kubelet config lacks the cluster DNS:\n%s", n.kubeletConfig())
+	}
+	objects := map[string]map[string]any{}
+	for _, doc := range strings.Split(n.addonsManifest(), "\n---\n") {
+		var o map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("%v\n%s", err, doc)
+		}
+		meta := o["metadata"].(map[string]any)
+		ns, _ := meta["namespace"].(string)
+		objects[o["kind"].(string)+" "+ns+"/"+meta["name"].(string)] = o
+	}
+	get := func(key string, path ...any) any {
+		var v any = objects[key]
+		for _, p := range path {
+			switch p := p.(type) {
+			case string:
+				v = v.(map[string]any)[p]
+			case int:
+				v = v.([]any)[p]
+			}
+		}
+		return v
+	}
+	var routerCN string
+	for _, id := range n.identities() {
+		if id.user == "kube-router" {
+			routerCN = id.cn
+		}
+	}
+	for _, c := range []struct {
+		what      string
+		got, want any
+	}{
+		{"kube-dns clusterIP", get("Service kube-system/kube-dns", "spec", "clusterIP"), "10.96.0.10"},
+		{"CoreDNS image", get("Deployment kube-system/coredns", "spec", "template", "spec", "containers", 0, "image"), "ghcr.io/proxyfleet/coredns:v1.2.3"},
+		{"CoreDNS pull policy", get("Deployment kube-system/coredns", "spec", "template", "spec", "containers", 0, "imagePullPolicy"), "Never"},
+		{"kube-router's binding", get("ClusterRoleBinding /system:kube-router", "subjects", 0, "name"), routerCN},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %v, want %v", c.what, c.got, c.want)
+		}
+	}
+	if !strings.Contains(get("ConfigMap kube-system/coredns", "data", "Corefile").(string), "kubernetes cluster.local in-addr.arpa") {
+		t.Errorf("the Corefile does not serve cluster.local:\n%s", get("ConfigMap kube-system/coredns", "data", "Corefile"))
+	}
+	args := strings.Join(n.kubeRouter().Args, " ")
+	for _, want := range []string{"--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--enable-cni=false", "--service-cluster-ip-range=10.96.0.0/16"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("kube-router args lack %s: %s", want, args)
+		}
 	}
 }

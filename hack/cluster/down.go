@@ -41,11 +41,15 @@ func down(ctx context.Context, n node) error {
 	for _, c := range n.components() {
 		byName[c.Name] = c
 	}
-	for _, name := range []string{"kube-proxy", "kubelet", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
+	for _, name := range []string{"kube-router", "kube-proxy", "kubelet", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
 		keep(stop(n, name, byName[name].Bin, 10*time.Second))
 	}
 	keep(killContainers(n))
 	keep(stop(n, "containerd", byName["containerd"].Bin, 10*time.Second))
+	// Components without a pid file (a crash, or an up that lost track of them).
+	for _, pid := range strays(n.Dir, componentBins(n)) {
+		keep(signalAndWait(pid, 10*time.Second))
+	}
 	keep(unmountUnder(n.Dir, "/run/containerd", "/var/lib/kubelet"))
 	if exec.Command("ip", "link", "show", n.Bridge).Run() == nil {
 		keep(run("ip", "link", "delete", n.Bridge))
@@ -53,6 +57,8 @@ func down(ctx context.Context, n node) error {
 	for _, tool := range []string{"iptables", "ip6tables"} {
 		keep(deleteChains(tool, nodeChainPrefixes...))
 	}
+	// kube-router's ipsets, once no rule refers to them.
+	keep(destroyIPSets(nodeIPSets()))
 	keep(removeCgroups("kubepods"))
 	keep(restoreHost(n))
 	keep(os.RemoveAll(n.Dir))
@@ -306,6 +312,9 @@ func leftovers(n node) []string {
 			left = append(left, fmt.Sprintf("process %s (pid %d)", c.Name, pid))
 		}
 	}
+	for _, pid := range strays(n.Dir, componentBins(n)) {
+		left = append(left, fmt.Sprintf("process pid %d (a component naming %s)", pid, n.Dir))
+	}
 	for _, mp := range mounts(n.Dir, "/run/containerd", "/var/lib/kubelet") {
 		left = append(left, "mount "+mp)
 	}
@@ -323,6 +332,9 @@ func leftovers(n node) []string {
 			}
 		}
 	}
+	for _, set := range nodeIPSets() {
+		left = append(left, "ipset "+set)
+	}
 	for _, root := range cgroupRoots() {
 		if _, err := os.Stat(filepath.Join(root, "kubepods")); err == nil {
 			left = append(left, "cgroup "+filepath.Join(root, "kubepods"))
@@ -339,4 +351,42 @@ func run(name string, args ...string) error {
 		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, out)
 	}
 	return nil
+}
+
+// nodeIPSets lists the ipsets kube-router made: its network policy
+// controller names them KUBE-SRC-*, KUBE-DST-* and kube-router-*, and their
+// IPv6 twins with an "inet6:" prefix.
+func nodeIPSets() []string {
+	if _, err := exec.LookPath("ipset"); err != nil {
+		return nil
+	}
+	out, err := exec.Command("ipset", "list", "-n").Output()
+	if err != nil {
+		return nil
+	}
+	var sets []string
+	for _, name := range strings.Fields(string(out)) {
+		bare := strings.TrimPrefix(name, "inet6:")
+		if strings.HasPrefix(bare, "KUBE-") || strings.HasPrefix(bare, "kube-router-") {
+			sets = append(sets, name)
+		}
+	}
+	return sets
+}
+
+func destroyIPSets(sets []string) error {
+	var errs []error
+	for _, set := range sets {
+		errs = append(errs, run("ipset", "destroy", set))
+	}
+	return errors.Join(errs...)
+}
+
+// componentBins are the binaries of the node's processes.
+func componentBins(n node) []string {
+	var bins []string
+	for _, c := range n.components() {
+		bins = append(bins, c.Bin)
+	}
+	return bins
 }

@@ -40,6 +40,19 @@ func (n node) containerdSocket() string { return n.path("containerd", "container
 // serviceIP is the kubernetes Service's ClusterIP: the first address of the range.
 func (n node) serviceIP() netip.Addr { return n.ServiceCIDR.Addr().Next() }
 
+// dnsIP is the cluster DNS Service's ClusterIP (the tenth address, as
+// kubeadm chooses), which the kubelet writes into every Pod's resolv.conf.
+func (n node) dnsIP() netip.Addr {
+	a := n.ServiceCIDR.Addr()
+	for range 10 {
+		a = a.Next()
+	}
+	return a
+}
+
+// clusterDomain is the DNS suffix of Services (<svc>.<namespace>.svc.<domain>).
+const clusterDomain = "cluster.local"
+
 // Hard-coded by the kubelet and CNI: down removes them only if up created them.
 var hostPaths = []string{
 	"/var/lib/kubelet",

@@ -1,8 +1,9 @@
 // Command cluster is make cluster and make cluster-down: a real one-node
 // Kubernetes built by the project (etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler, kubelet, kube-proxy, containerd with Debian's runc, the
-// reference CNI plugins), with the images of make image imported into
-// containerd. No registry and nothing prebuilt: see docs/operations.md.
+// reference CNI plugins, kube-router enforcing NetworkPolicies, and CoreDNS
+// as a Deployment for cluster DNS), with the images of make image imported
+// into containerd. No registry and nothing prebuilt: see docs/operations.md.
 //
 //	cluster up      start the node in the background; ready when the Node is Ready
 //	cluster down    stop it and remove everything it put on the machine

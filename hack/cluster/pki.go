@@ -36,6 +36,8 @@ func (n node) identities() []identity {
 		{"kube-controller-manager", "system:kube-controller-manager", nil},
 		{"kube-scheduler", "system:kube-scheduler", nil},
 		{"kube-proxy", "system:kube-proxy", nil},
+		// Bound to its ClusterRole by the node's addons (addons.go).
+		{"kube-router", "system:kube-router", nil},
 		{"apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}},
 	}
 }

@@ -63,10 +63,64 @@ func running(n node, name, bin string) (int, bool) {
 		return 0, false
 	}
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	if err != nil || strings.TrimSuffix(exe, " (deleted)") != bin {
+	if err != nil || strings.TrimSuffix(exe, " (deleted)") != resolved(bin) {
 		return 0, false
 	}
 	return pid, true
+}
+
+// resolved is bin as /proc/<pid>/exe names it: with its symlinks followed. A
+// worktree's bin/ is often a link to another checkout's; compared unresolved,
+// every component looked exited the moment it started, and down left it
+// running.
+func resolved(bin string) string {
+	if p, err := filepath.EvalSymlinks(bin); err == nil {
+		return p
+	}
+	return bin
+}
+
+// strays returns the processes running one of bins (resolved) whose command
+// line names dir: the node's own, found without their pid files (lost to a
+// crash or to an earlier down). Other processes of the same binaries (the
+// test environments' etcd and kube-apiserver) never name the node's folder.
+func strays(dir string, bins []string) []int {
+	want := map[string]bool{}
+	for _, b := range bins {
+		want[resolved(b)] = true
+	}
+	var pids []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if err != nil || !want[strings.TrimSuffix(exe, " (deleted)")] {
+			continue
+		}
+		cmdline, err := os.ReadFile(p)
+		if err == nil && namesDir(cmdline, dir) && alive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// namesDir: one of the NUL-separated arguments is dir or a path under it,
+// alone or as a flag's value (--data-dir=dir/etcd). Pure.
+func namesDir(cmdline []byte, dir string) bool {
+	dir = filepath.Clean(dir)
+	for _, arg := range strings.Split(string(cmdline), "\x00") {
+		if _, v, ok := strings.Cut(arg, "="); ok && strings.HasPrefix(arg, "-") {
+			arg = v
+		}
+		if arg == dir || strings.HasPrefix(arg, dir+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // stop sends SIGTERM, then SIGKILL after grace, and waits for the process to go.

@@ -22,11 +22,15 @@ import (
 // what it started and returns the failing component's log tail.
 func up(ctx context.Context, n node, images string) (err error) {
 	if client, err := adminClient(n); err == nil && nodeReady(ctx, client, n.Name) == nil {
-		// Up already: bring the images up to date, as make cluster just rebuilt them.
+		// Up already: bring the images and addons up to date, as make cluster
+		// just rebuilt them.
 		fmt.Println("cluster: already up; kubeconfig:", n.AdminKubeconfig())
-		return importImages(ctx, n, images)
+		if err := importImages(ctx, n, images); err != nil {
+			return err
+		}
+		return applyAddons(ctx, n)
 	}
-	if err := preflight(n); err != nil {
+	if err := preflight(n, images); err != nil {
 		return err
 	}
 	// A half-started node from an interrupted run is cleared first.
@@ -54,7 +58,13 @@ func up(ctx context.Context, n node, images string) (err error) {
 		if err := waitStarted(ctx, n, c); err != nil {
 			return fmt.Errorf("%s did not start: %w\n--- %s\n%s", c.Name, err, n.logFile(c.Name), tail(n, c.Name, 25))
 		}
-		if c.Name == "containerd" {
+		switch c.Name {
+		case "kube-apiserver":
+			// Before kube-router starts: it needs its ClusterRole.
+			if err := applyAddons(ctx, n); err != nil {
+				return err
+			}
+		case "containerd":
 			if err := importImages(ctx, n, images); err != nil {
 				return err
 			}
@@ -74,12 +84,15 @@ func up(ctx context.Context, n node, images string) (err error) {
 	}); err != nil {
 		return fmt.Errorf("default ServiceAccount: %w\n--- kube-controller-manager\n%s", err, tail(n, "kube-controller-manager", 25))
 	}
+	if err := dnsReady(ctx, client); err != nil {
+		return fmt.Errorf("cluster DNS: %w\n--- kubelet\n%s", err, tail(n, "kubelet", 25))
+	}
 	fmt.Printf("cluster: node %s Ready in %.1fs; export KUBECONFIG=%s\n", n.Name, time.Since(began).Seconds(), n.AdminKubeconfig())
 	return nil
 }
 
 // preflight names what is missing and what installs it.
-func preflight(n node) error {
+func preflight(n node, images string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("make cluster runs as root: the node mounts, creates network interfaces and iptables rules")
 	}
@@ -89,12 +102,18 @@ func preflight(n node) error {
 			missing = append(missing, fmt.Errorf("%s (make cluster-tools builds it)", c.Bin))
 		}
 	}
-	for _, b := range []string{"containerd-shim-runc-v2", "ctr", "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap"} {
+	for _, b := range []string{"containerd-shim-runc-v2", "ctr", "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap", "kubectl"} {
 		if _, err := os.Stat(n.bin(b)); err != nil {
 			missing = append(missing, fmt.Errorf("%s (make cluster-tools builds it)", n.bin(b)))
 		}
 	}
-	for _, b := range []string{n.Runc, "iptables", "skopeo"} {
+	// The sandbox and the cluster DNS: without them no Pod, or no name, works.
+	for _, img := range []string{"pause", "coredns"} {
+		if _, err := os.Stat(filepath.Join(images, img)); err != nil {
+			missing = append(missing, fmt.Errorf("image layout %s (make cluster-images builds it)", filepath.Join(images, img)))
+		}
+	}
+	for _, b := range []string{n.Runc, "iptables", "ipset", "skopeo"} {
 		if _, err := exec.LookPath(b); err != nil {
 			missing = append(missing, fmt.Errorf("%s (make deps installs it)", b))
 		}
@@ -136,6 +155,8 @@ func waitStarted(ctx context.Context, n node, c component) error {
 		check = httpOK(insecure, "http://127.0.0.1:10248/healthz")
 	case "kube-proxy":
 		check = httpOK(insecure, "http://127.0.0.1:10256/healthz")
+	case "kube-router":
+		check = httpOK(insecure, fmt.Sprintf("http://127.0.0.1:%d/healthz", kubeRouterHealthPort))
 	default:
 		return fmt.Errorf("no health check for %s", c.Name)
 	}

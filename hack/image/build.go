@@ -3,11 +3,13 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +49,10 @@ type Image struct {
 	Cmd          []string // default arguments after the entrypoint
 	ExposedPorts []string // "3128/tcp"
 	CABundle     bool
+	// Prebuilt, when set, is a binary (relative to the repository) put in
+	// the image instead of compiling Package: a pinned third-party build of
+	// make cluster-tools, for the host's architecture only.
+	Prebuilt string
 }
 
 // Images are the ones make image writes.
@@ -85,6 +91,35 @@ var NodeImages = []Image{
 		VersionVar:   "main.version",
 		Cmd:          []string{"--listen=:8080"},
 		ExposedPorts: []string{"8080/tcp"},
+	},
+	{
+		Name:        "netcheck",
+		Package:     "./hack/cluster/netcheck",
+		Description: "TCP probe of proxy-operator's real-node suite: which NetworkPolicy paths connect.",
+		VersionVar:  "main.version",
+	},
+}
+
+// NodeAddonImages are the pinned third-party builds make cluster runs as
+// Pods: its cluster DNS. Built only when asked for.
+var NodeAddonImages = []Image{
+	{
+		Name:         "coredns",
+		Prebuilt:     "bin/coredns",
+		Description:  "CoreDNS, the cluster DNS of proxy-operator's test node (make cluster; hack/tools/build-tool.sh coredns).",
+		Cmd:          []string{"-conf", "/etc/coredns/Corefile"},
+		ExposedPorts: []string{"53/udp", "53/tcp"},
+	},
+}
+
+// CrawlerImages are crawlers that use the fleet, built only when asked for:
+// the example crawler worker, which the real-node suite runs as a Pod.
+var CrawlerImages = []Image{
+	{
+		Name:        "crawler",
+		Package:     "./examples/crawler",
+		Description: "Example crawler worker of proxy-operator: leases proxies from the lease API, or crawls through the gateway.",
+		VersionVar:  "main.version",
 	},
 }
 
@@ -207,8 +242,23 @@ func Build(src Source, img Image, platforms []Platform, dir string) error {
 	return path.AppendIndex(index, layout.WithAnnotations(annotations))
 }
 
-// compile builds a static binary and returns its content.
+// compile builds a static binary and returns its content (a prebuilt one is
+// read as it is).
 func compile(src Source, img Image, p Platform) ([]byte, error) {
+	if img.Prebuilt != "" {
+		if p.OS != "linux" || p.Arch != runtime.GOARCH {
+			return nil, fmt.Errorf("%s is built for linux/%s only, not %s/%s", img.Prebuilt, runtime.GOARCH, p.OS, p.Arch)
+		}
+		path := img.Prebuilt
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(src.Root, path)
+		}
+		bin, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w (make cluster-tools builds it)", err)
+		}
+		return bin, nil
+	}
 	tmp, err := os.MkdirTemp("", "image-"+img.Name)
 	if err != nil {
 		return nil, err
@@ -249,7 +299,7 @@ func assemble(src Source, img Image, p Platform, bin []byte) (v1.Image, error) {
 	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	withLayer, err := mutate.Append(base, mutate.Addendum{
 		Layer:   layer,
-		History: v1.History{CreatedBy: "hack/image: " + img.Package, Created: v1.Time{Time: src.Time}},
+		History: v1.History{CreatedBy: "hack/image: " + cmp.Or(img.Package, img.Prebuilt), Created: v1.Time{Time: src.Time}},
 	})
 	if err != nil {
 		return nil, err

@@ -55,7 +55,7 @@ func TestImages(t *testing.T) {
 	}
 	out := t.TempDir()
 	platform := Platform{OS: "linux", Arch: runtime.GOARCH}
-	for _, img := range slices.Concat(Images, NodeImages) {
+	for _, img := range slices.Concat(Images, NodeImages, CrawlerImages) {
 		t.Run(img.Name, func(t *testing.T) {
 			dir := filepath.Join(out, img.Name)
 			if err := Build(src, img, []Platform{platform}, dir); err != nil {
@@ -108,6 +108,35 @@ func TestImages(t *testing.T) {
 				t.Errorf("%s --version = %q, want %q", img.Name, got, want)
 			}
 		})
+	}
+}
+
+// A prebuilt binary (make cluster-tools' CoreDNS) goes into the image as it
+// is, without compiling: a stand-in built here runs from the extracted layer.
+// A missing one is an error naming make cluster-tools.
+func TestPrebuiltImage(t *testing.T) {
+	src, err := ReadSource("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stand := filepath.Join(t.TempDir(), "netcheck")
+	build := exec.Command("go", "build", "-o", stand, "./hack/cluster/netcheck")
+	build.Dir, build.Env = src.Root, append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	img := Image{Name: "netcheck", Prebuilt: stand, Description: "a stand-in"}
+	dir := filepath.Join(t.TempDir(), "layout")
+	if err := Build(src, img, []Platform{{OS: "linux", Arch: runtime.GOARCH}}, dir); err != nil {
+		t.Fatal(err)
+	}
+	got, err := exec.Command(extract(t, dir, src.Version, img.Name), "--version").CombinedOutput()
+	if err != nil || string(got) != "netcheck dev\n" {
+		t.Errorf("the prebuilt binary from the image: %v, %q; want the stand-in's \"netcheck dev\"", err, got)
+	}
+	img.Prebuilt = filepath.Join(t.TempDir(), "missing")
+	if err := Build(src, img, []Platform{{OS: "linux", Arch: runtime.GOARCH}}, dir); err == nil || !strings.Contains(err.Error(), "make cluster-tools") {
+		t.Errorf("a missing prebuilt binary: %v, want an error naming make cluster-tools", err)
 	}
 }
 

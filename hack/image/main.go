@@ -22,7 +22,7 @@ import (
 func main() {
 	repo := flag.String("repo", "../..", "root of the proxy-operator repository")
 	out := flag.String("out", "", "directory the layouts are written to, one per image (default <repo>/.local/images)")
-	names := flag.String("images", "proxy-operator,forward-proxy", "comma-separated images to build: proxy-operator, forward-proxy, pause and echo (make cluster's own)")
+	names := flag.String("images", "proxy-operator,forward-proxy", "comma-separated images to build: proxy-operator, forward-proxy; pause, echo, netcheck and coredns (make cluster's own); crawler")
 	tag := flag.String("tag", "", "the image tag and binary version (default: the VERSION file); the real-node suite builds an upgrade with it")
 	platforms := flag.String("platforms", "linux/"+runtime.GOARCH, "comma-separated os/arch list; more than one writes an image index")
 	flag.Parse()
@@ -62,12 +62,12 @@ func main() {
 }
 
 func selectImages(s string) ([]Image, error) {
-	known := slices.Concat(Images, NodeImages)
+	known := slices.Concat(Images, NodeImages, NodeAddonImages, CrawlerImages)
 	var out []Image
 	for _, name := range strings.Split(s, ",") {
 		i := slices.IndexFunc(known, func(img Image) bool { return img.Name == strings.TrimSpace(name) })
 		if i < 0 {
-			return nil, fmt.Errorf("--images: no image %q (want proxy-operator, forward-proxy, pause or echo)", name)
+			return nil, fmt.Errorf("--images: no image %q (want proxy-operator, forward-proxy, pause, echo, netcheck, coredns or crawler)", name)
 		}
 		out = append(out, known[i])
 	}

@@ -3,16 +3,18 @@
 # <repo>/bin/: helm (chart lint and render) and promtool (alert rule tests),
 # which artifacts/'s tests run; containerd (containerd, containerd-shim-runc-v2,
 # ctr) and cni-plugins (bin/cni/: bridge, host-local, loopback, portmap), the
-# runtime and Pod network of make cluster's node. Each has its own module because their
-# dependency graphs must not move the versions hack/tools pins for
-# kube-apiserver and etcd. Cheap when nothing changed: bin/.<name>-version
-# holds a stamp of the inputs. Called by `make testtools` (helm, promtool)
-# and `make cluster-tools` (containerd, cni-plugins).
+# runtime and Pod network of make cluster's node; coredns (its cluster DNS,
+# run as a Deployment from make image's coredns image) and kube-router (its
+# NetworkPolicy enforcement, the network policy controller alone). Each has
+# its own module because their dependency graphs must not move the versions
+# hack/tools pins for kube-apiserver and etcd. Cheap when nothing changed:
+# bin/.<name>-version holds a stamp of the inputs. Called by `make testtools`
+# (helm, promtool) and `make cluster-tools` (the others).
 #
-#   hack/tools/build-tool.sh helm|promtool|containerd|cni-plugins
+#   hack/tools/build-tool.sh helm|promtool|containerd|cni-plugins|coredns|kube-router
 set -euo pipefail
 
-name="${1:?usage: build-tool.sh helm|promtool|containerd|cni-plugins}"
+name="${1:?usage: build-tool.sh helm|promtool|containerd|cni-plugins|coredns|kube-router}"
 tools_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 module_dir="${tools_dir}/${name}"
 repo_root="$(cd "${tools_dir}/../.." && pwd)"
@@ -73,6 +75,18 @@ cni-plugins)
 	ldflags="-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=${version}"
 	# kubelet's CNI plugin directory holds nothing else.
 	out_dir="${bin_dir}/cni"
+	;;
+coredns)
+	mod=github.com/coredns/coredns
+	pkgs=("${mod}")
+	version="$(go list -C "${module_dir}" -m -f '{{.Version}}' "${mod}")"
+	ldflags="-s -w" # coredns --version prints its own CoreVersion
+	;;
+kube-router)
+	mod=github.com/cloudnativelabs/kube-router/v2
+	pkgs=("${mod}/cmd/kube-router")
+	version="$(go list -C "${module_dir}" -m -f '{{.Version}}' "${mod}")"
+	ldflags="-s -w -X ${mod}/pkg/version.Version=${version}"
 	;;
 *)
 	echo "build-tool.sh: unknown tool ${name}" >&2

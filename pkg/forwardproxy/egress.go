@@ -227,6 +227,12 @@ func (p EgressPolicy) Check(a netip.Addr) EgressVerdict {
 			return v
 		}
 	}
+	return p.rangeVerdict(a)
+}
+
+// rangeVerdict is Check's decision by the ranges that contain a alone, a
+// unmapped and valid.
+func (p EgressPolicy) rangeVerdict(a netip.Addr) EgressVerdict {
 	user, matched := p.userRange(a)
 	for _, r := range DefaultEgressDenyRules {
 		if !r.Prefix.Contains(a) {

@@ -1314,7 +1314,7 @@ func schema_pkg_apis_crawl_v1alpha1_KubernetesAllowFrom(ref common.ReferenceCall
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "KubernetesAllowFrom lists who, beside the operator, may connect to a Pod instance. The provider creates one NetworkPolicy per instance (named like the Pod, deleted with it) selecting that Pod, with one ingress rule for the proxy port: from the operator's Pods (label app.kubernetes.io/name=proxy-operator in the operator's namespace), which probe it, and from every Pod of the namespaces listed here, where the crawlers holding leases run. It takes effect where the cluster's network plugin enforces NetworkPolicies.",
+				Description: "KubernetesAllowFrom lists who, beside the operator, may connect to a Pod instance. The provider creates one NetworkPolicy per instance (named like the Pod, deleted with it) selecting that Pod, with one ingress rule for the proxy port: from the operator's and the gateway's Pods (label app.kubernetes.io/name=proxy-operator in the operator's namespace), which probe it and relay crawlers' requests, and from every Pod of the namespaces listed here, where the crawlers holding leases run. It takes effect where the cluster's network plugin enforces NetworkPolicies.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"namespaces": {
@@ -1404,7 +1404,7 @@ func schema_pkg_apis_crawl_v1alpha1_KubernetesProvider(ref common.ReferenceCallb
 					},
 					"allowFrom": {
 						SchemaProps: spec.SchemaProps{
-							Description: "AllowFrom, when set, makes the provider create a NetworkPolicy with the Pod that admits connections to the proxy port only from the operator's Pods and from the namespaces listed (egress_types.go). Unset: no NetworkPolicy.",
+							Description: "AllowFrom, when set, adds an ingress rule to the Pod's NetworkPolicy that admits connections to the proxy port only from the operator's and the gateway's Pods and from the namespaces listed (egress_types.go). Unset: ingress is not restricted (the policy restricts egress only, spec.egress).",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesAllowFrom"),
 						},
 					},
@@ -1927,7 +1927,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyEgress(ref common.ReferenceCallback) co
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "ProxyEgress adjusts the egress guard of a Managed instance's forward-proxy. By default forward-proxy refuses every internal destination (loopback, RFC 1918 and unique-local networks, link-local and the cloud metadata servers, CGNAT, multicast, unspecified, reserved and documentation ranges, and their IPv6 and IPv4-mapped forms) with a 403 naming the rule, deciding on the addresses a name resolves to. The ranges here are passed to the instance as --allow-cidr and --deny-cidr: of the ranges containing an address, the most specific decides (deny wins a tie), and a metadata server yields only to an allow range at least as specific as its own address.",
+				Description: "ProxyEgress adjusts the egress guard of a Managed instance's forward-proxy. By default forward-proxy refuses every internal destination (loopback, RFC 1918 and unique-local networks, link-local and the cloud metadata servers, CGNAT, multicast, unspecified, reserved and documentation ranges, and their IPv6 and IPv4-mapped forms) with a 403 naming the rule, deciding on the addresses a name resolves to. The ranges here are passed to the instance as --allow-cidr and --deny-cidr: of the ranges containing an address, the most specific decides (deny wins a tie), and a metadata server yields only to an allow range at least as specific as its own address. On the kubernetes provider the instance's Pod also gets an egress NetworkPolicy that allows the same ranges (and DNS), a second lock where the cluster's network plugin enforces NetworkPolicies.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"allowCIDRs": {

@@ -2,10 +2,12 @@ package kubernetes_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,8 +22,9 @@ import (
 // TestNetworkPolicyOfAllowFrom: with spec.kubernetes.allowFrom the provider
 // makes a NetworkPolicy (accepted by the real API server's validation) that
 // selects only the instance's Pod and admits its port from the operator's
-// Pods and the listed namespaces; a retried Create overwrites one left
-// behind; Delete removes it; without the operator's namespace it refuses.
+// and the gateway's Pods (one label) and the listed namespaces; a retried
+// Create overwrites one left behind; Delete removes it; without the
+// operator's namespace it refuses.
 func TestNetworkPolicyOfAllowFrom(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -55,13 +58,13 @@ func TestNetworkPolicyOfAllowFrom(t *testing.T) {
 	operator.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "proxy-operator"}}
 	want := networkingv1.NetworkPolicySpec{
 		PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{crawlv1alpha1.TagProxyUID: string(p.UID)}},
-		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		Ingress: []networkingv1.NetworkPolicyIngressRule{{
 			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
 			From:  []networkingv1.NetworkPolicyPeer{operator, nsPeer("crawlers"), nsPeer("batch")},
 		}},
 	}
-	if diff := cmp.Diff(want, got.Spec); diff != "" {
+	if diff := cmp.Diff(want, got.Spec, cmpopts.IgnoreFields(networkingv1.NetworkPolicySpec{}, "Egress")); diff != "" {
 		t.Errorf("NetworkPolicy spec (-want +got):\n%s", diff)
 	}
 	if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != p.UID {
@@ -89,5 +92,60 @@ func TestNetworkPolicyOfAllowFrom(t *testing.T) {
 	}
 	if _, err := f.kube.CoreV1().Pods(ns).Get(f.ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a Pod was made without its NetworkPolicy: %v", err)
+	}
+}
+
+// TestNetworkPolicyOfEgress: every instance's Pod gets an egress policy
+// before it is created, with or without allowFrom: DNS anywhere, and the
+// ranges the forward-proxy's guard allows for spec.egress, one rule each
+// (accepted by the real API server's validation).
+func TestNetworkPolicyOfEgress(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ns := f.namespace(nil)
+	p := f.proxy(ns, podProxy("p1", func(p *crawlv1alpha1.Proxy) {
+		p.Spec.Egress = &crawlv1alpha1.ProxyEgress{
+			AllowCIDRs: []crawlv1alpha1.CIDR{"10.244.0.0/16"},
+			DenyCIDRs:  []crawlv1alpha1.CIDR{"10.244.9.0/24", "8.8.8.8/32"},
+		}
+	}))
+	if _, err := f.prov.Create(f.ctx, createRequest(p, nil)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.kube.NetworkingV1().NetworkPolicies(ns).Get(f.ctx, provider.InstanceName(p.UID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]networkingv1.PolicyType{networkingv1.PolicyTypeEgress}, got.Spec.PolicyTypes); diff != "" {
+		t.Errorf("policy types (-want +got):\n%s", diff)
+	}
+	udp, tcp, dns := corev1.ProtocolUDP, corev1.ProtocolTCP, intstr.FromInt32(53)
+	if diff := cmp.Diff(networkingv1.NetworkPolicyEgressRule{
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}},
+	}, got.Spec.Egress[0]); diff != "" {
+		t.Errorf("the first rule is not DNS anywhere (-want +got):\n%s", diff)
+	}
+	blocks := map[string][]string{}
+	for _, r := range got.Spec.Egress[1:] {
+		if len(r.To) != 1 || r.To[0].IPBlock == nil || len(r.Ports) != 0 {
+			t.Fatalf("rule %+v: want one ipBlock on every port", r)
+		}
+		blocks[r.To[0].IPBlock.CIDR] = r.To[0].IPBlock.Except
+	}
+	if diff := cmp.Diff([]string{"10.244.9.0/24"}, blocks["10.244.0.0/16"]); diff != "" {
+		t.Errorf("10.244.0.0/16 (spec.egress.allowCIDRs) excepts (-want +got):\n%s", diff)
+	}
+	for _, want := range []string{"8.8.8.8/32", "10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16", "127.0.0.0/8", "100.64.0.0/10"} {
+		if !slices.Contains(blocks["0.0.0.0/0"], want) {
+			t.Errorf("0.0.0.0/0 does not except %s: %v", want, blocks["0.0.0.0/0"])
+		}
+	}
+	for _, want := range []string{"fc00::/7", "fe80::/10"} {
+		if !slices.Contains(blocks["::/0"], want) {
+			t.Errorf("::/0 does not except %s: %v", want, blocks["::/0"])
+		}
+	}
+	if len(blocks) != 3 {
+		t.Errorf("ipBlocks %v, want 0.0.0.0/0, ::/0 and 10.244.0.0/16", blocks)
 	}
 }

@@ -88,8 +88,9 @@ func New(client kubernetes.Interface, opts Options) *Provider {
 	return &Provider{client: client, opts: opts.withDefaults()}
 }
 
-// Create creates the NetworkPolicy (when spec.kubernetes.allowFrom is set),
-// the cloud-init Secret (when there is cloud-init) and then the Pod. A Pod of that name that already exists is returned as it is, if
+// Create creates the NetworkPolicy (egress always, ingress when
+// spec.kubernetes.allowFrom is set), the cloud-init Secret (when there is
+// cloud-init) and then the Pod. A Pod of that name that already exists is returned as it is, if
 // it serves the same Proxy.
 func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
 	if req.Proxy == nil || req.Name == "" {
@@ -101,10 +102,8 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	if err != nil {
 		return provider.Instance{}, provider.Permanent(fmt.Errorf("kubernetes provider: %w", err))
 	}
-	if policy != nil {
-		if err := p.ensureNetworkPolicy(ctx, policy); err != nil {
-			return provider.Instance{}, err
-		}
+	if err := p.ensureNetworkPolicy(ctx, policy); err != nil {
+		return provider.Instance{}, err
 	}
 	if secret != nil {
 		if err := p.ensureSecret(ctx, secret); err != nil {
@@ -194,8 +193,8 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return classify(err, "deleting cloud-init Secret %s/%s", namespace, CloudInitSecretName(name))
 	}
-	// The NetworkPolicy of spec.kubernetes.allowFrom, if any, is named like
-	// the Pod; the Pod is terminating by now.
+	// The NetworkPolicy is named like the Pod (one made by an earlier
+	// release may be missing); the Pod is terminating by now.
 	err = p.client.NetworkingV1().NetworkPolicies(namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return classify(err, "deleting NetworkPolicy %s/%s", namespace, name)

@@ -100,7 +100,7 @@ var needs = map[string]need{
 	"patch pods": {flow: "leader",
 		why: "the leader labels its own Pod for the lease Service"},
 	"create networkpolicies.networking.k8s.io": {flow: "managed",
-		why: "a Proxy with spec.kubernetes.allowFrom gets a NetworkPolicy before its Pod"},
+		why: "every Pod instance gets a NetworkPolicy (egress; ingress with spec.kubernetes.allowFrom) before the Pod"},
 	"update networkpolicies.networking.k8s.io": {flow: "retry",
 		why: "a retried Create overwrites the NetworkPolicy an earlier attempt made"},
 	"delete networkpolicies.networking.k8s.io": {flow: "managed",

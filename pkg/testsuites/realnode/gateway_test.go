@@ -42,7 +42,7 @@ func gatewayKeepsASession(t *testing.T, s *suite) {
 	// Lose one gateway replica: it drains, the Service keeps the other,
 	// and the session keeps its upstream (the lease store holds it).
 	ctx := context.Background()
-	pods, err := s.kube.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=proxy-operator-gateway"})
+	pods, err := s.kube.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: gatewaySelector})
 	if err != nil || len(pods.Items) != 2 {
 		t.Fatalf("gateway Pods: %d (%v), want 2", len(pods.Items), err)
 	}

@@ -27,24 +27,8 @@ import (
 // target Pod, which sees the proxy Pod's address.
 func proxyServesACrawler(t *testing.T, s *suite) {
 	s.startEcho(t)
+	s.crawlNamespace(t)
 	s.apply(t, fmt.Sprintf(`
-apiVersion: v1
-kind: Namespace
-metadata:
-  name: %[1]s
-  labels:
-    pod-security.kubernetes.io/enforce: restricted
----
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: crawler, namespace: %[1]s}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: crawler, namespace: %[1]s}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: proxy-operator-crawler}
-subjects: [{kind: ServiceAccount, name: crawler, namespace: %[1]s}]
----
 apiVersion: crawl.proxyfleet.io/v1alpha1
 kind: Proxy
 metadata: {name: edge, namespace: %[1]s}
@@ -92,8 +76,8 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(policies.Items) != 1 {
-		t.Errorf("%d NetworkPolicies in %s, want the one of spec.kubernetes.allowFrom", len(policies.Items), crawlNamespace)
+	if len(policies.Items) != 1 || len(policies.Items[0].Spec.PolicyTypes) != 2 {
+		t.Errorf("%d NetworkPolicies in %s, want edge's, with egress and the ingress of spec.kubernetes.allowFrom: %+v", len(policies.Items), crawlNamespace, policies.Items)
 	}
 
 	s.token = strings.TrimSpace(s.run(t, "kubectl", "create", "token", "crawler", "-n", crawlNamespace, "--duration=1h"))
@@ -121,7 +105,31 @@ spec:
 	}
 }
 
-// startEcho runs the target Pod and records its address.
+// crawlNamespace makes the crawlers' namespace (PodSecurity restricted), their
+// ServiceAccount and its binding to the documented crawler role.
+func (s *suite) crawlNamespace(t *testing.T) {
+	s.apply(t, fmt.Sprintf(`
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: %[1]s
+  labels:
+    pod-security.kubernetes.io/enforce: restricted
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: crawler, namespace: %[1]s}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: crawler, namespace: %[1]s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: proxy-operator-crawler}
+subjects: [{kind: ServiceAccount, name: crawler, namespace: %[1]s}]
+`, crawlNamespace))
+}
+
+// startEcho runs the target Pod behind the Service echo.target and records
+// their addresses.
 func (s *suite) startEcho(t *testing.T) {
 	s.apply(t, fmt.Sprintf(`
 apiVersion: v1
@@ -129,8 +137,15 @@ kind: Namespace
 metadata: {name: %[1]s}
 ---
 apiVersion: v1
-kind: Pod
+kind: Service
 metadata: {name: echo, namespace: %[1]s}
+spec:
+  selector: {app: echo}
+  ports: [{port: 8080}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: echo, namespace: %[1]s, labels: {app: echo}}
 spec:
   containers:
   - name: echo
@@ -151,6 +166,11 @@ spec:
 		s.echoIP = p.Status.PodIP
 		return nil
 	})
+	svc, err := s.kube.CoreV1().Services(targetNamespace).Get(context.Background(), "echo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.echoServiceIP = svc.Spec.ClusterIP
 }
 
 func (s *suite) proxyPod(t *testing.T, ip string) corev1.Pod {

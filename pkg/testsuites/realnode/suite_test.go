@@ -26,7 +26,8 @@ import (
 const (
 	operatorNamespace = "proxy-operator"
 	release           = "proxy-operator"
-	operatorSelector  = "app.kubernetes.io/name=proxy-operator"
+	operatorSelector  = "app.kubernetes.io/name=proxy-operator,app.kubernetes.io/component=operator"
+	gatewaySelector   = "app.kubernetes.io/name=proxy-operator,app.kubernetes.io/component=gateway"
 	leaderLabel       = "crawl.proxyfleet.io/leader"
 	crawlNamespace    = "crawl"  // PodSecurity restricted: the proxies and the crawler
 	targetNamespace   = "target" // the echo server the crawler reaches through a proxy
@@ -42,10 +43,13 @@ type suite struct {
 	report      report
 	installedAt time.Time // helm install began: the first lease is timed from it
 
-	echoIP  string // the target Pod's address
-	leaseID string // a lease granted before the leader changes
-	lease   lease  // that lease, with its proxy and credentials
-	token   string // the crawler ServiceAccount's token
+	echoIP        string // the target Pod's address
+	echoServiceIP string // its Service's, echo.target
+	leaseID       string // a lease granted before the leader changes
+	lease         lease  // that lease, with its proxy and credentials
+	token         string // the crawler ServiceAccount's token
+
+	crawlRows []policyRow // the crawler Pods' paths, for the NetworkPolicy table
 }
 
 func newSuite(t *testing.T) *suite {
@@ -185,6 +189,8 @@ func TestRealNode(t *testing.T) {
 		run  func(*testing.T, *suite)
 	}{
 		{"chart installs: two Ready replicas, one leader, metrics", installChart},
+		{"crawler Pods crawl through the gateway and through a lease, by Service names", crawlerPodsCrawl},
+		{"every NetworkPolicy holds for real packets: denied paths denied, allowed ones allowed", policiesHoldPackets},
 		{"a kubernetes-provider Proxy under PodSecurity restricted serves a crawler", proxyServesACrawler},
 		{"a ProxyPool rotates its Secret with Ready never below 2, then scales 3 → 0 → 2", poolRotates},
 		{"the gateway keeps a session on one upstream", gatewayKeepsASession},
@@ -219,7 +225,7 @@ func (s *suite) dumpState(t *testing.T) {
 		{"get", "proxies,proxypools,secrets,networkpolicies", "-A", "-o", "wide"},
 		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
 		{"logs", "-n", operatorNamespace, "-l", operatorSelector, "--tail=60", "--prefix"},
-		{"logs", "-n", operatorNamespace, "-l", "app.kubernetes.io/name=proxy-operator-gateway", "--tail=30", "--prefix"},
+		{"logs", "-n", operatorNamespace, "-l", gatewaySelector, "--tail=30", "--prefix"},
 	} {
 		out, _ := s.try("kubectl", args...)
 		t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)

@@ -7,9 +7,23 @@
 {{- end -}}
 {{- end -}}
 
-{{/* Selector labels: the same as artifacts/deploy's, so the two installs match. */}}
+{{/*
+Labels follow Helm's convention: app.kubernetes.io/name is the chart's name
+and app.kubernetes.io/instance the release's; app.kubernetes.io/component
+tells the operator from the gateway tier. The kubernetes provider's
+NetworkPolicies admit both by app.kubernetes.io/name=proxy-operator in the
+release's namespace, which holds for any release name and for artifacts/'s
+kustomize base (docs/decisions/0283-helm-labels-name-the-chart.md).
+*/}}
+{{- define "proxy-operator.instanceLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The operator's selector labels: the same as artifacts/deploy's for the release proxy-operator. */}}
 {{- define "proxy-operator.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "proxy-operator.fullname" . }}
+{{ include "proxy-operator.instanceLabels" . }}
+app.kubernetes.io/component: operator
 {{- end -}}
 
 {{- define "proxy-operator.labels" -}}
@@ -25,5 +39,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* The gateway tier's selector labels. */}}
 {{- define "proxy-operator.gatewaySelectorLabels" -}}
-app.kubernetes.io/name: {{ include "proxy-operator.fullname" . }}-gateway
+{{ include "proxy-operator.instanceLabels" . }}
+app.kubernetes.io/component: gateway
+{{- end -}}
+
+{{- define "proxy-operator.gatewayLabels" -}}
+{{ include "proxy-operator.gatewaySelectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ include "proxy-operator.tag" . | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}

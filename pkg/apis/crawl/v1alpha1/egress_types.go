@@ -9,7 +9,10 @@ package v1alpha1
 // here are passed to the instance as --allow-cidr and --deny-cidr: of the
 // ranges containing an address, the most specific decides (deny wins a
 // tie), and a metadata server yields only to an allow range at least as
-// specific as its own address.
+// specific as its own address. On the kubernetes provider the instance's
+// Pod also gets an egress NetworkPolicy that allows the same ranges (and
+// DNS), a second lock where the cluster's network plugin enforces
+// NetworkPolicies.
 type ProxyEgress struct {
 	// AllowCIDRs admits destinations in these ranges (CIDR notation, such as
 	// 10.20.0.0/16 or fd00:1::/64), which the guard refuses by default.
@@ -35,11 +38,11 @@ type CIDR string
 // KubernetesAllowFrom lists who, beside the operator, may connect to a Pod
 // instance. The provider creates one NetworkPolicy per instance (named like
 // the Pod, deleted with it) selecting that Pod, with one ingress rule for
-// the proxy port: from the operator's Pods (label
+// the proxy port: from the operator's and the gateway's Pods (label
 // app.kubernetes.io/name=proxy-operator in the operator's namespace), which
-// probe it, and from every Pod of the namespaces listed here, where the
-// crawlers holding leases run. It takes effect where the cluster's network
-// plugin enforces NetworkPolicies.
+// probe it and relay crawlers' requests, and from every Pod of the
+// namespaces listed here, where the crawlers holding leases run. It takes
+// effect where the cluster's network plugin enforces NetworkPolicies.
 type KubernetesAllowFrom struct {
 	// Namespaces whose Pods may connect to the proxy. Empty: the operator
 	// only.

@@ -188,10 +188,11 @@ type KubernetesProvider struct {
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
-	// AllowFrom, when set, makes the provider create a NetworkPolicy with
-	// the Pod that admits connections to the proxy port only from the
-	// operator's Pods and from the namespaces listed (egress_types.go).
-	// Unset: no NetworkPolicy.
+	// AllowFrom, when set, adds an ingress rule to the Pod's NetworkPolicy
+	// that admits connections to the proxy port only from the operator's
+	// and the gateway's Pods and from the namespaces listed
+	// (egress_types.go). Unset: ingress is not restricted (the policy
+	// restricts egress only, spec.egress).
 	// +optional
 	AllowFrom *KubernetesAllowFrom `json:"allowFrom,omitempty"`
 }

@@ -24,11 +24,11 @@ package v1alpha1
 // KubernetesAllowFrom lists who, beside the operator, may connect to a Pod
 // instance. The provider creates one NetworkPolicy per instance (named like
 // the Pod, deleted with it) selecting that Pod, with one ingress rule for
-// the proxy port: from the operator's Pods (label
+// the proxy port: from the operator's and the gateway's Pods (label
 // app.kubernetes.io/name=proxy-operator in the operator's namespace), which
-// probe it, and from every Pod of the namespaces listed here, where the
-// crawlers holding leases run. It takes effect where the cluster's network
-// plugin enforces NetworkPolicies.
+// probe it and relay crawlers' requests, and from every Pod of the
+// namespaces listed here, where the crawlers holding leases run. It takes
+// effect where the cluster's network plugin enforces NetworkPolicies.
 type KubernetesAllowFromApplyConfiguration struct {
 	// Namespaces whose Pods may connect to the proxy. Empty: the operator
 	// only.

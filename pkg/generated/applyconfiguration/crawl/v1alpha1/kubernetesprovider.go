@@ -39,10 +39,11 @@ type KubernetesProviderApplyConfiguration struct {
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 	// Tolerations let the Pod run on tainted nodes.
 	Tolerations []v1.TolerationApplyConfiguration `json:"tolerations,omitempty"`
-	// AllowFrom, when set, makes the provider create a NetworkPolicy with
-	// the Pod that admits connections to the proxy port only from the
-	// operator's Pods and from the namespaces listed (egress_types.go).
-	// Unset: no NetworkPolicy.
+	// AllowFrom, when set, adds an ingress rule to the Pod's NetworkPolicy
+	// that admits connections to the proxy port only from the operator's
+	// and the gateway's Pods and from the namespaces listed
+	// (egress_types.go). Unset: ingress is not restricted (the policy
+	// restricts egress only, spec.egress).
 	AllowFrom *KubernetesAllowFromApplyConfiguration `json:"allowFrom,omitempty"`
 }
 

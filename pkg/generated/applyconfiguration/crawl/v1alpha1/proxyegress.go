@@ -34,7 +34,10 @@ import (
 // here are passed to the instance as --allow-cidr and --deny-cidr: of the
 // ranges containing an address, the most specific decides (deny wins a
 // tie), and a metadata server yields only to an allow range at least as
-// specific as its own address.
+// specific as its own address. On the kubernetes provider the instance's
+// Pod also gets an egress NetworkPolicy that allows the same ranges (and
+// DNS), a second lock where the cluster's network plugin enforces
+// NetworkPolicies.
 type ProxyEgressApplyConfiguration struct {
 	// AllowCIDRs admits destinations in these ranges (CIDR notation, such as
 	// 10.20.0.0/16 or fd00:1::/64), which the guard refuses by default.
