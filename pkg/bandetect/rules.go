@@ -6,12 +6,13 @@ import (
 	"sync"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/hostrule"
 )
 
 // Rules are the CrawlPolicies' ban rules, compiled, for the gateway to
 // pick the detector of a request's domain. A domain matches the rule the
-// lease store would charge it to (pkg/lease/store's matchRule): an exact
-// host, then the longest "*.suffix", then a default; across a namespace's
+// lease store charges it to (both rank by pkg/hostrule): an exact host,
+// then the longest "*.suffix", then a default; across a namespace's
 // policies the first by name. No rule: Default. Safe for concurrent use.
 type Rules struct {
 	mu   sync.RWMutex
@@ -66,24 +67,15 @@ func (r *Rules) For(namespace, domain string) *Detector {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	var best *Detector
-	bestRank, bestLen := 0, 0 // 3: exact; 2: suffix (longer wins); 1: default
+	bestRank, bestLen := hostrule.NoMatch, 0
 	for _, p := range r.byNS[namespace] {
 		for host, d := range p.hosts {
-			rank := 0
-			switch {
-			case host == domain:
-				rank = 3
-			case strings.HasPrefix(host, "*.") && (domain == host[2:] || strings.HasSuffix(domain, host[1:])):
-				rank = 2
-			default:
-				continue
-			}
-			if rank > bestRank || (rank == bestRank && len(host) > bestLen) {
+			if rank := hostrule.Rank(host, domain); rank != hostrule.NoMatch && hostrule.Better(rank, len(host), bestRank, bestLen) {
 				best, bestRank, bestLen = d, rank, len(host)
 			}
 		}
-		if p.fallback != nil && bestRank < 1 {
-			best, bestRank = p.fallback, 1
+		if p.fallback != nil && bestRank < hostrule.Default {
+			best, bestRank = p.fallback, hostrule.Default
 		}
 	}
 	if best == nil {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/hostrule"
 )
 
 // Politeness: fleet-wide per-domain budgets from CrawlPolicy objects
@@ -191,28 +193,18 @@ func (p *politeness) countsOf(k budgetKey) *ruleCounts {
 // matchRule finds the most specific rule for domain: an exact host, then
 // the longest suffix, then a default; across policies the first by name.
 func matchRule(policies []*CrawlPolicy, domain string) (policy, rule string, limits DomainLimits, ok bool) {
-	best := -1 // 3: exact; 2: suffix (longer wins); 1: default
-	bestLen := 0
+	best, bestLen := hostrule.NoMatch, 0
 	for _, p := range policies {
 		for host, l := range p.Rules {
-			rank, n := 0, len(host)
-			switch {
-			case host == domain:
-				rank = 3
-			case strings.HasPrefix(host, "*.") && (domain == host[2:] || strings.HasSuffix(domain, host[1:])):
-				rank = 2
-			default:
-				continue
-			}
-			if rank > best || (rank == best && n > bestLen) {
-				best, bestLen, policy, rule, limits = rank, n, p.Key.Name, host, l
+			if rank := hostrule.Rank(host, domain); rank != hostrule.NoMatch && hostrule.Better(rank, len(host), best, bestLen) {
+				best, bestLen, policy, rule, limits = rank, len(host), p.Key.Name, host, l
 			}
 		}
-		if p.Default != nil && best < 1 {
-			best, policy, rule, limits = 1, p.Key.Name, DefaultRuleHost, *p.Default
+		if p.Default != nil && best < hostrule.Default {
+			best, policy, rule, limits = hostrule.Default, p.Key.Name, DefaultRuleHost, *p.Default
 		}
 	}
-	return policy, rule, limits, best > 0
+	return policy, rule, limits, best != hostrule.NoMatch
 }
 
 // ruleNamed finds a rule by policy name and host ("*": the default).
