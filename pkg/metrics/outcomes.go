@@ -37,11 +37,14 @@ func newOutcomeMetrics() outcomeMetrics {
 			Help:      "A ProxyPool's cost per 1,000 ok outcomes, by namespace, pool and currency (status.usage.costPer1000OK).",
 		}, []string{"namespace", "pool", "currency"}),
 	}
-	// Zero series with empty labels, for dashboards before any outcome.
+	// Zero series with empty labels, for dashboards (and the e2e metrics
+	// test) before any outcome or priced pool.
 	for _, outcome := range outcomeValues {
 		o.pool.WithLabelValues("", "", outcome)
 		o.rule.WithLabelValues("", "", "", outcome)
 	}
+	o.cost.WithLabelValues("", "", "")
+	o.costPer1000OK.WithLabelValues("", "", "")
 	return o
 }
 
