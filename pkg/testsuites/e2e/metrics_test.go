@@ -41,7 +41,7 @@ func (m documentedMetric) prefix() (string, bool) {
 }
 
 // tableRow matches a row of the metrics table: | `name` | type | `a`, `b` | meaning |
-var tableRow = regexp.MustCompile("^\\|\\s*`([a-z_:*]+)`\\s*\\|\\s*([a-z]+)\\s*\\|([^|]*)\\|")
+var tableRow = regexp.MustCompile("^\\|\\s*`([a-z0-9_:*]+)`\\s*\\|\\s*([a-z]+)\\s*\\|([^|]*)\\|")
 
 // readMetricsTable parses the table under the "## Metrics" heading of the doc.
 func readMetricsTable(t *testing.T) []documentedMetric {
