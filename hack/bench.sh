@@ -272,6 +272,18 @@ STORY
     echo
     go run ./pkg/testsuites/bench/gateway
     echo
+    echo "### Inspected HTTPS against tunnelled (issue 50)"
+    echo
+    echo "\`go test -run '^\$' -bench 'BenchmarkInspectedAgainstTunnelled' -benchtime 3s -count 5 ./pkg/gateway\`: one client,"
+    echo "each HTTPS GET on a new connection (a new CONNECT and a rotating lease) through the same in-process gateway and"
+    echo "forward-proxy to a loopback TLS site: tunnelled (the caller names no namespace: one TLS handshake, crawler to site)"
+    echo "beside inspected (two: crawler to the gateway's minted leaf, gateway to the site). Target: inspected at least 0.5x"
+    echo "tunnelled's requests per second ([record 0199](decisions/0199-inspection-opt-in-per-namespace.md))."
+    echo
+    echo '```text'
+    go test -run '^$' -bench 'BenchmarkInspectedAgainstTunnelled' -benchtime 3s -count 5 ./pkg/gateway | grep -E '^Benchmark'
+    echo '```'
+    echo
     echo "## Secret rotation: ProxyPool beside standalone Proxies (issue 13)"
     echo
     echo "\`go run ./pkg/testsuites/bench/pool\`: the operator binary on a real kube-apiserver and etcd, local-provider"

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -46,6 +48,11 @@ type unitOptions struct {
 	leaveFrom []string
 	// gateway adjusts the gateway's Config.
 	gateway func(*gateway.Config)
+	// maxLeases is each upstream's slots; 0: one.
+	maxLeases int32
+	// quiet discards the gateway's logs (benchmarks: the test logger
+	// would print every request).
+	quiet bool
 }
 
 func startUnit(t *testing.T, upstreams ...string) *unit {
@@ -53,9 +60,12 @@ func startUnit(t *testing.T, upstreams ...string) *unit {
 	return startUnitWith(t, unitOptions{}, upstreams...)
 }
 
-func startUnitWith(t *testing.T, opts unitOptions, upstreams ...string) *unit {
+func startUnitWith(t testing.TB, opts unitOptions, upstreams ...string) *unit {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
+	if opts.quiet {
+		ctx = klog.NewContext(context.Background(), logr.Discard())
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	u := &unit{clock: clocktesting.NewFakeClock(t0), ups: map[string]*proxytest.Proxy{}}
 	var err error
@@ -72,7 +82,7 @@ func startUnitWith(t *testing.T, opts unitOptions, upstreams ...string) *unit {
 		u.ups[name] = p
 		u.store.Upsert(store.ProxyInfo{
 			Key: store.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID("uid-" + name), Ready: true,
-			URL: "http://" + p.Addr, Labels: map[string]string{gateway.PoolLabel: "p"}, Pool: "p", MaxLeases: 1,
+			URL: "http://" + p.Addr, Labels: map[string]string{gateway.PoolLabel: "p"}, Pool: "p", MaxLeases: max(1, opts.maxLeases),
 			LatencyMillis: int64(i), ReadySince: t0,
 		})
 	}

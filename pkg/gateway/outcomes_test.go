@@ -171,7 +171,7 @@ func (m minters) Minter(namespace string) *inspection.Minter {
 	return mm
 }
 
-func newCA(t *testing.T) *inspection.CA {
+func newCA(t testing.TB) *inspection.CA {
 	t.Helper()
 	ca, err := inspection.NewCA("crawl", time.Now(), 0)
 	if err != nil {
