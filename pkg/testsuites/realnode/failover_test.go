@@ -4,6 +4,7 @@ package realnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -36,10 +37,18 @@ func leaderFailover(t *testing.T, s *suite) {
 		}},
 	} {
 		t.Run(round.name, func(t *testing.T) {
-			_, _, old, err := s.operatorPods(context.Background())
-			if err != nil || old == "" {
-				t.Fatalf("leader before: %q, %v", old, err)
-			}
+			// The step before restarts the API server, which may move the
+			// lease: the old leader's label goes a moment after the new
+			// one's comes, so wait for one leader first.
+			var old string
+			waitFor(t, time.Minute, "one leader before the round", func(ctx context.Context) error {
+				var err error
+				_, _, old, err = s.operatorPods(ctx)
+				if err == nil && old == "" {
+					err = errors.New("no leader")
+				}
+				return err
+			})
 			transitions := s.leaderTransitions(t)
 			began := time.Now()
 			round.kill(t, s, old)

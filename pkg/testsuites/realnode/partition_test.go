@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // partitionChain holds the test's packet filter. hack/cluster's down removes
@@ -23,10 +25,16 @@ const partitionChain = "PO-E2E-PARTITION"
 // is held (the proxy takes one lease): no proxy is leased twice across the
 // two. The filter goes, and the old leader rejoins as a standby.
 func leaderPartitioned(t *testing.T, s *suite) {
-	pods, _, leader, err := s.operatorPods(context.Background())
-	if err != nil || leader == "" {
-		t.Fatalf("leader before: %q, %v", leader, err)
-	}
+	var pods []corev1.Pod
+	var leader string
+	waitFor(t, time.Minute, "one leader before the cut", func(ctx context.Context) error {
+		var err error
+		pods, _, leader, err = s.operatorPods(ctx)
+		if err == nil && leader == "" {
+			err = errors.New("no leader")
+		}
+		return err
+	})
 	var leaderIP string
 	for _, p := range pods {
 		if p.Name == leader {
@@ -78,7 +86,11 @@ func leaderPartitioned(t *testing.T, s *suite) {
 
 // cut drops the packets from ip to the API server's port on the node (a
 // Pod reaches it through the kubernetes Service, DNATed to the node), and
-// removes the filter when the test ends, whatever happened.
+// removes the filter when the test ends, whatever happened. The filter sits
+// in mangle's INPUT, which every packet for the node crosses before
+// filter's: kube-router keeps its own jump first in filter's INPUT and
+// accepts there what a NetworkPolicy allows, so a rule in filter's INPUT
+// could be passed over.
 func cut(t *testing.T, ip string) {
 	t.Cleanup(func() { heal(t) })
 	for _, args := range [][]string{
@@ -86,7 +98,7 @@ func cut(t *testing.T, ip string) {
 		{"-A", partitionChain, "-s", ip, "-p", "tcp", "--dport", "6443", "-j", "DROP"},
 		{"-I", "INPUT", "1", "-j", partitionChain},
 	} {
-		if out, err := exec.Command("iptables", append([]string{"-w"}, args...)...).CombinedOutput(); err != nil {
+		if out, err := exec.Command("iptables", append([]string{"-w", "-t", "mangle"}, args...)...).CombinedOutput(); err != nil {
 			t.Fatalf("iptables %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
@@ -98,9 +110,9 @@ func heal(t *testing.T) {
 		{"-F", partitionChain},
 		{"-X", partitionChain},
 	} {
-		_ = exec.Command("iptables", append([]string{"-w"}, args...)...).Run()
+		_ = exec.Command("iptables", append([]string{"-w", "-t", "mangle"}, args...)...).Run()
 	}
-	if out, _ := exec.Command("iptables", "-w", "-S").Output(); strings.Contains(string(out), partitionChain) {
+	if out, _ := exec.Command("iptables", "-w", "-t", "mangle", "-S").Output(); strings.Contains(string(out), partitionChain) {
 		t.Errorf("the partition filter is still there:\n%s", out)
 	}
 }
