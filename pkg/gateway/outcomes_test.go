@@ -15,7 +15,9 @@ import (
 
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/inspection"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/antibot"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 // exits are the addresses the three upstreams leave from: the test site
@@ -42,6 +44,20 @@ func (u *unit) fetch(t *testing.T, c *http.Client, method, target string) answer
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return answer{Status: resp.StatusCode, Attempts: resp.Header.Get(gateway.HeaderAttempts), Banned: resp.Header.Get(gateway.HeaderBanned) != ""}
+}
+
+// released waits until the gateway has given back every lease: it
+// releases a rotating lease after the answer is written, so a crawler's
+// next request can come before the release lands.
+func (u *unit) released(t *testing.T) {
+	t.Helper()
+	err := proxytest.Poll(5*time.Second, func() bool {
+		held, err := u.store.List(store.LeaseFilter{})
+		return err == nil && len(held) == 0
+	})
+	if err != nil {
+		t.Fatalf("leases still held after the answer: %v", err)
+	}
 }
 
 func (u *unit) crawler(username string, roots *x509.CertPool) *http.Client {
@@ -79,6 +95,7 @@ func TestBansAreRetriedOnFreshProxiesThenCoolDown(t *testing.T) {
 			var got []answer
 			for i := range 5 {
 				got = append(got, u.fetch(t, crawler, http.MethodGet, tc.target+"/page/"+string(rune('1'+i))))
+				u.released(t)
 			}
 			want := []answer{{200, "1", false}, {200, "1", false}, {200, "1", false}, {403, "3", true}, {503, "", false}}
 			if name == "https not inspected" {
