@@ -139,13 +139,23 @@ func (g *Gateway) tunnelAfterAnswer(ctx context.Context, client *bufferedConn, c
 	g.tunnel(ctx, client.Conn, upstream, u, pending, early, authority)
 }
 
-// bufferedConn is a connection whose first bytes wait in r.
+// bufferedConn is a hijacked connection whose first bytes wait in r.
 type bufferedConn struct {
 	net.Conn
 	r *bufio.Reader
 }
 
-func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+// Read drains r, then reads the connection itself. r reads through the
+// outer server's connection reader, which cancels the CONNECT's context
+// on any read error, the deadline the inner server sets to end a
+// background read included; every later request on a kept-alive
+// inspected connection would then start canceled.
+func (c *bufferedConn) Read(p []byte) (int, error) {
+	if c.r.Buffered() > 0 {
+		return c.r.Read(p[:min(len(p), c.r.Buffered())])
+	}
+	return c.Conn.Read(p)
+}
 
 // oneConn is a listener that accepts conn once, then blocks until closed.
 type oneConn struct {

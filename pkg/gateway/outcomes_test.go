@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -209,4 +210,27 @@ func port(rawURL string) string {
 	u, _ := url.Parse(rawURL)
 	_, p, _ := net.SplitHostPort(u.Host)
 	return p
+}
+
+// A crawler that keeps its inspected connection alive (Python requests,
+// browsers) sends many requests on it: each is forwarded and judged as
+// the first was.
+func TestInspectedConnectionServesEveryKeptAliveRequest(t *testing.T) {
+	site := antibot.Start(t, antibot.Options{})
+	ca := newCA(t)
+	u := startUnitWith(t, unitOptions{leaveFrom: []string{"127.0.7.4"}, gateway: func(c *gateway.Config) {
+		c.Inspection = minters{"crawl": ca}
+		c.TargetRootCAs = pool(site.HTTPS.Certificate())
+		c.InspectedPorts = []string{port(site.HTTPS.URL)}
+	}}, "a")
+	crawler := u.crawler("ns-crawl+session-s1", pool(ca.Cert))
+	crawler.Transport.(*http.Transport).DisableKeepAlives = false
+	var got []answer
+	for page := range 3 {
+		got = append(got, u.fetch(t, crawler, http.MethodGet, fmt.Sprintf("%s/page/%d", site.HTTPS.URL, page)))
+	}
+	want := []answer{{Status: 200, Attempts: "1"}, {Status: 200, Attempts: "1"}, {Status: 200, Attempts: "1"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("answers on one kept-alive connection (-want +got):\n%s", diff)
+	}
 }
