@@ -56,7 +56,8 @@ func TestCrawlThroughBans(t *testing.T) {
 // TestInspectedHTTPSCrawl: over HTTPS the gateway sees nothing until the
 // namespace opts into inspection: the same crawl then gives the same result
 // as over HTTP, the crawler trusting the CA the operator published in its
-// namespace. The CA key stays in the operator's namespace, in no log.
+// namespace; curl, Python requests and Scrapy get their pages through it
+// too. The CA key stays in the operator's namespace, in no log.
 func TestInspectedHTTPSCrawl(t *testing.T) {
 	kube := kubernetes.NewForConfigOrDie(shared.Get(t).Env.Config)
 	operatorNS := operatortest.NewNamespace(t, kube)
@@ -124,6 +125,11 @@ func TestInspectedHTTPSCrawl(t *testing.T) {
 		return nil
 	})
 	c.crawl(t, c.client(gw, trusted), c.site.HTTPS.URL)
+	bundleFile := filepath.Join(t.TempDir(), "inspection-ca.crt")
+	if err := os.WriteFile(bundleFile, bundle, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.crawlWithOutsideClients(t, gw, bundleFile)
 	c.checkOutcomes(t)
 
 	// The key: in the operator's namespace only, in no log.

@@ -13,4 +13,7 @@ class FleetSpider(scrapy.Spider):
     def parse(self, response):
         # The start of the body: an echo target's answer says which exit IP
         # the request left from.
-        yield {"url": response.url, "status": response.status, "body": response.text[:100].strip()}
+        # Proxy-Operator-Attempts: how many IPs the gateway tried (more
+        # than one when it judged an answer a ban and retried).
+        attempts = response.headers.get("Proxy-Operator-Attempts", b"").decode()
+        yield {"url": response.url, "status": response.status, "body": response.text[:100].strip(), "attempts": attempts}
