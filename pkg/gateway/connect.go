@@ -126,13 +126,13 @@ func (g *Gateway) tunnel(ctx context.Context, client, upstream net.Conn, u *use,
 		if _, err := client.Write(pending); err != nil {
 			return
 		}
-		g.cfg.Metrics.AddGatewayBytes(DirectionDown, u.h.proxy.Namespace, u.h.pool, int64(len(pending)))
+		g.addBytes(DirectionDown, u.h, int64(len(pending)))
 	}
 	if len(early) > 0 {
 		if _, err := upstream.Write(early); err != nil {
 			return
 		}
-		g.cfg.Metrics.AddGatewayBytes(DirectionUp, u.h.proxy.Namespace, u.h.pool, int64(len(early)))
+		g.addBytes(DirectionUp, u.h, int64(len(early)))
 	}
 	g.splice(client, upstream, u.h)
 	if v := klog.FromContext(ctx).V(4); v.Enabled() { // the arguments would escape even when not logged
@@ -227,7 +227,7 @@ func (g *Gateway) pipe(dst, src net.Conn, direction string, h *holding) {
 		// *io.LimitedReader; any other wrapper would defeat it).
 		n, err := io.CopyN(dst, src, copyChunk)
 		if n > 0 {
-			g.cfg.Metrics.AddGatewayBytes(direction, h.proxy.Namespace, h.pool, n)
+			g.addBytes(direction, h, n)
 		}
 		if err != nil {
 			break

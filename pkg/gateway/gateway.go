@@ -390,7 +390,7 @@ func (g *Gateway) acquire(ctx context.Context, c caller, domain string) (*holdin
 	}
 	h, err := newHolding(c.user, l, creds)
 	if err != nil {
-		_ = g.cfg.Leases.Release(ctx, c.user, l.ID, store.OutcomeError, "")
+		_ = g.cfg.Leases.Release(ctx, c.user, l.ID, store.OutcomeError, "", 0)
 		return nil, fmt.Errorf("proxy %s has an unusable URL: %w", l.Proxy.Key, err)
 	}
 	return h, nil
@@ -472,7 +472,7 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 			s.held = nil
 		}
 		s.mu.Unlock()
-		h.drop()
+		h.drop(context.WithoutCancel(ctx), g.cfg.Leases, klog.FromContext(ctx))
 		if err := g.cfg.Leases.ReleaseSession(context.WithoutCancel(ctx), c.user, c.target.Namespace, c.target.Session, outcome, domain); err != nil {
 			klog.FromContext(ctx).Error(err, "Releasing a session to move it to another upstream", "session", c.target.Session, "proxy", h.proxy, "outcome", outcome)
 		}

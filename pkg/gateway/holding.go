@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/tools/cache"
@@ -27,6 +28,11 @@ type holding struct {
 	// upstream is the proxy's URL with its credentials in User: never
 	// logged, never shown to clients (use proxy to name it).
 	upstream *url.URL
+
+	// transferred is the bytes moved through the upstream since the last
+	// report; each renewal and the release report them to the leader, for
+	// the pool's status.usage.transferredGiB.
+	transferred atomic.Int64
 
 	mu        sync.Mutex
 	id        string // changes at each renewal
@@ -73,17 +79,27 @@ func (h *holding) release(ctx context.Context, leases Leases, outcome store.Outc
 		return
 	}
 	h.ended = true
-	if err := leases.Release(ctx, h.user, h.id, outcome, domain); err != nil && !leaseGone(err) && !errors.Is(err, store.ErrNotLeader) {
+	if err := leases.Release(ctx, h.user, h.id, outcome, domain, h.transferred.Swap(0)); err != nil && !leaseGone(err) && !errors.Is(err, store.ErrNotLeader) {
 		logger.Error(err, "Releasing a gateway lease", "proxy", h.proxy, "outcome", outcome)
 	}
 }
 
 // drop stops renewing without releasing: a session's lease may be shared
 // with other replicas, so it lapses at its expiry unless one of them renews.
-func (h *holding) drop() {
+// Bytes moved since the last renewal are reported first, with one more
+// renewal, so that the pool's usage loses none of them.
+func (h *holding) drop(ctx context.Context, leases Leases, logger klog.Logger) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return
+	}
 	h.ended = true
-	h.mu.Unlock()
+	if n := h.transferred.Swap(0); n > 0 {
+		if _, err := leases.Renew(ctx, h.user, h.id, h.ttl, n); err != nil && !leaseGone(err) {
+			logger.V(2).Info("Could not report a dropped lease's bytes", "proxy", h.proxy, "bytes", n, "err", err.Error())
+		}
+	}
 }
 
 // renewIfDue renews when less than half the TTL is left. It reports false
@@ -100,7 +116,11 @@ func (h *holding) renewIfDue(ctx context.Context, leases Leases, now time.Time, 
 	if h.expiresAt.Sub(now) > h.ttl/2 {
 		return true
 	}
-	l, err := leases.Renew(ctx, h.user, h.id, h.ttl)
+	transferred := h.transferred.Swap(0)
+	l, err := leases.Renew(ctx, h.user, h.id, h.ttl, transferred)
+	if err != nil && !leaseGone(err) {
+		h.transferred.Add(transferred) // not counted: report them next time
+	}
 	switch {
 	case err == nil:
 		h.id, h.expiresAt = l.ID, l.ExpiresAt

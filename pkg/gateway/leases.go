@@ -16,9 +16,11 @@ type Leases interface {
 	// Acquire holds while no lease API leader answers (Remote: up to its
 	// LeaderWait), then errors with store.ErrNotLeader.
 	Acquire(ctx context.Context, user auth.User, req store.AcquireRequest) (store.Lease, *proxyaccess.Credentials, error)
-	// Renew, Release and Get reach user's leases only.
-	Renew(ctx context.Context, user auth.User, id string, ttl time.Duration) (store.Lease, error)
-	Release(ctx context.Context, user auth.User, id string, outcome store.Outcome, domain string) error
+	// Renew, Release and Get reach user's leases only. Renew and Release
+	// report the bytes transferred through the proxy since the last report
+	// (0: none), for its pool's usage.
+	Renew(ctx context.Context, user auth.User, id string, ttl time.Duration, transferred int64) (store.Lease, error)
+	Release(ctx context.Context, user auth.User, id string, outcome store.Outcome, domain string, transferred int64) error
 	// Get errors with ErrUnknownLease, ErrRevoked or ErrSuperseded when the
 	// lease is no longer live (released through the session call, revoked,
 	// expired); any other error means it could not tell.

@@ -85,7 +85,7 @@ func (g *Gateway) copyResponse(w http.ResponseWriter, resp *http.Response, prefi
 	w.WriteHeader(resp.StatusCode)
 	written, _ := w.Write(prefix)
 	n, _ := io.Copy(flushWriter{w}, resp.Body)
-	g.cfg.Metrics.AddGatewayBytes(DirectionDown, h.proxy.Namespace, h.pool, n+int64(written))
+	g.addBytes(DirectionDown, h, n+int64(written))
 }
 
 // redact removes an upstream's password from a message, should a library
@@ -110,7 +110,15 @@ type countingReader struct {
 func (c countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.m.AddGatewayBytes(DirectionUp, c.h.proxy.Namespace, c.h.pool, int64(n))
+	c.h.transferred.Add(int64(n))
 	return n, err
+}
+
+// addBytes counts n bytes moved through h's upstream: in the bytes metric,
+// and for the leader, which the next renewal or the release tells.
+func (g *Gateway) addBytes(direction string, h *holding, n int64) {
+	g.cfg.Metrics.AddGatewayBytes(direction, h.proxy.Namespace, h.pool, n)
+	h.transferred.Add(n)
 }
 
 func (c countingReader) Close() error { return c.r.Close() }

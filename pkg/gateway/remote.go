@@ -195,10 +195,10 @@ func (r *Remote) Acquire(ctx context.Context, user auth.User, req store.AcquireR
 	}
 }
 
-func (r *Remote) Renew(ctx context.Context, user auth.User, id string, ttl time.Duration) (store.Lease, error) {
+func (r *Remote) Renew(ctx context.Context, user auth.User, id string, ttl time.Duration, transferred int64) (store.Lease, error) {
 	var got *client.Lease
 	err := r.call(ctx, func(c *client.Client) (err error) {
-		got, err = c.ActingFor(user.Name, user.UID, user.Groups).Renew(ctx, id, ttl)
+		got, err = c.ActingFor(user.Name, user.UID, user.Groups).RenewTransferred(ctx, id, ttl, transferred)
 		return err
 	})
 	if err != nil {
@@ -207,9 +207,9 @@ func (r *Remote) Renew(ctx context.Context, user auth.User, id string, ttl time.
 	return leaseOf(user, got), nil
 }
 
-func (r *Remote) Release(ctx context.Context, user auth.User, id string, outcome store.Outcome, domain string) error {
+func (r *Remote) Release(ctx context.Context, user auth.User, id string, outcome store.Outcome, domain string, transferred int64) error {
 	return leaseError(r.call(ctx, func(c *client.Client) error {
-		return c.ActingFor(user.Name, user.UID, user.Groups).Release(ctx, id, client.Outcome(outcome), domain)
+		return c.ActingFor(user.Name, user.UID, user.Groups).ReleaseTransferred(ctx, id, client.Outcome(outcome), domain, transferred)
 	}))
 }
 

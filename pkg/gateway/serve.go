@@ -145,7 +145,7 @@ func (g *Gateway) Tidy(ctx context.Context) {
 			if h != nil {
 				// Not released: other replicas may carry the session on
 				// the same lease; unrenewed, it lapses at its expiry.
-				h.drop()
+				h.drop(ctx, g.cfg.Leases, logger)
 				logger.V(4).Info("Idle session left to lapse", "session", e.key.id, "namespace", e.key.namespace, "proxy", h.proxy)
 			}
 			g.mu.Lock()
@@ -181,7 +181,7 @@ func (g *Gateway) releaseAll(ctx context.Context, logger klog.Logger) {
 	for k, s := range g.sessions {
 		s.mu.Lock()
 		if s.held != nil {
-			s.held.drop()
+			s.held.drop(ctx, g.cfg.Leases, logger)
 			s.held = nil
 		}
 		s.mu.Unlock()

@@ -37,8 +37,9 @@ type usageState struct {
 }
 
 type usageBase struct {
-	uid      types.UID
-	outcomes crawlv1alpha1.OutcomeCounts
+	uid            types.UID
+	outcomes       crawlv1alpha1.OutcomeCounts
+	transferredGiB float64
 }
 
 func newUsageState(outcomes OutcomeCounter, poll time.Duration) usageState {
@@ -51,7 +52,7 @@ func newUsageState(outcomes OutcomeCounter, poll time.Duration) usageState {
 // baseOf is the pool's outcomes as its status had them when this process
 // first saw it (this incarnation of it: a pool deleted and made again
 // starts afresh).
-func (u *usageState) baseOf(cached *crawlv1alpha1.ProxyPool) crawlv1alpha1.OutcomeCounts {
+func (u *usageState) baseOf(cached *crawlv1alpha1.ProxyPool) usageBase {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	key := cache.MetaObjectToName(cached)
@@ -60,10 +61,11 @@ func (u *usageState) baseOf(cached *crawlv1alpha1.ProxyPool) crawlv1alpha1.Outco
 		b = usageBase{uid: cached.UID}
 		if cached.Status.Usage != nil {
 			b.outcomes = cached.Status.Usage.Outcomes
+			b.transferredGiB = parseDecimal(cached.Status.Usage.TransferredGiB)
 		}
 		u.base[key] = b
 	}
-	return b.outcomes
+	return b
 }
 
 func (u *usageState) forget(key cache.ObjectName) {
@@ -79,21 +81,22 @@ func (u *usageState) stageUsage(pool, cached *crawlv1alpha1.ProxyPool, members i
 	}
 	base := u.baseOf(cached)
 	counted := u.outcomes.PoolOutcomes(store.ObjectName{Namespace: pool.Namespace, Name: pool.Name})
-	outcomes := crawlv1alpha1.OutcomeCounts{OK: base.OK + counted.OK, Banned: base.Banned + counted.Banned, Error: base.Error + counted.Error}
-	pool.Status.Usage = Usage(cached.Status.Usage, outcomes, members, pool.Spec.Cost, now, u.poll)
+	o := base.outcomes
+	outcomes := crawlv1alpha1.OutcomeCounts{OK: o.OK + counted.OK, Banned: o.Banned + counted.Banned, Error: o.Error + counted.Error}
+	gib := base.transferredGiB + float64(counted.TransferredBytes)/(1<<30)
+	pool.Status.Usage = Usage(cached.Status.Usage, outcomes, gib, members, pool.Spec.Cost, now, u.poll)
 }
 
-// Usage is a pool's usage now: outcomes as counted, the instance-hours of
-// prev plus members' time since prev.CountedAt, and their cost at
-// spec.cost's prices. The hours move only when the outcomes did or every
-// poll, so that most syncs write no status.
-func Usage(prev *crawlv1alpha1.PoolUsage, outcomes crawlv1alpha1.OutcomeCounts, members int, cost *crawlv1alpha1.PoolCost, now time.Time, poll time.Duration) *crawlv1alpha1.PoolUsage {
+// Usage is a pool's usage now: outcomes and transferred GiB as counted,
+// the instance-hours of prev plus members' time since prev.CountedAt, and
+// their cost at spec.cost's prices. The hours move only when the outcomes
+// did or every poll, so that most syncs write no status.
+func Usage(prev *crawlv1alpha1.PoolUsage, outcomes crawlv1alpha1.OutcomeCounts, transferredGiB float64, members int, cost *crawlv1alpha1.PoolCost, now time.Time, poll time.Duration) *crawlv1alpha1.PoolUsage {
 	now = now.Truncate(time.Second)
 	u := &crawlv1alpha1.PoolUsage{Outcomes: withRate(outcomes), CountedAt: &metav1.Time{Time: now}}
 	hours := 0.0
 	if prev != nil {
 		hours = parseDecimal(prev.InstanceHours)
-		u.TransferredGiB = prev.TransferredGiB
 		if prev.CountedAt != nil {
 			since := now.Sub(prev.CountedAt.Time)
 			if since < 0 || (since < poll && withRate(prev.Outcomes) == u.Outcomes) {
@@ -103,6 +106,9 @@ func Usage(prev *crawlv1alpha1.PoolUsage, outcomes crawlv1alpha1.OutcomeCounts, 
 		}
 	}
 	u.InstanceHours = strconv.FormatFloat(hours, 'f', 4, 64)
+	if transferredGiB > 0 {
+		u.TransferredGiB = strconv.FormatFloat(transferredGiB, 'f', 6, 64)
+	}
 	if cost != nil {
 		total := costOf(u, cost)
 		u.Cost = fmt.Sprintf("%.2f %s", total, cost.Currency)

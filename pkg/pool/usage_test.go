@@ -21,6 +21,7 @@ func TestUsage(t *testing.T) {
 		name     string
 		prev     *crawlv1alpha1.PoolUsage
 		outcomes crawlv1alpha1.OutcomeCounts
+		gib      float64
 		members  int
 		cost     *crawlv1alpha1.PoolCost
 		now      time.Duration
@@ -39,11 +40,11 @@ func TestUsage(t *testing.T) {
 		},
 	}, {
 		name:     "transferred GiB at the GiB price",
-		prev:     &crawlv1alpha1.PoolUsage{InstanceHours: "0.0000", TransferredGiB: "2.50", CountedAt: at(0)},
-		outcomes: counts(10, 0, 0), members: 0, cost: usd, now: time.Hour,
+		prev:     &crawlv1alpha1.PoolUsage{InstanceHours: "0.0000", TransferredGiB: "2.000000", CountedAt: at(0)},
+		outcomes: counts(10, 0, 0), gib: 2.5, members: 0, cost: usd, now: time.Hour,
 		want: &crawlv1alpha1.PoolUsage{
 			Outcomes:      crawlv1alpha1.OutcomeCounts{OK: 10, SuccessRate: "100.0%"},
-			InstanceHours: "0.0000", TransferredGiB: "2.50", CountedAt: at(time.Hour), Cost: "10.00 USD", CostPer1000OK: "1000.0000 USD",
+			InstanceHours: "0.0000", TransferredGiB: "2.500000", CountedAt: at(time.Hour), Cost: "10.00 USD", CostPer1000OK: "1000.0000 USD",
 		},
 	}, {
 		name:     "within the poll and no new outcome: unchanged, so no write",
@@ -62,7 +63,7 @@ func TestUsage(t *testing.T) {
 		want: &crawlv1alpha1.PoolUsage{InstanceHours: "2.0000", CountedAt: at(time.Hour)},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Usage(tc.prev, tc.outcomes, tc.members, tc.cost, t0.Add(tc.now), UsagePoll)
+			got := Usage(tc.prev, tc.outcomes, tc.gib, tc.members, tc.cost, t0.Add(tc.now), UsagePoll)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Usage (-want +got):\n%s", diff)
 			}

@@ -190,9 +190,19 @@ func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (*Lease, error
 // Renew extends a lease by ttl from now (0: its TTL) and returns it with its
 // new ID.
 func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (*Lease, error) {
+	return c.RenewTransferred(ctx, id, ttl, 0)
+}
+
+// RenewTransferred renews as Renew does and reports the bytes moved
+// through the lease's proxy since the last report (0: none), counted for
+// its pool's usage (status.usage.transferredGiB).
+func (c *Client) RenewTransferred(ctx context.Context, id string, ttl time.Duration, transferred int64) (*Lease, error) {
+	body := wire.RenewRequest{TTL: durationString(ttl)}
+	if transferred > 0 {
+		body.TransferredBytes = strconv.FormatInt(transferred, 10)
+	}
 	var out wire.Lease
-	if err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/renew", nil,
-		wire.RenewRequest{TTL: durationString(ttl)}, http.StatusOK, &out); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/renew", nil, body, http.StatusOK, &out); err != nil {
 		return nil, err
 	}
 	return leaseFrom(out)
@@ -210,12 +220,21 @@ func (c *Client) PutState(ctx context.Context, id string, state []byte) error {
 // Release ends a lease. OutcomeBanned makes the proxy cool down for domain
 // ("" : the domain the lease was acquired with).
 func (c *Client) Release(ctx context.Context, id string, outcome Outcome, domain string) error {
+	return c.ReleaseTransferred(ctx, id, outcome, domain, 0)
+}
+
+// ReleaseTransferred releases as Release does and reports the bytes moved
+// through the lease's proxy since the last report (0: none).
+func (c *Client) ReleaseTransferred(ctx context.Context, id string, outcome Outcome, domain string, transferred int64) error {
 	q := url.Values{}
 	if outcome != "" {
 		q.Set("outcome", string(outcome))
 	}
 	if domain != "" {
 		q.Set("domain", domain)
+	}
+	if transferred > 0 {
+		q.Set("transferredBytes", strconv.FormatInt(transferred, 10))
 	}
 	return c.do(ctx, http.MethodDelete, "/v1/leases/"+url.PathEscape(id), q, nil, http.StatusNoContent, nil)
 }

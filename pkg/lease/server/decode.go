@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -49,9 +50,9 @@ const (
 // The members of POST /v1/leases and POST /v1/leases/{id}/renew.
 var (
 	acquireFields = []string{"holder", "namespace", "selector", "ttl", "domain", "session", "wait"}
-	renewFields   = []string{"ttl"}
+	renewFields   = []string{"ttl", "transferredBytes"}
 	// The parameters of each query that takes any.
-	releaseParams = []string{"outcome", "domain"}
+	releaseParams = []string{"outcome", "domain", "transferredBytes"}
 	listParams    = []string{"holder", "namespace"}
 	proxiesParams = []string{"namespace", "selector"}
 	sessionParams = []string{"namespace", "outcome", "domain"}
@@ -100,18 +101,32 @@ func decodeAcquire(body io.Reader) (store.AcquireRequest, error) {
 	return req, nil
 }
 
-func decodeRenew(body io.Reader) (time.Duration, error) {
-	m, err := decodeObject(body, renewFields, true)
-	if err != nil {
-		return 0, err
-	}
-	return parseTTL(&m)
+// renewRequest is POST /v1/leases/{id}/renew's body.
+type renewRequest struct {
+	ttl         time.Duration
+	transferred int64
 }
 
-// releaseQuery is DELETE /v1/leases/{id}?outcome=&domain=.
+func decodeRenew(body io.Reader) (renewRequest, error) {
+	m, err := decodeObject(body, renewFields, true)
+	if err != nil {
+		return renewRequest{}, err
+	}
+	var r renewRequest
+	if r.ttl, err = parseTTL(&m); err != nil {
+		return renewRequest{}, err
+	}
+	if r.transferred, err = parseTransferred(m.get("transferredBytes")); err != nil {
+		return renewRequest{}, err
+	}
+	return r, nil
+}
+
+// releaseQuery is DELETE /v1/leases/{id}?outcome=&domain=&transferredBytes=.
 type releaseQuery struct {
-	outcome store.Outcome
-	domain  string
+	outcome     store.Outcome
+	domain      string
+	transferred int64
 }
 
 func decodeRelease(rawQuery string) (releaseQuery, error) {
@@ -119,7 +134,27 @@ func decodeRelease(rawQuery string) (releaseQuery, error) {
 	if err != nil {
 		return releaseQuery{}, err
 	}
-	return releaseFrom(&q)
+	r, err := releaseFrom(&q)
+	if err != nil {
+		return releaseQuery{}, err
+	}
+	if r.transferred, err = parseTransferred(q.get("transferredBytes")); err != nil {
+		return releaseQuery{}, err
+	}
+	return r, nil
+}
+
+// parseTransferred reads transferredBytes: a decimal count of the bytes
+// moved through the lease's proxy since the holder's last report.
+func parseTransferred(v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > store.MaxTransferredReport {
+		return 0, &store.FieldError{Field: "transferredBytes", Message: fmt.Sprintf("must be a decimal count of bytes, 0..%d; got %q", int64(store.MaxTransferredReport), truncate(v))}
+	}
+	return n, nil
 }
 
 // releaseFrom reads outcome and domain of a parsed release query (the lease's

@@ -66,7 +66,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ttl, err := decodeRenew(s.body(r, w))
+	req, err := decodeRenew(s.body(r, w))
 	if err == nil {
 		_, err = parseQuery(r.URL.RawQuery)
 	}
@@ -78,7 +78,13 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	if !s.authorizeLease(w, r, user, auth.VerbUpdate, id) {
 		return
 	}
-	l, err := s.renewWithinHorizon(r.Context(), user.Identity(), id, ttl)
+	// Counted before the renewal: the bytes moved while the lease was
+	// live, whatever the renewal answers.
+	err = s.store.AddTransferredAs(user.Identity(), id, req.transferred)
+	var l store.Lease
+	if err == nil {
+		l, err = s.renewWithinHorizon(r.Context(), user.Identity(), id, req.ttl)
+	}
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -103,7 +109,11 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if !s.authorizeLease(w, r, user, auth.VerbDelete, id) {
 		return
 	}
-	if err := s.store.ReleaseAs(user.Identity(), id, q.outcome, q.domain); err != nil {
+	err = s.store.AddTransferredAs(user.Identity(), id, q.transferred)
+	if err == nil {
+		err = s.store.ReleaseAs(user.Identity(), id, q.outcome, q.domain)
+	}
+	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -53,5 +54,52 @@ func TestOutcomesCountPerPoolAndRule(t *testing.T) {
 	s.ForgetPool(ObjectName{testNamespace, "fast"})
 	if got := s.PoolOutcomes(ObjectName{testNamespace, "fast"}); got != (Outcomes{}) {
 		t.Errorf("a forgotten pool still counts %+v", got)
+	}
+}
+
+// TestTransferredBytesCountForTheLeasesPool: reports on renewals and
+// releases add up for the leased proxy's pool, whatever the lease's state;
+// another identity's lease, a negative or oversized report and a proxy in
+// no pool count nothing.
+func TestTransferredBytesCountForTheLeasesPool(t *testing.T) {
+	inPool := func(pool string) proxyOption { return func(p *ProxyInfo) { p.Pool = pool } }
+	s, _, _ := newTestStore(t, []ProxyInfo{
+		newProxy("a", inPool("fast"), withMaxLeases(100), withLabels("name", "a")),
+		newProxy("b", withMaxLeases(100), withLabels("name", "b")), // no pool
+	})
+	acquire := func(owner, proxy string) string {
+		t.Helper()
+		l, err := s.Acquire(context.Background(), AcquireRequest{Holder: "h", Owner: owner, Selector: mustSelector(t, "name="+proxy)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.ID
+	}
+	a, b := acquire("alice", "a"), acquire("alice", "b")
+	for _, r := range []struct {
+		owner, id string
+		bytes     int64
+		wantErr   string
+	}{
+		{"alice", a, 1000, ""},
+		{"alice", a, 0, ""},
+		{"alice", b, 5000, ""}, // no pool: counted nowhere
+		{"mallory", a, 1 << 30, "unknown or expired lease"},
+		{"alice", a, -1, "transferredBytes"},
+		{"alice", a, MaxTransferredReport + 1, "transferredBytes"},
+	} {
+		err := s.AddTransferredAs(r.owner, r.id, r.bytes)
+		if got := fmt.Sprint(err); (r.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(got, r.wantErr)) {
+			t.Errorf("AddTransferredAs(%s, %d) = %v, want an error holding %q", r.owner, r.bytes, err, r.wantErr)
+		}
+	}
+	if err := s.ReleaseAs("alice", a, OutcomeOK, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddTransferredAs("alice", a, 24); err != nil { // the release's own report
+		t.Errorf("a report for a released lease: %v", err)
+	}
+	if diff := cmp.Diff(Outcomes{OK: 1, TransferredBytes: 1024}, s.PoolOutcomes(ObjectName{testNamespace, "fast"})); diff != "" {
+		t.Errorf("pool fast (-want +got):\n%s", diff)
 	}
 }

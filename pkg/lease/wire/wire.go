@@ -24,6 +24,9 @@ type AcquireRequest struct {
 // RenewRequest is the body of POST /v1/leases/{id}/renew (optional).
 type RenewRequest struct {
 	TTL string `json:"ttl,omitempty"`
+	// TransferredBytes is a decimal count of the bytes moved through the
+	// lease's proxy since the last report, counted for its pool's usage.
+	TransferredBytes string `json:"transferredBytes,omitempty"`
 }
 
 // Lease is a lease as the API answers it.

@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -51,6 +52,7 @@ func TestCrawlThroughBans(t *testing.T) {
 	gw := c.pt.startGateway("--gateway-wait=60s")
 	c.crawl(t, c.client(gw, nil), c.site.HTTP.URL)
 	c.checkOutcomes(t)
+	c.checkTransferred(t)
 }
 
 // TestInspectedHTTPSCrawl: over HTTPS the gateway sees nothing until the
@@ -171,7 +173,7 @@ func startBanCrawl(t *testing.T, extra ...string) *banCrawl {
 	pt.create(newPool("crawl", exits, health.URL, func(p *crawlv1alpha1.ProxyPool) {
 		p.Spec.Strategy = crawlv1alpha1.PoolStrategy{MaxSurge: ptr.To(intstr.FromInt32(exits)), MaxUnavailable: ptr.To(intstr.FromInt32(exits))}
 		p.Spec.Recycle = &crawlv1alpha1.PoolRecycle{MaxBannedDomains: ptr.To[int32](1)}
-		p.Spec.Cost = &crawlv1alpha1.PoolCost{Currency: "USD", PerInstanceHour: "0.50"}
+		p.Spec.Cost = &crawlv1alpha1.PoolCost{Currency: "USD", PerInstanceHour: "0.50", PerGiB: "8.00"}
 	}))
 	eventually.Check(t, 3*time.Minute, interval, "8 Ready members", func(ctx context.Context) error { return pt.settled(ctx, "crawl", exits) })
 	return c
@@ -246,6 +248,8 @@ func (c *banCrawl) checkOutcomes(t *testing.T) {
 			return fmt.Errorf("no status.usage")
 		case u.Outcomes.OK < crawlPages || u.Outcomes.Banned != int64(banned):
 			return fmt.Errorf("status.usage.outcomes %+v, want at least %d ok and %d banned", u.Outcomes, crawlPages, banned)
+		case u.TransferredGiB == "":
+			return fmt.Errorf("status.usage %+v: no transferredGiB", u)
 		case u.Outcomes.SuccessRate == "" || !strings.HasSuffix(u.CostPer1000OK, " USD") || !strings.HasSuffix(u.Cost, " USD"):
 			return fmt.Errorf("status.usage %+v: want a success rate, a cost and a cost per 1,000 in USD", u)
 		}
@@ -276,6 +280,36 @@ func (c *banCrawl) checkOutcomes(t *testing.T) {
 		if p.Status.Outcomes.Banned != int64(banned) || p.Status.Outcomes.OK < crawlPages {
 			return fmt.Errorf("status.outcomes %+v, want %d banned and at least %d ok", p.Status.Outcomes, banned, crawlPages)
 		}
+		return nil
+	})
+}
+
+// checkTransferred: the bytes the gateway moved for the pool, as its
+// metric counts them, are the pool's status.usage.transferredGiB (to its
+// six decimals), once every rotating lease is released; the cost holds
+// them at spec.cost.perGiB.
+func (c *banCrawl) checkTransferred(t *testing.T) {
+	t.Helper()
+	eventually.Check(t, time.Minute, interval, "status.usage.transferredGiB as the gateway counted", func(ctx context.Context) error {
+		scraped, err := c.pt.gateway.Scrape(ctx)
+		if err != nil {
+			return err
+		}
+		moved, _ := scraped.Value("proxy_operator_gateway_bytes_total", map[string]string{"pool": "crawl"})
+		p, err := c.pt.crawl.CrawlV1alpha1().ProxyPools(c.pt.ns).Get(ctx, "crawl", metav1.GetOptions{})
+		if err != nil || p.Status.Usage == nil {
+			return fmt.Errorf("no status.usage (%v)", err)
+		}
+		u := p.Status.Usage
+		gib, _ := strconv.ParseFloat(u.TransferredGiB, 64)
+		if moved == 0 || math.Abs(gib*(1<<30)-moved) > (1<<30)*1e-6 {
+			return fmt.Errorf("status.usage.transferredGiB %q (%.0f bytes), the gateway moved %.0f bytes", u.TransferredGiB, gib*(1<<30), moved)
+		}
+		hours, _ := strconv.ParseFloat(u.InstanceHours, 64)
+		if want := fmt.Sprintf("%.2f USD", hours*0.50+gib*8); u.Cost != want {
+			return fmt.Errorf("status.usage.cost %q, want %q (instanceHours %s at 0.50, transferredGiB %s at 8.00)", u.Cost, want, u.InstanceHours, u.TransferredGiB)
+		}
+		t.Logf("the gateway moved %.0f bytes for the pool; status.usage.transferredGiB %s, cost %s", moved, u.TransferredGiB, u.Cost)
 		return nil
 	})
 }
