@@ -15,7 +15,9 @@ import (
 type Leases interface {
 	// Acquire holds while no lease API leader answers (Remote: up to its
 	// LeaderWait), then errors with store.ErrNotLeader.
-	Acquire(ctx context.Context, user auth.User, req store.AcquireRequest) (store.Lease, *proxyaccess.Credentials, error)
+	// giveBack, when set, is a lease of user's released first, in the
+	// same call.
+	Acquire(ctx context.Context, user auth.User, req store.AcquireRequest, giveBack *Release) (store.Lease, *proxyaccess.Credentials, error)
 	// Renew, Release and Get reach user's leases only. Renew and Release
 	// report the bytes transferred through the proxy since the last report
 	// (0: none), for its pool's usage.
