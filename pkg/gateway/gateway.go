@@ -502,7 +502,7 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 	return &use{
 		h:       h,
 		mode:    ModeSession,
-		done:    func() { g.leaveSession(s) },
+		done:    func() { h.okRequests.Add(1); g.leaveSession(s) },
 		refused: func() { move(store.OutcomeError, "") },
 		banned:  func(domain string) { move(store.OutcomeBanned, domain) },
 	}, nil

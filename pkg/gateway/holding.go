@@ -33,6 +33,10 @@ type holding struct {
 	// report; each renewal and the release report them to the leader, for
 	// the pool's status.usage.transferredGiB.
 	transferred atomic.Int64
+	// okRequests went well on a session's lease since the last report:
+	// reported with the renewals, so that a session counts each request
+	// (a rotating lease counts its one with its release).
+	okRequests atomic.Int64
 
 	mu        sync.Mutex
 	id        string // changes at each renewal
@@ -98,8 +102,8 @@ func (h *holding) handBack(outcome store.Outcome) (Release, bool) {
 
 // drop stops renewing without releasing: a session's lease may be shared
 // with other replicas, so it lapses at its expiry unless one of them renews.
-// Bytes moved since the last renewal are reported first, with one more
-// renewal, so that the pool's usage loses none of them.
+// What happened since the last renewal (requests, bytes) is reported
+// first, with one more renewal, so that the pool's usage loses none of it.
 func (h *holding) drop(ctx context.Context, leases Leases, logger klog.Logger) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -107,11 +111,22 @@ func (h *holding) drop(ctx context.Context, leases Leases, logger klog.Logger) {
 		return
 	}
 	h.ended = true
-	if n := h.transferred.Swap(0); n > 0 {
-		if _, err := leases.Renew(ctx, h.user, h.id, h.ttl, n); err != nil && !leaseGone(err) {
-			logger.V(2).Info("Could not report a dropped lease's bytes", "proxy", h.proxy, "bytes", n, "err", err.Error())
+	if r := h.takeReport(); r != (store.Report{}) {
+		if _, err := leases.Renew(ctx, h.user, h.id, h.ttl, r); err != nil && !leaseGone(err) {
+			logger.V(2).Info("Could not report a dropped lease's usage", "proxy", h.proxy, "okRequests", r.OKRequests, "bytes", r.TransferredBytes, "err", err.Error())
 		}
 	}
+}
+
+// takeReport is what happened on the lease since the last report.
+func (h *holding) takeReport() store.Report {
+	return store.Report{OKRequests: h.okRequests.Swap(0), TransferredBytes: h.transferred.Swap(0)}
+}
+
+// putBack keeps an unsent report for the next one.
+func (h *holding) putBack(r store.Report) {
+	h.okRequests.Add(r.OKRequests)
+	h.transferred.Add(r.TransferredBytes)
 }
 
 // renewIfDue renews when less than half the TTL is left. It reports false
@@ -128,10 +143,10 @@ func (h *holding) renewIfDue(ctx context.Context, leases Leases, now time.Time, 
 	if h.expiresAt.Sub(now) > h.ttl/2 {
 		return true
 	}
-	transferred := h.transferred.Swap(0)
-	l, err := leases.Renew(ctx, h.user, h.id, h.ttl, transferred)
+	report := h.takeReport()
+	l, err := leases.Renew(ctx, h.user, h.id, h.ttl, report)
 	if err != nil && !leaseGone(err) {
-		h.transferred.Add(transferred) // not counted: report them next time
+		h.putBack(report) // not counted: report it next time
 	}
 	switch {
 	case err == nil:

@@ -18,10 +18,11 @@ type Leases interface {
 	// giveBack, when set, is a lease of user's released first, in the
 	// same call.
 	Acquire(ctx context.Context, user auth.User, req store.AcquireRequest, giveBack *Release) (store.Lease, *proxyaccess.Credentials, error)
-	// Renew, Release and Get reach user's leases only. Renew and Release
-	// report the bytes transferred through the proxy since the last report
-	// (0: none), for its pool's usage.
-	Renew(ctx context.Context, user auth.User, id string, ttl time.Duration, transferred int64) (store.Lease, error)
+	// Renew, Release and Get reach user's leases only. Renew reports what
+	// happened on the lease since the last report, Release the bytes
+	// transferred through the proxy since then (0: none), for its pool's
+	// usage.
+	Renew(ctx context.Context, user auth.User, id string, ttl time.Duration, report store.Report) (store.Lease, error)
 	Release(ctx context.Context, user auth.User, id string, outcome store.Outcome, domain string, transferred int64) error
 	// Get errors with ErrUnknownLease, ErrRevoked or ErrSuperseded when the
 	// lease is no longer live (released through the session call, revoked,

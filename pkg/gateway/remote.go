@@ -199,10 +199,11 @@ func (r *Remote) Acquire(ctx context.Context, user auth.User, req store.AcquireR
 	}
 }
 
-func (r *Remote) Renew(ctx context.Context, user auth.User, id string, ttl time.Duration, transferred int64) (store.Lease, error) {
+func (r *Remote) Renew(ctx context.Context, user auth.User, id string, ttl time.Duration, report store.Report) (store.Lease, error) {
 	var got *client.Lease
 	err := r.call(ctx, func(c *client.Client) (err error) {
-		got, err = c.ActingFor(user.Name, user.UID, user.Groups).RenewTransferred(ctx, id, ttl, transferred)
+		got, err = c.ActingFor(user.Name, user.UID, user.Groups).RenewReporting(ctx, id, ttl,
+			client.Report{OKRequests: report.OKRequests, TransferredBytes: report.TransferredBytes})
 		return err
 	})
 	if err != nil {

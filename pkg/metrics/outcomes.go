@@ -59,14 +59,14 @@ func (o outcomeMetrics) forgetPool(ns, pool string) {
 	o.costPer1000OK.DeletePartialMatch(match)
 }
 
-// ObservePoolOutcome counts one outcome on a pool's member.
-func (m *Metrics) ObservePoolOutcome(namespace, pool, outcome string) {
-	m.outcomes.pool.WithLabelValues(namespace, pool, outcome).Inc()
+// ObservePoolOutcomes counts n outcomes on a pool's members.
+func (m *Metrics) ObservePoolOutcomes(namespace, pool, outcome string, n int64) {
+	m.outcomes.pool.WithLabelValues(namespace, pool, outcome).Add(float64(n))
 }
 
-// ObserveRuleOutcome counts one outcome for a crawl policy rule.
-func (m *Metrics) ObserveRuleOutcome(namespace, policy, rule, outcome string) {
-	m.outcomes.rule.WithLabelValues(namespace, policy, rule, outcome).Inc()
+// ObserveRuleOutcomes counts n outcomes for a crawl policy rule.
+func (m *Metrics) ObserveRuleOutcomes(namespace, policy, rule, outcome string, n int64) {
+	m.outcomes.rule.WithLabelValues(namespace, policy, rule, outcome).Add(float64(n))
 }
 
 // SetPoolCost records a pool's cost and its cost per 1,000 ok outcomes

@@ -223,16 +223,27 @@ func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (*Lease, error
 // Renew extends a lease by ttl from now (0: its TTL) and returns it with its
 // new ID.
 func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (*Lease, error) {
-	return c.RenewTransferred(ctx, id, ttl, 0)
+	return c.RenewReporting(ctx, id, ttl, Report{})
 }
 
-// RenewTransferred renews as Renew does and reports the bytes moved
-// through the lease's proxy since the last report (0: none), counted for
-// its pool's usage (status.usage.transferredGiB).
-func (c *Client) RenewTransferred(ctx context.Context, id string, ttl time.Duration, transferred int64) (*Lease, error) {
+// Report is what a holder tells of a lease it keeps, since its last
+// report: counted for the proxy's pool (status.usage) and the rule of the
+// lease's domain.
+type Report struct {
+	// OKRequests went well on the lease (ok outcomes).
+	OKRequests int64
+	// TransferredBytes moved through the proxy (transferredGiB).
+	TransferredBytes int64
+}
+
+// RenewReporting renews as Renew does and sends a report.
+func (c *Client) RenewReporting(ctx context.Context, id string, ttl time.Duration, r Report) (*Lease, error) {
 	body := wire.RenewRequest{TTL: durationString(ttl)}
-	if transferred > 0 {
-		body.TransferredBytes = strconv.FormatInt(transferred, 10)
+	if r.OKRequests > 0 {
+		body.OKRequests = strconv.FormatInt(r.OKRequests, 10)
+	}
+	if r.TransferredBytes > 0 {
+		body.TransferredBytes = strconv.FormatInt(r.TransferredBytes, 10)
 	}
 	var out wire.Lease
 	if err := c.do(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(id)+"/renew", nil, body, http.StatusOK, &out); err != nil {

@@ -50,7 +50,7 @@ const (
 // The members of POST /v1/leases and POST /v1/leases/{id}/renew.
 var (
 	acquireFields = []string{"holder", "namespace", "selector", "ttl", "domain", "session", "wait", "release"}
-	renewFields   = []string{"ttl", "transferredBytes"}
+	renewFields   = []string{"ttl", "okRequests", "transferredBytes"}
 	// The parameters of each query that takes any.
 	releaseParams = []string{"outcome", "domain", "transferredBytes"}
 	// The acquire's release member: a release query that names its lease.
@@ -160,8 +160,8 @@ func acquireFrom(m *members) (store.AcquireRequest, error) {
 
 // renewRequest is POST /v1/leases/{id}/renew's body.
 type renewRequest struct {
-	ttl         time.Duration
-	transferred int64
+	ttl    time.Duration
+	report store.Report
 }
 
 func decodeRenew(body io.Reader) (renewRequest, error) {
@@ -173,7 +173,10 @@ func decodeRenew(body io.Reader) (renewRequest, error) {
 	if r.ttl, err = parseTTL(&m); err != nil {
 		return renewRequest{}, err
 	}
-	if r.transferred, err = parseTransferred(m.get("transferredBytes")); err != nil {
+	if r.report.TransferredBytes, err = parseTransferred(m.get("transferredBytes")); err != nil {
+		return renewRequest{}, err
+	}
+	if r.report.OKRequests, err = parseCount("okRequests", m.get("okRequests"), store.MaxOKRequestsReport); err != nil {
 		return renewRequest{}, err
 	}
 	return r, nil
@@ -204,12 +207,17 @@ func decodeRelease(rawQuery string) (releaseQuery, error) {
 // parseTransferred reads transferredBytes: a decimal count of the bytes
 // moved through the lease's proxy since the holder's last report.
 func parseTransferred(v string) (int64, error) {
+	return parseCount("transferredBytes", v, store.MaxTransferredReport)
+}
+
+// parseCount reads a decimal count, 0..most, of the member field.
+func parseCount(field, v string, most int64) (int64, error) {
 	if v == "" {
 		return 0, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 || n > store.MaxTransferredReport {
-		return 0, &store.FieldError{Field: "transferredBytes", Message: fmt.Sprintf("must be a decimal count of bytes, 0..%d; got %q", int64(store.MaxTransferredReport), truncate(v))}
+	if err != nil || n < 0 || n > most {
+		return 0, &store.FieldError{Field: field, Message: fmt.Sprintf("must be a decimal count, 0..%d; got %q", most, truncate(v))}
 	}
 	return n, nil
 }

@@ -81,9 +81,9 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	if !s.authorizeLease(w, r, user, auth.VerbUpdate, id) {
 		return
 	}
-	// Counted before the renewal: the bytes moved while the lease was
-	// live, whatever the renewal answers.
-	err = s.store.AddTransferredAs(user.Identity(), id, req.transferred)
+	// Counted before the renewal: what happened while the lease was live,
+	// whatever the renewal answers.
+	err = s.store.ReportAs(user.Identity(), id, req.report)
 	var l store.Lease
 	if err == nil {
 		l, err = s.renewWithinHorizon(r.Context(), user.Identity(), id, req.ttl)
@@ -112,7 +112,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if !s.authorizeLease(w, r, user, auth.VerbDelete, id) {
 		return
 	}
-	err = s.store.AddTransferredAs(user.Identity(), id, q.transferred)
+	err = s.store.ReportAs(user.Identity(), id, store.Report{TransferredBytes: q.transferred})
 	if err == nil {
 		err = s.store.ReleaseAs(user.Identity(), id, q.outcome, q.domain)
 	}
@@ -140,7 +140,7 @@ func (s *Server) giveBack(w http.ResponseWriter, r *http.Request, user auth.User
 	if !s.authorize(w, r, user, auth.Attributes{Verb: auth.VerbDelete, Namespace: ns}) {
 		return false
 	}
-	err = s.store.AddTransferredAs(user.Identity(), g.id, g.transferred)
+	err = s.store.ReportAs(user.Identity(), g.id, store.Report{TransferredBytes: g.transferred})
 	if err == nil {
 		err = s.store.ReleaseAs(user.Identity(), g.id, g.outcome, g.domain)
 	}

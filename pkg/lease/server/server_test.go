@@ -248,6 +248,7 @@ func TestAPIErrors(t *testing.T) {
 		"release with a repeat":        {method: "DELETE", path: "/v1/leases/abc?domain=a&domain=b", wantStatus: 400, wantCode: "Invalid", wantField: "domain"},
 		"release with negative bytes":  {method: "DELETE", path: "/v1/leases/abc?transferredBytes=-1", wantStatus: 400, wantCode: "Invalid", wantField: "transferredBytes"},
 		"renew with bytes as a number": {method: "POST", path: "/v1/leases/x/renew", body: `{"transferredBytes":12}`, wantStatus: 400, wantCode: "Invalid", wantField: "transferredBytes"},
+		"renew with bad okRequests":    {method: "POST", path: "/v1/leases/x/renew", body: `{"okRequests":"-3"}`, wantStatus: 400, wantCode: "Invalid", wantField: "okRequests"},
 		"renew with too many bytes":    {method: "POST", path: "/v1/leases/x/renew", body: `{"transferredBytes":"99999999999999999"}`, wantStatus: 400, wantCode: "Invalid", wantField: "transferredBytes"},
 		"get unknown":                  {method: "GET", path: "/v1/leases/abc", wantStatus: 404, wantCode: "NotFound"},
 		"list with a bad namespace":    {method: "GET", path: "/v1/leases?namespace=-x", wantStatus: 400, wantCode: "Invalid", wantField: "namespace"},

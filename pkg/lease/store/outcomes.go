@@ -9,7 +9,7 @@ import "fmt"
 type Outcomes struct {
 	OK, Banned, Error int64
 	// TransferredBytes went through the pool's members, as the gateway (or
-	// a crawler) reported with renewals and releases (AddTransferredAs).
+	// a crawler) reported with renewals and releases (ReportAs).
 	TransferredBytes int64
 }
 
@@ -21,14 +21,14 @@ func (o Outcomes) Plus(p Outcomes) Outcomes {
 	return Outcomes{OK: o.OK + p.OK, Banned: o.Banned + p.Banned, Error: o.Error + p.Error, TransferredBytes: o.TransferredBytes + p.TransferredBytes}
 }
 
-func (o *Outcomes) add(outcome Outcome) {
+func (o *Outcomes) add(outcome Outcome, n int64) {
 	switch outcome {
 	case OutcomeBanned:
-		o.Banned++
+		o.Banned += n
 	case OutcomeError:
-		o.Error++
+		o.Error += n
 	default:
-		o.OK++
+		o.OK += n
 	}
 }
 
@@ -36,22 +36,22 @@ func (o *Outcomes) add(outcome Outcome) {
 // pool and per crawl policy rule: never per domain, so the series stay as
 // few as the pools and rules users wrote.
 type OutcomeMetrics interface {
-	ObservePoolOutcome(namespace, pool, outcome string)
-	ObserveRuleOutcome(namespace, policy, rule, outcome string)
+	ObservePoolOutcomes(namespace, pool, outcome string, n int64)
+	ObserveRuleOutcomes(namespace, policy, rule, outcome string, n int64)
 }
 
-// countOutcomeLocked counts a release's outcome for the pool of the proxy
-// it leased (when it is a member of one) and for the crawl policy rule of
-// its domain (when one matches).
-func (s *Store) countOutcomeLocked(p *proxyState, outcome Outcome, domain string) {
+// countOutcomesLocked counts n outcomes (a release's one, or the requests
+// a report tells) for the pool of the proxy leased (when it is a member of
+// one) and for the crawl policy rule of the domain (when one matches).
+func (s *Store) countOutcomesLocked(p *proxyState, outcome Outcome, domain string, n int64) {
 	if outcome == "" {
 		outcome = OutcomeOK
 	}
 	m, _ := s.metrics.(OutcomeMetrics)
 	if o := s.poolOutcomesLocked(p); o != nil {
-		o.add(outcome)
+		o.add(outcome, n)
 		if m != nil {
-			m.ObservePoolOutcome(p.info.Key.Namespace, p.info.Pool, string(outcome))
+			m.ObservePoolOutcomes(p.info.Key.Namespace, p.info.Pool, string(outcome), n)
 		}
 	}
 	if p == nil || domain == "" {
@@ -62,9 +62,9 @@ func (s *Store) countOutcomeLocked(p *proxyState, outcome Outcome, domain string
 	if !ok {
 		return
 	}
-	s.polite.countsOf(budgetKey{namespace: ns, policy: policy, rule: rule}).outcomes.add(outcome)
+	s.polite.countsOf(budgetKey{namespace: ns, policy: policy, rule: rule}).outcomes.add(outcome, n)
 	if m != nil {
-		m.ObserveRuleOutcome(ns, policy, rule, string(outcome))
+		m.ObserveRuleOutcomes(ns, policy, rule, string(outcome), n)
 	}
 }
 
@@ -83,21 +83,35 @@ func (s *Store) poolOutcomesLocked(p *proxyState) *Outcomes {
 	return o
 }
 
-// MaxTransferredReport bounds one report of transferred bytes (1 TiB): a
-// report is what moved since the holder's last one, never a running total.
-const MaxTransferredReport = 1 << 40
+// The bounds of one report: what happened since the holder's last one,
+// never a running total.
+const (
+	MaxTransferredReport = 1 << 40 // bytes: 1 TiB
+	MaxOKRequestsReport  = 1 << 20
+)
 
-// AddTransferredAs counts bytes that went through the proxy of owner's
-// lease id towards its pool's usage (status.usage.transferredGiB, priced
-// by spec.cost.perGiB). The gateway reports what it moved with each
-// renewal and release; a report for a lease that has ended still counts
-// (the bytes moved while it was live), and one for a proxy that is no
-// pool's member counts nowhere.
-func (s *Store) AddTransferredAs(owner, id string, bytes int64) error {
-	if bytes < 0 || bytes > MaxTransferredReport {
-		return &FieldError{Field: "transferredBytes", Message: fmt.Sprintf("must be between 0 and %d (the bytes moved since the last report); got %d", int64(MaxTransferredReport), bytes)}
+// Report is what a holder tells of a lease it keeps: the requests that
+// went well on it and the bytes moved, since its last report.
+type Report struct {
+	OKRequests, TransferredBytes int64
+}
+
+// ReportAs counts what the holder of owner's lease id reports: the bytes
+// towards the leased proxy's pool's usage (status.usage.transferredGiB,
+// priced by spec.cost.perGiB) and the requests as ok outcomes for the pool
+// and for the rule of the lease's domain, as releases count. The gateway
+// reports with each renewal and release, so that a sticky session counts
+// each request (its lease counts an outcome only when a ban or an error
+// ends it). A report for a lease that has ended still counts (what
+// happened while it was live); a proxy in no pool counts for no pool.
+func (s *Store) ReportAs(owner, id string, r Report) error {
+	if r.TransferredBytes < 0 || r.TransferredBytes > MaxTransferredReport {
+		return &FieldError{Field: "transferredBytes", Message: fmt.Sprintf("must be between 0 and %d (the bytes moved since the last report); got %d", int64(MaxTransferredReport), r.TransferredBytes)}
 	}
-	if bytes == 0 {
+	if r.OKRequests < 0 || r.OKRequests > MaxOKRequestsReport {
+		return &FieldError{Field: "okRequests", Message: fmt.Sprintf("must be between 0 and %d (the requests since the last report); got %d", int64(MaxOKRequestsReport), r.OKRequests)}
+	}
+	if r == (Report{}) {
 		return nil
 	}
 	tok, err := s.decodeOwned(owner, id)
@@ -114,7 +128,10 @@ func (s *Store) AddTransferredAs(owner, id string, bytes int64) error {
 		p = nil // a new Proxy of the same name: not the one leased
 	}
 	if o := s.poolOutcomesLocked(p); o != nil {
-		o.TransferredBytes += bytes
+		o.TransferredBytes += r.TransferredBytes
+	}
+	if r.OKRequests > 0 {
+		s.countOutcomesLocked(p, OutcomeOK, tok.domain, r.OKRequests)
 	}
 	return nil
 }

@@ -57,19 +57,21 @@ func TestOutcomesCountPerPoolAndRule(t *testing.T) {
 	}
 }
 
-// TestTransferredBytesCountForTheLeasesPool: reports on renewals and
-// releases add up for the leased proxy's pool, whatever the lease's state;
-// another identity's lease, a negative or oversized report and a proxy in
-// no pool count nothing.
-func TestTransferredBytesCountForTheLeasesPool(t *testing.T) {
+// TestReportsCountForTheLeasesPoolAndRule: reports on renewals and
+// releases add up for the leased proxy's pool (bytes and ok requests) and
+// for the rule of the lease's domain (ok requests), whatever the lease's
+// state; another identity's lease, a negative or oversized report and a
+// proxy in no pool count for no pool.
+func TestReportsCountForTheLeasesPoolAndRule(t *testing.T) {
 	inPool := func(pool string) proxyOption { return func(p *ProxyInfo) { p.Pool = pool } }
 	s, _, _ := newTestStore(t, []ProxyInfo{
 		newProxy("a", inPool("fast"), withMaxLeases(100), withLabels("name", "a")),
 		newProxy("b", withMaxLeases(100), withLabels("name", "b")), // no pool
 	})
+	s.SetCrawlPolicy(policyOf(map[string]DomainLimits{"*.shop.example": {}}, nil))
 	acquire := func(owner, proxy string) string {
 		t.Helper()
-		l, err := s.Acquire(context.Background(), AcquireRequest{Holder: "h", Owner: owner, Selector: mustSelector(t, "name="+proxy)})
+		l, err := s.Acquire(context.Background(), AcquireRequest{Holder: "h", Owner: owner, Domain: "www.shop.example", Selector: mustSelector(t, "name="+proxy)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,28 +80,33 @@ func TestTransferredBytesCountForTheLeasesPool(t *testing.T) {
 	a, b := acquire("alice", "a"), acquire("alice", "b")
 	for _, r := range []struct {
 		owner, id string
-		bytes     int64
+		report    Report
 		wantErr   string
 	}{
-		{"alice", a, 1000, ""},
-		{"alice", a, 0, ""},
-		{"alice", b, 5000, ""}, // no pool: counted nowhere
-		{"mallory", a, 1 << 30, "unknown or expired lease"},
-		{"alice", a, -1, "transferredBytes"},
-		{"alice", a, MaxTransferredReport + 1, "transferredBytes"},
+		{"alice", a, Report{TransferredBytes: 1000, OKRequests: 4}, ""},
+		{"alice", a, Report{}, ""},
+		{"alice", b, Report{TransferredBytes: 5000, OKRequests: 1}, ""}, // no pool: the rule only
+		{"mallory", a, Report{TransferredBytes: 1 << 30, OKRequests: 9}, "unknown or expired lease"},
+		{"alice", a, Report{TransferredBytes: -1}, "transferredBytes"},
+		{"alice", a, Report{TransferredBytes: MaxTransferredReport + 1}, "transferredBytes"},
+		{"alice", a, Report{OKRequests: MaxOKRequestsReport + 1}, "okRequests"},
 	} {
-		err := s.AddTransferredAs(r.owner, r.id, r.bytes)
+		err := s.ReportAs(r.owner, r.id, r.report)
 		if got := fmt.Sprint(err); (r.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(got, r.wantErr)) {
-			t.Errorf("AddTransferredAs(%s, %d) = %v, want an error holding %q", r.owner, r.bytes, err, r.wantErr)
+			t.Errorf("ReportAs(%s, %+v) = %v, want an error holding %q", r.owner, r.report, err, r.wantErr)
 		}
 	}
-	if err := s.ReleaseAs("alice", a, OutcomeOK, ""); err != nil {
+	if err := s.ReleaseAs("alice", a, OutcomeBanned, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddTransferredAs("alice", a, 24); err != nil { // the release's own report
+	if err := s.ReportAs("alice", a, Report{TransferredBytes: 24}); err != nil { // the release's own report
 		t.Errorf("a report for a released lease: %v", err)
 	}
-	if diff := cmp.Diff(Outcomes{OK: 1, TransferredBytes: 1024}, s.PoolOutcomes(ObjectName{testNamespace, "fast"})); diff != "" {
+	if diff := cmp.Diff(Outcomes{OK: 4, Banned: 1, TransferredBytes: 1024}, s.PoolOutcomes(ObjectName{testNamespace, "fast"})); diff != "" {
 		t.Errorf("pool fast (-want +got):\n%s", diff)
+	}
+	want := []RuleStats{{Host: "*.shop.example", InUse: 1, Outcomes: Outcomes{OK: 5, Banned: 1}}} // b is still held
+	if diff := cmp.Diff(want, s.CrawlPolicyStats(ObjectName{testNamespace, "polite"})); diff != "" {
+		t.Errorf("rules (-want +got):\n%s", diff)
 	}
 }

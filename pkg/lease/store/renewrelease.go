@@ -130,7 +130,7 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) erro
 	if domain = NormalizeDomain(domain); domain == "" {
 		domain = tok.domain
 	}
-	s.countOutcomeLocked(p, outcome, domain)
+	s.countOutcomesLocked(p, outcome, domain, 1)
 	if outcome == OutcomeBanned {
 		if p != nil {
 			s.banLocked(p, domain, now)

@@ -27,6 +27,10 @@ type AcquireRequest struct {
 // RenewRequest is the body of POST /v1/leases/{id}/renew (optional).
 type RenewRequest struct {
 	TTL string `json:"ttl,omitempty"`
+	// OKRequests is a decimal count of the requests that went well on the
+	// lease since the last report, counted as ok outcomes (a lease kept
+	// for many requests, such as a sticky session's).
+	OKRequests string `json:"okRequests,omitempty"`
 	// TransferredBytes is a decimal count of the bytes moved through the
 	// lease's proxy since the last report, counted for its pool's usage.
 	TransferredBytes string `json:"transferredBytes,omitempty"`
