@@ -434,16 +434,16 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 		g.rotating[h] = struct{}{}
 		g.mu.Unlock()
 		drop := func(outcome store.Outcome, domain string) {
+			if outcome != store.OutcomeBanned && g.cfg.GiveBackWait > 0 {
+				if r, ok := h.handBack(outcome); ok {
+					g.park(h.user, r) // parked before it leaves rotating: never in neither
+				}
+			} else {
+				h.release(context.WithoutCancel(ctx), g.cfg.Leases, outcome, domain, klog.FromContext(ctx))
+			}
 			g.mu.Lock()
 			delete(g.rotating, h)
 			g.mu.Unlock()
-			if outcome != store.OutcomeBanned && g.cfg.GiveBackWait > 0 {
-				if r, ok := h.handBack(outcome); ok {
-					g.park(h.user, r)
-				}
-				return
-			}
-			h.release(context.WithoutCancel(ctx), g.cfg.Leases, outcome, domain, klog.FromContext(ctx))
 		}
 		return &use{
 			h: h, mode: ModeRotating,

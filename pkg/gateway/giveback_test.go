@@ -33,6 +33,9 @@ func TestRotatingReleasesRideOnTheNextAcquire(t *testing.T) {
 		if code, _ := u.get(t, "ns-crawl", target.URL); code >= http.StatusInternalServerError { // the target's own answer, whatever it is
 			t.Fatalf("request %d: %d", i, code)
 		}
+		if err := proxytest.Poll(5*time.Second, func() bool { return u.gw.RotatingInFlight() == 0 }); err != nil {
+			t.Fatal(err)
+		}
 		if n := held(); n != 1 {
 			t.Fatalf("after request %d the store holds %d leases, want 1 (the last, parked)", i, n)
 		}
@@ -62,8 +65,17 @@ func TestSessionRequestsCountAsOutcomes(t *testing.T) {
 	target := proxytest.StartHTTPTarget(t)
 	u := startUnit(t, "a")
 	pool := store.ObjectName{Namespace: "crawl", Name: "p"}
-	for range 3 {
+	get := func() {
+		t.Helper()
 		u.get(t, "ns-crawl+session-s1", target.URL)
+		// The relay leaves its session (and counts its request) just
+		// after the client has read the answer.
+		if err := proxytest.Poll(5*time.Second, func() bool { return u.gw.OpenSessionConnections() == 0 }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		get()
 	}
 	if got := u.store.PoolOutcomes(pool); got.OK != 0 {
 		t.Fatalf("before any renewal the pool counted %+v", got)
@@ -73,7 +85,7 @@ func TestSessionRequestsCountAsOutcomes(t *testing.T) {
 	if got := u.store.PoolOutcomes(pool); got.OK != 3 || got.TransferredBytes == 0 {
 		t.Errorf("after the renewal the pool counted %+v, want 3 ok and their bytes", got)
 	}
-	u.get(t, "ns-crawl+session-s1", target.URL)
+	get()
 	u.clock.Step(2 * time.Minute) // idle: the session is dropped, its last request reported
 	u.gw.Tidy(t.Context())
 	if got := u.store.PoolOutcomes(pool); got.OK != 4 {
