@@ -82,6 +82,7 @@ func (h *Handler) Routes() map[string]http.HandlerFunc {
 		"GET /ui":            func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusFound) },
 		"GET /ui/":           h.serveStatic,
 		"GET /ui/api/view":   h.serveView,
+		"GET /ui/api/login":  h.serveLogin,
 		"GET /ui/api/stream": h.serveStream,
 	}
 }
@@ -105,6 +106,17 @@ type Message struct {
 	// AllNamespaces is true when the viewer may list every namespace.
 	AllNamespaces bool `json:"allNamespaces"`
 	View          View `json:"view"`
+}
+
+// serveLogin says whether the page must ask for a token: not under
+// --lease-auth=none, where a request without one is accepted. The page asks
+// before it opens the stream, so that a first visit is not a 401.
+func (h *Handler) serveLogin(w http.ResponseWriter, r *http.Request) {
+	setSecurityHeaders(w)
+	w.Header().Set("Cache-Control", "no-store")
+	_, err := h.authn.Authenticate(auth.WithClientAddr(r.Context(), clientAddr(r)), "")
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]bool{"tokenRequired": err != nil})
 }
 
 // serveView answers the current View once, filtered for the viewer.

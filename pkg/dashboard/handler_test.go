@@ -186,6 +186,19 @@ func TestStreamPushesChangesAndBoundsViewers(t *testing.T) {
 	}
 }
 
+func TestLoginSaysWhetherATokenIsRequired(t *testing.T) {
+	srv, _ := startDashboard(t, &fleet{}, 0)
+	resp := get(t, srv, "/ui/api/login", "")
+	defer resp.Body.Close()
+	var got map[string]bool
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]bool{"tokenRequired": true}, got); diff != "" {
+		t.Errorf("login (-want +got):\n%s", diff)
+	}
+}
+
 func TestPageIsServedWithAStrictPolicy(t *testing.T) {
 	srv, _ := startDashboard(t, &fleet{}, 0)
 	for _, path := range []string{"/ui/", "/ui/app.js", "/ui/app.css"} {

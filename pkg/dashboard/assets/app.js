@@ -178,7 +178,7 @@ function renderPool(view, ns, name) {
   if (!pool) return [el("p", "No ProxyPool " + ns + "/" + name + " that you may list.", "empty")];
   const members = view.members.filter((m) => m.namespace === ns && m.pool === name);
   const parts = [el("h2", "Pool " + ns + "/" + name + ": " + pool.ready + " of " + pool.desired + " Ready")];
-  parts.push(table([["Condition", (c) => c.type], ["Status", (c) => c.status, (c) => "cond-" + c.status],
+  parts.push(table([["Condition", (c) => c.type], ["Status", (c) => c.status, (c) => (c.status === "False" && c.type !== "Progressing" ? "cond-False" : "")],
     ["Reason", (c) => c.reason], ["Message", (c) => c.message]], pool.conditions, "conditions"));
   parts.push(el("h2", "Members (" + members.length + ")"), membersTable(members));
   parts.push(...leasesSection(view, view.leases.filter((l) => l.namespace === ns && l.pool === name)));
@@ -207,4 +207,17 @@ $("logout").addEventListener("click", () => {
 });
 window.addEventListener("hashchange", render);
 setInterval(render, 5000); // ages
-connect();
+start();
+
+// start signs in first when the operator wants a token and the tab has none.
+async function start() {
+  if (!token()) {
+    try {
+      const resp = await fetch("/ui/api/login", { cache: "no-store" });
+      if (resp.ok && (await resp.json()).tokenRequired) return showLogin("");
+    } catch (e) {
+      return reconnect("offline");
+    }
+  }
+  connect();
+}
