@@ -37,7 +37,7 @@ const interval = 200 * time.Millisecond
 const canary = "dashboard-canary-s3cr3t-7f1d"
 
 // chromiumPath is Debian's chromium; a missing browser fails the test.
-func chromiumPath(t *testing.T) string {
+func chromiumPath(t testing.TB) string {
 	t.Helper()
 	for _, p := range []string{"/usr/bin/chromium", "chromium"} {
 		if path, err := exec.LookPath(p); err == nil {
@@ -76,7 +76,7 @@ func (b *browserErrors) all() []string {
 
 // newPage starts headless chromium with one tab, closed when the test ends,
 // and collects the tab's errors.
-func newPage(t *testing.T) (context.Context, *browserErrors) {
+func newPage(t testing.TB) (context.Context, *browserErrors) {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath(t)), chromedp.NoSandbox, chromedp.WindowSize(1400, 900),
@@ -92,7 +92,7 @@ func newPage(t *testing.T) (context.Context, *browserErrors) {
 }
 
 // do runs browser steps, bounded so that a hung page fails the test.
-func do(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
+func do(t testing.TB, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -102,7 +102,7 @@ func do(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Voi
 }
 
 // eval evaluates a JavaScript expression in the page.
-func eval[T any](t *testing.T, ctx context.Context, js string) T {
+func eval[T any](t testing.TB, ctx context.Context, js string) T {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
