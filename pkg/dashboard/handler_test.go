@@ -56,11 +56,21 @@ func twoNamespaces(desiredInA int32) Inputs {
 
 func startDashboard(t *testing.T, f *fleet, maxViewers int) (*httptest.Server, *Hub) {
 	t.Helper()
+	return startDashboardWith(t, f, maxViewers, callers{})
+}
+
+// startDashboardWith serves the dashboard over f with the callers of a
+// --lease-auth.
+func startDashboardWith(t *testing.T, f *fleet, maxViewers int, who interface {
+	auth.Authenticator
+	auth.Authorizer
+}) (*httptest.Server, *Hub) {
+	t.Helper()
 	hub := NewHub(HubConfig{Inputs: f.inputs, Debounce: time.Millisecond, LeaseRefresh: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = hub.Run(ctx) }()
-	h, err := NewHandler(Config{Hub: hub, Authenticator: callers{}, Authorizer: callers{}, MaxViewers: maxViewers})
+	h, err := NewHandler(Config{Hub: hub, Authenticator: who, Authorizer: who, MaxViewers: maxViewers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +193,27 @@ func TestStreamPushesChangesAndBoundsViewers(t *testing.T) {
 	hub.Poke()
 	if diff := cmp.Diff([]string{"a/p:5"}, poolNames(readEvent(t, events))); diff != "" {
 		t.Errorf("after scaling (-want +got):\n%s", diff)
+	}
+}
+
+// Under --lease-auth=none (make run) no token is asked for and everything
+// is shown.
+func TestWithoutAuthEverythingIsShown(t *testing.T) {
+	srv, _ := startDashboardWith(t, &fleet{in: twoNamespaces(3)}, 0, auth.None{})
+	login := get(t, srv, "/ui/api/login", "")
+	defer login.Body.Close()
+	var required map[string]bool
+	if err := json.NewDecoder(login.Body).Decode(&required); err != nil || required["tokenRequired"] {
+		t.Errorf("login: %v, %v: want no token required", required, err)
+	}
+	resp := get(t, srv, "/ui/api/view", "")
+	defer resp.Body.Close()
+	var m Message
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"a/p:3", "b/q:1"}, poolNames(m)); diff != "" || !m.AllNamespaces {
+		t.Errorf("pools (-want +got):\n%s (all namespaces: %v)", diff, m.AllNamespaces)
 	}
 }
 
