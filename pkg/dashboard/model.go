@@ -25,6 +25,7 @@ type Lease struct {
 // replica that does not lead: only the leader knows the leases).
 type Inputs struct {
 	Pools       []*crawlv1alpha1.ProxyPool
+	Policies    []*crawlv1alpha1.CrawlPolicy
 	Proxies     []*crawlv1alpha1.Proxy
 	Leases      []Lease
 	LeasesKnown bool
@@ -37,7 +38,28 @@ type View struct {
 	Pools       []PoolRow   `json:"pools"`
 	Members     []MemberRow `json:"members"`
 	Leases      []LeaseRow  `json:"leases"`
+	Policies    []PolicyRow `json:"policies"`
 	LeasesKnown bool        `json:"leasesKnown"`
+}
+
+// PolicyRow is one CrawlPolicy's status: its rules' use, as the leader
+// last wrote it.
+type PolicyRow struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Valid is the Valid condition's status and message ("" before the first status).
+	Valid        string    `json:"valid"`
+	ValidMessage string    `json:"validMessage"`
+	Rules        []RuleRow `json:"rules"`
+}
+
+// RuleRow is one rule of a CrawlPolicy; Host is "*" for the default rule.
+type RuleRow struct {
+	Host        string `json:"host"`
+	InUse       int64  `json:"inUse"`
+	Waited      int64  `json:"waited"`
+	Refused     int64  `json:"refused"`
+	SuccessRate string `json:"successRate"`
 }
 
 // PoolRow is one ProxyPool in the fleet view.
@@ -104,7 +126,7 @@ func Build(in Inputs) View {
 	}
 	poolOf := map[objectKey]string{}
 	leasesPerPool := map[objectKey]int{}
-	v := View{Pools: []PoolRow{}, Members: []MemberRow{}, Leases: []LeaseRow{}, LeasesKnown: in.LeasesKnown}
+	v := View{Pools: []PoolRow{}, Members: []MemberRow{}, Leases: []LeaseRow{}, Policies: []PolicyRow{}, LeasesKnown: in.LeasesKnown}
 	for _, p := range in.Proxies {
 		m := memberRow(p, leasesPerProxy[objectKey{p.Namespace, p.Name}])
 		poolOf[objectKey{p.Namespace, p.Name}] = m.Pool
@@ -116,6 +138,9 @@ func Build(in Inputs) View {
 	for _, p := range in.Pools {
 		v.Pools = append(v.Pools, poolRow(p, leasesPerPool[objectKey{p.Namespace, p.Name}]))
 	}
+	for _, p := range in.Policies {
+		v.Policies = append(v.Policies, policyRow(p))
+	}
 	for _, l := range in.Leases {
 		v.Leases = append(v.Leases, LeaseRow{
 			Namespace: l.Namespace, Proxy: l.Proxy, Pool: poolOf[objectKey{l.Namespace, l.Proxy}],
@@ -123,6 +148,9 @@ func Build(in Inputs) View {
 		})
 	}
 	slices.SortFunc(v.Pools, func(a, b PoolRow) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	slices.SortFunc(v.Policies, func(a, b PolicyRow) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	slices.SortFunc(v.Members, func(a, b MemberRow) int {
@@ -149,6 +177,17 @@ func poolRow(p *crawlv1alpha1.ProxyPool, leased int) PoolRow {
 	}
 	for _, c := range p.Status.Conditions {
 		row.Conditions = append(row.Conditions, ConditionRow{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message})
+	}
+	return row
+}
+
+func policyRow(p *crawlv1alpha1.CrawlPolicy) PolicyRow {
+	row := PolicyRow{Namespace: p.Namespace, Name: p.Name, Rules: []RuleRow{}}
+	if c := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.CrawlPolicyConditionValid); c != nil {
+		row.Valid, row.ValidMessage = string(c.Status), c.Message
+	}
+	for _, r := range p.Status.Rules {
+		row.Rules = append(row.Rules, RuleRow{Host: r.Host, InUse: r.InUse, Waited: r.Waited, Refused: r.Refused, SuccessRate: r.Outcomes.SuccessRate})
 	}
 	return row
 }
@@ -190,6 +229,9 @@ func (v View) Namespaces() []string {
 	for _, l := range v.Leases {
 		out = append(out, l.Namespace)
 	}
+	for _, p := range v.Policies {
+		out = append(out, p.Namespace)
+	}
 	slices.Sort(out)
 	return slices.Compact(out)
 }
@@ -201,6 +243,7 @@ func Filter(v View, visible func(namespace string) bool) View {
 	out.Pools = filtered(v.Pools, func(p PoolRow) bool { return keep(p.Namespace) })
 	out.Members = filtered(v.Members, func(m MemberRow) bool { return keep(m.Namespace) })
 	out.Leases = filtered(v.Leases, func(l LeaseRow) bool { return keep(l.Namespace) })
+	out.Policies = filtered(v.Policies, func(p PolicyRow) bool { return keep(p.Namespace) })
 	return out
 }
 

@@ -53,7 +53,25 @@ func TestBuild(t *testing.T) {
 		want View
 	}{
 		"nothing": {
-			want: View{Pools: []PoolRow{}, Members: []MemberRow{}, Leases: []LeaseRow{}},
+			want: View{Pools: []PoolRow{}, Members: []MemberRow{}, Leases: []LeaseRow{}, Policies: []PolicyRow{}},
+		},
+		"crawl policies: each rule's use, and whether the policy applies": {
+			in: Inputs{Policies: []*crawlv1alpha1.CrawlPolicy{
+				{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "polite"}, Status: crawlv1alpha1.CrawlPolicyStatus{
+					Conditions: []metav1.Condition{{Type: crawlv1alpha1.CrawlPolicyConditionValid, Status: "False", Message: "spec.rules[0].host: not RE2"}},
+					Rules: []crawlv1alpha1.DomainRuleStatus{
+						{Host: "*", InUse: 1},
+						{Host: "example.com", InUse: 2, Waited: 3, Refused: 4, Outcomes: crawlv1alpha1.OutcomeCounts{SuccessRate: "50.0%"}},
+					}}},
+				{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "new"}},
+			}},
+			want: View{Pools: []PoolRow{}, Members: []MemberRow{}, Leases: []LeaseRow{}, Policies: []PolicyRow{
+				{Namespace: "a", Name: "new", Rules: []RuleRow{}},
+				{Namespace: "ns", Name: "polite", Valid: "False", ValidMessage: "spec.rules[0].host: not RE2", Rules: []RuleRow{
+					{Host: "*", InUse: 1},
+					{Host: "example.com", InUse: 2, Waited: 3, Refused: 4, SuccessRate: "50.0%"},
+				}},
+			}},
 		},
 		"a pool with usage, its members' leases counted on it": {
 			in: Inputs{
@@ -68,6 +86,7 @@ func TestBuild(t *testing.T) {
 				LeasesKnown: true,
 			},
 			want: View{
+				Policies: []PolicyRow{},
 				Pools: []PoolRow{{Namespace: "crawl", Name: "eu", Provider: "local", Desired: 2, Members: 2, Ready: 2, Available: 2,
 					Leased: 1, Burned: 3, UsedUp: 4, SuccessRate: "97.5%", Cost: "1.20 USD", CostPer1000OK: "30.77 USD",
 					Conditions: []ConditionRow{{Type: "Available", Status: "True", Reason: "MinimumAvailable", Message: "2 of 2"}}}},
@@ -91,7 +110,7 @@ func TestBuild(t *testing.T) {
 				}),
 				member("ns", "d", "p", func(p *crawlv1alpha1.Proxy) { p.DeletionTimestamp = ptr.To(metav1.NewTime(t0)) }),
 			}},
-			want: View{Pools: []PoolRow{}, Leases: []LeaseRow{}, Members: []MemberRow{
+			want: View{Pools: []PoolRow{}, Leases: []LeaseRow{}, Policies: []PolicyRow{}, Members: []MemberRow{
 				withLeaving(readyMember("ns", "a", "p", 0), "Recycled: Burned"),
 				withLeaving(readyMember("ns", "b", "p", 0), "Draining: ScaledDown"),
 				withLeaving(readyMember("ns", "c", "p", 0), "Draining"),
@@ -107,7 +126,7 @@ func TestBuild(t *testing.T) {
 				},
 				LeasesKnown: true,
 			},
-			want: View{Pools: []PoolRow{}, LeasesKnown: true,
+			want: View{Pools: []PoolRow{}, Policies: []PolicyRow{}, LeasesKnown: true,
 				Members: []MemberRow{readyMember("ns", "loose", "", 1), readyMember("ns", "z-pool-member", "p", 1)},
 				Leases: []LeaseRow{
 					{Namespace: "ns", Proxy: "loose", Holder: "early", GrantedMillis: t0.UnixMilli()},
@@ -128,27 +147,36 @@ func withLeaving(m MemberRow, why string) MemberRow { m.Leaving = why; return m 
 
 func TestFilter(t *testing.T) {
 	all := Build(Inputs{
-		Pools:       []*crawlv1alpha1.ProxyPool{pool("a", "p", 1), pool("b", "q", 1)},
-		Proxies:     []*crawlv1alpha1.Proxy{member("a", "p-1", "p"), member("b", "q-1", "q")},
-		Leases:      []Lease{{Namespace: "a", Proxy: "p-1", Holder: "h"}, {Namespace: "b", Proxy: "q-1", Holder: "h"}},
+		Pools:   []*crawlv1alpha1.ProxyPool{pool("a", "p", 1), pool("b", "q", 1)},
+		Proxies: []*crawlv1alpha1.Proxy{member("a", "p-1", "p"), member("b", "q-1", "q")},
+		Leases:  []Lease{{Namespace: "a", Proxy: "p-1", Holder: "h"}, {Namespace: "b", Proxy: "q-1", Holder: "h"}},
+		Policies: []*crawlv1alpha1.CrawlPolicy{{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p"}},
+			{ObjectMeta: metav1.ObjectMeta{Namespace: "c", Name: "q"}}},
 		LeasesKnown: true,
 	})
-	if diff := cmp.Diff([]string{"a", "b"}, all.Namespaces()); diff != "" {
+	if diff := cmp.Diff([]string{"a", "b", "c"}, all.Namespaces()); diff != "" {
 		t.Errorf("Namespaces (-want +got):\n%s", diff)
 	}
 	tests := map[string]struct {
-		visible     map[string]bool
-		wantPools   []string
-		wantProxies []string
+		visible      map[string]bool
+		wantPools    []string
+		wantProxies  []string
+		wantPolicies []string
 	}{
-		"every namespace": {visible: map[string]bool{"a": true, "b": true}, wantPools: []string{"a/p", "b/q"}, wantProxies: []string{"a/p-1", "b/q-1"}},
-		"one namespace":   {visible: map[string]bool{"b": true}, wantPools: []string{"b/q"}, wantProxies: []string{"b/q-1"}},
-		"none":            {visible: map[string]bool{}, wantPools: []string{}, wantProxies: []string{}},
+		"every namespace": {visible: map[string]bool{"a": true, "b": true, "c": true}, wantPools: []string{"a/p", "b/q"}, wantProxies: []string{"a/p-1", "b/q-1"}, wantPolicies: []string{"a/p", "c/q"}},
+		"one namespace":   {visible: map[string]bool{"b": true}, wantPools: []string{"b/q"}, wantProxies: []string{"b/q-1"}, wantPolicies: []string{}},
+		"none":            {visible: map[string]bool{}, wantPools: []string{}, wantProxies: []string{}, wantPolicies: []string{}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got := Filter(all, func(ns string) bool { return tc.visible[ns] })
-			pools, members, leases := []string{}, []string{}, []string{}
+			pools, members, leases, policies := []string{}, []string{}, []string{}, []string{}
+			for _, p := range got.Policies {
+				policies = append(policies, p.Namespace+"/"+p.Name)
+			}
+			if diff := cmp.Diff(tc.wantPolicies, policies); diff != "" {
+				t.Errorf("policies (-want +got):\n%s", diff)
+			}
 			for _, p := range got.Pools {
 				pools = append(pools, p.Namespace+"/"+p.Name)
 			}

@@ -13,16 +13,19 @@ import (
 
 // addDashboard serves the read-only web UI at /ui/ on the lease API's port,
 // on every replica (docs/dashboard.md): built from the informers' caches
-// and the lease store's memory, rebuilt when a Proxy or ProxyPool changes,
+// and the lease store's memory, rebuilt when a Proxy, ProxyPool or
+// CrawlPolicy changes,
 // with the lease API's authentication.
 func (op *operator) addDashboard(crawlInformers crawlinformers.SharedInformerFactory, callers leaseCallers) error {
 	proxies := crawlInformers.Crawl().V1alpha1().Proxies()
 	pools := crawlInformers.Crawl().V1alpha1().ProxyPools()
+	policies := crawlInformers.Crawl().V1alpha1().CrawlPolicies()
 	leases := op.leases.Store()
 	op.dashboard = dashboard.NewHub(dashboard.HubConfig{Inputs: func() dashboard.Inputs {
 		in := dashboard.Inputs{}
 		in.Pools, _ = pools.Lister().List(labels.Everything())     // a cache: never fails
 		in.Proxies, _ = proxies.Lister().List(labels.Everything()) // likewise
+		in.Policies, _ = policies.Lister().List(labels.Everything())
 		in.Leases, in.LeasesKnown = dashboardLeases(leases)
 		return in
 	}})
@@ -31,7 +34,7 @@ func (op *operator) addDashboard(crawlInformers crawlinformers.SharedInformerFac
 		UpdateFunc: func(any, any) { op.dashboard.Poke() },
 		DeleteFunc: func(any) { op.dashboard.Poke() },
 	}
-	for _, informer := range []cache.SharedIndexInformer{proxies.Informer(), pools.Informer()} {
+	for _, informer := range []cache.SharedIndexInformer{proxies.Informer(), pools.Informer(), policies.Informer()} {
 		if _, err := informer.AddEventHandler(poke); err != nil {
 			return fmt.Errorf("dashboard: %w", err)
 		}

@@ -162,7 +162,24 @@ function renderFleet(view) {
   const loose = view.members.filter((m) => !m.pool);
   if (loose.length) parts.push(el("h2", "Proxies of no pool (" + loose.length + ")"), membersTable(loose));
   parts.push(...leasesSection(view, view.leases));
+  if (view.policies.length) parts.push(el("h2", "Crawl policies (" + view.policies.length + ")"), policiesTable(view.policies));
   return parts;
+}
+
+// policiesTable has a row per rule of each CrawlPolicy ("*" is the default).
+function policiesTable(policies) {
+  const rules = [];
+  for (const p of policies) {
+    const note = p.valid === "False" ? "invalid: " + p.validMessage : "";
+    if (!p.rules.length) rules.push({ policy: p, host: "", note: note || "no status yet" });
+    for (const r of p.rules) rules.push(Object.assign({ policy: p, note }, r));
+  }
+  return table([
+    ["Policy", (r) => r.policy.namespace + "/" + r.policy.name], ["Host", (r) => r.host],
+    ["In use", (r) => r.inUse ?? "", "num"], ["Waited", (r) => r.waited ?? "", "num"],
+    ["Refused", (r) => r.refused ?? "", "num"], ["Success", (r) => r.successRate || "–", "num"],
+    ["", (r) => r.note, (r) => (r.policy.valid === "False" ? "error" : "muted")],
+  ], rules, "policies");
 }
 
 function membersTable(members) {

@@ -220,7 +220,8 @@ func poolRow(ctx context.Context, ns, name string) (string, error) {
 
 // TestDashboardInABrowser: a viewer signs in with a ServiceAccount token
 // and sees the fleet of the one namespace it may list, live: a pool
-// scaled 3 -> 5 shows 5 Ready without a reload. Nothing of the other
+// scaled 3 -> 5 shows 5 Ready without a reload, and a CrawlPolicy's rule
+// counts the viewer's lease. Nothing of the other
 // namespace, no lease ID, no Secret value and no token reaches the DOM,
 // and the page logs no error.
 func TestDashboardInABrowser(t *testing.T) {
@@ -234,6 +235,15 @@ func TestDashboardInABrowser(t *testing.T) {
 		StringData: map[string]string{crawlv1alpha1.AuthUsernameKey: "user", crawlv1alpha1.AuthPasswordKey: canary}}
 	if _, err := f.kube.CoreV1().Secrets(f.visible).Create(t.Context(), secret, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+
+	// A CrawlPolicy in each namespace: the visible one's rule counts the lease below.
+	for ns, name := range map[string]string{f.visible: "polite", f.hidden: "hidden-policy"} {
+		policy := &crawlv1alpha1.CrawlPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: crawlv1alpha1.CrawlPolicySpec{
+			Rules: []crawlv1alpha1.DomainRule{{Host: "example.com", DomainLimits: crawlv1alpha1.DomainLimits{MaxConcurrent: ptr.To(int32(10))}}}}}
+		if _, err := f.crawl.CrawlV1alpha1().CrawlPolicies(ns).Create(t.Context(), policy, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// A lease held in the visible namespace, by the viewer's own identity.
@@ -279,7 +289,17 @@ func TestDashboardInABrowser(t *testing.T) {
 	if !eval[bool](t, ctx, `window.notReloaded === true`) {
 		t.Error("the page reloaded to show the scale")
 	}
-	notShown := map[string]string{"the hidden namespace": f.hidden, "the hidden pool": "hidden-pool",
+	eventually.Check(t, time.Minute, interval, "the policy's rule holding the lease", func(context.Context) error {
+		policies, err := rows(ctx, "policies")
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(policies, func(r string) bool { return strings.HasPrefix(r, f.visible+"/polite|example.com|1|") }) {
+			return fmt.Errorf("policies %q", policies)
+		}
+		return nil
+	})
+	notShown := map[string]string{"the hidden namespace": f.hidden, "the hidden pool": "hidden-pool", "the hidden policy": "hidden-policy",
 		"the lease ID": held.ID, "the Secret's value": canary, "the token": f.viewerToken}
 	assertNotInDOM(t, ctx, "the fleet", notShown)
 	fleet := screenshot(t, ctx, "fleet-5.png")
