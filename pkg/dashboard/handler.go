@@ -143,6 +143,8 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
 	setSecurityHeaders(w)
 	w.Header().Set("Cache-Control", "no-store")
 	ctx, token, addr := r.Context(), bearerToken(r), clientAddr(r)
+	leave := h.hub.Join()
+	defer leave()
 	view, _, changed := h.hub.Current()
 	first, status, err := h.messageFor(ctx, addr, token, view)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -38,12 +39,20 @@ type HubConfig struct {
 // one View for all viewers: a viewer filters it when it writes, and a
 // viewer that falls behind skips to the latest, so that no viewer ever
 // queues more than one View.
+//
+// While no stream is open it does not rebuild, only marks the View stale,
+// and the next Current rebuilds it: a replica nobody looks at pays nothing
+// for its dashboard.
 type Hub struct {
 	inputs       func() Inputs
 	debounce     time.Duration
 	leaseRefresh time.Duration
 	clock        clock.WithTicker
 	poke         chan struct{}
+
+	viewers    atomic.Int64
+	stale      atomic.Bool
+	rebuilding sync.Mutex // one rebuild at a time, from Run or Current
 
 	mu      sync.Mutex
 	view    View
@@ -79,9 +88,19 @@ func (h *Hub) Poke() {
 	}
 }
 
+// Join counts an open stream until leave is called.
+func (h *Hub) Join() (leave func()) {
+	h.viewers.Add(1)
+	return func() { h.viewers.Add(-1) }
+}
+
 // Current is the latest View, its version (0 before the first build), and
-// a channel closed when a newer one is published.
+// a channel closed when a newer one is published. A View gone stale while
+// nobody watched is rebuilt first.
 func (h *Hub) Current() (View, uint64, <-chan struct{}) {
+	if h.stale.Load() {
+		_ = h.rebuild() // the error cannot happen; Run logs it if it does
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.view, h.version, h.changed
@@ -90,7 +109,10 @@ func (h *Hub) Current() (View, uint64, <-chan struct{}) {
 // Run rebuilds the View after each burst of pokes and every LeaseRefresh,
 // publishing it when it differs from the last, until ctx ends.
 func (h *Hub) Run(ctx context.Context) error {
-	h.rebuild(ctx)
+	logger := klog.FromContext(ctx)
+	if err := h.rebuild(); err != nil {
+		logger.Error(err, "Building the dashboard's view")
+	}
 	tick := h.clock.NewTicker(h.leaseRefresh)
 	defer tick.Stop()
 	for {
@@ -109,24 +131,34 @@ func (h *Hub) Run(ctx context.Context) error {
 			default:
 			}
 		}
-		h.rebuild(ctx)
+		if h.viewers.Load() == 0 {
+			h.stale.Store(true)
+			continue
+		}
+		if err := h.rebuild(); err != nil {
+			logger.Error(err, "Building the dashboard's view")
+		}
 	}
 }
 
-func (h *Hub) rebuild(ctx context.Context) {
+// rebuild builds the View and publishes it if it changed.
+func (h *Hub) rebuild() error {
+	h.rebuilding.Lock()
+	defer h.rebuilding.Unlock()
+	h.stale.Store(false) // a change from here on marks it again
 	view := Build(h.inputs())
 	encoded, err := json.Marshal(view)
 	if err != nil { // plain structs of strings and numbers: cannot happen
-		klog.FromContext(ctx).Error(err, "Encoding the dashboard's view")
-		return
+		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.version > 0 && string(encoded) == string(h.encoded) {
-		return
+		return nil
 	}
 	h.view, h.encoded = view, encoded
 	h.version++
 	close(h.changed)
 	h.changed = make(chan struct{})
+	return nil
 }

@@ -51,6 +51,7 @@ func TestHubRebuildsOncePerBurstAndPublishesOnlyChanges(t *testing.T) {
 	go func() { defer close(done); _ = hub.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
+	leave := hub.Join() // a stream is open: the hub rebuilds as things change
 	version := func() uint64 { _, v, _ := hub.Current(); return v }
 	waitFor(t, "the first view", func() bool { return version() == 1 })
 	_, _, changed := hub.Current()
@@ -99,5 +100,18 @@ func TestHubRebuildsOncePerBurstAndPublishesOnlyChanges(t *testing.T) {
 	case <-changed:
 		t.Error("viewers were woken for an unchanged view")
 	default:
+	}
+
+	// With no stream open a change only marks the view stale; the next
+	// Current rebuilds it.
+	leave()
+	in.set(Inputs{Pools: []*crawlv1alpha1.ProxyPool{pool("a", "p", 7)}})
+	clk.Step(time.Hour)
+	waitFor(t, "the hub idle after the tick", func() bool { return hub.stale.Load() })
+	if got := in.count(); got != 4 {
+		t.Errorf("%d builds with nobody watching, want still 4", got)
+	}
+	if view, v, _ := hub.Current(); v != 3 || view.Pools[0].Desired != 7 || in.count() != 5 {
+		t.Errorf("Current after idling: version %d, desired %d, %d builds; want 3, 7, 5", v, view.Pools[0].Desired, in.count())
 	}
 }
