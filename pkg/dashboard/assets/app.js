@@ -72,7 +72,55 @@ function handleEvent(block) {
   }
   if (!data) return; // a keep-alive comment
   latest = JSON.parse(data);
+  remember(latest.view);
   render();
+}
+
+// history keeps each pool's leased count over the last 10 minutes, since
+// this page opened: a point per change (the server pushes only changes).
+const historySpan = 10 * 60 * 1000;
+const history = new Map(); // "ns/name" -> [{t, v}]
+
+function remember(view) {
+  const now = Date.now();
+  for (const p of view.pools) {
+    const key = p.namespace + "/" + p.name;
+    const points = history.get(key) || [];
+    if (!points.length || points[points.length - 1].v !== p.leased) points.push({ t: now, v: p.leased });
+    while (points.length > 1 && points[1].t < now - historySpan) points.shift();
+    history.set(key, points);
+  }
+}
+
+// sparkline draws a pool's leased count since the page opened (up to 10
+// minutes) as an inline SVG step line, scaled to the pool's desired size;
+// the title says what it is.
+function sparkline(p) {
+  const ns = "http://www.w3.org/2000/svg";
+  const w = 100, h = 18, now = Date.now();
+  const points = history.get(p.namespace + "/" + p.name) || [];
+  // The width spans what the page has seen: at least 10 s, at most 10 min.
+  const span = Math.min(historySpan, Math.max(10000, points.length ? now - points[0].t : 0));
+  const from = now - span;
+  const top = Math.max(1, p.desired, ...points.map((q) => q.v));
+  const x = (t) => ((Math.max(t, from) - from) / span) * w;
+  const y = (v) => h - 1 - (v / top) * (h - 2);
+  let d = "";
+  for (const [i, q] of points.entries()) {
+    const px = x(q.t).toFixed(1), py = y(q.v).toFixed(1);
+    d += i === 0 ? `M${px} ${py}` : `H${px}V${py}`; // a step: level, then up or down
+  }
+  if (d) d += `H${w}`; // the last value holds until now
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("width", w);
+  svg.setAttribute("height", h);
+  svg.setAttribute("class", "spark");
+  const title = document.createElementNS(ns, "title");
+  title.textContent = "leases held since this page opened (up to 10 minutes); peak " + Math.max(0, ...points.map((q) => q.v));
+  const path = document.createElementNS(ns, "path");
+  if (d) path.setAttribute("d", d);
+  svg.append(title, path);
+  return svg;
 }
 
 function showLogin(message) {
@@ -153,7 +201,7 @@ function renderFleet(view) {
     parts.push(table([
       ["Pool", poolLink], ["Provider", (p) => p.provider],
       ["Desired", (p) => p.desired, "num"], ["Ready", (p) => p.ready, "num"], ["", readyMeter],
-      ["Available", (p) => p.available, "num"], ["Leased", (p) => p.leased, "num"],
+      ["Available", (p) => p.available, "num"], ["Leased", (p) => p.leased, "num"], ["Leased, trend", sparkline],
       ["Burned", (p) => p.burned, "num"], ["Recycled (used up)", (p) => p.usedUp, "num"],
       ["Success", (p) => p.successRate || "–", "num"], ["Cost", (p) => p.cost || "–", "num"],
       ["Per 1,000 OK", (p) => p.costPer1000OK || "–", "num"],
