@@ -284,6 +284,24 @@ STORY
     go test -run '^$' -bench 'BenchmarkInspectedAgainstTunnelled' -benchtime 3s -count 5 ./pkg/gateway | grep -E '^Benchmark'
     echo '```'
     echo
+    echo "## Dashboard (issue 55)"
+    echo
+    echo "\`go test -run '^\$' -bench 'BenchmarkFleetViewLoad|BenchmarkStatusChangeVisible' -benchtime 10x ./pkg/testsuites/dashboard\`:"
+    echo "pkg/dashboard served in the benchmark's process over a synthetic fleet of 10,000 proxies in 50 pools (1,000"
+    echo "leases), Debian's headless chromium driven by chromedp. FleetViewLoad: navigation to the 50 pool rows on screen"
+    echo "(ms-to-fleet, the page's own clock; target under 2,000 ms). StatusChangeVisible: a change poked into the hub"
+    echo "to the changed row on screen (ns/op; target under 1 s; the hub's debounce is 200 ms of it)."
+    echo "\`-bench 'BenchmarkMemoryWith20Dashboards' -benchtime 1x\`: the process's heap in use after a GC with no viewer,"
+    echo "then with 20 open streams that each took the first view and one update (the dashboard's share of the operator's"
+    echo "memory; the hub keeps one view for all). \`go test -run '^\$' -bench 'BenchmarkRebuild10000' ./pkg/dashboard\`:"
+    echo "one rebuild of that view and its encoding, which the hub does once per burst of changes and once a second."
+    echo
+    echo '```text'
+    go test -run '^$' -bench 'BenchmarkFleetViewLoad|BenchmarkStatusChangeVisible' -benchtime 10x ./pkg/testsuites/dashboard | grep -E '^Benchmark'
+    go test -run '^$' -bench 'BenchmarkMemoryWith20Dashboards' -benchtime 1x ./pkg/testsuites/dashboard | grep -E '^Benchmark'
+    go test -run '^$' -bench 'BenchmarkRebuild10000' ./pkg/dashboard | grep -E '^Benchmark'
+    echo '```'
+    echo
     echo "## Secret rotation: ProxyPool beside standalone Proxies (issue 13)"
     echo
     echo "\`go run ./pkg/testsuites/bench/pool\`: the operator binary on a real kube-apiserver and etcd, local-provider"

@@ -6,7 +6,8 @@
 # taskset (the gateway benchmark's placements; Essential, so normally there),
 # and what make cluster's node runs beside its own builds: runc (the OCI
 # runtime under containerd), iptables (kube-proxy and CNI rules), ipset
-# (kube-router's NetworkPolicy sets) and conntrack.
+# (kube-router's NetworkPolicy sets) and conntrack; chromium, the headless
+# browser pkg/testsuites/dashboard drives through chromedp.
 # Idempotent: does nothing when they are all present.
 #
 #   hack/install-deps.sh           install what is missing (root, or through sudo)
@@ -27,6 +28,7 @@ command -v runc >/dev/null || [ -x /usr/sbin/runc ] || need+=(runc)
 [ -x /usr/sbin/iptables ] || need+=(iptables)
 [ -x /usr/sbin/ipset ] || need+=(ipset)
 [ -x /usr/sbin/conntrack ] || need+=(conntrack)
+[ -x /usr/bin/chromium ] || need+=(chromium) # the dashboard's browser test
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

@@ -364,6 +364,9 @@ func splitHostPort(addr string) (string, int32, error) {
 func printNextSteps(kubeconfig string, cfg config) {
 	fmt.Printf(`
 proxy-operator is starting on an embedded API server (state in %[1]s).
+
+  Dashboard: http://%[3]s/ui/   (live fleet, members and leases; docs/dashboard.md)
+
 In another terminal:
 
   export KUBECONFIG=%[2]s

@@ -119,6 +119,36 @@ func TestMakeRun(t *testing.T) {
 		}
 	}
 
+	// The dashboard whose address it prints, open under --lease-auth=none:
+	// the pool, as the page's stream would show it.
+	if !strings.Contains(out.String(), "Dashboard: http://"+leaseAddr+"/ui/") {
+		t.Errorf("local-up does not print the dashboard's address http://%s/ui/", leaseAddr)
+	}
+	poll(t, time.Minute, "the dashboard shows dev-pool 3 of 3 Ready", func() (bool, string) {
+		resp, err := http.Get("http://" + leaseAddr + "/ui/api/view")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		var view struct {
+			View struct {
+				Pools []struct {
+					Namespace, Name string
+					Desired, Ready  int
+				} `json:"pools"`
+			} `json:"view"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&view); err != nil {
+			return false, fmt.Sprintf("status %d: %v", resp.StatusCode, err)
+		}
+		for _, p := range view.View.Pools {
+			if p.Namespace == "default" && p.Name == "dev-pool" {
+				return p.Desired == 3 && p.Ready == 3, fmt.Sprintf("dev-pool %+v", p)
+			}
+		}
+		return false, fmt.Sprintf("no dev-pool in %+v", view.View.Pools)
+	})
+
 	// A lease over HTTP: acquire on a dev-pool proxy, then release.
 	var granted struct {
 		ID    string `json:"id"`

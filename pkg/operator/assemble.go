@@ -197,11 +197,15 @@ func (op *operator) addLeaseServer(ctx context.Context, o Options, c clients, pr
 	if err != nil {
 		return fmt.Errorf("lease API authentication client: %w", err)
 	}
+	callers := newLeaseCallers(ctx, o, authKube)
 	var feedSynced cache.InformerSynced
-	if op.leases, feedSynced, err = newLeaseServer(ctx, o, c.kube, authKube, proxyInformer, secretInformer.Lister(), op.metrics, op.fence); err != nil {
+	if op.leases, feedSynced, err = newLeaseServer(ctx, o, c.kube, callers, proxyInformer, secretInformer.Lister(), op.metrics, op.fence); err != nil {
 		return err
 	}
 	op.synced = append(op.synced, feedSynced)
+	if err := op.addDashboard(op.crawlInformers, callers); err != nil {
+		return err
+	}
 	return op.addCrawlPolicies(c)
 }
 

@@ -19,11 +19,25 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 )
 
+// leaseCallers is the authenticator and authorizer of --lease-auth, which
+// the lease API and the dashboard share (one cache of reviews).
+type leaseCallers interface {
+	auth.Authenticator
+	auth.Authorizer
+}
+
+func newLeaseCallers(ctx context.Context, o Options, authKube kubernetes.Interface) leaseCallers {
+	if o.LeaseAuth == LeaseAuthNone {
+		return auth.NewNone(klog.FromContext(ctx))
+	}
+	return auth.NewKubernetes(authKube, auth.KubernetesOptions{})
+}
+
 // newLeaseServer builds the lease API: the store fed by the Proxy informer,
-// the authenticator of --lease-auth, credentials from the spec.auth Secrets,
+// callers' authentication, credentials from the spec.auth Secrets,
 // the horizon a successor reads after a leader change, and the fence of the
 // leader election (nil without one).
-func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.Interface, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics, fence *leadershipFence) (*server.Server, cache.InformerSynced, error) {
+func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, callers leaseCallers, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics, fence *leadershipFence) (*server.Server, cache.InformerSynced, error) {
 	// Every replica signs and verifies lease IDs with one key, created by
 	// the first replica to start.
 	var key []byte
@@ -58,15 +72,6 @@ func newLeaseServer(ctx context.Context, o Options, kube, authKube kubernetes.In
 	proxiesSynced, err := feed.Proxies(st, proxies)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lease feed: %w", err)
-	}
-	var callers interface {
-		auth.Authenticator
-		auth.Authorizer
-	}
-	if o.LeaseAuth == LeaseAuthNone {
-		callers = auth.NewNone(klog.FromContext(ctx))
-	} else {
-		callers = auth.NewKubernetes(authKube, auth.KubernetesOptions{})
 	}
 	hostname, _ := os.Hostname()
 	srv, err := server.New(server.Config{

@@ -35,6 +35,7 @@ import (
 
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/crawlpolicy"
+	"github.com/proxyfleet/proxy-operator/pkg/dashboard"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
@@ -151,6 +152,9 @@ type operator struct {
 	fence *leadershipFence
 	// policyStatus writes the CrawlPolicies' status on the leader.
 	policyStatus *crawlpolicy.StatusWriter
+	// dashboard keeps the web UI's view (/ui/ on the lease API's port) on
+	// every replica.
+	dashboard *dashboard.Hub
 	// inspectionCA keeps the inspected namespaces' CAs on the leader; nil
 	// without --inspection-ca-namespace.
 	inspectionCA *inspectionCA
@@ -203,6 +207,7 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 		// has called StartLeading. Shutdown wakes long polls with a 503.
 		return op.leases.Serve(gctx, op.leaseListener)
 	})
+	g.Go(func() error { return op.dashboard.Run(gctx) })
 	err := g.Wait()
 	op.events.Shutdown() // after the drain, whose events it still takes
 	if err == nil {

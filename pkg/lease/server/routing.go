@@ -37,6 +37,13 @@ func (s *Server) routes() {
 	})
 }
 
+// HandleFunc adds a route beside the API on its port (the dashboard's
+// /ui/, pkg/dashboard): it is served on every replica, leading or not, and
+// does its own authentication. Call it before Serve.
+func (s *Server) HandleFunc(pattern string, h http.HandlerFunc) {
+	s.mux.HandleFunc(pattern, h)
+}
+
 // Handler serves the API; 404 and 405 are answered in JSON like every error.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

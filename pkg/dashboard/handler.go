@@ -1,0 +1,278 @@
+package dashboard
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Defaults and limits of the HTTP side.
+const (
+	// DefaultMaxViewers bounds the open streams; one more is answered 503.
+	DefaultMaxViewers = 100
+	// writeTimeout drops a viewer that cannot take one View in this long;
+	// its page reconnects and starts from the latest View.
+	writeTimeout = 10 * time.Second
+	// keepAlive is how often an idle stream gets a comment, so that
+	// proxies and the page see it alive.
+	keepAlive = 15 * time.Second
+)
+
+// contentSecurityPolicy lets the page load its own script and style and
+// talk to its own origin, nothing else: no inline script, no frames.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; " +
+	"form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+
+// Config configures a Handler.
+type Config struct {
+	Hub *Hub
+	// Authenticator and Authorizer are the lease API's (--lease-auth): a
+	// viewer sees a namespace when it may list proxies/leases there.
+	Authenticator auth.Authenticator
+	Authorizer    auth.Authorizer
+	// MaxViewers defaults to DefaultMaxViewers.
+	MaxViewers int
+}
+
+// Handler serves the page under /ui/ and its data under /ui/api/.
+type Handler struct {
+	hub     *Hub
+	authn   auth.Authenticator
+	authz   auth.Authorizer
+	viewers chan struct{} // a slot per open stream
+	static  http.Handler
+}
+
+// NewHandler returns the dashboard's handler.
+func NewHandler(cfg Config) (*Handler, error) {
+	if cfg.Hub == nil || cfg.Authenticator == nil || cfg.Authorizer == nil {
+		return nil, errors.New("dashboard: a Hub, an Authenticator and an Authorizer are required")
+	}
+	if cfg.MaxViewers <= 0 {
+		cfg.MaxViewers = DefaultMaxViewers
+	}
+	files, err := fs.Sub(assets, "assets")
+	if err != nil {
+		return nil, fmt.Errorf("dashboard assets: %w", err)
+	}
+	return &Handler{
+		hub: cfg.Hub, authn: cfg.Authenticator, authz: cfg.Authorizer,
+		viewers: make(chan struct{}, cfg.MaxViewers),
+		static:  http.StripPrefix("/ui", http.FileServerFS(files)),
+	}, nil
+}
+
+// Routes are the handler's patterns on a ServeMux (the lease API's).
+func (h *Handler) Routes() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"GET /ui":            func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusFound) },
+		"GET /ui/":           h.serveStatic,
+		"GET /ui/api/view":   h.serveView,
+		"GET /ui/api/login":  h.serveLogin,
+		"GET /ui/api/stream": h.serveStream,
+	}
+}
+
+func setSecurityHeaders(w http.ResponseWriter) {
+	hd := w.Header()
+	hd.Set("Content-Security-Policy", contentSecurityPolicy)
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Referrer-Policy", "no-referrer")
+}
+
+func (h *Handler) serveStatic(w http.ResponseWriter, r *http.Request) {
+	setSecurityHeaders(w)
+	h.static.ServeHTTP(w, r)
+}
+
+// Message is what the API answers and each stream event carries.
+type Message struct {
+	User string `json:"user"`
+	// AllNamespaces is true when the viewer may list every namespace.
+	AllNamespaces bool `json:"allNamespaces"`
+	View          View `json:"view"`
+}
+
+// serveLogin says whether the page must ask for a token: not under
+// --lease-auth=none, where a request without one is accepted. The page asks
+// before it opens the stream, so that a first visit is not a 401.
+func (h *Handler) serveLogin(w http.ResponseWriter, r *http.Request) {
+	setSecurityHeaders(w)
+	w.Header().Set("Cache-Control", "no-store")
+	_, err := h.authn.Authenticate(auth.WithClientAddr(r.Context(), clientAddr(r)), "")
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]bool{"tokenRequired": err != nil})
+}
+
+// serveView answers the current View once, filtered for the viewer.
+func (h *Handler) serveView(w http.ResponseWriter, r *http.Request) {
+	setSecurityHeaders(w)
+	w.Header().Set("Cache-Control", "no-store")
+	token := bearerToken(r)
+	view, _, _ := h.hub.Current()
+	msg, status, err := h.messageFor(r.Context(), clientAddr(r), token, view)
+	if err != nil {
+		writeError(w, status, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(msg)
+}
+
+// serveStream writes the viewer's View as a text/event-stream event now
+// and after every change, until the viewer goes, falls behind, or its
+// token stops being accepted. It is read with fetch(), not EventSource,
+// so that the token travels in the Authorization header
+// (docs/decisions/0290-dashboard-plain-js-fetch-stream-session-token.md).
+func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
+	setSecurityHeaders(w)
+	w.Header().Set("Cache-Control", "no-store")
+	ctx, token, addr := r.Context(), bearerToken(r), clientAddr(r)
+	leave := h.hub.Join()
+	defer leave()
+	view, _, changed := h.hub.Current()
+	first, status, err := h.messageFor(ctx, addr, token, view)
+	if err != nil {
+		writeError(w, status, err)
+		return
+	}
+	select {
+	case h.viewers <- struct{}{}:
+		defer func() { <-h.viewers }()
+	default:
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, errors.New("too many open dashboards; retry"))
+		return
+	}
+	rc := http.NewResponseController(w)
+	// The lease API's server bounds whole requests; a stream lives on.
+	_ = rc.SetReadDeadline(time.Time{})
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	msg := first
+	for {
+		if err := writeEvent(w, rc, msg); err != nil {
+			klog.FromContext(ctx).V(4).Info("Dropping a dashboard viewer", "user", msg.User, "err", err)
+			return
+		}
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				break wait
+			case <-time.After(keepAlive):
+				if err := writeComment(w, rc); err != nil {
+					return
+				}
+			}
+		}
+		view, _, changed = h.hub.Current()
+		if msg, _, err = h.messageFor(ctx, addr, token, view); err != nil {
+			return // the page reconnects and learns why
+		}
+	}
+}
+
+func writeEvent(w http.ResponseWriter, rc *http.ResponseController, msg Message) error {
+	data, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	if err := rc.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "event: view\ndata: %s\n\n", data); err != nil {
+		return err
+	}
+	return rc.Flush()
+}
+
+func writeComment(w http.ResponseWriter, rc *http.ResponseController) error {
+	if err := rc.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+		return err
+	}
+	return rc.Flush()
+}
+
+// messageFor authenticates token and cuts view to what its user may list.
+// Both answers are cached by the lease API's authenticator, so a push to
+// many viewers costs no review per push.
+func (h *Handler) messageFor(ctx context.Context, addr, token string, view View) (Message, int, error) {
+	if addr != "" {
+		ctx = auth.WithClientAddr(ctx, addr)
+	}
+	user, err := h.authn.Authenticate(ctx, token)
+	switch {
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return Message{}, http.StatusUnauthorized, errors.New("a valid Kubernetes bearer token is required")
+	case err != nil:
+		return Message{}, http.StatusServiceUnavailable, errors.New("authentication is unavailable; retry")
+	}
+	may := func(ns string) (bool, error) {
+		ok, _, err := h.authz.Authorize(ctx, user, auth.Attributes{Verb: auth.VerbList, Namespace: ns})
+		return ok, err
+	}
+	all, err := may("")
+	if err != nil {
+		return Message{}, http.StatusServiceUnavailable, errors.New("authorization is unavailable; retry")
+	}
+	if all {
+		return Message{User: user.Name, AllNamespaces: true, View: view}, 0, nil
+	}
+	visible := map[string]bool{}
+	for _, ns := range view.Namespaces() {
+		ok, err := may(ns)
+		if err != nil {
+			return Message{}, http.StatusServiceUnavailable, errors.New("authorization is unavailable; retry")
+		}
+		visible[ns] = ok
+	}
+	return Message{User: user.Name, View: Filter(view, func(ns string) bool { return visible[ns] })}, 0, nil
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator dashboard"`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+}
+
+// bearerToken is the token of an "Authorization: Bearer" header, "" if none.
+func bearerToken(r *http.Request) string {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return ""
+	}
+	return host
+}

@@ -1,0 +1,67 @@
+package operator
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/proxyfleet/proxy-operator/pkg/dashboard"
+	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+)
+
+// addDashboard serves the read-only web UI at /ui/ on the lease API's port,
+// on every replica (docs/dashboard.md): built from the informers' caches
+// and the lease store's memory, rebuilt when a Proxy, ProxyPool or
+// CrawlPolicy changes,
+// with the lease API's authentication.
+func (op *operator) addDashboard(crawlInformers crawlinformers.SharedInformerFactory, callers leaseCallers) error {
+	proxies := crawlInformers.Crawl().V1alpha1().Proxies()
+	pools := crawlInformers.Crawl().V1alpha1().ProxyPools()
+	policies := crawlInformers.Crawl().V1alpha1().CrawlPolicies()
+	leases := op.leases.Store()
+	op.dashboard = dashboard.NewHub(dashboard.HubConfig{Inputs: func() dashboard.Inputs {
+		in := dashboard.Inputs{}
+		in.Pools, _ = pools.Lister().List(labels.Everything())     // a cache: never fails
+		in.Proxies, _ = proxies.Lister().List(labels.Everything()) // likewise
+		in.Policies, _ = policies.Lister().List(labels.Everything())
+		in.Leases, in.LeasesKnown = dashboardLeases(leases)
+		return in
+	}})
+	poke := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { op.dashboard.Poke() },
+		UpdateFunc: func(any, any) { op.dashboard.Poke() },
+		DeleteFunc: func(any) { op.dashboard.Poke() },
+	}
+	for _, informer := range []cache.SharedIndexInformer{proxies.Informer(), pools.Informer(), policies.Informer()} {
+		if _, err := informer.AddEventHandler(poke); err != nil {
+			return fmt.Errorf("dashboard: %w", err)
+		}
+	}
+	h, err := dashboard.NewHandler(dashboard.Config{Hub: op.dashboard, Authenticator: callers, Authorizer: callers})
+	if err != nil {
+		return err
+	}
+	for pattern, serve := range h.Routes() {
+		op.leases.HandleFunc(pattern, serve)
+	}
+	return nil
+}
+
+// dashboardLeases are the store's live leases without their IDs, owners or
+// state; false on a replica that does not lead.
+func dashboardLeases(s *store.Store) ([]dashboard.Lease, bool) {
+	live, err := s.List(store.LeaseFilter{})
+	if err != nil { // store.ErrNotLeader: a standby knows no leases
+		return nil, false
+	}
+	out := make([]dashboard.Lease, 0, len(live))
+	for _, l := range live {
+		out = append(out, dashboard.Lease{
+			Namespace: l.Proxy.Key.Namespace, Proxy: l.Proxy.Key.Name,
+			Holder: l.Holder, Domain: l.Domain, GrantedAt: l.GrantedAt,
+		})
+	}
+	return out, true
+}
