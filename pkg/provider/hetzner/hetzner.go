@@ -43,6 +43,10 @@ const (
 	DefaultRateLimitBackoff = 2 * time.Second
 )
 
+// TokenSecretKey is the key of the API token in the Secret
+// --hetzner-token-secret names.
+const TokenSecretKey = "token"
+
 // Options configures a Provider.
 type Options struct {
 	// Token is a Read & Write API token of the project. Required. Secret.
