@@ -23,6 +23,7 @@
 package hcloudtest
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -248,4 +249,10 @@ func (s *server) snapshot() Server {
 		out.Labels[k] = v
 	}
 	return out
+}
+
+// String leaves the user-data out: it holds the proxy's credentials.
+func (s Server) String() string {
+	return fmt.Sprintf("{ID:%d Name:%s Status:%s ServerType:%s Location:%s PublicIP:%s Labels:%v}",
+		s.ID, s.Name, s.Status, s.ServerType, s.Location, s.PublicIP, s.Labels)
 }
