@@ -161,3 +161,38 @@ func TestServerBootsFromUserDataAndIsReplacedOnSpecChange(t *testing.T) {
 		return apierrors.IsNotFound(err) && len(h.fake.Servers()) == 0, fmt.Sprintf("get: %v, servers %+v", err, h.fake.Servers())
 	})
 }
+
+// A changed cloud-init Secret replaces the server: the new one carries the
+// new user-data, the old one is deleted.
+func TestServerIsReplacedOnCloudInitSecretChange(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	h := startController(t, hcloudtest.WithSteps(1))
+	setUserData := func(doc string) {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-init"}, StringData: map[string]string{"user-data": doc}}
+		if _, err := h.Kube.CoreV1().Secrets(h.NS).Create(ctx, s, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+			_, err = h.Kube.CoreV1().Secrets(h.NS).Update(ctx, s, metav1.UpdateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	setUserData("#cloud-config\n# v1\n")
+	spec := h.hetznerProxy("p1", 3128)
+	spec.Spec.CloudInit = &crawlv1alpha1.CloudInit{SecretRef: &crawlv1alpha1.SecretKeyRef{Name: "cloud-init", Key: "user-data"}}
+	h.Create(spec)
+	first := h.WaitProvisioned("p1").Status.ProviderID
+
+	setUserData("#cloud-config\n# v2\n")
+	h.Eventually(30*time.Second, "a replacement from the new Secret", func() (bool, string) {
+		p := h.Get("p1")
+		servers := h.fake.Servers()
+		return p.Status.ProviderID != first && len(servers) == 1 && strings.HasSuffix(p.Status.ProviderID, fmt.Sprintf("://%d", servers[0].ID)) &&
+				strings.Contains(servers[0].UserData, "# v2") && meta.IsStatusConditionTrue(p.Status.Conditions, crawlv1alpha1.ConditionProvisioned),
+			fmt.Sprintf("providerID %s, servers %v, conditions %+v", p.Status.ProviderID, servers, p.Status.Conditions)
+	})
+	if all := h.fake.Created(); len(all) != 2 || !strings.Contains(all[0].UserData, "# v1") {
+		t.Errorf("%d servers created, want 2, the first from v1", len(all))
+	}
+}
