@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -194,5 +195,57 @@ func TestServerIsReplacedOnCloudInitSecretChange(t *testing.T) {
 	})
 	if all := h.fake.Created(); len(all) != 2 || !strings.Contains(all[0].UserData, "# v1") {
 		t.Errorf("%d servers created, want 2, the first from v1", len(all))
+	}
+}
+
+// crashAfterCreate is the operator dying between the cloud's create and
+// the status write: its Create makes the server, then never returns to the
+// controller until the controller is stopped.
+type crashAfterCreate struct {
+	provider.Provider
+	once    sync.Once
+	created chan struct{}
+}
+
+func (c *crashAfterCreate) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
+	if _, err := c.Provider.Create(ctx, req); err != nil {
+		return provider.Instance{}, err
+	}
+	c.once.Do(func() { close(c.created) })
+	<-ctx.Done()
+	return provider.Instance{}, ctx.Err()
+}
+
+// The operator stops between the create and the status write; the next
+// one creates again and ends on the same server: exactly one.
+func TestOperatorStoppedBetweenCreateAndStatusWriteMakesOneServer(t *testing.T) {
+	h := startController(t)
+	crashing := &crashAfterCreate{Provider: h.hetzner, created: make(chan struct{})}
+	h.Stop()
+	first := controllertest.Start(t, apiServer.Get(t).Config, controllertest.Options{
+		Namespace: h.NS, Providers: map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderHetzner: crashing},
+	})
+	first.Create(h.hetznerProxy("p1", 3128))
+	select {
+	case <-crashing.created:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first operator never created the server")
+	}
+	first.Stop()
+	p, err := h.Crawl.CrawlV1alpha1().Proxies(h.NS).Get(context.Background(), "p1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.ProviderID != "" {
+		t.Fatalf("status.providerID %q written: the crash came too late", p.Status.ProviderID)
+	}
+
+	second := controllertest.Start(t, apiServer.Get(t).Config, controllertest.Options{
+		Namespace: h.NS, Providers: map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderHetzner: h.hetzner},
+	})
+	p = second.WaitProvisioned("p1")
+	created := h.fake.Created()
+	if len(created) != 1 || !strings.HasSuffix(p.Status.ProviderID, fmt.Sprintf("://%d", created[0].ID)) {
+		t.Errorf("%d servers created %v, status %q: want the one server, adopted", len(created), created, p.Status.ProviderID)
 	}
 }
