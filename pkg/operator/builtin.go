@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -59,7 +60,8 @@ func newAWSProvider(ctx context.Context, env ProviderEnv) (provider.Provider, er
 }
 
 // newHetznerProvider reads the project's API token from the Secret
-// --hetzner-token-secret names (once, never logged).
+// --hetzner-token-secret names (once, never logged); $HCLOUD_ENDPOINT, as
+// for Hetzner's CLI, replaces the API's address (tests, an egress proxy).
 func newHetznerProvider(ctx context.Context, env ProviderEnv) (provider.Provider, error) {
 	secret, err := readSecret(ctx, env, "--hetzner-token-secret", env.Options.HetznerTokenSecret)
 	if err != nil {
@@ -71,6 +73,7 @@ func newHetznerProvider(ctx context.Context, env ProviderEnv) (provider.Provider
 	}
 	return hetzner.New(hetzner.Options{
 		Token: token, ClusterID: env.Options.HetznerClusterID, Location: env.Options.HetznerLocation,
+		Endpoint: os.Getenv(hetzner.EndpointEnv),
 		Secrets: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 			return env.KubeClient.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 		},

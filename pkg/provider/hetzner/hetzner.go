@@ -43,6 +43,10 @@ const (
 	DefaultRateLimitBackoff = 2 * time.Second
 )
 
+// EndpointEnv names the environment variable that, as for Hetzner's own
+// CLI, replaces the API's address when set (the operator binary reads it).
+const EndpointEnv = "HCLOUD_ENDPOINT"
+
 // TokenSecretKey is the key of the API token in the Secret
 // --hetzner-token-secret names.
 const TokenSecretKey = "token"

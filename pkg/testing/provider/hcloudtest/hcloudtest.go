@@ -256,3 +256,7 @@ func (s Server) String() string {
 	return fmt.Sprintf("{ID:%d Name:%s Status:%s ServerType:%s Location:%s PublicIP:%s Labels:%v}",
 		s.ID, s.Name, s.Status, s.ServerType, s.Location, s.PublicIP, s.Labels)
 }
+
+// Env is the environment that points the operator binary's hetzner
+// provider at the fake (hetzner.EndpointEnv).
+func (f *Fake) Env() []string { return []string{"HCLOUD_ENDPOINT=" + f.URL} }
