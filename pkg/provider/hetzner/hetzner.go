@@ -174,6 +174,10 @@ func (p *Provider) call(ctx context.Context, api func(ctx context.Context) (*hcl
 	}
 }
 
+// HeldUntil is the time before which the provider makes no call: the
+// Retry-After of the last 429, or the reset of an empty rate-limit bucket.
+func (p *Provider) HeldUntil() time.Time { return p.gate.NotBefore() }
+
 // Create makes the server on the first server type with capacity, or
 // adopts the one an earlier create of the same key made.
 func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
