@@ -19,8 +19,10 @@ type hashedSpec struct {
 	Local      *crawlv1alpha1.LocalProvider      `json:"local,omitempty"`
 	GCE        *crawlv1alpha1.GCEProvider        `json:"gce,omitempty"`
 	AWS        *crawlv1alpha1.AWSProvider        `json:"aws,omitempty"`
-	Endpoint   *crawlv1alpha1.Endpoint           `json:"endpoint,omitempty"`
-	Auth       *crawlv1alpha1.ProxyAuth          `json:"auth,omitempty"`
+	// Hetzner: omitempty keeps the hash of every other spec unchanged.
+	Hetzner  *crawlv1alpha1.HetznerProvider `json:"hetzner,omitempty"`
+	Endpoint *crawlv1alpha1.Endpoint        `json:"endpoint,omitempty"`
+	Auth     *crawlv1alpha1.ProxyAuth       `json:"auth,omitempty"`
 	// Egress is passed to the instance as flags: a change replaces it.
 	// omitempty keeps the hash of every spec without it unchanged.
 	Egress *crawlv1alpha1.ProxyEgress `json:"egress,omitempty"`
@@ -42,6 +44,7 @@ func specHash(spec crawlv1alpha1.ProxySpec, cloudInit []byte, credentialsDigest 
 		Local:      spec.Local,
 		GCE:        spec.GCE,
 		AWS:        spec.AWS,
+		Hetzner:    spec.Hetzner,
 		Endpoint:   spec.Endpoint,
 		Auth:       spec.Auth,
 		Egress:     spec.Egress,

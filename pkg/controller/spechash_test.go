@@ -34,3 +34,14 @@ func TestSpecHashEgress(t *testing.T) {
 		hashes[name] = h
 	}
 }
+
+// TestSpecHashHetzner: a change of spec.hetzner is a new server.
+func TestSpecHashHetzner(t *testing.T) {
+	spec := func(serverType string) crawlv1alpha1.ProxySpec {
+		return crawlv1alpha1.ProxySpec{Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderHetzner,
+			Hetzner: &crawlv1alpha1.HetznerProvider{ServerTypes: []string{serverType}}}
+	}
+	if specHash(spec("cx22"), nil, "") == specHash(spec("cpx11"), nil, "") {
+		t.Error("specs with other server types hash alike")
+	}
+}

@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -13,6 +14,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/aws"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/gce"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/hetzner"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
@@ -26,6 +28,7 @@ func BuiltinProviders() ProviderRegistry {
 		string(crawlv1alpha1.ProviderLocal):      newLocalProvider,
 		string(crawlv1alpha1.ProviderGCE):        newGCEProvider,
 		string(crawlv1alpha1.ProviderAWS):        newAWSProvider,
+		string(crawlv1alpha1.ProviderHetzner):    newHetznerProvider,
 		string(crawlv1alpha1.ProviderUpstream): func(context.Context, ProviderEnv) (provider.Provider, error) {
 			return upstream.New(), nil
 		},
@@ -54,6 +57,27 @@ func newAWSProvider(ctx context.Context, env ProviderEnv) (provider.Provider, er
 		opts.Credentials = credentials.NewStaticCredentialsProvider(string(id), string(key), string(secret.Data["aws_session_token"]))
 	}
 	return aws.New(ctx, opts)
+}
+
+// newHetznerProvider reads the project's API token from the Secret
+// --hetzner-token-secret names (once, never logged); $HCLOUD_ENDPOINT, as
+// for Hetzner's CLI, replaces the API's address (tests, an egress proxy).
+func newHetznerProvider(ctx context.Context, env ProviderEnv) (provider.Provider, error) {
+	secret, err := readSecret(ctx, env, "--hetzner-token-secret", env.Options.HetznerTokenSecret)
+	if err != nil {
+		return nil, err
+	}
+	token := strings.TrimSpace(string(secret.Data[hetzner.TokenSecretKey]))
+	if token == "" {
+		return nil, fmt.Errorf("--hetzner-token-secret %s: no key %q", env.Options.HetznerTokenSecret, hetzner.TokenSecretKey)
+	}
+	return hetzner.New(hetzner.Options{
+		Token: token, ClusterID: env.Options.HetznerClusterID, Location: env.Options.HetznerLocation,
+		Endpoint: os.Getenv(hetzner.EndpointEnv),
+		Secrets: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+			return env.KubeClient.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		},
+	})
 }
 
 // readSecret reads the Secret a flag names as namespace/name, waiting for

@@ -116,6 +116,12 @@ type Options struct {
 	// the SDK's default chain (docs/aws.md).
 	AWSRegion, AWSClusterID string
 	AWSCredentialsSecret    string
+	// HetznerLocation is the default of spec.hetzner.location;
+	// HetznerClusterID labels every server (required with the hetzner
+	// provider); HetznerTokenSecret ("namespace/name", key token) holds the
+	// project's API token (required; docs/hetzner.md).
+	HetznerLocation, HetznerClusterID string
+	HetznerTokenSecret                string
 	// LocalStateDir is where the local provider keeps its state.
 	LocalStateDir string
 	// LocalLoopbackExits gives each local instance its own loopback exit
@@ -252,6 +258,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.AWSRegion, "aws-region", o.AWSRegion, "AWS Region of aws instances whose spec.aws.region is empty.")
 	fs.StringVar(&o.AWSClusterID, "aws-cluster-id", o.AWSClusterID, "Tag value that scopes every EC2 instance to this cluster, unique among the clusters sharing the AWS account (the cluster's name, say); required when --providers includes aws.")
 	fs.StringVar(&o.AWSCredentialsSecret, "aws-credentials-secret", o.AWSCredentialsSecret, "namespace/name of a Secret with aws_access_key_id and aws_secret_access_key (and optional aws_session_token) for the aws provider; empty: the AWS SDK's default credential chain.")
+	fs.StringVar(&o.HetznerLocation, "hetzner-location", o.HetznerLocation, "Hetzner Cloud location (fsn1, nbg1, hel1, ash, ...) of hetzner servers whose spec.hetzner.location is empty.")
+	fs.StringVar(&o.HetznerClusterID, "hetzner-cluster-id", o.HetznerClusterID, "Label value that scopes every Hetzner Cloud server to this cluster, unique among the clusters sharing the project; required when --providers includes hetzner.")
+	fs.StringVar(&o.HetznerTokenSecret, "hetzner-token-secret", o.HetznerTokenSecret, "namespace/name of a Secret whose key token is a Read & Write API token of the Hetzner Cloud project; required when --providers includes hetzner.")
 	fs.StringVar(&o.LocalStateDir, "local-state-dir", o.LocalStateDir, "Directory where the local provider keeps its processes' state. Required when --providers includes local.")
 	fs.BoolVar(&o.LocalLoopbackExits, "local-loopback-exits", o.LocalLoopbackExits, "Give each local instance an exit address of its own in 127.1.0.0/16, so that sites on this machine see one IP per instance (and ban them one by one).")
 	fs.DurationVar(&o.GCInterval, "gc-interval", o.GCInterval, "How often provider instances whose Proxy is gone are collected.")
@@ -293,7 +302,7 @@ func (v *listValue) Set(s string) error {
 
 // knownProviders are the provider names the API accepts (spec.provider).
 func knownProviders() []string {
-	return []string{string(crawlv1alpha1.ProviderKubernetes), string(crawlv1alpha1.ProviderLocal), string(crawlv1alpha1.ProviderGCE), string(crawlv1alpha1.ProviderAWS), string(crawlv1alpha1.ProviderUpstream)}
+	return []string{string(crawlv1alpha1.ProviderKubernetes), string(crawlv1alpha1.ProviderLocal), string(crawlv1alpha1.ProviderGCE), string(crawlv1alpha1.ProviderAWS), string(crawlv1alpha1.ProviderHetzner), string(crawlv1alpha1.ProviderUpstream)}
 }
 
 // Validate checks every option on its own and against the others; each error
@@ -442,13 +451,19 @@ func (o *Options) validateProviders(bad badFlag) {
 		}
 		seen[name] = true
 	}
-	for _, f := range []struct{ flag, ref string }{{"gce-credentials-secret", o.GCECredentialsSecret}, {"aws-credentials-secret", o.AWSCredentialsSecret}} {
+	for _, f := range []struct{ flag, ref string }{{"gce-credentials-secret", o.GCECredentialsSecret}, {"aws-credentials-secret", o.AWSCredentialsSecret}, {"hetzner-token-secret", o.HetznerTokenSecret}} {
 		if ns, name, ok := strings.Cut(f.ref, "/"); f.ref != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
 			bad(f.flag, "must be namespace/name, got %q", f.ref)
 		}
 	}
 	if seen[string(crawlv1alpha1.ProviderAWS)] && o.AWSClusterID == "" {
 		bad("aws-cluster-id", "must be set when --providers includes %s: a name unique to this cluster among those sharing the AWS account, such as the cluster's name", crawlv1alpha1.ProviderAWS)
+	}
+	if seen[string(crawlv1alpha1.ProviderHetzner)] && o.HetznerClusterID == "" {
+		bad("hetzner-cluster-id", "must be set when --providers includes %s: a name unique to this cluster among those sharing the Hetzner Cloud project, such as the cluster's name", crawlv1alpha1.ProviderHetzner)
+	}
+	if seen[string(crawlv1alpha1.ProviderHetzner)] && o.HetznerTokenSecret == "" {
+		bad("hetzner-token-secret", "must be set when --providers includes %s: the Secret holding the project's API token (docs/hetzner.md)", crawlv1alpha1.ProviderHetzner)
 	}
 	if seen[string(crawlv1alpha1.ProviderLocal)] && o.LocalStateDir == "" {
 		bad("local-state-dir", "must be set when --providers includes %s", crawlv1alpha1.ProviderLocal)

@@ -75,7 +75,7 @@ func TestValidate(t *testing.T) {
 			wantErrs: []string{"--lease-addr: must differ from --metrics-addr"}},
 		"unknown lease auth": {mod: func(o *Options) { o.LeaseAuth = "oidc" }, wantErrs: []string{`--lease-auth: must be "kubernetes" or "none", got "oidc"`}},
 		"unknown provider": {mod: func(o *Options) { o.Providers = []string{"kubernetes", "azure"} },
-			wantErrs: []string{`--providers: unknown provider "azure" (known: kubernetes, local, gce, aws, upstream)`}},
+			wantErrs: []string{`--providers: unknown provider "azure" (known: kubernetes, local, gce, aws, hetzner, upstream)`}},
 		"provider twice":  {mod: func(o *Options) { o.Providers = []string{"gce", "gce"} }, wantErrs: []string{`--providers: provider "gce" is listed twice`}},
 		"local no state":  {mod: func(o *Options) { o.Providers = []string{"local"} }, wantErrs: []string{"--local-state-dir: must be set when --providers includes local"}},
 		"zero gc":         {mod: func(o *Options) { o.GCInterval = 0 }, wantErrs: []string{"--gc-interval: must be positive"}},
@@ -85,6 +85,11 @@ func TestValidate(t *testing.T) {
 		"renew too short": {mod: func(o *Options) { o.LeaderElectRenewDeadline = 2 * time.Second }, wantErrs: []string{"--leader-elect-renew-deadline: must be greater than 1.2 × --leader-elect-retry-period (2s), got 2s"}},
 		"lease not above renew": {mod: func(o *Options) { o.LeaderElectLeaseDuration = 10 * time.Second },
 			wantErrs: []string{"--leader-elect-lease-duration: must be greater than --leader-elect-renew-deadline (10s), got 10s"}},
+		"hetzner without cluster ID and token": {mod: func(o *Options) { o.Providers = []string{"hetzner"} },
+			wantErrs: []string{"--hetzner-cluster-id: must be set", "--hetzner-token-secret: must be set"}},
+		"hetzner token not namespace/name": {mod: func(o *Options) {
+			o.Providers, o.HetznerClusterID, o.HetznerTokenSecret = []string{"hetzner"}, "prod", "token"
+		}, wantErrs: []string{`--hetzner-token-secret: must be namespace/name, got "token"`}},
 		"every problem at once": {
 			mod: func(o *Options) {
 				o.Workers = 0

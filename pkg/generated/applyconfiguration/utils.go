@@ -64,6 +64,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.HealthCheckApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("HealthCheckTLS"):
 		return &crawlv1alpha1.HealthCheckTLSApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("HetznerProvider"):
+		return &crawlv1alpha1.HetznerProviderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KubernetesAllowFrom"):
 		return &crawlv1alpha1.KubernetesAllowFromApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KubernetesProvider"):

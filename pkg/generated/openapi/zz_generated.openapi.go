@@ -50,6 +50,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HeaderPattern":       schema_pkg_apis_crawl_v1alpha1_HeaderPattern(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck":         schema_pkg_apis_crawl_v1alpha1_HealthCheck(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheckTLS":      schema_pkg_apis_crawl_v1alpha1_HealthCheckTLS(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HetznerProvider":     schema_pkg_apis_crawl_v1alpha1_HetznerProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesAllowFrom": schema_pkg_apis_crawl_v1alpha1_KubernetesAllowFrom(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider":  schema_pkg_apis_crawl_v1alpha1_KubernetesProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider":       schema_pkg_apis_crawl_v1alpha1_LocalProvider(ref),
@@ -1310,6 +1311,85 @@ func schema_pkg_apis_crawl_v1alpha1_HealthCheckTLS(ref common.ReferenceCallback)
 	}
 }
 
+func schema_pkg_apis_crawl_v1alpha1_HetznerProvider(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "HetznerProvider holds the settings of a Hetzner Cloud server. An empty location falls back to the operator's --hetzner-location (docs/hetzner.md).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"location": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Location is the Hetzner Cloud location, such as fsn1, nbg1, hel1 or ash. Default: the operator's --hetzner-location.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"serverTypes": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "ServerTypes are tried in order: the next one when Hetzner has none of one left in the location (resource_unavailable).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"image": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Image is the image name or ID the server boots. Default: debian-12.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"firewallIDs": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "FirewallIDs are Hetzner Cloud firewalls applied to the server at creation. They must admit the proxy port from the operator and from the crawlers, and should admit nothing else (docs/hetzner.md).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"integer"},
+										Format: "int64",
+									},
+								},
+							},
+						},
+					},
+					"publicIPv6": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PublicIPv6 gives the server a public IPv6 /64 besides its IPv4 address (the proxy's egress IP, which it always has).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"port": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Port is the TCP port the proxy listens on in the server (set up by cloud-init).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_crawl_v1alpha1_KubernetesAllowFrom(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -2324,10 +2404,10 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 					},
 					"provider": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Provider creates the instance of a Managed proxy: kubernetes (a Pod), local (a process on the operator's host, for development), gce (a Compute Engine VM), aws (an EC2 instance) or upstream (a session of a proxy network's super proxy). Required when mode is Managed, forbidden when External. Changing it replaces the instance.\n\nPossible enum values:\n - `\"aws\"` runs each instance as an EC2 instance.\n - `\"gce\"` runs each instance as a Compute Engine VM.\n - `\"kubernetes\"` runs each instance as a Pod in the Proxy's namespace.\n - `\"local\"` runs each instance as a forward-proxy process on the operator's host (development).\n - `\"upstream\"` makes the Proxy a sticky session of a commercial proxy network's super proxy (upstream_types.go).",
+							Description: "Provider creates the instance of a Managed proxy: kubernetes (a Pod), local (a process on the operator's host, for development), gce (a Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud server) or upstream (a session of a proxy network's super proxy). Required when mode is Managed, forbidden when External. Changing it replaces the instance.\n\nPossible enum values:\n - `\"aws\"` runs each instance as an EC2 instance.\n - `\"gce\"` runs each instance as a Compute Engine VM.\n - `\"hetzner\"` runs each instance as a Hetzner Cloud server.\n - `\"kubernetes\"` runs each instance as a Pod in the Proxy's namespace.\n - `\"local\"` runs each instance as a forward-proxy process on the operator's host (development).\n - `\"upstream\"` makes the Proxy a sticky session of a commercial proxy network's super proxy (upstream_types.go).",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"aws", "gce", "kubernetes", "local", "upstream"},
+							Enum:        []interface{}{"aws", "gce", "hetzner", "kubernetes", "local", "upstream"},
 						},
 					},
 					"kubernetes": {
@@ -2352,6 +2432,12 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 						SchemaProps: spec.SchemaProps{
 							Description: "AWS holds settings for the aws provider.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider"),
+						},
+					},
+					"hetzner": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Hetzner holds settings for the hetzner provider.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HetznerProvider"),
 						},
 					},
 					"upstream": {
@@ -2402,7 +2488,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.UpstreamProvider"},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HetznerProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.UpstreamProvider"},
 	}
 }
 

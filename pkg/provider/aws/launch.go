@@ -1,18 +1,11 @@
 package aws
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"hash/fnv"
-	"mime/multipart"
-	"net/textproto"
 	"strconv"
-	"strings"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -20,6 +13,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/cloudkit"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -37,18 +31,18 @@ const (
 	// TagName is the console's name column: the instance name.
 	TagName = "Name"
 	// TagSpecHash records the spec hash the instance was built from.
-	TagSpecHash = "crawl.proxyfleet.io/spec-hash"
+	TagSpecHash = cloudkit.LabelSpecHash
 	// TagClusterID scopes every instance to the operator's cluster, so that
 	// two clusters sharing an account never collect each other's instances.
-	TagClusterID = "crawl.proxyfleet.io/cluster-id"
+	TagClusterID = cloudkit.LabelClusterID
 	// TagPort records spec.aws.port: Get reports it as the instance's port.
-	TagPort = "crawl.proxyfleet.io/proxy-port"
+	TagPort = cloudkit.LabelPort
 )
 
 // EnvFile is where the operator's part of the user-data writes the proxy's
 // settings (port, credentials, egress ranges) as shell variables, mode 0600,
 // for the user's cloud-init to read (docs/aws.md).
-const EnvFile = "/etc/proxy-operator/proxy.env"
+const EnvFile = cloudkit.EnvFile
 
 // MaxUserData is EC2's limit on user-data before base64.
 const MaxUserData = 16 * 1024
@@ -192,103 +186,15 @@ func ec2Tags(tags map[string]string) []types.Tag {
 	return out
 }
 
-// userData is the instance's user-data, base64 as RunInstances wants it: a
-// MIME multipart of the user's cloud-init (if any) and the operator's
-// cloud-config part, which writes EnvFile and merges into the user's by
-// appending, so a write_files of theirs is kept. Errors name the field,
-// never the content.
+// userData is the instance's user-data, base64 as RunInstances wants it:
+// the kit's (cloudkit.UserData), whose boundary derives from the request,
+// so a retried launch sends the same user-data (RunInstances refuses a
+// client token with other parameters). Errors name the field, never the
+// content.
 func userData(req provider.CreateRequest, creds *proxyaccess.Credentials) (string, error) {
-	var buf bytes.Buffer
-	w := multipart.NewWriter(&buf)
-	// A boundary of the request's own, so a retried launch sends the same
-	// user-data: RunInstances refuses a client token with other parameters.
-	sum := sha256.Sum256([]byte(req.Name + "\x00" + req.SpecHash))
-	if err := w.SetBoundary("proxy-operator-" + hex.EncodeToString(sum[:12])); err != nil {
-		return "", err
-	}
-	fmt.Fprintf(&buf, "Content-Type: multipart/mixed; boundary=%q\r\nMIME-Version: 1.0\r\n\r\n", w.Boundary())
-	if len(req.CloudInit) > 0 {
-		contentType, err := cloudInitType(req.CloudInit)
-		if err != nil {
-			return "", err
-		}
-		if err := writePart(w, contentType, "user.cfg", req.CloudInit); err != nil {
-			return "", err
-		}
-	}
-	if err := writePart(w, "text/cloud-config", "proxy-operator.cfg", operatorCloudConfig(req, creds)); err != nil {
-		return "", err
-	}
-	if err := w.Close(); err != nil {
-		return "", err
-	}
-	if buf.Len() > MaxUserData {
-		return "", fmt.Errorf("the user-data would be %d bytes, over EC2's %d: shorten spec.cloudInit", buf.Len(), MaxUserData)
-	}
-	return base64.StdEncoding.EncodeToString(buf.Bytes()), nil
-}
-
-// cloudInitType is the MIME type of a cloud-init document, from its first line.
-func cloudInitType(doc []byte) (string, error) {
-	first, _, _ := strings.Cut(string(doc), "\n")
-	first = strings.TrimSpace(first)
-	switch {
-	case first == "#cloud-config":
-		return "text/cloud-config", nil
-	case strings.HasPrefix(first, "#!"):
-		return "text/x-shellscript", nil
-	case first == "#cloud-boothook":
-		return "text/cloud-boothook", nil
-	}
-	return "", errors.New("spec.cloudInit must start with #cloud-config, #cloud-boothook or #! on aws: the operator adds a part of its own to the user-data (docs/aws.md)")
-}
-
-func writePart(w *multipart.Writer, contentType, filename string, body []byte) error {
-	h := textproto.MIMEHeader{}
-	h.Set("Content-Type", contentType+`; charset="utf-8"`)
-	h.Set("Content-Disposition", `attachment; filename="`+filename+`"`)
-	part, err := w.CreatePart(h)
+	ud, err := cloudkit.UserData("aws", req, creds, port(req.Proxy), MaxUserData)
 	if err != nil {
-		return err
+		return "", err
 	}
-	_, err = part.Write(body)
-	return err
-}
-
-// operatorCloudConfig is the operator's cloud-config part, as JSON (which
-// cloud-init's YAML loader reads): EnvFile with the proxy's settings.
-func operatorCloudConfig(req provider.CreateRequest, creds *proxyaccess.Credentials) []byte {
-	var env strings.Builder
-	fmt.Fprintf(&env, "PROXY_PORT=%d\n", port(req.Proxy))
-	if creds != nil {
-		fmt.Fprintf(&env, "PROXY_AUTH_USERNAME=%s\nPROXY_AUTH_PASSWORD=%s\n", shellQuote(creds.Username), shellQuote(creds.Password))
-	}
-	if e := req.Proxy.Spec.Egress; e != nil {
-		fmt.Fprintf(&env, "PROXY_EGRESS_ALLOW_CIDRS=%s\n", shellQuote(joinCIDRs(e.AllowCIDRs)))
-		fmt.Fprintf(&env, "PROXY_EGRESS_DENY_CIDRS=%s\n", shellQuote(joinCIDRs(e.DenyCIDRs)))
-	}
-	doc := map[string]any{
-		"merge_how": []map[string]any{
-			{"name": "list", "settings": []string{"append"}},
-			{"name": "dict", "settings": []string{"no_replace", "recurse_list"}},
-		},
-		"write_files": []map[string]string{{
-			"path": EnvFile, "permissions": "0600", "owner": "root:root", "content": env.String(),
-		}},
-	}
-	body, _ := json.Marshal(doc) // maps of strings always marshal
-	return append([]byte("#cloud-config\n"), body...)
-}
-
-func joinCIDRs(cidrs []crawlv1alpha1.CIDR) string {
-	parts := make([]string, len(cidrs))
-	for i, c := range cidrs {
-		parts[i] = string(c)
-	}
-	return strings.Join(parts, " ")
-}
-
-// shellQuote quotes s for a POSIX shell's "." of EnvFile.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	return base64.StdEncoding.EncodeToString(ud), nil
 }

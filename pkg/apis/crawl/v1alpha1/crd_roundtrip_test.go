@@ -84,6 +84,17 @@ func withDocumentedDefaults(s crawlv1alpha1.ProxySpec) crawlv1alpha1.ProxySpec {
 			a.Port = 3128
 		}
 	}
+	if h := s.Hetzner; h != nil {
+		if len(h.ServerTypes) == 0 {
+			h.ServerTypes = []string{"cx22"}
+		}
+		if h.Image == "" {
+			h.Image = "debian-12"
+		}
+		if h.Port == 0 {
+			h.Port = 3128
+		}
+	}
 	if u := s.Upstream; u != nil {
 		if u.Endpoint.Scheme == "" {
 			u.Endpoint.Scheme = crawlv1alpha1.SchemeHTTP
@@ -233,6 +244,16 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 				InstanceTypes: []string{"t3.micro"}, Image: &crawlv1alpha1.AWSImage{SSMParameter: "/aws/service/debian/release/12/latest/amd64"}, Port: 3128,
 				AllowFrom: []crawlv1alpha1.CIDR{"10.20.0.0/16"},
 			},
+			HealthCheck: hc,
+			MaxLeases:   1,
+		}),
+		proxy("hcloud", crawlv1alpha1.ProxySpec{
+			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderHetzner,
+			Hetzner: &crawlv1alpha1.HetznerProvider{
+				Location: "fsn1", ServerTypes: []string{"cx22", "cpx11"}, Image: "ubuntu-24.04",
+				FirewallIDs: []int64{38}, PublicIPv6: true, Port: 3129,
+			},
+			CloudInit:   &crawlv1alpha1.CloudInit{Inline: ptr.To("#cloud-config\n")},
 			HealthCheck: hc,
 			MaxLeases:   1,
 		}),

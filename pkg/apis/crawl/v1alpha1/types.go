@@ -61,6 +61,8 @@ const (
 	ProviderGCE ProviderName = "gce"
 	// ProviderAWS runs each instance as an EC2 instance.
 	ProviderAWS ProviderName = "aws"
+	// ProviderHetzner runs each instance as a Hetzner Cloud server.
+	ProviderHetzner ProviderName = "hetzner"
 	// ProviderUpstream makes the Proxy a sticky session of a commercial
 	// proxy network's super proxy (upstream_types.go).
 	ProviderUpstream ProviderName = "upstream"
@@ -78,6 +80,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.local) || (has(self.provider) && self.provider == 'local')",message="spec.local is only allowed when spec.provider is local",fieldPath=".local",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.gce) || (has(self.provider) && self.provider == 'gce')",message="spec.gce is only allowed when spec.provider is gce",fieldPath=".gce",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.aws) || (has(self.provider) && self.provider == 'aws')",message="spec.aws is only allowed when spec.provider is aws",fieldPath=".aws",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.hetzner) || (has(self.provider) && self.provider == 'hetzner')",message="spec.hetzner is only allowed when spec.provider is hetzner",fieldPath=".hetzner",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.upstream) || (has(self.provider) && self.provider == 'upstream')",message="spec.upstream is only allowed when spec.provider is upstream",fieldPath=".upstream",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'upstream' || has(self.upstream)",message="spec.upstream is required when spec.provider is upstream",fieldPath=".upstream",reason=FieldValueRequired
 // +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'upstream' || (!has(self.auth) && !has(self.cloudInit) && !has(self.egress))",message="spec.auth, spec.cloudInit and spec.egress must not be set when spec.provider is upstream (the network's username and password come from spec.upstream)",fieldPath=".provider",reason=FieldValueForbidden
@@ -93,10 +96,11 @@ type ProxySpec struct {
 
 	// Provider creates the instance of a Managed proxy: kubernetes (a Pod),
 	// local (a process on the operator's host, for development), gce (a
-	// Compute Engine VM), aws (an EC2 instance) or upstream (a session of a
+	// Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud
+	// server) or upstream (a session of a
 	// proxy network's super proxy). Required when mode is Managed, forbidden
 	// when External. Changing it replaces the instance.
-	// +kubebuilder:validation:Enum=kubernetes;local;gce;aws;upstream
+	// +kubebuilder:validation:Enum=kubernetes;local;gce;aws;hetzner;upstream
 	// +optional
 	Provider ProviderName `json:"provider,omitempty"`
 
@@ -115,6 +119,10 @@ type ProxySpec struct {
 	// AWS holds settings for the aws provider.
 	// +optional
 	AWS *AWSProvider `json:"aws,omitempty"`
+
+	// Hetzner holds settings for the hetzner provider.
+	// +optional
+	Hetzner *HetznerProvider `json:"hetzner,omitempty"`
 
 	// Upstream holds settings for the upstream provider.
 	// +optional

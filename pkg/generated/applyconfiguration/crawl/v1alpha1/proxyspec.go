@@ -33,7 +33,8 @@ type ProxySpecApplyConfiguration struct {
 	Mode *crawlv1alpha1.ProxyMode `json:"mode,omitempty"`
 	// Provider creates the instance of a Managed proxy: kubernetes (a Pod),
 	// local (a process on the operator's host, for development), gce (a
-	// Compute Engine VM), aws (an EC2 instance) or upstream (a session of a
+	// Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud
+	// server) or upstream (a session of a
 	// proxy network's super proxy). Required when mode is Managed, forbidden
 	// when External. Changing it replaces the instance.
 	Provider *crawlv1alpha1.ProviderName `json:"provider,omitempty"`
@@ -45,6 +46,8 @@ type ProxySpecApplyConfiguration struct {
 	GCE *GCEProviderApplyConfiguration `json:"gce,omitempty"`
 	// AWS holds settings for the aws provider.
 	AWS *AWSProviderApplyConfiguration `json:"aws,omitempty"`
+	// Hetzner holds settings for the hetzner provider.
+	Hetzner *HetznerProviderApplyConfiguration `json:"hetzner,omitempty"`
 	// Upstream holds settings for the upstream provider.
 	Upstream *UpstreamProviderApplyConfiguration `json:"upstream,omitempty"`
 	// CloudInit is the user-data that configures a Managed instance at boot.
@@ -122,6 +125,14 @@ func (b *ProxySpecApplyConfiguration) WithGCE(value *GCEProviderApplyConfigurati
 // If called multiple times, the AWS field is set to the value of the last call.
 func (b *ProxySpecApplyConfiguration) WithAWS(value *AWSProviderApplyConfiguration) *ProxySpecApplyConfiguration {
 	b.AWS = value
+	return b
+}
+
+// WithHetzner sets the Hetzner field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Hetzner field is set to the value of the last call.
+func (b *ProxySpecApplyConfiguration) WithHetzner(value *HetznerProviderApplyConfiguration) *ProxySpecApplyConfiguration {
+	b.Hetzner = value
 	return b
 }
 

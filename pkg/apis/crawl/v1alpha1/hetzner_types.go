@@ -1,0 +1,51 @@
+package v1alpha1
+
+// HetznerProvider holds the settings of a Hetzner Cloud server. An empty
+// location falls back to the operator's --hetzner-location (docs/hetzner.md).
+type HetznerProvider struct {
+	// Location is the Hetzner Cloud location, such as fsn1, nbg1, hel1 or
+	// ash. Default: the operator's --hetzner-location.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z]+[0-9]*$`
+	// +optional
+	Location string `json:"location,omitempty"`
+
+	// ServerTypes are tried in order: the next one when Hetzner has none
+	// of one left in the location (resource_unavailable).
+	// +kubebuilder:default={"cx22"}
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=32
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9-]+$`
+	// +optional
+	ServerTypes []string `json:"serverTypes,omitempty"`
+
+	// Image is the image name or ID the server boots. Default: debian-12.
+	// +kubebuilder:default="debian-12"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]*$`
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// FirewallIDs are Hetzner Cloud firewalls applied to the server at
+	// creation. They must admit the proxy port from the operator and from
+	// the crawlers, and should admit nothing else (docs/hetzner.md).
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:items:Minimum=1
+	// +optional
+	FirewallIDs []int64 `json:"firewallIDs,omitempty"`
+
+	// PublicIPv6 gives the server a public IPv6 /64 besides its IPv4
+	// address (the proxy's egress IP, which it always has).
+	// +optional
+	PublicIPv6 bool `json:"publicIPv6,omitempty"`
+
+	// Port is the TCP port the proxy listens on in the server (set up by cloud-init).
+	// +kubebuilder:default=3128
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+}

@@ -1,0 +1,38 @@
+package operator
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+)
+
+// The hetzner provider starts from the token in the Secret its flag names;
+// a Secret without one fails naming the flag and the key, not the value.
+func TestNewHetznerProviderReadsTheTokenSecret(t *testing.T) {
+	tests := map[string]struct {
+		data    map[string][]byte
+		wantErr string
+	}{
+		"token":    {data: map[string][]byte{"token": []byte("s3cret\n")}},
+		"no token": {data: map[string][]byte{"api-token": []byte("s3cret")}, wantErr: `--hetzner-token-secret ops/hcloud: no key "token"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			kube := kubefake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "hcloud"}, Data: tc.data})
+			opts := DefaultOptions()
+			opts.HetznerTokenSecret, opts.HetznerClusterID = "ops/hcloud", "prod"
+			prov, err := newHetznerProvider(t.Context(), ProviderEnv{KubeClient: kube, Options: opts})
+			switch {
+			case tc.wantErr == "" && (err != nil || prov == nil):
+				t.Fatalf("newHetznerProvider: %v", err)
+			case tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr):
+				t.Fatalf("error %v, want %q", err, tc.wantErr)
+			case err != nil && strings.Contains(err.Error(), "s3cret"):
+				t.Fatalf("the error shows the token: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,376 @@
+package hcloudtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hetznercloud/hcloud-go/v2/hcloud/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// maxUserData is Hetzner's limit on user-data.
+const maxUserData = 32 * 1024
+
+var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+func (f *Fake) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /servers", f.handle(CreateServer, f.createServer))
+	mux.HandleFunc("GET /servers", f.handle(ListServers, f.listServers))
+	mux.HandleFunc("GET /servers/{id}", f.handle(GetServer, f.getServer))
+	mux.HandleFunc("DELETE /servers/{id}", f.handle(DeleteServer, f.deleteServer))
+	return mux
+}
+
+// answer is what an operation does: a status and a body, or an Error.
+type answer struct {
+	status int
+	body   any
+	err    *Error
+}
+
+// handle runs one call under the lock: authorization, the faults before
+// the effect, the effect, and the faults after it (a lost answer).
+func (f *Fake) handle(op Op, do func(r *http.Request) answer) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.calls[op]++
+		now := time.Now()
+		if now.Before(f.notBefore) {
+			f.earlyCalls++
+		}
+		if r.Header.Get("Authorization") != "Bearer "+Token {
+			f.mu.Unlock()
+			writeError(w, Error{Status: 401, Code: "unauthorized", Message: "unable to authenticate"})
+			return
+		}
+		if e, ok := f.faultBefore(op, now); ok {
+			f.mu.Unlock()
+			writeError(w, e)
+			return
+		}
+		a := do(r)
+		lose := f.lost[op] > 0 || (a.err == nil && f.draw() && f.random.IntN(2) == 0)
+		if f.lost[op] > 0 {
+			f.lost[op]--
+		}
+		f.mu.Unlock()
+		if lose {
+			dropConnection(w)
+			return
+		}
+		if a.err != nil {
+			writeError(w, *a.err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("RateLimit-Limit", "3600")
+		w.Header().Set("RateLimit-Remaining", "3599")
+		w.Header().Set("RateLimit-Reset", strconv.FormatInt(now.Unix(), 10))
+		w.WriteHeader(a.status)
+		_ = json.NewEncoder(w).Encode(a.body)
+	}
+}
+
+// faultBefore is the error a call gets before any effect: an injected one,
+// or a random one.
+func (f *Fake) faultBefore(op Op, now time.Time) (Error, bool) {
+	if errs := f.faults[op]; len(errs) > 0 {
+		f.faults[op] = errs[1:]
+		if errs[0].RetryAfter > 0 {
+			f.notBefore, f.earlyCalls = now.Add(errs[0].RetryAfter), 0
+		}
+		return errs[0], true
+	}
+	if !f.draw() {
+		return Error{}, false
+	}
+	kinds := []Error{ErrServerError, ErrUnavailable, ErrConflict,
+		{Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded", Message: "rate limit exceeded"}}
+	if op == CreateServer {
+		kinds = append(kinds, ErrCapacity)
+	}
+	return kinds[f.random.IntN(len(kinds))], true
+}
+
+// draw is one random draw of SetRandomFaults.
+func (f *Fake) draw() bool { return f.random != nil && f.random.Float64() < f.rate }
+
+func dropConnection(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			_ = conn.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
+}
+
+func writeError(w http.ResponseWriter, e Error) {
+	body := schema.ErrorResponse{Error: schema.Error{Code: e.Code, Message: e.Message}}
+	if len(e.Fields) > 0 {
+		var details schema.ErrorDetailsInvalidInput
+		for _, name := range e.Fields {
+			details.Fields = append(details.Fields, struct {
+				Name     string   `json:"name"`
+				Messages []string `json:"messages"`
+			}{Name: name, Messages: []string{"is invalid"}})
+		}
+		body.Error.DetailsRaw, _ = json.Marshal(details)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if e.Status == http.StatusTooManyRequests {
+		w.Header().Set("RateLimit-Limit", "3600")
+		w.Header().Set("RateLimit-Remaining", "0")
+		w.Header().Set("RateLimit-Reset", strconv.FormatInt(time.Now().Add(e.RetryAfter).Unix(), 10))
+		w.Header().Set("Retry-After", strconv.Itoa(int(e.RetryAfter.Seconds())))
+	}
+	w.WriteHeader(e.Status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func invalid(fields ...string) answer {
+	return answer{err: &Error{Status: 400, Code: "invalid_input", Message: "invalid input in fields '" + strings.Join(fields, "', '") + "'", Fields: fields}}
+}
+
+func (f *Fake) createServer(r *http.Request) answer {
+	var req schema.ServerCreateRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		return answer{err: &Error{Status: 400, Code: "json_error", Message: err.Error()}}
+	}
+	if bad := validateCreate(req); len(bad) > 0 {
+		return invalid(bad...)
+	}
+	for _, s := range f.servers {
+		if s.Name == req.Name {
+			return answer{err: &Error{Status: 409, Code: "uniqueness_error", Message: "server name is already used", Fields: []string{"name"}}}
+		}
+	}
+	if f.noCap[req.ServerType.Name] {
+		return answer{err: &ErrCapacity}
+	}
+	f.nextID++
+	s := &server{Server: Server{
+		ID: 1000 + f.nextID, Name: req.Name, Status: "initializing", ServerType: req.ServerType.Name,
+		Location: req.Location, Image: req.Image.Name, UserData: req.UserData, Created: time.Now().UTC(),
+		PublicIP: fmt.Sprintf("127.0.101.%d", f.nextID%250+1),
+	}}
+	if f.opts.publicIP != nil {
+		s.PublicIP = f.opts.publicIP(int(f.nextID))
+	}
+	if req.Labels != nil {
+		s.Labels = *req.Labels
+	}
+	if req.PublicNet != nil {
+		s.IPv6 = req.PublicNet.EnableIPv6
+	}
+	for _, fw := range req.Firewalls {
+		s.Firewalls = append(s.Firewalls, fw.Firewall)
+	}
+	if f.opts.steps == 0 {
+		s.Status = "running"
+	}
+	f.servers[s.ID] = s
+	f.created = append(f.created, s.snapshot())
+	if f.opts.boot != nil {
+		s.halt = f.opts.boot(s.snapshot())
+	}
+	return answer{status: http.StatusCreated, body: schema.ServerCreateResponse{
+		Server: s.schema(), Action: schema.Action{ID: s.ID, Command: "create_server", Status: "running", Started: s.Created},
+	}}
+}
+
+// validateCreate names the invalid fields of a create, as Hetzner does.
+func validateCreate(req schema.ServerCreateRequest) []string {
+	var bad []string
+	if !validName.MatchString(req.Name) {
+		bad = append(bad, "name")
+	}
+	if !slices.Contains(DefaultServerTypes, req.ServerType.Name) {
+		bad = append(bad, "server_type")
+	}
+	if !slices.Contains(DefaultImages, req.Image.Name) {
+		bad = append(bad, "image")
+	}
+	if !slices.Contains(DefaultLocations, req.Location) {
+		bad = append(bad, "location")
+	}
+	if len(req.UserData) > maxUserData {
+		bad = append(bad, "user_data")
+	}
+	if req.Labels != nil {
+		for k, v := range *req.Labels {
+			if len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
+				bad = append(bad, "labels")
+				break
+			}
+		}
+	}
+	return bad
+}
+
+func (f *Fake) getServer(r *http.Request) answer {
+	s := f.byID(r.PathValue("id"))
+	if s == nil {
+		return answer{err: &Error{Status: 404, Code: "not_found", Message: "server not found"}}
+	}
+	body := schema.ServerGetResponse{Server: s.schema()}
+	f.read(s)
+	return answer{status: http.StatusOK, body: body}
+}
+
+func (f *Fake) deleteServer(r *http.Request) answer {
+	s := f.byID(r.PathValue("id"))
+	if s == nil {
+		return answer{err: &Error{Status: 404, Code: "not_found", Message: "server not found"}}
+	}
+	if s.Status != "deleting" {
+		s.Status, s.reads = "deleting", 0
+		if s.halt != nil {
+			s.halt()
+			s.halt = nil
+		}
+		if f.opts.steps == 0 {
+			delete(f.servers, s.ID)
+		}
+	}
+	return answer{status: http.StatusOK, body: schema.ServerDeleteResponse{Action: schema.Action{ID: s.ID, Command: "delete_server", Status: "running"}}}
+}
+
+func (f *Fake) listServers(r *http.Request) answer {
+	q := r.URL.Query()
+	match, err := parseSelector(q.Get("label_selector"))
+	if err != nil {
+		return invalid("label_selector")
+	}
+	var found []*server
+	for _, id := range f.sortedIDs() {
+		s := f.servers[id]
+		if (q.Get("name") != "" && s.Name != q.Get("name")) || !match(s.Labels) {
+			continue
+		}
+		if s.listed++; s.listed <= f.opts.listLag {
+			continue // not listed yet
+		}
+		found = append(found, s)
+	}
+	page, perPage := atLeast(q.Get("page"), 1), atLeast(q.Get("per_page"), 25)
+	from, to := min((page-1)*perPage, len(found)), min(page*perPage, len(found))
+	body := struct {
+		Servers []schema.Server `json:"servers"`
+		Meta    schema.Meta     `json:"meta"`
+	}{Servers: []schema.Server{}, Meta: schema.Meta{Pagination: &schema.MetaPagination{
+		Page: page, PerPage: perPage, TotalEntries: len(found), LastPage: max((len(found)+perPage-1)/perPage, 1),
+	}}}
+	if to < len(found) {
+		body.Meta.Pagination.NextPage = page + 1
+	}
+	for _, s := range found[from:to] {
+		body.Servers = append(body.Servers, s.schema())
+		f.read(s)
+	}
+	return answer{status: http.StatusOK, body: body}
+}
+
+// read counts a read that showed s, and moves it on after WithSteps reads.
+func (f *Fake) read(s *server) {
+	if s.reads++; s.reads < f.opts.steps {
+		return
+	}
+	switch s.Status {
+	case "initializing":
+		s.Status, s.reads = "running", 0
+	case "deleting":
+		delete(f.servers, s.ID)
+	}
+}
+
+func (f *Fake) byID(id string) *server {
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		return nil
+	}
+	return f.servers[n]
+}
+
+func (f *Fake) sortedIDs() []int64 {
+	ids := make([]int64, 0, len(f.servers))
+	for id := range f.servers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func atLeast(s string, def int) int {
+	if n, err := strconv.Atoi(s); err == nil && n >= 1 {
+		return n
+	}
+	return def
+}
+
+func (s *server) schema() schema.Server {
+	out := schema.Server{
+		ID: s.ID, Name: s.Name, Status: s.Status, Created: s.Created, Labels: s.Labels,
+		ServerType: schema.ServerType{Name: s.ServerType},
+		Location:   schema.Location{Name: s.Location},
+		Image:      &schema.Image{Name: &s.Image},
+		PublicNet:  schema.ServerPublicNet{IPv4: schema.ServerPublicNetIPv4{IP: s.PublicIP}},
+	}
+	if s.IPv6 {
+		out.PublicNet.IPv6 = schema.ServerPublicNetIPv6{IP: "2001:db8::/64"}
+	}
+	for _, id := range s.Firewalls {
+		out.PublicNet.Firewalls = append(out.PublicNet.Firewalls, schema.ServerFirewall{ID: id, Status: "applied"})
+	}
+	return out
+}
+
+// parseSelector reads Hetzner's label selectors: comma-separated k==v,
+// k=v, k!=v, k and !k.
+func parseSelector(sel string) (func(map[string]string) bool, error) {
+	type term struct {
+		key, value string
+		op         string // "=", "!=", "exists", "!exists"
+	}
+	var terms []term
+	for _, part := range strings.Split(sel, ",") {
+		part = strings.TrimSpace(part)
+		switch {
+		case part == "":
+		case strings.Contains(part, "!="):
+			k, v, _ := strings.Cut(part, "!=")
+			terms = append(terms, term{k, v, "!="})
+		case strings.Contains(part, "=="):
+			k, v, _ := strings.Cut(part, "==")
+			terms = append(terms, term{k, v, "="})
+		case strings.Contains(part, "="):
+			k, v, _ := strings.Cut(part, "=")
+			terms = append(terms, term{k, v, "="})
+		case strings.HasPrefix(part, "!"):
+			terms = append(terms, term{key: part[1:], op: "!exists"})
+		default:
+			terms = append(terms, term{key: part, op: "exists"})
+		}
+	}
+	for _, t := range terms {
+		if len(validation.IsQualifiedName(t.key)) > 0 {
+			return nil, fmt.Errorf("label selector: bad key %q", t.key)
+		}
+	}
+	return func(labels map[string]string) bool {
+		for _, t := range terms {
+			v, ok := labels[t.key]
+			if (t.op == "=" && v != t.value) || (t.op == "!=" && v == t.value) || (t.op == "exists" && !ok) || (t.op == "!exists" && ok) {
+				return false
+			}
+		}
+		return true
+	}, nil
+}
