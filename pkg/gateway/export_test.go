@@ -14,12 +14,3 @@ func (g *Gateway) OpenSessionConnections() int {
 	}
 	return open
 }
-
-// RotatingInFlight counts the rotating leases whose connection has not
-// finished: one is released (or parked) just after the client has read
-// the whole answer.
-func (g *Gateway) RotatingInFlight() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.rotating)
-}

@@ -61,7 +61,7 @@ type fuzzLeases struct{}
 
 const fuzzUpstreamPassword = "upstream-secret-never-shown"
 
-func (fuzzLeases) Acquire(_ context.Context, _ auth.User, req store.AcquireRequest, _ *Release) (store.Lease, *proxyaccess.Credentials, error) {
+func (fuzzLeases) Acquire(_ context.Context, _ auth.User, req store.AcquireRequest) (store.Lease, *proxyaccess.Credentials, error) {
 	if req.Namespace == "full" {
 		return store.Lease{}, nil, &store.UnavailableError{Reason: store.ErrNoneFree, RetryAfter: time.Second}
 	}

@@ -142,10 +142,6 @@ type Config struct {
 	TargetRootCAs *x509.CertPool
 	// InspectedPorts are the CONNECT ports inspected. Default 443.
 	InspectedPorts []string
-	// GiveBackWait is how long a rotating lease that ended well waits to
-	// be released with the next acquire of its caller before it is
-	// released on its own (giveback.go); 0: released at once.
-	GiveBackWait time.Duration
 }
 
 // Gateway is the forward proxy. It is an http.Handler; Serve runs it with
@@ -160,8 +156,6 @@ type Gateway struct {
 	tunnels   map[net.Conn]struct{}
 	closed    bool
 	tunnelsWG sync.WaitGroup
-
-	giving givingBack
 }
 
 // New builds a gateway; it starts nothing.
@@ -169,8 +163,8 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Leases == nil || cfg.Authenticator == nil || cfg.Authorizer == nil {
 		return nil, errors.New("gateway: Leases, Authenticator and Authorizer are required")
 	}
-	if cfg.Wait < 0 || cfg.SessionIdle < 0 || cfg.TTL < 0 || cfg.GiveBackWait < 0 {
-		return nil, errors.New("gateway: negative Wait, SessionIdle, TTL or GiveBackWait")
+	if cfg.Wait < 0 || cfg.SessionIdle < 0 || cfg.TTL < 0 {
+		return nil, errors.New("gateway: negative Wait, SessionIdle or TTL")
 	}
 	if cfg.SessionIdle == 0 {
 		cfg.SessionIdle = DefaultSessionIdle
@@ -380,14 +374,8 @@ func domainOf(hostport string) string {
 	return store.NormalizeDomain(strings.Trim(host, "[]"))
 }
 
-// acquire takes a lease for one connection or a session's first, giving
-// back a parked lease of the same caller in the same call.
+// acquire takes a lease for one connection or a session's first.
 func (g *Gateway) acquire(ctx context.Context, c caller, domain string) (*holding, error) {
-	var giveBack *Release
-	p := g.unpark(c.user)
-	if p != nil {
-		giveBack = &p.Release
-	}
 	l, creds, err := g.cfg.Leases.Acquire(ctx, c.user, store.AcquireRequest{
 		Holder:    holderName(c),
 		Namespace: c.target.Namespace,
@@ -396,11 +384,8 @@ func (g *Gateway) acquire(ctx context.Context, c caller, domain string) (*holdin
 		Domain:    domain,
 		Session:   c.target.Session,
 		Wait:      g.cfg.Wait,
-	}, giveBack)
+	})
 	if err != nil {
-		if p != nil {
-			g.repark(p)
-		}
 		return nil, err
 	}
 	h, err := newHolding(c.user, l, creds)
@@ -434,16 +419,10 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 		g.rotating[h] = struct{}{}
 		g.mu.Unlock()
 		drop := func(outcome store.Outcome, domain string) {
-			if outcome != store.OutcomeBanned && g.cfg.GiveBackWait > 0 {
-				if r, ok := h.handBack(outcome); ok {
-					g.park(h.user, r) // parked before it leaves rotating: never in neither
-				}
-			} else {
-				h.release(context.WithoutCancel(ctx), g.cfg.Leases, outcome, domain, klog.FromContext(ctx))
-			}
 			g.mu.Lock()
 			delete(g.rotating, h)
 			g.mu.Unlock()
+			h.release(context.WithoutCancel(ctx), g.cfg.Leases, outcome, domain, klog.FromContext(ctx))
 		}
 		return &use{
 			h: h, mode: ModeRotating,

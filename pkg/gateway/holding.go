@@ -88,18 +88,6 @@ func (h *holding) release(ctx context.Context, leases Leases, outcome store.Outc
 	}
 }
 
-// handBack ends the holding for a release made later (a parked one,
-// giveback.go); false if it had ended already.
-func (h *holding) handBack(outcome store.Outcome) (Release, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended {
-		return Release{}, false
-	}
-	h.ended = true
-	return Release{ID: h.id, Outcome: outcome, Transferred: h.transferred.Swap(0)}, true
-}
-
 // drop stops renewing without releasing: a session's lease may be shared
 // with other replicas, so it lapses at its expiry unless one of them renews.
 // What happened since the last renewal (requests, bytes) is reported

@@ -15,9 +15,7 @@ import (
 type Leases interface {
 	// Acquire holds while no lease API leader answers (Remote: up to its
 	// LeaderWait), then errors with store.ErrNotLeader.
-	// giveBack, when set, is a lease of user's released first, in the
-	// same call.
-	Acquire(ctx context.Context, user auth.User, req store.AcquireRequest, giveBack *Release) (store.Lease, *proxyaccess.Credentials, error)
+	Acquire(ctx context.Context, user auth.User, req store.AcquireRequest) (store.Lease, *proxyaccess.Credentials, error)
 	// Renew, Release and Get reach user's leases only. Renew reports what
 	// happened on the lease since the last report, Release the bytes
 	// transferred through the proxy since then (0: none), for its pool's

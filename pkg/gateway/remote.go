@@ -169,16 +169,12 @@ func foreignAnswer(err error) bool {
 }
 
 // Acquire holds the connection up to LeaderWait while there is no leader.
-func (r *Remote) Acquire(ctx context.Context, user auth.User, req store.AcquireRequest, giveBack *Release) (store.Lease, *proxyaccess.Credentials, error) {
-	var back *client.GiveBack
-	if giveBack != nil {
-		back = &client.GiveBack{ID: giveBack.ID, Outcome: client.Outcome(giveBack.Outcome), Domain: giveBack.Domain, TransferredBytes: giveBack.Transferred}
-	}
+func (r *Remote) Acquire(ctx context.Context, user auth.User, req store.AcquireRequest) (store.Lease, *proxyaccess.Credentials, error) {
 	var got *client.Lease
 	acquire := func(c *client.Client) (err error) {
 		got, err = c.ActingFor(user.Name, user.UID, user.Groups).Acquire(ctx, client.AcquireRequest{
 			Holder: req.Holder, Namespace: req.Namespace, Selector: selectorString(req.Selector), TTL: req.TTL,
-			Domain: req.Domain, Session: req.Session, Wait: req.Wait, GiveBack: back,
+			Domain: req.Domain, Session: req.Session, Wait: req.Wait,
 		})
 		return err
 	}

@@ -184,7 +184,7 @@ func TestRemoteHoldsAcquiresWhileNoLeaderAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, _, err = remote.Acquire(ctx, auth.User{Name: "u"}, store.AcquireRequest{Holder: "h"}, nil)
+	_, _, err = remote.Acquire(ctx, auth.User{Name: "u"}, store.AcquireRequest{Holder: "h"})
 	if !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("Acquire without a leader: err = %v, want ErrNotLeader", err)
 	}
@@ -226,7 +226,7 @@ func TestRemoteTakesAForeignAnswerForNoLeader(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, _, err = remote.Acquire(ctx, auth.User{Name: "u"}, store.AcquireRequest{Holder: "h"}, nil)
+			_, _, err = remote.Acquire(ctx, auth.User{Name: "u"}, store.AcquireRequest{Holder: "h"})
 			if !errors.Is(err, store.ErrNotLeader) {
 				t.Fatalf("Acquire answered by %s: err = %v, want ErrNotLeader (held, then no leader)", name, err)
 			}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -43,10 +42,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	janitorDone := make(chan struct{})
 	go func() {
 		defer close(janitorDone)
-		var wg sync.WaitGroup
-		wg.Go(func() { g.runGiveBack(baseCtx) })
 		g.runJanitor(baseCtx)
-		wg.Wait()
 	}()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -68,7 +64,6 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	<-janitorDone
 	releaseCtx, cancelRelease := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	g.releaseAll(releaseCtx, logger)
-	g.releaseParked(releaseCtx, time.Time{}, logger)
 	cancelRelease()
 	g.transport.CloseIdleConnections()
 	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, context.DeadlineExceeded) {

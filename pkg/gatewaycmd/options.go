@@ -58,10 +58,8 @@ type Options struct {
 	Kubeconfig string
 	// LeaseAuth checks callers: AuthKubernetes or AuthNone.
 	LeaseAuth string
-	// Wait, GiveBackWait, SessionIdle and LeaseTTL are the gateway's
-	// (--gateway-*).
-	Wait, GiveBackWait, SessionIdle, LeaseTTL time.Duration
-
+	// Wait, SessionIdle and LeaseTTL are the gateway's (--gateway-*).
+	Wait, SessionIdle, LeaseTTL time.Duration
 	// LeaderWait holds new connections while no leader answers.
 	LeaderWait time.Duration
 	// DrainDelay and ShutdownGrace order a SIGTERM: readiness false for
@@ -94,7 +92,6 @@ func DefaultOptions() Options {
 		LeaseURLs:          []string{DefaultLeaseURL},
 		LeaseAuth:          AuthKubernetes,
 		SessionIdle:        gateway.DefaultSessionIdle,
-		GiveBackWait:       gateway.DefaultGiveBackWait,
 		LeaderWait:         gateway.DefaultLeaderWait,
 		DrainDelay:         DefaultDrainDelay,
 		ShutdownGrace:      DefaultShutdownGrace,
@@ -121,7 +118,6 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig for the callers' TokenReviews and SubjectAccessReviews. Empty: $KUBECONFIG, else the in-cluster config.")
 	fs.StringVar(&o.LeaseAuth, "lease-auth", o.LeaseAuth, `How callers are checked: "kubernetes" (TokenReview + SubjectAccessReview, as the lease API) or "none" (local development only).`)
 	fs.DurationVar(&o.Wait, "gateway-wait", o.Wait, "How long a connection waits for a free proxy before it is answered 503 (at most the lease API's longest wait, 60s).")
-	fs.DurationVar(&o.GiveBackWait, "gateway-give-back-wait", o.GiveBackWait, "How long a rotating lease that ended well waits to be released with the caller's next acquire (one lease API call instead of two) before it is released on its own; 0: released at once.")
 	fs.DurationVar(&o.SessionIdle, "gateway-session-idle", o.SessionIdle, "How long a session keeps renewing its lease without a connection on this replica.")
 	fs.DurationVar(&o.LeaseTTL, "gateway-lease-ttl", o.LeaseTTL, "TTL of the gateway's leases, renewed at half; 0: the lease API's default. An idle session's lease lapses within it.")
 	fs.DurationVar(&o.LeaderWait, "leader-wait", o.LeaderWait, "How long a new connection is held while no lease API URL answers as the leader (a failover).")

@@ -40,7 +40,7 @@ func Run(ctx context.Context, o Options, version string) error {
 	m, metricsHandler := metrics.NewGateway(version, metrics.GatewayLabels{Modes: gateway.Modes, Directions: gateway.Directions, ErrorReasons: gateway.ErrorReasons})
 	cfg := gateway.Config{
 		Leases: remote, Authenticator: authn, Authorizer: authz, AuthNone: o.LeaseAuth == AuthNone,
-		Wait: o.Wait, GiveBackWait: o.GiveBackWait, SessionIdle: o.SessionIdle, TTL: o.LeaseTTL, ShutdownGrace: o.ShutdownGrace, Metrics: m,
+		Wait: o.Wait, SessionIdle: o.SessionIdle, TTL: o.LeaseTTL, ShutdownGrace: o.ShutdownGrace, Metrics: m,
 	}
 	if err := o.inspection(ctx, version, &cfg); err != nil {
 		return err

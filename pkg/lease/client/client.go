@@ -108,38 +108,6 @@ type AcquireRequest struct {
 	Session string
 	// Wait long-polls this long for capacity before answering 503.
 	Wait time.Duration
-	// GiveBack, when set, is released first, in the same call: one round
-	// trip instead of two for a worker that rotates leases.
-	GiveBack *GiveBack
-}
-
-// GiveBack is a lease an acquire releases before its grant, as Release
-// would; one that is already over is no error.
-type GiveBack struct {
-	ID      string
-	Outcome Outcome
-	// Domain is the domain of a ban ("": the lease's).
-	Domain string
-	// TransferredBytes moved through the proxy since the last report.
-	TransferredBytes int64
-}
-
-// query is the acquire's release member: a release query with the id.
-func (g *GiveBack) query() string {
-	if g == nil {
-		return ""
-	}
-	q := url.Values{"id": {g.ID}}
-	if g.Outcome != "" {
-		q.Set("outcome", string(g.Outcome))
-	}
-	if g.Domain != "" {
-		q.Set("domain", g.Domain)
-	}
-	if g.TransferredBytes > 0 {
-		q.Set("transferredBytes", strconv.FormatInt(g.TransferredBytes, 10))
-	}
-	return q.Encode()
 }
 
 // Lease is a granted lease.
@@ -211,8 +179,7 @@ type LeasesFilter struct {
 // Acquire asks for a lease.
 func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
 	body := wire.AcquireRequest{Holder: req.Holder, Namespace: req.Namespace, Selector: req.Selector,
-		TTL: durationString(req.TTL), Domain: req.Domain, Session: req.Session, Wait: durationString(req.Wait),
-		Release: req.GiveBack.query()}
+		TTL: durationString(req.TTL), Domain: req.Domain, Session: req.Session, Wait: durationString(req.Wait)}
 	var out wire.Lease
 	if err := c.do(ctx, http.MethodPost, "/v1/leases", nil, body, http.StatusCreated, &out); err != nil {
 		return nil, err

@@ -49,15 +49,13 @@ const (
 
 // The members of POST /v1/leases and POST /v1/leases/{id}/renew.
 var (
-	acquireFields = []string{"holder", "namespace", "selector", "ttl", "domain", "session", "wait", "release"}
+	acquireFields = []string{"holder", "namespace", "selector", "ttl", "domain", "session", "wait"}
 	renewFields   = []string{"ttl", "okRequests", "transferredBytes"}
 	// The parameters of each query that takes any.
 	releaseParams = []string{"outcome", "domain", "transferredBytes"}
-	// The acquire's release member: a release query that names its lease.
-	giveBackParams = []string{"id", "outcome", "domain", "transferredBytes"}
-	listParams     = []string{"holder", "namespace"}
-	proxiesParams  = []string{"namespace", "selector"}
-	sessionParams  = []string{"namespace", "outcome", "domain"}
+	listParams    = []string{"holder", "namespace"}
+	proxiesParams = []string{"namespace", "selector"}
+	sessionParams = []string{"namespace", "outcome", "domain"}
 )
 
 // bodyReadError: the body could not be read (the client was too slow, or
@@ -73,66 +71,11 @@ func (e *bodyReadError) Error() string {
 	return "the request body could not be read"
 }
 
-// acquireRequest is POST /v1/leases's body: the grant asked for, and the
-// lease to give back first (giveBack.id "" when none).
-type acquireRequest struct {
-	store.AcquireRequest
-	giveBack giveBack
-}
-
-// giveBack is a lease released in the same call as an acquire.
-type giveBack struct {
-	id string
-	releaseQuery
-}
-
-func decodeAcquire(body io.Reader) (acquireRequest, error) {
+func decodeAcquire(body io.Reader) (store.AcquireRequest, error) {
 	m, err := decodeObject(body, acquireFields, false)
 	if err != nil {
-		return acquireRequest{}, err
+		return store.AcquireRequest{}, err
 	}
-	req, err := acquireFrom(&m)
-	if err != nil {
-		return acquireRequest{}, err
-	}
-	g, err := decodeGiveBack(m.get("release"))
-	if err != nil {
-		return acquireRequest{}, err
-	}
-	return acquireRequest{AcquireRequest: req, giveBack: g}, nil
-}
-
-// decodeGiveBack reads the acquire's release member: a release query (as
-// DELETE /v1/leases/{id} takes) with the lease's id; its errors name the
-// member release.
-func decodeGiveBack(v string) (giveBack, error) {
-	if v == "" {
-		return giveBack{}, nil
-	}
-	q, err := parseQuery(v, giveBackParams...)
-	if err == nil && q.get("id") == "" {
-		err = &store.FieldError{Field: "id", Message: "is required"}
-	}
-	var r releaseQuery
-	if err == nil {
-		r, err = releaseFrom(&q)
-	}
-	if err == nil {
-		r.transferred, err = parseTransferred(q.get("transferredBytes"))
-	}
-	var field *store.FieldError
-	if errors.As(err, &field) {
-		return giveBack{}, &store.FieldError{Field: "release", Message: field.Field + ": " + field.Message}
-	}
-	if err != nil {
-		return giveBack{}, err
-	}
-	return giveBack{id: q.get("id"), releaseQuery: r}, nil
-}
-
-// acquireFrom reads the grant's members of an acquire body.
-func acquireFrom(m *members) (store.AcquireRequest, error) {
-	var err error
 	req := store.AcquireRequest{Holder: m.get("holder"), Namespace: m.get("namespace"), Session: m.get("session")}
 	if err = validateText("holder", req.Holder, maxHolderLen, true); err != nil {
 		return store.AcquireRequest{}, err
@@ -143,10 +86,10 @@ func acquireFrom(m *members) (store.AcquireRequest, error) {
 	if req.Selector, err = parseSelector("selector", m.get("selector")); err != nil {
 		return store.AcquireRequest{}, err
 	}
-	if req.TTL, err = parseTTL(m); err != nil {
+	if req.TTL, err = parseTTL(&m); err != nil {
 		return store.AcquireRequest{}, err
 	}
-	if req.Wait, err = parseDuration("wait", m); err != nil {
+	if req.Wait, err = parseDuration("wait", &m); err != nil {
 		return store.AcquireRequest{}, err
 	}
 	if req.Domain, err = parseDomain("domain", m.get("domain")); err != nil {

@@ -35,10 +35,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	if !s.authorize(w, r, user, auth.Attributes{Verb: auth.VerbCreate, Namespace: req.Namespace}) {
 		return
 	}
-	if req.giveBack.id != "" && !s.giveBack(w, r, user, req.giveBack) {
-		return
-	}
-	l, err := s.acquireWithinHorizon(r.Context(), req.AcquireRequest)
+	l, err := s.acquireWithinHorizon(r.Context(), req)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -121,34 +118,6 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// giveBack releases the lease an acquire gives back before its grant, as
-// DELETE /v1/leases/{id} would: the gateway's rotating tunnels release
-// each lease with the next acquire instead of a call of its own. A lease
-// that is already over (404) is no error: giving it back is what the
-// caller wanted. It reports false when it has answered the call.
-func (s *Server) giveBack(w http.ResponseWriter, r *http.Request, user auth.User, g giveBack) bool {
-	ns, err := s.store.LeaseNamespace(user.Identity(), g.id)
-	if errors.Is(err, store.ErrUnknownLease) {
-		return true
-	}
-	if err != nil {
-		s.writeStoreError(w, r, err)
-		return false
-	}
-	if !s.authorize(w, r, user, auth.Attributes{Verb: auth.VerbDelete, Namespace: ns}) {
-		return false
-	}
-	err = s.store.ReportAs(user.Identity(), g.id, store.Report{TransferredBytes: g.transferred})
-	if err == nil {
-		err = s.store.ReleaseAs(user.Identity(), g.id, g.outcome, g.domain)
-	}
-	if err != nil && !errors.Is(err, store.ErrUnknownLease) {
-		s.writeStoreError(w, r, err)
-		return false
-	}
-	return true
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {

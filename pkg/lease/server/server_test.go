@@ -221,23 +221,21 @@ func TestAPIErrors(t *testing.T) {
 		wantField          string
 		wantHeader         map[string]string
 	}{
-		"malformed JSON":        {method: "POST", path: "/v1/leases", body: `{"holder":`, wantStatus: 400, wantCode: "Invalid"},
-		"not an object":         {method: "POST", path: "/v1/leases", body: `[1,2]`, wantStatus: 400, wantCode: "Invalid"},
-		"empty body":            {method: "POST", path: "/v1/leases", body: ``, wantStatus: 400, wantCode: "Invalid"},
-		"unknown field":         {method: "POST", path: "/v1/leases", body: `{"holder":"w","color":"red"}`, wantStatus: 400, wantCode: "Invalid", wantField: "color"},
-		"trailing data":         {method: "POST", path: "/v1/leases", body: `{"holder":"w"} {}`, wantStatus: 400, wantCode: "Invalid"},
-		"ttl as a number":       {method: "POST", path: "/v1/leases", body: `{"holder":"w","ttl":30}`, wantStatus: 400, wantCode: "Invalid", wantField: "ttl"},
-		"ttl not a duration":    {method: "POST", path: "/v1/leases", body: `{"holder":"w","ttl":"soon"}`, wantStatus: 400, wantCode: "Invalid", wantField: "ttl"},
-		"ttl too short":         {method: "POST", path: "/v1/leases", body: `{"holder":"w","ttl":"1s"}`, wantStatus: 400, wantCode: "Invalid", wantField: "ttl"},
-		"wait too long":         {method: "POST", path: "/v1/leases", body: `{"holder":"w","wait":"2h"}`, wantStatus: 400, wantCode: "Invalid", wantField: "wait"},
-		"no holder":             {method: "POST", path: "/v1/leases", body: `{}`, wantStatus: 400, wantCode: "Invalid", wantField: "holder"},
-		"holder not a string":   {method: "POST", path: "/v1/leases", body: `{"holder":{}}`, wantStatus: 400, wantCode: "Invalid", wantField: "holder"},
-		"bad namespace":         {method: "POST", path: "/v1/leases", body: `{"holder":"w","namespace":"Not_A_NS"}`, wantStatus: 400, wantCode: "Invalid", wantField: "namespace"},
-		"bad selector":          {method: "POST", path: "/v1/leases", body: `{"holder":"w","selector":"a in (b"}`, wantStatus: 400, wantCode: "Invalid", wantField: "selector"},
-		"bad domain":            {method: "POST", path: "/v1/leases", body: `{"holder":"w","domain":"a b"}`, wantStatus: 400, wantCode: "Invalid", wantField: "domain"},
-		"release without an id": {method: "POST", path: "/v1/leases", body: `{"holder":"w","release":"outcome=ok"}`, wantStatus: 400, wantCode: "Invalid", wantField: "release"},
-		"release, bad outcome":  {method: "POST", path: "/v1/leases", body: `{"holder":"w","release":"id=x&outcome=great"}`, wantStatus: 400, wantCode: "Invalid", wantField: "release"},
-		"body too large":        {method: "POST", path: "/v1/leases", body: longBody, wantStatus: 413, wantCode: "RequestTooLarge"},
+		"malformed JSON":      {method: "POST", path: "/v1/leases", body: `{"holder":`, wantStatus: 400, wantCode: "Invalid"},
+		"not an object":       {method: "POST", path: "/v1/leases", body: `[1,2]`, wantStatus: 400, wantCode: "Invalid"},
+		"empty body":          {method: "POST", path: "/v1/leases", body: ``, wantStatus: 400, wantCode: "Invalid"},
+		"unknown field":       {method: "POST", path: "/v1/leases", body: `{"holder":"w","color":"red"}`, wantStatus: 400, wantCode: "Invalid", wantField: "color"},
+		"trailing data":       {method: "POST", path: "/v1/leases", body: `{"holder":"w"} {}`, wantStatus: 400, wantCode: "Invalid"},
+		"ttl as a number":     {method: "POST", path: "/v1/leases", body: `{"holder":"w","ttl":30}`, wantStatus: 400, wantCode: "Invalid", wantField: "ttl"},
+		"ttl not a duration":  {method: "POST", path: "/v1/leases", body: `{"holder":"w","ttl":"soon"}`, wantStatus: 400, wantCode: "Invalid", wantField: "ttl"},
+		"ttl too short":       {method: "POST", path: "/v1/leases", body: `{"holder":"w","ttl":"1s"}`, wantStatus: 400, wantCode: "Invalid", wantField: "ttl"},
+		"wait too long":       {method: "POST", path: "/v1/leases", body: `{"holder":"w","wait":"2h"}`, wantStatus: 400, wantCode: "Invalid", wantField: "wait"},
+		"no holder":           {method: "POST", path: "/v1/leases", body: `{}`, wantStatus: 400, wantCode: "Invalid", wantField: "holder"},
+		"holder not a string": {method: "POST", path: "/v1/leases", body: `{"holder":{}}`, wantStatus: 400, wantCode: "Invalid", wantField: "holder"},
+		"bad namespace":       {method: "POST", path: "/v1/leases", body: `{"holder":"w","namespace":"Not_A_NS"}`, wantStatus: 400, wantCode: "Invalid", wantField: "namespace"},
+		"bad selector":        {method: "POST", path: "/v1/leases", body: `{"holder":"w","selector":"a in (b"}`, wantStatus: 400, wantCode: "Invalid", wantField: "selector"},
+		"bad domain":          {method: "POST", path: "/v1/leases", body: `{"holder":"w","domain":"a b"}`, wantStatus: 400, wantCode: "Invalid", wantField: "domain"},
+		"body too large":      {method: "POST", path: "/v1/leases", body: longBody, wantStatus: 413, wantCode: "RequestTooLarge"},
 		"nothing fits": {method: "POST", path: "/v1/leases", body: `{"holder":"w","selector":"tier=none"}`, wantStatus: 503, wantCode: "NoneFree",
 			wantHeader: map[string]string{"Retry-After": "1"}},
 		"renew unknown":                {method: "POST", path: "/v1/leases/bm90LWEtbGVhc2U/renew", wantStatus: 404, wantCode: "NotFound"},
@@ -526,21 +524,5 @@ func TestDomainBudgetsFullAnswer(t *testing.T) {
 	if rec.Code != http.StatusTooManyRequests || e.Code != codeDomainLimited || !strings.Contains(e.Message, "--lease-max-domain-budgets") || rec.Header().Get("Retry-After") != "60" {
 		t.Errorf("a new domain with the share pinned: %d %+v Retry-After %q; want 429 DomainLimited naming --lease-max-domain-budgets, Retry-After 60",
 			rec.Code, e, rec.Header().Get("Retry-After"))
-	}
-}
-
-// TestAcquireGivesBackALease: an acquire's release member ends the lease
-// it names first, as DELETE would; a lease already over is no error.
-func TestAcquireGivesBackALease(t *testing.T) {
-	ts := newTestServer(t)
-	first := ts.acquire(`{"holder":"w1"}`)
-	ts.acquire(`{"holder":"w2","release":"id=` + first.ID + `&outcome=ok&transferredBytes=10"}`)
-	if rec := ts.do(http.MethodPost, "/v1/leases/"+first.ID+"/renew", ""); rec.Code != http.StatusNotFound {
-		t.Errorf("renew of the lease given back: %d, want 404", rec.Code)
-	}
-	// Given back twice: the second time is no error, and counts nothing.
-	third := ts.acquire(`{"holder":"w3","release":"id=` + first.ID + `"}`)
-	if third.ID == "" {
-		t.Error("an acquire that gives back a lease already over got no lease")
 	}
 }

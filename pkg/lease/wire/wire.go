@@ -19,9 +19,6 @@ type AcquireRequest struct {
 	Domain    string `json:"domain,omitempty"`
 	Session   string `json:"session,omitempty"`
 	Wait      string `json:"wait,omitempty"`
-	// Release is a lease to release first, as a release query with its
-	// id ("id=...&outcome=ok"): one call instead of two.
-	Release string `json:"release,omitempty"`
 }
 
 // RenewRequest is the body of POST /v1/leases/{id}/renew (optional).

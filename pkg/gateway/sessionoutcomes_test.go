@@ -1,0 +1,36 @@
+package gateway_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
+)
+
+// TestSessionRequestsCountAsOutcomes: a sticky session keeps one lease for
+// many requests; each request that went well counts an ok outcome, and
+// its bytes, with the lease's next renewal, and what is left with the
+// last renewal when the idle session is dropped.
+func TestSessionRequestsCountAsOutcomes(t *testing.T) {
+	target := proxytest.StartHTTPTarget(t)
+	u := startUnit(t, "a")
+	pool := store.ObjectName{Namespace: "crawl", Name: "p"}
+	for range 3 {
+		u.get(t, "ns-crawl+session-s1", target.URL)
+	}
+	if got := u.store.PoolOutcomes(pool); got.OK != 0 {
+		t.Fatalf("before any renewal the pool counted %+v", got)
+	}
+	u.clock.Step(20 * time.Second) // past half of the 30 s TTL: the janitor renews
+	u.gw.Tidy(t.Context())
+	if got := u.store.PoolOutcomes(pool); got.OK != 3 || got.TransferredBytes == 0 {
+		t.Errorf("after the renewal the pool counted %+v, want 3 ok and their bytes", got)
+	}
+	u.get(t, "ns-crawl+session-s1", target.URL)
+	u.clock.Step(2 * time.Minute) // idle: the session is dropped, its last request reported
+	u.gw.Tidy(t.Context())
+	if got := u.store.PoolOutcomes(pool); got.OK != 4 {
+		t.Errorf("after the idle session was dropped the pool counted %+v, want 4 ok", got)
+	}
+}
