@@ -64,7 +64,7 @@ func (g *Gateway) servePlain(w http.ResponseWriter, r *http.Request, c caller) {
 func (g *Gateway) roundTrip(out *http.Request, u *use) (*http.Response, error) {
 	req := out.WithContext(context.WithValue(out.Context(), upstreamKey{}, u.h.upstream))
 	if out.Body != nil {
-		req.Body = countingReader{out.Body, g.cfg.Metrics, u.h}
+		req.Body = countingReader{out.Body, g, u.h}
 	}
 	resp, err := g.transport.RoundTrip(req)
 	if err != nil {
@@ -101,18 +101,20 @@ func redact(msg string, u *url.URL) string {
 	return msg
 }
 
+// countingReader counts a request body's bytes as they go upstream.
 type countingReader struct {
 	r io.ReadCloser
-	m Metrics
+	g *Gateway
 	h *holding
 }
 
 func (c countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
-	c.m.AddGatewayBytes(DirectionUp, c.h.proxy.Namespace, c.h.pool, int64(n))
-	c.h.transferred.Add(int64(n))
+	c.g.addBytes(DirectionUp, c.h, int64(n))
 	return n, err
 }
+
+func (c countingReader) Close() error { return c.r.Close() }
 
 // addBytes counts n bytes moved through h's upstream: in the bytes metric,
 // and for the leader, which the next renewal or the release tells.
@@ -120,8 +122,6 @@ func (g *Gateway) addBytes(direction string, h *holding, n int64) {
 	g.cfg.Metrics.AddGatewayBytes(direction, h.proxy.Namespace, h.pool, n)
 	h.transferred.Add(n)
 }
-
-func (c countingReader) Close() error { return c.r.Close() }
 
 // flushWriter flushes after every write, so that streamed responses stream.
 type flushWriter struct{ w http.ResponseWriter }

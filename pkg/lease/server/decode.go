@@ -116,7 +116,7 @@ func decodeRenew(body io.Reader) (renewRequest, error) {
 	if r.ttl, err = parseTTL(&m); err != nil {
 		return renewRequest{}, err
 	}
-	if r.report.TransferredBytes, err = parseTransferred(m.get("transferredBytes")); err != nil {
+	if r.report.TransferredBytes, err = parseCount("transferredBytes", m.get("transferredBytes"), store.MaxTransferredReport); err != nil {
 		return renewRequest{}, err
 	}
 	if r.report.OKRequests, err = parseCount("okRequests", m.get("okRequests"), store.MaxOKRequestsReport); err != nil {
@@ -141,16 +141,10 @@ func decodeRelease(rawQuery string) (releaseQuery, error) {
 	if err != nil {
 		return releaseQuery{}, err
 	}
-	if r.transferred, err = parseTransferred(q.get("transferredBytes")); err != nil {
+	if r.transferred, err = parseCount("transferredBytes", q.get("transferredBytes"), store.MaxTransferredReport); err != nil {
 		return releaseQuery{}, err
 	}
 	return r, nil
-}
-
-// parseTransferred reads transferredBytes: a decimal count of the bytes
-// moved through the lease's proxy since the holder's last report.
-func parseTransferred(v string) (int64, error) {
-	return parseCount("transferredBytes", v, store.MaxTransferredReport)
 }
 
 // parseCount reads a decimal count, 0..most, of the member field.
