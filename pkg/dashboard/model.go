@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
@@ -29,6 +30,10 @@ type Inputs struct {
 	Proxies     []*crawlv1alpha1.Proxy
 	Leases      []Lease
 	LeasesKnown bool
+	// Events are the cached events; Build keeps those about
+	// crawl.proxyfleet.io objects, the latest EventsPerNamespace of each
+	// namespace.
+	Events []*corev1.Event
 }
 
 // View is everything the page shows, for every namespace; Filter cuts it
@@ -39,6 +44,7 @@ type View struct {
 	Members     []MemberRow `json:"members"`
 	Leases      []LeaseRow  `json:"leases"`
 	Policies    []PolicyRow `json:"policies"`
+	Events      []EventRow  `json:"events"`
 	LeasesKnown bool        `json:"leasesKnown"`
 }
 
@@ -141,6 +147,7 @@ func Build(in Inputs) View {
 	for _, p := range in.Policies {
 		v.Policies = append(v.Policies, policyRow(p))
 	}
+	v.Events = eventRows(in.Events, poolOf)
 	for _, l := range in.Leases {
 		v.Leases = append(v.Leases, LeaseRow{
 			Namespace: l.Namespace, Proxy: l.Proxy, Pool: poolOf[objectKey{l.Namespace, l.Proxy}],
@@ -232,6 +239,9 @@ func (v View) Namespaces() []string {
 	for _, p := range v.Policies {
 		out = append(out, p.Namespace)
 	}
+	for _, e := range v.Events {
+		out = append(out, e.Namespace)
+	}
 	slices.Sort(out)
 	return slices.Compact(out)
 }
@@ -244,6 +254,7 @@ func Filter(v View, visible func(namespace string) bool) View {
 	out.Members = filtered(v.Members, func(m MemberRow) bool { return keep(m.Namespace) })
 	out.Leases = filtered(v.Leases, func(l LeaseRow) bool { return keep(l.Namespace) })
 	out.Policies = filtered(v.Policies, func(p PolicyRow) bool { return keep(p.Namespace) })
+	out.Events = filtered(v.Events, func(e EventRow) bool { return keep(e.Namespace) })
 	return out
 }
 

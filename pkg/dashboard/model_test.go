@@ -53,7 +53,7 @@ func TestBuild(t *testing.T) {
 		want View
 	}{
 		"nothing": {
-			want: View{Pools: []PoolRow{}, Members: []MemberRow{}, Leases: []LeaseRow{}, Policies: []PolicyRow{}},
+			want: View{Pools: []PoolRow{}, Members: []MemberRow{}, Leases: []LeaseRow{}, Policies: []PolicyRow{}, Events: []EventRow{}},
 		},
 		"crawl policies: each rule's use, and whether the policy applies": {
 			in: Inputs{Policies: []*crawlv1alpha1.CrawlPolicy{
@@ -65,7 +65,7 @@ func TestBuild(t *testing.T) {
 					}}},
 				{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "new"}},
 			}},
-			want: View{Pools: []PoolRow{}, Members: []MemberRow{}, Leases: []LeaseRow{}, Policies: []PolicyRow{
+			want: View{Pools: []PoolRow{}, Members: []MemberRow{}, Leases: []LeaseRow{}, Events: []EventRow{}, Policies: []PolicyRow{
 				{Namespace: "a", Name: "new", Rules: []RuleRow{}},
 				{Namespace: "ns", Name: "polite", Valid: "False", ValidMessage: "spec.rules[0].host: not RE2", Rules: []RuleRow{
 					{Host: "*", InUse: 1},
@@ -86,7 +86,7 @@ func TestBuild(t *testing.T) {
 				LeasesKnown: true,
 			},
 			want: View{
-				Policies: []PolicyRow{},
+				Policies: []PolicyRow{}, Events: []EventRow{},
 				Pools: []PoolRow{{Namespace: "crawl", Name: "eu", Provider: "local", Desired: 2, Members: 2, Ready: 2, Available: 2,
 					Leased: 1, Burned: 3, UsedUp: 4, SuccessRate: "97.5%", Cost: "1.20 USD", CostPer1000OK: "30.77 USD",
 					Conditions: []ConditionRow{{Type: "Available", Status: "True", Reason: "MinimumAvailable", Message: "2 of 2"}}}},
@@ -110,7 +110,7 @@ func TestBuild(t *testing.T) {
 				}),
 				member("ns", "d", "p", func(p *crawlv1alpha1.Proxy) { p.DeletionTimestamp = ptr.To(metav1.NewTime(t0)) }),
 			}},
-			want: View{Pools: []PoolRow{}, Leases: []LeaseRow{}, Policies: []PolicyRow{}, Members: []MemberRow{
+			want: View{Pools: []PoolRow{}, Leases: []LeaseRow{}, Policies: []PolicyRow{}, Events: []EventRow{}, Members: []MemberRow{
 				withLeaving(readyMember("ns", "a", "p", 0), "Recycled: Burned"),
 				withLeaving(readyMember("ns", "b", "p", 0), "Draining: ScaledDown"),
 				withLeaving(readyMember("ns", "c", "p", 0), "Draining"),
@@ -126,7 +126,7 @@ func TestBuild(t *testing.T) {
 				},
 				LeasesKnown: true,
 			},
-			want: View{Pools: []PoolRow{}, Policies: []PolicyRow{}, LeasesKnown: true,
+			want: View{Pools: []PoolRow{}, Policies: []PolicyRow{}, Events: []EventRow{}, LeasesKnown: true,
 				Members: []MemberRow{readyMember("ns", "loose", "", 1), readyMember("ns", "z-pool-member", "p", 1)},
 				Leases: []LeaseRow{
 					{Namespace: "ns", Proxy: "loose", Holder: "early", GrantedMillis: t0.UnixMilli()},

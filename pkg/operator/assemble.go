@@ -203,7 +203,7 @@ func (op *operator) addLeaseServer(ctx context.Context, o Options, c clients, pr
 		return err
 	}
 	op.synced = append(op.synced, feedSynced)
-	if err := op.addDashboard(op.crawlInformers, callers); err != nil {
+	if err := op.addDashboard(o, c.kube, op.crawlInformers, callers); err != nil {
 		return err
 	}
 	return op.addCrawlPolicies(c)

@@ -3,8 +3,14 @@ package operator
 import (
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 
 	"github.com/proxyfleet/proxy-operator/pkg/dashboard"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
@@ -13,19 +19,22 @@ import (
 
 // addDashboard serves the read-only web UI at /ui/ on the lease API's port,
 // on every replica (docs/dashboard.md): built from the informers' caches
-// and the lease store's memory, rebuilt when a Proxy, ProxyPool or
-// CrawlPolicy changes,
-// with the lease API's authentication.
-func (op *operator) addDashboard(crawlInformers crawlinformers.SharedInformerFactory, callers leaseCallers) error {
+// and the lease store's memory, rebuilt when a Proxy, ProxyPool,
+// CrawlPolicy or an event about one of them changes, with the lease API's
+// authentication.
+func (op *operator) addDashboard(o Options, kube kubernetes.Interface, crawlInformers crawlinformers.SharedInformerFactory, callers leaseCallers) error {
 	proxies := crawlInformers.Crawl().V1alpha1().Proxies()
 	pools := crawlInformers.Crawl().V1alpha1().ProxyPools()
 	policies := crawlInformers.Crawl().V1alpha1().CrawlPolicies()
+	op.eventInformers = newEventInformers(o, kube)
+	events := op.eventInformers.Core().V1().Events()
 	leases := op.leases.Store()
 	op.dashboard = dashboard.NewHub(dashboard.HubConfig{Inputs: func() dashboard.Inputs {
 		in := dashboard.Inputs{}
 		in.Pools, _ = pools.Lister().List(labels.Everything())     // a cache: never fails
 		in.Proxies, _ = proxies.Lister().List(labels.Everything()) // likewise
 		in.Policies, _ = policies.Lister().List(labels.Everything())
+		in.Events, _ = events.Lister().List(labels.Everything())
 		in.Leases, in.LeasesKnown = dashboardLeases(leases)
 		return in
 	}})
@@ -34,7 +43,7 @@ func (op *operator) addDashboard(crawlInformers crawlinformers.SharedInformerFac
 		UpdateFunc: func(any, any) { op.dashboard.Poke() },
 		DeleteFunc: func(any) { op.dashboard.Poke() },
 	}
-	for _, informer := range []cache.SharedIndexInformer{proxies.Informer(), pools.Informer(), policies.Informer()} {
+	for _, informer := range []cache.SharedIndexInformer{proxies.Informer(), pools.Informer(), policies.Informer(), events.Informer()} {
 		if _, err := informer.AddEventHandler(poke); err != nil {
 			return fmt.Errorf("dashboard: %w", err)
 		}
@@ -47,6 +56,16 @@ func (op *operator) addDashboard(crawlInformers crawlinformers.SharedInformerFac
 		op.leases.HandleFunc(pattern, serve)
 	}
 	return nil
+}
+
+// newEventInformers caches the events about crawl.proxyfleet.io objects
+// only (a field selector: the API server filters), for the dashboard's
+// recent events; the page is not held back until it syncs.
+func newEventInformers(o Options, kube kubernetes.Interface) informers.SharedInformerFactory {
+	ours := fields.OneTermEqualSelector("involvedObject.apiVersion", crawlv1alpha1.SchemeGroupVersion.String()).String()
+	return informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace),
+		informers.WithTransform(trimForCache),
+		informers.WithTweakListOptions(func(l *metav1.ListOptions) { l.FieldSelector = ours }))
 }
 
 // dashboardLeases are the store's live leases without their IDs, owners or

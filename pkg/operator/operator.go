@@ -127,6 +127,8 @@ type operator struct {
 	pools          *pool.Controller
 	kubeInformers  informers.SharedInformerFactory
 	crawlInformers crawlinformers.SharedInformerFactory
+	// eventInformers caches the events the dashboard shows.
+	eventInformers informers.SharedInformerFactory
 	// synced reports the caches /readyz and the leader wait for.
 	synced []cache.InformerSynced
 	// labeler marks this process's Pod as the leader for the lease Service.
@@ -178,6 +180,7 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 	logger.V(2).Info("Starting informers")
 	op.kubeInformers.StartWithContext(informerCtx)
 	op.crawlInformers.StartWithContext(informerCtx)
+	op.eventInformers.StartWithContext(informerCtx)
 
 	stopLogging := context.AfterFunc(ctx, func() { logger.V(2).Info("Shutdown requested: draining") })
 	defer stopLogging()
@@ -190,6 +193,7 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 			stopInformers()
 			op.kubeInformers.Shutdown()
 			op.crawlInformers.Shutdown()
+			op.eventInformers.Shutdown()
 			logger.V(2).Info("Informers stopped")
 		}()
 		if !op.opts.LeaderElect {

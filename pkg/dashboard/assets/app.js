@@ -192,6 +192,18 @@ function leasesSection(view, leases) {
     leases.length ? table(leaseColumns, leases, "leases") : el("p", "No lease is held.", "empty")];
 }
 
+// eventsSection lists the latest events, newest first (kubectl describe
+// lists them oldest first); Warning rows stand out.
+function eventsSection(events, limit) {
+  const shown = events.slice(0, limit);
+  return [el("h2", "Recent events (" + shown.length + (events.length > shown.length ? " of " + events.length : "") + ")"),
+    shown.length ? table([
+      ["Age", (e) => age(e.lastMillis), "num"], ["Type", (e) => e.type, (e) => (e.type === "Warning" ? "error" : "")],
+      ["Object", (e) => e.namespace + "/" + e.kind + "/" + e.name], ["Reason", (e) => e.reason],
+      ["Message", (e) => e.message], ["Count", (e) => e.count, "num"],
+    ], shown, "events") : el("p", "No recent event.", "empty")];
+}
+
 function renderFleet(view) {
   const pools = view.pools;
   const parts = [el("h2", "Pools (" + pools.length + ")")];
@@ -211,6 +223,7 @@ function renderFleet(view) {
   if (loose.length) parts.push(el("h2", "Proxies of no pool (" + loose.length + ")"), membersTable(loose));
   parts.push(...leasesSection(view, view.leases));
   if (view.policies.length) parts.push(el("h2", "Crawl policies (" + view.policies.length + ")"), policiesTable(view.policies));
+  parts.push(...eventsSection(view.events, 20));
   return parts;
 }
 
@@ -247,6 +260,7 @@ function renderPool(view, ns, name) {
     ["Reason", (c) => c.reason], ["Message", (c) => c.message]], pool.conditions, "conditions"));
   parts.push(el("h2", "Members (" + members.length + ")"), membersTable(members));
   parts.push(...leasesSection(view, view.leases.filter((l) => l.namespace === ns && l.pool === name)));
+  parts.push(...eventsSection(view.events.filter((e) => e.namespace === ns && e.pool === name), 50));
   return parts;
 }
 

@@ -220,8 +220,8 @@ func poolRow(ctx context.Context, ns, name string) (string, error) {
 
 // TestDashboardInABrowser: a viewer signs in with a ServiceAccount token
 // and sees the fleet of the one namespace it may list, live: a pool
-// scaled 3 -> 5 shows 5 Ready without a reload, and a CrawlPolicy's rule
-// counts the viewer's lease. Nothing of the other
+// scaled 3 -> 5 shows 5 Ready without a reload, a CrawlPolicy's rule
+// counts the viewer's lease, and the pool's page lists its recent events. Nothing of the other
 // namespace, no lease ID, no Secret value and no token reaches the DOM,
 // and the page logs no error.
 func TestDashboardInABrowser(t *testing.T) {
@@ -323,6 +323,23 @@ func TestDashboardInABrowser(t *testing.T) {
 		}
 		if len(members) != 5 || len(held) != 1 || !strings.Contains(held[0], "|crawler-dash|example.com|") {
 			return fmt.Errorf("members %q, leases %q", members, held)
+		}
+		return nil
+	})
+	// Its recent events: the pool controller's, the scale's members among them.
+	eventually.Check(t, time.Minute, interval, "the pool's MemberCreated events on its page", func(context.Context) error {
+		events, err := rows(ctx, "events")
+		if err != nil {
+			return err
+		}
+		created := 0
+		for _, e := range events {
+			if strings.Contains(e, "|"+f.visible+"/ProxyPool/web|MemberCreated|Created member web-") {
+				created++
+			}
+		}
+		if created < 5 {
+			return fmt.Errorf("%d MemberCreated rows, want 5 (one per member); events %q", created, events)
 		}
 		return nil
 	})
