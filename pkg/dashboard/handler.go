@@ -40,6 +40,8 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 // Config configures a Handler.
 type Config struct {
 	Hub *Hub
+	// History feeds the pool page's charts; without one they stay empty.
+	History *History
 	// Authenticator and Authorizer are the lease API's (--lease-auth): a
 	// viewer sees a namespace when it may list proxies/leases there.
 	Authenticator auth.Authenticator
@@ -51,6 +53,7 @@ type Config struct {
 // Handler serves the page under /ui/ and its data under /ui/api/.
 type Handler struct {
 	hub     *Hub
+	history *History
 	authn   auth.Authenticator
 	authz   auth.Authorizer
 	viewers chan struct{} // a slot per open stream
@@ -70,7 +73,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("dashboard assets: %w", err)
 	}
 	return &Handler{
-		hub: cfg.Hub, authn: cfg.Authenticator, authz: cfg.Authorizer,
+		hub: cfg.Hub, history: cfg.History, authn: cfg.Authenticator, authz: cfg.Authorizer,
 		viewers: make(chan struct{}, cfg.MaxViewers),
 		static:  http.StripPrefix("/ui", http.FileServerFS(files)),
 	}, nil
@@ -79,11 +82,12 @@ func NewHandler(cfg Config) (*Handler, error) {
 // Routes are the handler's patterns on a ServeMux (the lease API's).
 func (h *Handler) Routes() map[string]http.HandlerFunc {
 	return map[string]http.HandlerFunc{
-		"GET /ui":            func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusFound) },
-		"GET /ui/":           h.serveStatic,
-		"GET /ui/api/view":   h.serveView,
-		"GET /ui/api/login":  h.serveLogin,
-		"GET /ui/api/stream": h.serveStream,
+		"GET /ui":                                func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusFound) },
+		"GET /ui/":                               h.serveStatic,
+		"GET /ui/api/view":                       h.serveView,
+		"GET /ui/api/login":                      h.serveLogin,
+		"GET /ui/api/stream":                     h.serveStream,
+		"GET /ui/api/history/{namespace}/{pool}": h.serveHistory,
 	}
 }
 
@@ -132,6 +136,38 @@ func (h *Handler) serveView(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(msg)
+}
+
+// PoolHistory is what GET /ui/api/history/NAMESPACE/POOL answers.
+type PoolHistory struct {
+	IntervalMillis int64    `json:"intervalMillis"`
+	Samples        []Sample `json:"samples"`
+}
+
+// serveHistory answers a pool's samples when the viewer may list its
+// namespace, and the same empty answer for a pool that does not exist
+// and for one the viewer may not see, so that it learns nothing of the
+// other namespaces. The page asks once a sample interval: the samples
+// are in memory, nothing reads the API server.
+func (h *Handler) serveHistory(w http.ResponseWriter, r *http.Request) {
+	setSecurityHeaders(w)
+	w.Header().Set("Cache-Control", "no-store")
+	ns, name := r.PathValue("namespace"), r.PathValue("pool")
+	view := View{Pools: []PoolRow{{Namespace: ns, Name: name}}}
+	msg, status, err := h.messageFor(r.Context(), clientAddr(r), bearerToken(r), view)
+	if err != nil {
+		writeError(w, status, err)
+		return
+	}
+	answer := PoolHistory{Samples: []Sample{}}
+	if h.history != nil {
+		answer.IntervalMillis = h.history.Interval().Milliseconds()
+		if len(msg.View.Pools) == 1 { // the viewer may list ns
+			answer.Samples = append(answer.Samples, h.history.Pool(ns, name)...)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(answer)
 }
 
 // serveStream writes the viewer's View as a text/event-stream event now

@@ -82,7 +82,10 @@ type PoolRow struct {
 	Burned int64 `json:"burned"`
 	UsedUp int64 `json:"usedUp"`
 	// SuccessRate, Cost and CostPer1000OK are status.usage's, "" when unknown.
-	SuccessRate   string         `json:"successRate"`
+	SuccessRate string `json:"successRate"`
+	// OK and Outcomes are status.usage's running totals (0 without it).
+	OK            int64          `json:"ok"`
+	Outcomes      int64          `json:"outcomes"`
 	Cost          string         `json:"cost"`
 	CostPer1000OK string         `json:"costPer1000OK"`
 	Conditions    []ConditionRow `json:"conditions"`
@@ -181,6 +184,7 @@ func poolRow(p *crawlv1alpha1.ProxyPool, leased int) PoolRow {
 	}
 	if u := p.Status.Usage; u != nil {
 		row.SuccessRate, row.Cost, row.CostPer1000OK = u.Outcomes.SuccessRate, u.Cost, u.CostPer1000OK
+		row.OK, row.Outcomes = u.Outcomes.OK, u.Outcomes.OK+u.Outcomes.Banned+u.Outcomes.Error
 	}
 	for _, c := range p.Status.Conditions {
 		row.Conditions = append(row.Conditions, ConditionRow{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message})

@@ -77,7 +77,7 @@ func TestBuild(t *testing.T) {
 			in: Inputs{
 				Pools: []*crawlv1alpha1.ProxyPool{pool("crawl", "eu", 2, func(p *crawlv1alpha1.ProxyPool) {
 					p.Status.Recycled = crawlv1alpha1.PoolRecycleStatus{Burned: 3, UsedUp: 4}
-					p.Status.Usage = &crawlv1alpha1.PoolUsage{Outcomes: crawlv1alpha1.OutcomeCounts{OK: 39, SuccessRate: "97.5%"},
+					p.Status.Usage = &crawlv1alpha1.PoolUsage{Outcomes: crawlv1alpha1.OutcomeCounts{OK: 39, Banned: 1, SuccessRate: "97.5%"},
 						Cost: "1.20 USD", CostPer1000OK: "30.77 USD"}
 					p.Status.Conditions = []metav1.Condition{{Type: "Available", Status: "True", Reason: "MinimumAvailable", Message: "2 of 2"}}
 				})},
@@ -88,7 +88,7 @@ func TestBuild(t *testing.T) {
 			want: View{
 				Policies: []PolicyRow{}, Events: []EventRow{},
 				Pools: []PoolRow{{Namespace: "crawl", Name: "eu", Provider: "local", Desired: 2, Members: 2, Ready: 2, Available: 2,
-					Leased: 1, Burned: 3, UsedUp: 4, SuccessRate: "97.5%", Cost: "1.20 USD", CostPer1000OK: "30.77 USD",
+					Leased: 1, Burned: 3, UsedUp: 4, SuccessRate: "97.5%", OK: 39, Outcomes: 40, Cost: "1.20 USD", CostPer1000OK: "30.77 USD",
 					Conditions: []ConditionRow{{Type: "Available", Status: "True", Reason: "MinimumAvailable", Message: "2 of 2"}}}},
 				Members: []MemberRow{readyMember("crawl", "eu-a", "eu", 1), readyMember("crawl", "eu-b", "eu", 0)},
 				Leases: []LeaseRow{{Namespace: "crawl", Proxy: "eu-a", Pool: "eu", Holder: "crawler-1", Domain: "example.com",

@@ -29,7 +29,7 @@ func (op *operator) addDashboard(o Options, kube kubernetes.Interface, crawlInfo
 	op.eventInformers = newEventInformers(o, kube)
 	events := op.eventInformers.Core().V1().Events()
 	leases := op.leases.Store()
-	op.dashboard = dashboard.NewHub(dashboard.HubConfig{Inputs: func() dashboard.Inputs {
+	inputs := func() dashboard.Inputs {
 		in := dashboard.Inputs{}
 		in.Pools, _ = pools.Lister().List(labels.Everything())     // a cache: never fails
 		in.Proxies, _ = proxies.Lister().List(labels.Everything()) // likewise
@@ -37,7 +37,9 @@ func (op *operator) addDashboard(o Options, kube kubernetes.Interface, crawlInfo
 		in.Events, _ = events.Lister().List(labels.Everything())
 		in.Leases, in.LeasesKnown = dashboardLeases(leases)
 		return in
-	}})
+	}
+	op.dashboard = dashboard.NewHub(dashboard.HubConfig{Inputs: inputs})
+	op.dashboardHistory = dashboard.NewHistory(dashboard.HistoryConfig{Inputs: inputs, Interval: o.DashboardHistoryInterval})
 	poke := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { op.dashboard.Poke() },
 		UpdateFunc: func(any, any) { op.dashboard.Poke() },
@@ -48,7 +50,7 @@ func (op *operator) addDashboard(o Options, kube kubernetes.Interface, crawlInfo
 			return fmt.Errorf("dashboard: %w", err)
 		}
 	}
-	h, err := dashboard.NewHandler(dashboard.Config{Hub: op.dashboard, Authenticator: callers, Authorizer: callers})
+	h, err := dashboard.NewHandler(dashboard.Config{Hub: op.dashboard, History: op.dashboardHistory, Authenticator: callers, Authorizer: callers})
 	if err != nil {
 		return err
 	}

@@ -157,6 +157,8 @@ type operator struct {
 	// dashboard keeps the web UI's view (/ui/ on the lease API's port) on
 	// every replica.
 	dashboard *dashboard.Hub
+	// dashboardHistory samples each pool for the dashboard's charts.
+	dashboardHistory *dashboard.History
 	// inspectionCA keeps the inspected namespaces' CAs on the leader; nil
 	// without --inspection-ca-namespace.
 	inspectionCA *inspectionCA
@@ -212,6 +214,7 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 		return op.leases.Serve(gctx, op.leaseListener)
 	})
 	g.Go(func() error { return op.dashboard.Run(gctx) })
+	g.Go(func() error { return op.dashboardHistory.Run(gctx) })
 	err := g.Wait()
 	op.events.Shutdown() // after the drain, whose events it still takes
 	if err == nil {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/dashboard"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	kubernetesprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
@@ -90,6 +91,9 @@ type Options struct {
 
 	// MetricsAddr serves /metrics, /healthz and /readyz on every replica.
 	MetricsAddr string
+	// DashboardHistoryInterval is how often the dashboard samples each pool
+	// for its charts, which keep dashboard.DefaultHistoryLength samples.
+	DashboardHistoryInterval time.Duration
 
 	// HealthWorkers bounds the health probes running at once.
 	HealthWorkers int
@@ -188,6 +192,7 @@ func DefaultOptions() Options {
 		LeaseMaxStateBytes:       store.DefaultMaxStateBytes,
 		LeaseMaxStateEntries:     store.DefaultMaxStateEntries,
 		MetricsAddr:              ":9090",
+		DashboardHistoryInterval: dashboard.DefaultHistoryInterval,
 		// Sized in pkg/health (Little's law with room for probes that run
 		// into their timeout); benchmarked at 10,000 proxies.
 		HealthWorkers:              health.DefaultWorkers,
@@ -233,6 +238,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LeaseAddr, "lease-addr", o.LeaseAddr, "Address of the lease API (docs/api.md): served on every replica, answered by the leader; standbys answer 503 NotLeader.")
 	fs.StringVar(&o.LeaseAuth, "lease-auth", o.LeaseAuth, `Authentication of the lease API: "kubernetes" (TokenReview + SubjectAccessReview) or "none" (local development only).`)
 	fs.DurationVar(&o.LeaseDefaultTTL, "lease-default-ttl", o.LeaseDefaultTTL, "Lease TTL when an acquire names none.")
+	fs.DurationVar(&o.DashboardHistoryInterval, "dashboard-history-interval", o.DashboardHistoryInterval, "How often the dashboard samples each pool for its charts, which show the last 120 samples.")
 	fs.DurationVar(&o.LeaseMinTTL, "lease-min-ttl", o.LeaseMinTTL, "The shortest TTL an acquire or renew may ask for.")
 	fs.DurationVar(&o.LeaseMaxTTL, "lease-max-ttl", o.LeaseMaxTTL, "The longest TTL an acquire or renew may ask for; also bounds how long a new leader refuses grants after a crash.")
 	fs.Var((*float32Value)(&o.LeaseAuthQPS), "lease-auth-qps", "API requests per second of the lease API's TokenReviews and SubjectAccessReviews, a budget apart from --kube-api-qps.")
@@ -393,6 +399,9 @@ func (o *Options) validateLeases(bad badFlag) {
 		bad("lease-max-ttl", "must be at least --lease-min-ttl (%v), got %v", o.LeaseMinTTL, o.LeaseMaxTTL)
 	case o.LeaseDefaultTTL < o.LeaseMinTTL || o.LeaseDefaultTTL > o.LeaseMaxTTL:
 		bad("lease-default-ttl", "must be within --lease-min-ttl and --lease-max-ttl (%v..%v), got %v", o.LeaseMinTTL, o.LeaseMaxTTL, o.LeaseDefaultTTL)
+	}
+	if o.DashboardHistoryInterval < time.Second {
+		bad("dashboard-history-interval", "must be at least 1s, got %v", o.DashboardHistoryInterval)
 	}
 	if !(o.LeaseAuthQPS > 0) {
 		bad("lease-auth-qps", "must be positive, got %v", o.LeaseAuthQPS)

@@ -123,6 +123,91 @@ function sparkline(p) {
   return svg;
 }
 
+// poolHistory is the pool page's samples from /ui/api/history (the server
+// samples every pool each interval, whether or not a page is open), asked
+// for again once an interval has passed.
+let poolHistory = { key: "", fetchedAt: 0, intervalMillis: 30000, samples: [], loading: false };
+
+function wantHistory(ns, name) {
+  const key = ns + "/" + name;
+  const h = poolHistory;
+  if (h.loading || (h.key === key && Date.now() - h.fetchedAt < h.intervalMillis)) return;
+  h.loading = true;
+  const headers = token() ? { "Authorization": "Bearer " + token() } : {};
+  fetch("/ui/api/history/" + encodeURIComponent(ns) + "/" + encodeURIComponent(name), { headers, cache: "no-store" })
+    .then((r) => (r.ok ? r.json() : null))
+    .then((data) => {
+      if (data) poolHistory = { key, fetchedAt: Date.now(), intervalMillis: data.intervalMillis || 30000, samples: data.samples, loading: false };
+      else poolHistory.loading = false;
+      render();
+    })
+    .catch(() => { poolHistory.loading = false; });
+}
+
+// chartSeries are the pool page's charts from its samples: leases held,
+// the success rate of each interval (from the running totals'
+// differences; a gap where nothing finished or a total went back), and
+// the Ready members' mean probe latency.
+function chartSeries(samples) {
+  const success = [];
+  for (let i = 1; i < samples.length; i++) {
+    const ok = samples[i].ok - samples[i - 1].ok, all = samples[i].outcomes - samples[i - 1].outcomes;
+    success.push({ t: samples[i].t, v: all > 0 && ok >= 0 && ok <= all ? (100 * ok) / all : null });
+  }
+  return [
+    { title: "Leases held", unit: "", points: samples.map((s) => ({ t: s.t, v: s.leased })) },
+    { title: "Success rate per interval", unit: "%", max: 100, points: success },
+    { title: "Mean latency, Ready members", unit: " ms", points: samples.map((s) => ({ t: s.t, v: s.latencyMillis || null })) },
+  ];
+}
+
+// lineChart draws points (null values are gaps) over the samples' span as
+// an SVG line with its top value marked; the caption gives the latest.
+function lineChart(series, from, to) {
+  const ns = "http://www.w3.org/2000/svg";
+  const w = 300, h = 80, pad = 14;
+  const values = series.points.map((p) => p.v).filter((v) => v !== null);
+  const top = series.max || Math.max(1, ...values);
+  const x = (t) => pad + ((t - from) / Math.max(1, to - from)) * (w - 2 * pad);
+  const y = (v) => h - pad - (v / top) * (h - 2 * pad);
+  let d = "", pen = "M";
+  for (const p of series.points) {
+    if (p.v === null) { pen = "M"; continue; }
+    d += pen + x(p.t).toFixed(1) + " " + y(p.v).toFixed(1);
+    pen = "L";
+  }
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("width", w);
+  svg.setAttribute("height", h);
+  svg.setAttribute("class", "chart");
+  const axis = document.createElementNS(ns, "line");
+  for (const [k, v] of [["x1", pad], ["x2", w - pad], ["y1", h - pad], ["y2", h - pad]]) axis.setAttribute(k, v);
+  const label = document.createElementNS(ns, "text");
+  label.setAttribute("x", 0);
+  label.setAttribute("y", 10);
+  label.textContent = "max " + Math.round(top) + series.unit;
+  const path = document.createElementNS(ns, "path");
+  if (d) path.setAttribute("d", d);
+  svg.append(axis, label, path);
+  const last = values.length ? Math.round(values[values.length - 1] * 10) / 10 + series.unit : "–";
+  const caption = el("figcaption", [series.title + ": ", el("b", last)]);
+  const figure = el("figure", [caption, svg], "chart");
+  figure.dataset.points = String(values.length);
+  return figure;
+}
+
+function chartsSection(ns, name) {
+  wantHistory(ns, name);
+  const samples = poolHistory.key === ns + "/" + name ? poolHistory.samples : [];
+  const span = samples.length ? Math.round((samples[samples.length - 1].t - samples[0].t) / 60000) : 0;
+  const heading = el("h2", "Over the last " + (span < 1 ? "minute" : span + " min") + " (a sample each " + Math.round(poolHistory.intervalMillis / 1000) + " s)");
+  if (!samples.length) return [heading, el("p", "No sample yet.", "empty")];
+  const from = samples[0].t, to = samples[samples.length - 1].t;
+  const charts = el("div", chartSeries(samples).map((s) => lineChart(s, from, to)), "charts");
+  charts.id = "charts";
+  return [heading, charts];
+}
+
 function showLogin(message) {
   setStatus("signed out", "down");
   $("content").replaceChildren();
@@ -258,6 +343,7 @@ function renderPool(view, ns, name) {
   const parts = [el("h2", "Pool " + ns + "/" + name + ": " + pool.ready + " of " + pool.desired + " Ready")];
   parts.push(table([["Condition", (c) => c.type], ["Status", (c) => c.status, (c) => (c.status === "False" && c.type !== "Progressing" ? "cond-False" : "")],
     ["Reason", (c) => c.reason], ["Message", (c) => c.message]], pool.conditions, "conditions"));
+  parts.push(...chartsSection(ns, name));
   parts.push(el("h2", "Members (" + members.length + ")"), membersTable(members));
   parts.push(...leasesSection(view, view.leases.filter((l) => l.namespace === ns && l.pool === name)));
   parts.push(...eventsSection(view.events.filter((e) => e.namespace === ns && e.pool === name), 50));

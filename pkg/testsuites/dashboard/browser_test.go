@@ -170,7 +170,8 @@ func newFixture(t *testing.T) *fixture {
 	f.op = operatortest.Start(t, operatortest.ProcessOptions{
 		Binary: shared.Get(t).Binary, Name: "operator", LogsEnv: "DASHBOARD_LOGS",
 		Args: []string{"--kubeconfig=" + kubeconfig, "--leader-elect-namespace=" + f.visible, "-v=2",
-			"--lease-auth=kubernetes", "--providers=local", "--local-state-dir=" + stateDir},
+			"--lease-auth=kubernetes", "--providers=local", "--local-state-dir=" + stateDir,
+			"--dashboard-history-interval=1s"},
 	})
 	return f
 }
@@ -221,7 +222,8 @@ func poolRow(ctx context.Context, ns, name string) (string, error) {
 // TestDashboardInABrowser: a viewer signs in with a ServiceAccount token
 // and sees the fleet of the one namespace it may list, live: a pool
 // scaled 3 -> 5 shows 5 Ready without a reload, a CrawlPolicy's rule
-// counts the viewer's lease, and the pool's page lists its recent events. Nothing of the other
+// counts the viewer's lease, and the pool's page charts the last samples
+// and lists its recent events. Nothing of the other
 // namespace, no lease ID, no Secret value and no token reaches the DOM,
 // and the page logs no error.
 func TestDashboardInABrowser(t *testing.T) {
@@ -323,6 +325,20 @@ func TestDashboardInABrowser(t *testing.T) {
 		}
 		if len(members) != 5 || len(held) != 1 || !strings.Contains(held[0], "|crawler-dash|example.com|") {
 			return fmt.Errorf("members %q, leases %q", members, held)
+		}
+		return nil
+	})
+	// Its charts, from the samples the operator took each second: the
+	// lease held, and the five Ready members' latency.
+	eventually.Check(t, time.Minute, interval, "the pool's charts", func(context.Context) error {
+		charts, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+			`Array.from(document.querySelectorAll('#charts figure')).map(f => f.dataset.points + '|' + f.querySelector('figcaption').textContent)`))
+		if err != nil {
+			return err
+		}
+		if len(charts) != 3 || !strings.HasSuffix(charts[0], "|Leases held: 1") || strings.HasPrefix(charts[0], "0|") || strings.HasPrefix(charts[0], "1|") ||
+			!strings.Contains(charts[2], "|Mean latency, Ready members: ") || strings.HasSuffix(charts[2], "–") {
+			return fmt.Errorf("charts %q: want three, leases held 1 over 2 samples or more, a latency", charts)
 		}
 		return nil
 	})
