@@ -21,6 +21,19 @@ type Lease struct {
 	GrantedAt time.Time
 }
 
+// Cooling is what one proxy is cooling down for: up to
+// CoolingDomainsShown domains (the latest-ending first) of Total.
+type Cooling struct {
+	Namespace string
+	Proxy     string
+	Domains   []string
+	Total     int
+}
+
+// CoolingDomainsShown is how many of a member's cool-down domains the
+// view names; the rest are counted.
+const CoolingDomainsShown = 5
+
 // Inputs are what a View is built from: the informers' ProxyPools and
 // Proxies, and the lease store's live leases (LeasesKnown is false on a
 // replica that does not lead: only the leader knows the leases).
@@ -30,6 +43,8 @@ type Inputs struct {
 	Proxies     []*crawlv1alpha1.Proxy
 	Leases      []Lease
 	LeasesKnown bool
+	// Cooling are the leader's cool-downs in force (none on a standby).
+	Cooling []Cooling
 	// Events are the cached events; Build keeps those about
 	// crawl.proxyfleet.io objects, the latest EventsPerNamespace of each
 	// namespace.
@@ -108,7 +123,11 @@ type MemberRow struct {
 	ExitIP        string `json:"exitIP"`
 	LatencyMillis int64  `json:"latencyMillis"`
 	Leases        int    `json:"leases"`
-	CreatedMillis int64  `json:"createdMillis"`
+	// CoolingDown names up to CoolingDomainsShown of the domains the member
+	// keeps away from after a ban; CoolingDownTotal counts them all.
+	CoolingDown      []string `json:"coolingDown"`
+	CoolingDownTotal int      `json:"coolingDownTotal"`
+	CreatedMillis    int64    `json:"createdMillis"`
 	// Leaving says why the member is being replaced ("" if it is not):
 	// the pool's drain reason, or spec.recycle's verdict, or deletion.
 	Leaving string `json:"leaving"`
@@ -136,8 +155,16 @@ func Build(in Inputs) View {
 	poolOf := map[objectKey]string{}
 	leasesPerPool := map[objectKey]int{}
 	v := View{Pools: []PoolRow{}, Members: []MemberRow{}, Leases: []LeaseRow{}, Policies: []PolicyRow{}, LeasesKnown: in.LeasesKnown}
+	cooling := map[objectKey]Cooling{}
+	for _, c := range in.Cooling {
+		cooling[objectKey{c.Namespace, c.Proxy}] = c
+	}
 	for _, p := range in.Proxies {
-		m := memberRow(p, leasesPerProxy[objectKey{p.Namespace, p.Name}])
+		key := objectKey{p.Namespace, p.Name}
+		m := memberRow(p, leasesPerProxy[key])
+		if c, ok := cooling[key]; ok {
+			m.CoolingDown, m.CoolingDownTotal = c.Domains[:min(len(c.Domains), CoolingDomainsShown)], c.Total
+		}
 		poolOf[objectKey{p.Namespace, p.Name}] = m.Pool
 		if m.Pool != "" {
 			leasesPerPool[objectKey{p.Namespace, m.Pool}] += m.Leases

@@ -117,6 +117,21 @@ func TestBuild(t *testing.T) {
 				withLeaving(readyMember("ns", "d", "p", 0), "Deleting"),
 			}},
 		},
+		"the domains a member cools down for, the first few named": {
+			in: Inputs{
+				Proxies: []*crawlv1alpha1.Proxy{member("ns", "a", "p"), member("ns", "b", "p")},
+				Cooling: []Cooling{{Namespace: "ns", Proxy: "a", Total: 7,
+					Domains: []string{"d1.example", "d2.example", "d3.example", "d4.example", "d5.example", "d6.example"}}},
+			},
+			want: View{Pools: []PoolRow{}, Leases: []LeaseRow{}, Policies: []PolicyRow{}, Events: []EventRow{}, Members: []MemberRow{
+				func() MemberRow {
+					m := readyMember("ns", "a", "p", 0)
+					m.CoolingDown, m.CoolingDownTotal = []string{"d1.example", "d2.example", "d3.example", "d4.example", "d5.example"}, 7
+					return m
+				}(),
+				readyMember("ns", "b", "p", 0),
+			}},
+		},
 		"a proxy of no pool, sorted before pools' members; leases by grant time": {
 			in: Inputs{
 				Proxies: []*crawlv1alpha1.Proxy{member("ns", "z-pool-member", "p"), member("ns", "loose", "")},

@@ -36,6 +36,7 @@ func (op *operator) addDashboard(o Options, kube kubernetes.Interface, crawlInfo
 		in.Policies, _ = policies.Lister().List(labels.Everything())
 		in.Events, _ = events.Lister().List(labels.Everything())
 		in.Leases, in.LeasesKnown = dashboardLeases(leases)
+		in.Cooling = dashboardCooling(leases)
 		return in
 	}
 	op.dashboard = dashboard.NewHub(dashboard.HubConfig{Inputs: inputs})
@@ -85,4 +86,22 @@ func dashboardLeases(s *store.Store) ([]dashboard.Lease, bool) {
 		})
 	}
 	return out, true
+}
+
+// dashboardCooling are the store's cool-downs in force, a few domains per
+// proxy; none on a replica that does not lead.
+func dashboardCooling(s *store.Store) []dashboard.Cooling {
+	cooling, err := s.CoolingDown(dashboard.CoolingDomainsShown)
+	if err != nil { // store.ErrNotLeader
+		return nil
+	}
+	out := make([]dashboard.Cooling, 0, len(cooling))
+	for proxy, c := range cooling {
+		row := dashboard.Cooling{Namespace: proxy.Namespace, Proxy: proxy.Name, Total: c.Total}
+		for _, d := range c.Domains {
+			row.Domains = append(row.Domains, d.Domain)
+		}
+		out = append(out, row)
+	}
+	return out
 }

@@ -328,11 +328,20 @@ function policiesTable(policies) {
   ], rules, "policies");
 }
 
+// coolingDown names the domains a member keeps away from after bans, the
+// latest-ending first, and counts the rest.
+function coolingDown(m) {
+  const named = (m.coolingDown || []).join(", ");
+  const more = m.coolingDownTotal - (m.coolingDown || []).length;
+  return more > 0 ? named + " +" + more : named;
+}
+
 function membersTable(members) {
   return table([
     ["Proxy", (m) => m.namespace + "/" + m.name], ["Phase", (m) => m.phase, (m) => "phase-" + m.phase],
     ["Exit IP", (m) => m.exitIP], ["Latency", (m) => m.latencyMillis ? m.latencyMillis + " ms" : "", "num"],
-    ["Leases", (m) => m.leases, "num"], ["Age", (m) => age(m.createdMillis), "num"], ["Leaving", (m) => m.leaving],
+    ["Leases", (m) => m.leases, "num"], ["Cooling down for", coolingDown],
+    ["Age", (m) => age(m.createdMillis), "num"], ["Leaving", (m) => m.leaving],
   ], members, "members");
 }
 

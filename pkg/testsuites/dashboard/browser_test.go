@@ -2,7 +2,6 @@ package dashboard_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 	"os"
@@ -222,8 +221,9 @@ func poolRow(ctx context.Context, ns, name string) (string, error) {
 // TestDashboardInABrowser: a viewer signs in with a ServiceAccount token
 // and sees the fleet of the one namespace it may list, live: a pool
 // scaled 3 -> 5 shows 5 Ready without a reload, a CrawlPolicy's rule
-// counts the viewer's lease, and the pool's page charts the last samples
-// and lists its recent events. Nothing of the other
+// counts the viewer's lease, and the pool's page charts the last samples,
+// lists its recent events and, after a ban, the domain the member cools
+// down for. Nothing of the other
 // namespace, no lease ID, no Secret value and no token reaches the DOM,
 // and the page logs no error.
 func TestDashboardInABrowser(t *testing.T) {
@@ -360,13 +360,28 @@ func TestDashboardInABrowser(t *testing.T) {
 		return nil
 	})
 	assertNotInDOM(t, ctx, "the pool's page", notShown)
+
+	// The crawler reports a ban: the member cools down for the domain, and
+	// its row says so.
+	if err := leases.Release(t.Context(), held.ID, client.OutcomeBanned, "example.com"); err != nil {
+		t.Fatal(err)
+	}
+	eventually.Check(t, time.Minute, interval, "the banned member cooling down for example.com", func(context.Context) error {
+		members, err := rows(ctx, "members")
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(members, func(r string) bool {
+			return strings.HasPrefix(r, f.visible+"/"+held.Proxy.Name+"|") && strings.Contains(r, "|example.com|")
+		}) {
+			return fmt.Errorf("no row of %s cooling down for example.com: %q", held.Proxy.Name, members)
+		}
+		return nil
+	})
 	screenshot(t, ctx, "pool.png")
 
 	if errs := browserErrs.all(); len(errs) > 0 {
 		t.Errorf("the page logged errors: %q", errs)
-	}
-	if err := leases.Release(t.Context(), held.ID, client.OutcomeOK, ""); err != nil && !errors.Is(err, context.Canceled) {
-		t.Logf("releasing: %v", err)
 	}
 }
 
