@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +75,16 @@ func TestTopMessages(t *testing.T) {
 	}
 	if got := topMessages(counts{}, 3, 1); got != "none" {
 		t.Errorf("topMessages of nothing = %s, want none", got)
+	}
+}
+
+func TestParseGauge(t *testing.T) {
+	text := "# TYPE go_memstats_heap_inuse_bytes gauge\ngo_memstats_heap_inuse_bytes 1.2345e+07\n"
+	got, err := parseGauge(strings.NewReader(text), "go_memstats_heap_inuse_bytes")
+	if err != nil || got != 1.2345e+07 {
+		t.Errorf("parseGauge = %v, %v; want 1.2345e+07", got, err)
+	}
+	if _, err := parseGauge(strings.NewReader(text), "absent"); err == nil {
+		t.Error("parseGauge of a missing gauge: no error")
 	}
 }

@@ -20,7 +20,9 @@
 //     after all are Ready and half the proxies are leased through the lease
 //     API, beside the operator with no proxies and kube-apiserver and etcd
 //     over the same window;
-//   - the same fleet at client-go's default QPS/burst (5/10) beside ours.
+//   - the same fleet at client-go's default QPS/burst (5/10) beside ours;
+//   - at the -steady-at size, the operator's CPU and memory with 20 open
+//     dashboard streams (issue 55) beside a window with none.
 //
 // Every run has its own namespace and operator process (leader election in
 // that namespace); the API server and the fleet are shared. The fleet runs in
@@ -86,6 +88,9 @@ type config struct {
 	// profileDir, when set, runs every operator with --profiling and saves
 	// its heap profile at the end of each steady window there.
 	profileDir string
+	// dashboards is how many dashboard streams the operator at steadyAt
+	// serves in its dashboard window (0: no dashboard measurement).
+	dashboards int
 	// workers, when positive, is the operator's --workers (its default is
 	// sized for a cluster, not for 50,000 first writes against a slow API
 	// server).
@@ -104,6 +109,7 @@ func main() {
 		delay          = flag.Duration(fleet.DelayFlag, 0, "how long each fleet proxy waits before answering")
 		fleetSize      = flag.Int(fleet.SizeFlag, 0, "internal: serve a fleet of this many proxies and print their addresses")
 		workers        = flag.Int("workers", 0, "the operator's --workers (0: its default); the write rate at large sizes is bounded by workers / API write latency")
+		dashboards     = flag.Int("dashboards", 20, "open dashboard streams in the window after the steady one at -steady-at, beside a window with none (0: skip)")
 		profileDir     = flag.String("profile-dir", "", "run each operator with --profiling and save its heap profile (heap-<namespace>.pb.gz, for go tool pprof) at the end of its steady window in this directory")
 	)
 	klog.InitFlags(nil)
@@ -120,7 +126,7 @@ func main() {
 		*steadyAt = ns[0]
 	}
 	cfg := config{sizes: ns, steadyAt: *steadyAt, steady: *steady, steadyLarge: *steadyLarge, defaultQPSSize: *defaultQPSSize,
-		timeout: *timeout, interval: *interval, delay: *delay, profileDir: *profileDir, workers: *workers}
+		timeout: *timeout, interval: *interval, delay: *delay, profileDir: *profileDir, workers: *workers, dashboards: *dashboards}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -281,6 +287,9 @@ type result struct {
 	// Steady state (spec.steady > 0).
 	leases int
 	steady *steadyResult
+	// dashboards: the operator without and with open dashboards, at
+	// steadyAt (nil elsewhere).
+	dashboards *dashboardResult
 }
 
 type steadyResult struct {
@@ -363,6 +372,14 @@ func (b *bench) run(ctx context.Context, s runSpec) (res result, err error) {
 		return res, fmt.Errorf("phase \"steady state\": %w", err)
 	}
 	res.steady = &st
+	if s.proxies == b.cfg.steadyAt && b.cfg.dashboards > 0 {
+		progress("%s: %v without a dashboard, then %v with %d open", what, b.cfg.steadyLarge, b.cfg.steadyLarge, b.cfg.dashboards)
+		d, err := b.measureDashboards(ctx, op, b.cfg.dashboards, b.cfg.steadyLarge)
+		if err != nil {
+			return res, fmt.Errorf("phase \"dashboards\": %w", errors.Join(err, op.ExitErr()))
+		}
+		res.dashboards = &d
+	}
 	if b.cfg.profileDir != "" {
 		path := filepath.Join(b.cfg.profileDir, "heap-"+ns+".pb.gz")
 		if err := op.saveHeapProfile(ctx, path); err != nil {
