@@ -167,6 +167,9 @@ func TestTiersEscalateOnlyWhereBanned(t *testing.T) {
 		sum += ts.Grants
 		fromStats[fmt.Sprint(i)] = ts.Grants
 	}
+	if err := s.checkConsistency(); err != nil {
+		t.Error(err)
+	}
 	if sum != int64(len(grants)) {
 		t.Errorf("tier grants sum to %d, want every grant (%d)", sum, len(grants))
 	}
@@ -241,6 +244,9 @@ func TestTierStateCapEvictsOnlyWithinTheNamespace(t *testing.T) {
 	}
 	if l := acquire(t, s, AcquireRequest{Namespace: "victim", Domain: "bans.example"}); l.Proxy.Pool != "residential" {
 		t.Errorf("after the flood, victim's bans.example is granted on %s, want residential still", l.Proxy.Pool)
+	}
+	if err := s.checkConsistency(); err != nil {
+		t.Error(err)
 	}
 	if snap := m.snapshot(); snap.evictions[StateTiers] != 950 || snap.entries[StateTiers] != 51 {
 		t.Errorf("state metrics: %d evictions, %d entries of %s; want 950 and 51", snap.evictions[StateTiers], snap.entries[StateTiers], StateTiers)
