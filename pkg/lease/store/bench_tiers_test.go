@@ -96,3 +96,30 @@ type stateCounts struct {
 
 func (m *stateCounts) SetStateEntries(kind string, n int) { m.entries[kind] = n }
 func (m *stateCounts) ObserveStateEviction(string)        {}
+
+// BenchmarkTieredAcquire is one acquire+release for a domain the store
+// already keeps, under a default rule without tiers and with two: what
+// tiering adds to a grant (the tier's selector on each candidate, the
+// state's choice and its bookkeeping, and the outcome fed back).
+//
+// Run: go test -run '^$' -bench BenchmarkTieredAcquire -cpu 1 ./pkg/lease/store
+func BenchmarkTieredAcquire(b *testing.B) {
+	for _, tiered := range []bool{false, true} {
+		b.Run(map[bool]string{false: "untiered", true: "tiered"}[tiered], func(b *testing.B) {
+			st, _ := newTierBenchStore(b, tiered)
+			acquireDomains(b, st, 0, 1000)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				l, err := st.Acquire(context.Background(), store.AcquireRequest{Holder: "w", Namespace: "crawl", Domain: "d" + strconv.Itoa(i%1000) + ".example.com"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := st.Release(l.ID, store.OutcomeOK, ""); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
