@@ -296,7 +296,9 @@ func (s *Store) dropTierEntryLocked(e *tierEntry) {
 // retierLocked drops, when a policy changes from old to new (nil: it is
 // deleted; old nil: it is new), the tier states and per-tier counts of
 // the rules whose tiers changed: their tier indices mean other proxies
-// now. The rest keep their tier.
+// now. The rest keep their tier. A namespace over its share (the shares
+// shrink when another namespace gets a default rule) gives back its least
+// recently used at once: a policy change is rare.
 func (s *Store) retierLocked(old, new *CrawlPolicy) {
 	ts := &s.polite.tiers
 	ts.tiered = 0
@@ -305,6 +307,13 @@ func (s *Store) retierLocked(old, new *CrawlPolicy) {
 			if len(p.Tiers) > 0 {
 				ts.tiered++
 			}
+		}
+	}
+	share := s.polite.share()
+	for _, lru := range ts.lru {
+		for lru.Len() > share {
+			s.dropTierEntryLocked(lru.Back().Value.(*tierEntry))
+			s.observeEviction(StateTiers)
 		}
 	}
 	if old == nil || len(old.Tiers) == 0 {

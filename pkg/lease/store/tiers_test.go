@@ -251,6 +251,18 @@ func TestTierStateCapEvictsOnlyWithinTheNamespace(t *testing.T) {
 	if snap := m.snapshot(); snap.evictions[StateTiers] != 950 || snap.entries[StateTiers] != 51 {
 		t.Errorf("state metrics: %d evictions, %d entries of %s; want 950 and 51", snap.evictions[StateTiers], snap.entries[StateTiers], StateTiers)
 	}
+	// A third namespace with a default rule: the shares shrink to 33, and
+	// flood gives back its least recently used at once; victim keeps its.
+	s.SetCrawlPolicy(tieredDefault("third"))
+	s.mu.Lock()
+	got = map[string]int{"flood": s.polite.tiers.lru["flood"].Len(), "victim": s.polite.tiers.lru["victim"].Len(), "total": s.polite.tiers.domainTotal}
+	s.mu.Unlock()
+	if diff := cmp.Diff(map[string]int{"flood": 33, "victim": 1, "total": 34}, got); diff != "" {
+		t.Errorf("tier states kept after the shares shrank (-want +got):\n%s", diff)
+	}
+	if err := s.checkConsistency(); err != nil {
+		t.Error(err)
+	}
 }
 
 // TestNewLeaderKeepsTheTierOfRelearnedLeases: a domain escalated on the
