@@ -1135,7 +1135,7 @@ func schema_pkg_apis_crawl_v1alpha1_DomainRuleStatus(ref common.ReferenceCallbac
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "BusiestDomains is the default rule's domains with the most grants the leader remembers, at most 10, and the tier of each.",
+							Description: "BusiestDomains is the default rule's domains with the most grants among the 1,024 it used most recently, at most 10, and the tier of each.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{

@@ -123,3 +123,20 @@ func BenchmarkTieredAcquire(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTierStatsAt100kDomains is one CrawlPolicyStats of a default
+// rule with two tiers and 100,000 domains' tier states: the status writer
+// asks every 5 s, and the walk for the busiest domains holds the store's
+// lock for it.
+//
+// Run: go test -run '^$' -bench BenchmarkTierStatsAt100kDomains ./pkg/lease/store
+func BenchmarkTierStatsAt100kDomains(b *testing.B) {
+	st, _ := newTierBenchStore(b, true)
+	acquireDomains(b, st, 0, store.DefaultMaxDomainBudgets)
+	key := store.ObjectName{Namespace: "crawl", Name: "polite"}
+	for b.Loop() {
+		if stats := st.CrawlPolicyStats(key); len(stats) != 1 || len(stats[0].BusiestDomains) != store.MaxBusiestDomains {
+			b.Fatalf("stats %+v, want the default rule with %d busiest domains", stats, store.MaxBusiestDomains)
+		}
+	}
+}

@@ -361,8 +361,12 @@ type DomainTier struct {
 	Grants       int64
 }
 
-// MaxBusiestDomains bounds RuleStats.BusiestDomains.
-const MaxBusiestDomains = 10
+// MaxBusiestDomains bounds RuleStats.BusiestDomains, taken from the
+// busiestScan most recently used tier states of the namespace.
+const (
+	MaxBusiestDomains = 10
+	busiestScan       = 1024
+)
 
 // tierStatsLocked fills r, a rule of policy p, with its tiers' use, its
 // current tier (a named rule) or its busiest domains' (the default).
@@ -391,7 +395,11 @@ func (s *Store) tierStatsLocked(p *CrawlPolicy, r *RuleStats) {
 	if lru == nil {
 		return
 	}
-	for el := lru.Front(); el != nil; el = el.Next() {
+	// A busy domain is a recently used one: looking at the most recent
+	// only bounds the time the status writer holds the lock (100,000
+	// states took 9 ms a walk; BenchmarkTierStatsAt100kDomains).
+	n := 0
+	for el := lru.Front(); el != nil && n < busiestScan; el, n = el.Next(), n+1 {
 		e := el.Value.(*tierEntry)
 		if e.key.policy != p.Key.Name {
 			continue

@@ -331,3 +331,21 @@ func (m *tierTestMetrics) tierGrants() map[string]int64 {
 	defer m.mu.Unlock()
 	return maps.Clone(m.grants)
 }
+
+func TestInsertBusiestKeepsTheTopTen(t *testing.T) {
+	var top []DomainTier
+	for i := range 30 {
+		// Grants 0, 7, 14, ... mod 30: every value once, out of order.
+		g := int64(i * 7 % 30)
+		top = insertBusiest(top, DomainTier{Domain: fmt.Sprintf("d%02d", g), Grants: g})
+	}
+	top = insertBusiest(top, DomainTier{Domain: "a-tie", Grants: 29})
+	var got []string
+	for _, d := range top {
+		got = append(got, fmt.Sprintf("%s:%d", d.Domain, d.Grants))
+	}
+	want := []string{"a-tie:29", "d29:29", "d28:28", "d27:27", "d26:26", "d25:25", "d24:24", "d23:23", "d22:22", "d21:21"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("busiest (-want +got):\n%s", diff)
+	}
+}

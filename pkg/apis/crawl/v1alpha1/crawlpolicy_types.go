@@ -238,7 +238,8 @@ type DomainRuleStatus struct {
 	Tiers []TierStatus `json:"tiers,omitempty"`
 
 	// BusiestDomains is the default rule's domains with the most grants
-	// the leader remembers, at most 10, and the tier of each.
+	// among the 1,024 it used most recently, at most 10, and the tier of
+	// each.
 	// +listType=atomic
 	// +optional
 	BusiestDomains []DomainTierStatus `json:"busiestDomains,omitempty"`

@@ -40,7 +40,8 @@ type DomainRuleStatusApplyConfiguration struct {
 	// Tiers is each tier's grants and outcomes since the leader started.
 	Tiers []TierStatusApplyConfiguration `json:"tiers,omitempty"`
 	// BusiestDomains is the default rule's domains with the most grants
-	// the leader remembers, at most 10, and the tier of each.
+	// among the 1,024 it used most recently, at most 10, and the tier of
+	// each.
 	BusiestDomains []DomainTierStatusApplyConfiguration `json:"busiestDomains,omitempty"`
 }
 
