@@ -349,3 +349,32 @@ func TestInsertBusiestKeepsTheTopTen(t *testing.T) {
 		t.Errorf("busiest (-want +got):\n%s", diff)
 	}
 }
+
+// TestProbeWithNothingFreeGoesToTheCurrentTier: after the quiet period a
+// probe of the cheaper tier finds no free proxy there; the grant goes to
+// the budget's tier instead of being refused, and the probe comes with a
+// later grant once the cheaper tier has room.
+func TestProbeWithNothingFreeGoesToTheCurrentTier(t *testing.T) {
+	fleet := tieredFleet(testNamespace, 10)
+	s, clk, _ := newTestStore(t, fleet)
+	s.SetCrawlPolicy(tieredDefault(testNamespace))
+	escalate(t, s, testNamespace, "bans.example")
+	clk.Step(tier.DefaultQuietPeriod)
+	for _, p := range fleet {
+		if p.Pool == "own-vms" {
+			p.Ready = false
+			s.Upsert(p)
+		}
+	}
+	l, err := s.Acquire(context.Background(), AcquireRequest{Holder: "w", Namespace: testNamespace, Domain: "bans.example"})
+	if err != nil || l.Proxy.Pool != "residential" {
+		t.Fatalf("a probe with no own VM Ready: granted %q, err %v; want residential", l.Proxy.Pool, err)
+	}
+	release(t, s, l)
+	for _, p := range fleet {
+		s.Upsert(p)
+	}
+	if l := acquire(t, s, AcquireRequest{Namespace: testNamespace, Domain: "bans.example"}); l.Proxy.Pool != "own-vms" {
+		t.Errorf("with own VMs Ready again, the probe went to %s, want own-vms", l.Proxy.Pool)
+	}
+}
