@@ -26,6 +26,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/bandetect"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/feed"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
 
@@ -132,7 +133,8 @@ func StatusFrom(p *crawlv1alpha1.CrawlPolicy, stats []store.RuleStats, base map[
 	for _, r := range stats {
 		b := base[r.Host]
 		o := withRate(crawlv1alpha1.OutcomeCounts{OK: b.OK + r.Outcomes.OK, Banned: b.Banned + r.Outcomes.Banned, Error: b.Error + r.Outcomes.Error})
-		st.Rules = append(st.Rules, crawlv1alpha1.DomainRuleStatus{Host: r.Host, InUse: r.InUse, Waited: r.Waited, Refused: r.Refused, Outcomes: o})
+		st.Rules = append(st.Rules, crawlv1alpha1.DomainRuleStatus{Host: r.Host, InUse: r.InUse, Waited: r.Waited, Refused: r.Refused, Outcomes: o,
+			CurrentTier: r.Tier, Tiers: tiersStatus(r.Tiers), BusiestDomains: busiestStatus(r.BusiestDomains)})
 		st.InUse += r.InUse
 		st.Waited += r.Waited
 		st.Refused += r.Refused
@@ -144,9 +146,29 @@ func StatusFrom(p *crawlv1alpha1.CrawlPolicy, stats []store.RuleStats, base map[
 	return st
 }
 
+// tiersStatus is a rule's tiers' use as status shows it (counted since
+// the leader started).
+func tiersStatus(ts []store.TierStats) []crawlv1alpha1.TierStatus {
+	var out []crawlv1alpha1.TierStatus
+	for _, t := range ts {
+		out = append(out, crawlv1alpha1.TierStatus{Name: t.Name, Grants: t.Grants,
+			Outcomes: withRate(crawlv1alpha1.OutcomeCounts{OK: t.Outcomes.OK, Banned: t.Outcomes.Banned, Error: t.Outcomes.Error})})
+	}
+	return out
+}
+
+func busiestStatus(ds []store.DomainTier) []crawlv1alpha1.DomainTierStatus {
+	var out []crawlv1alpha1.DomainTierStatus
+	for _, d := range ds {
+		out = append(out, crawlv1alpha1.DomainTierStatus{Domain: d.Domain, Tier: d.Tier, Grants: d.Grants})
+	}
+	return out
+}
+
 // setValid sets the Valid condition: False, naming each field, while a
-// ban rule cannot be applied as written (a pattern that is not RE2: the
-// gateway ignores it and judges by the rest).
+// ban rule or a rule's tiers cannot be applied as written (a pattern that
+// is not RE2: the gateway ignores it and judges by the rest; a tier
+// selector labels refuses: the rule is applied without tiers).
 func setValid(st *crawlv1alpha1.CrawlPolicyStatus, p *crawlv1alpha1.CrawlPolicy) {
 	var problems []string
 	check := func(limits *crawlv1alpha1.DomainLimits, field string) {
@@ -158,10 +180,20 @@ func setValid(st *crawlv1alpha1.CrawlPolicyStatus, p *crawlv1alpha1.CrawlPolicy)
 			problems = append(problems, e.Error())
 		}
 	}
+	checkTiers := func(limits *crawlv1alpha1.DomainLimits, field string) {
+		if limits == nil {
+			return
+		}
+		if _, err := feed.TieringFrom(*limits, field); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
 	for i := range p.Spec.Rules {
 		check(&p.Spec.Rules[i].DomainLimits, fmt.Sprintf("spec.rules[%d]", i))
+		checkTiers(&p.Spec.Rules[i].DomainLimits, fmt.Sprintf("spec.rules[%d]", i))
 	}
 	check(p.Spec.Default, "spec.default")
+	checkTiers(p.Spec.Default, "spec.default")
 	c := metav1.Condition{Type: crawlv1alpha1.CrawlPolicyConditionValid, Status: metav1.ConditionTrue, Reason: "Applied",
 		Message: "every field is applied as written", ObservedGeneration: p.Generation}
 	if len(problems) > 0 {

@@ -18,7 +18,7 @@ func newLeaseStateMetrics(kinds []string) leaseStateMetrics {
 		entries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "lease_state_entries",
-			Help:      "Entries of the lease store's bounded state on this replica, by kind: sessions (sticky sessions), cooldowns ((proxy, domain) cool-down entries, in force or remembered), domain_budgets (crawl policies' default-rule budgets, one per domain), session_states (kept session state blobs).",
+			Help:      "Entries of the lease store's bounded state on this replica, by kind: sessions (sticky sessions), cooldowns ((proxy, domain) cool-down entries, in force or remembered), domain_budgets (crawl policies' default-rule budgets, one per domain), session_states (kept session state blobs), tiers (crawl policies' default-rule tier states, one per domain).",
 		}, []string{"kind"}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,

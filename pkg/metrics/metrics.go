@@ -53,6 +53,7 @@ type Metrics struct {
 	lease             leaseMetrics
 	leaseState        leaseStateMetrics
 	outcomes          outcomeMetrics
+	tiers             tierMetrics
 	pool              poolMetrics
 	poolDemand        poolDemandMetrics
 	leader            prometheus.Gauge
@@ -120,6 +121,7 @@ func New(labels Labels) *Metrics {
 		lease:      newLeaseMetrics(),
 		leaseState: newLeaseStateMetrics(labels.LeaseStateKinds),
 		outcomes:   newOutcomeMetrics(),
+		tiers:      newTierMetrics(),
 		pool:       newPoolMetrics(),
 		poolDemand: newPoolDemandMetrics(),
 		proxies:    &proxyCollector{desc: proxiesDesc},
@@ -141,6 +143,7 @@ func New(labels Labels) *Metrics {
 	m.lease.predeclare(labels.AcquireOutcomes, labels.LeaseEnds)
 	m.registry.MustRegister(m.lease.collectors()...)
 	m.registry.MustRegister(m.outcomes.collectors()...)
+	m.registry.MustRegister(m.tiers.collectors()...)
 	m.registry.MustRegister(m.leaseState.collectors()...)
 	m.registry.MustRegister(m.pool.collectors()...)
 	m.registry.MustRegister(m.poolDemand.collectors()...)

@@ -35,6 +35,7 @@ var (
 	_ store.StateMetrics   = (*Metrics)(nil)
 	_ store.PolicyMetrics  = (*Metrics)(nil)
 	_ store.OutcomeMetrics = (*Metrics)(nil)
+	_ store.TierMetrics    = (*Metrics)(nil)
 )
 
 // testLabels are the label values the operator passes (pkg/operator's

@@ -54,6 +54,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.DomainRuleApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DomainRuleStatus"):
 		return &crawlv1alpha1.DomainRuleStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("DomainTierStatus"):
+		return &crawlv1alpha1.DomainTierStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Endpoint"):
 		return &crawlv1alpha1.EndpointApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("GCEProvider"):
@@ -110,10 +112,16 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.ProxyStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ProxyTemplate"):
 		return &crawlv1alpha1.ProxyTemplateApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ProxyTier"):
+		return &crawlv1alpha1.ProxyTierApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeyRef"):
 		return &crawlv1alpha1.SecretKeyRefApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TemplateMetadata"):
 		return &crawlv1alpha1.TemplateMetadataApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("Tiering"):
+		return &crawlv1alpha1.TieringApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TierStatus"):
+		return &crawlv1alpha1.TierStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("UpstreamProvider"):
 		return &crawlv1alpha1.UpstreamProviderApplyConfiguration{}
 

@@ -45,6 +45,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainLimits":        schema_pkg_apis_crawl_v1alpha1_DomainLimits(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainRule":          schema_pkg_apis_crawl_v1alpha1_DomainRule(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainRuleStatus":    schema_pkg_apis_crawl_v1alpha1_DomainRuleStatus(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainTierStatus":    schema_pkg_apis_crawl_v1alpha1_DomainTierStatus(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint":            schema_pkg_apis_crawl_v1alpha1_Endpoint(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider":         schema_pkg_apis_crawl_v1alpha1_GCEProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HeaderPattern":       schema_pkg_apis_crawl_v1alpha1_HeaderPattern(ref),
@@ -76,8 +77,11 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxySpec":           schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyStatus":         schema_pkg_apis_crawl_v1alpha1_ProxyStatus(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTemplate":       schema_pkg_apis_crawl_v1alpha1_ProxyTemplate(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTier":           schema_pkg_apis_crawl_v1alpha1_ProxyTier(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.SecretKeyRef":        schema_pkg_apis_crawl_v1alpha1_SecretKeyRef(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.TemplateMetadata":    schema_pkg_apis_crawl_v1alpha1_TemplateMetadata(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.TierStatus":          schema_pkg_apis_crawl_v1alpha1_TierStatus(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Tiering":             schema_pkg_apis_crawl_v1alpha1_Tiering(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.UpstreamProvider":    schema_pkg_apis_crawl_v1alpha1_UpstreamProvider(ref),
 		v1.AWSElasticBlockStoreVolumeSource{}.OpenAPIModelName():                           schema_k8sio_api_core_v1_AWSElasticBlockStoreVolumeSource(ref),
 		v1.Affinity{}.OpenAPIModelName():                                                   schema_k8sio_api_core_v1_Affinity(ref),
@@ -948,11 +952,35 @@ func schema_pkg_apis_crawl_v1alpha1_DomainLimits(ref common.ReferenceCallback) c
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.BanDetection"),
 						},
 					},
+					"tiers": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Tiers are selectors of the namespace's proxies, cheapest first: a lease for the domains starts on the first tier's proxies and moves to the next where bans show the cheaper one is blocked (docs/tiers.md). An acquire that names its own selector is not tiered. Unset: any proxy, as before.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTier"),
+									},
+								},
+							},
+						},
+					},
+					"tiering": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Tiering says when a budget moves between its tiers. Unset: the defaults of each field.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Tiering"),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.BanDetection", metav1.Duration{}.OpenAPIModelName()},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.BanDetection", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTier", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Tiering", metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -996,12 +1024,36 @@ func schema_pkg_apis_crawl_v1alpha1_DomainRule(ref common.ReferenceCallback) com
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.BanDetection"),
 						},
 					},
+					"tiers": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Tiers are selectors of the namespace's proxies, cheapest first: a lease for the domains starts on the first tier's proxies and moves to the next where bans show the cheaper one is blocked (docs/tiers.md). An acquire that names its own selector is not tiered. Unset: any proxy, as before.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTier"),
+									},
+								},
+							},
+						},
+					},
+					"tiering": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Tiering says when a budget moves between its tiers. Unset: the defaults of each field.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Tiering"),
+						},
+					},
 				},
 				Required: []string{"host"},
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.BanDetection", metav1.Duration{}.OpenAPIModelName()},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.BanDetection", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTier", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Tiering", metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -1051,12 +1103,93 @@ func schema_pkg_apis_crawl_v1alpha1_DomainRuleStatus(ref common.ReferenceCallbac
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts"),
 						},
 					},
+					"currentTier": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CurrentTier is the tier a named rule's next grant goes to; empty for a rule without tiers and for the default rule (see busiestDomains).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"tiers": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Tiers is each tier's grants and outcomes since the leader started.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.TierStatus"),
+									},
+								},
+							},
+						},
+					},
+					"busiestDomains": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "BusiestDomains is the default rule's domains with the most grants among the 1,024 it used most recently, at most 10, and the tier of each.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainTierStatus"),
+									},
+								},
+							},
+						},
+					},
 				},
 				Required: []string{"host", "inUse", "waited", "refused"},
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts"},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainTierStatus", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.TierStatus"},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_DomainTierStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "DomainTierStatus is one default-rule domain's tier.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"domain": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Domain is the domain.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"tier": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Tier is its current tier's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"grants": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Grants counts its grants since the leader first kept its tier.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"domain", "tier", "grants"},
+			},
+		},
 	}
 }
 
@@ -2614,6 +2747,37 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyTemplate(ref common.ReferenceCallback) 
 	}
 }
 
+func schema_pkg_apis_crawl_v1alpha1_ProxyTier(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ProxyTier is one tier: the proxies a selector picks.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name names the tier in status and metrics (own-vms, residential).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"selector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Selector picks the tier's proxies among the namespace's, for example matchLabels crawl.proxyfleet.io/pool: own-vms (a pool labels its members with its name).",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"name", "selector"},
+			},
+		},
+		Dependencies: []string{
+			metav1.LabelSelector{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_crawl_v1alpha1_SecretKeyRef(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -2683,6 +2847,93 @@ func schema_pkg_apis_crawl_v1alpha1_TemplateMetadata(ref common.ReferenceCallbac
 				},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_TierStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TierStatus is one tier's use.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name is the tier's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"grants": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Grants counts the leases granted on the tier.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"outcomes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Outcomes are the outcomes on the tier's proxies.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts"),
+						},
+					},
+				},
+				Required: []string{"name", "grants"},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.OutcomeCounts"},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_Tiering(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "Tiering says when a budget escalates to a dearer tier and when it steps back down.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"window": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Window is how long outcomes at the current tier are counted before the count starts afresh (Go duration). Default 2m.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"banRateThreshold": {
+						SchemaProps: spec.SchemaProps{
+							Description: "BanRateThreshold: bans over bans and successes in a window above it escalate to the next tier; a decimal between 0 and 1. Default \"0.5\".",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"minOutcomes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MinOutcomes is the least outcomes in a window before it may escalate, and of a probe before it may step down. Default 5.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"quietPeriod": {
+						SchemaProps: spec.SchemaProps{
+							Description: "QuietPeriod is how long a budget stays on a tier above the first before it probes the tier below (Go duration). Default 10m.",
+							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
+						},
+					},
+					"probeShare": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ProbeShare is the share of grants that try the tier below while probing; a decimal above 0, at most 1. Default \"0.05\".",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 

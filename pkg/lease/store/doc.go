@@ -1,5 +1,6 @@
 // Package store is the lease store: the proxies it may lease, the leases,
-// cool-downs, sticky sessions, crawl-policy budgets and session state, all
+// cool-downs, sticky sessions, crawl-policy budgets and their tiers of
+// proxies (tiers.go; the decision is pkg/tier's) and session state, all
 // in memory. Proxies come in through Upsert and Remove, leases go out
 // through Acquire, Renew and Release. Selection walks a list kept in
 // selection order (sticky session first, then least recently released,

@@ -7,11 +7,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/tier"
 )
 
 // A fuzz target for crawl policy budgets (issue 48): whatever the calls,
 // the default rule's budgets stay within their shares with every live
-// lease charged to a budget the store still has. (Session state puts:
+// lease charged to a budget the store still has, and its tier states
+// (issue 53) within the same shares, each listed once. (Session state puts:
 // pkg/lease/server's FuzzSessionStatePut.)
 // hack/fuzz.sh (make fuzz) runs every Fuzz function it finds. Run one:
 //
@@ -31,11 +34,12 @@ func FuzzDomainBudgets(f *testing.F) {
 			ops = ops[:200]
 		}
 		proxies := []ProxyInfo{
-			newProxy("a1", inNamespace("ns-a"), withMaxLeases(3)), newProxy("a2", inNamespace("ns-a"), withMaxLeases(3)),
+			newProxy("a1", inNamespace("ns-a"), withMaxLeases(3), inTierPool("own-vms")), newProxy("a2", inNamespace("ns-a"), withMaxLeases(3), inTierPool("residential")),
 			newProxy("b1", inNamespace("ns-b"), withMaxLeases(3)),
 		}
 		s, clk, _ := newTestStore(t, proxies, withStoreConfig(func(c *Config) { c.MaxDomainBudgets = 4 }))
-		s.SetCrawlPolicy(CrawlPolicy{Key: ObjectName{"ns-a", "p"}, Default: &DomainLimits{MaxConcurrent: 2, MinInterval: 3 * time.Second}})
+		s.SetCrawlPolicy(CrawlPolicy{Key: ObjectName{"ns-a", "p"}, Default: &DomainLimits{MaxConcurrent: 2, MinInterval: 3 * time.Second},
+			Tiers: map[string]*Tiering{DefaultRuleHost: twoTiers(tier.Config{MinOutcomes: 1, QuietPeriod: 5 * time.Second})}})
 		s.SetCrawlPolicy(CrawlPolicy{Key: ObjectName{"ns-b", "p"}, Rules: map[string]DomainLimits{"*.example.com": {MaxConcurrent: 1}},
 			Default: &DomainLimits{MinIntervalPerProxy: 5 * time.Second}})
 		domains := []string{"a.example", "b.example", "c.example", "d.example", "a.example.com", "x.y.example.com", "", fuzzed}
@@ -58,8 +62,13 @@ func FuzzDomainBudgets(f *testing.F) {
 				}
 			case 2:
 				if len(held) > 0 {
-					// It may have expired meanwhile.
-					if err := s.Release(held[0].ID, OutcomeOK, ""); err != nil && !errors.Is(err, ErrUnknownLease) {
+					// It may have expired meanwhile. Odd arguments ban: the
+					// tier states of ns-a's default rule move.
+					outcome := OutcomeOK
+					if arg%2 == 1 && held[0].Domain != "" {
+						outcome = OutcomeBanned
+					}
+					if err := s.Release(held[0].ID, outcome, ""); err != nil && !errors.Is(err, ErrUnknownLease) {
 						t.Fatal(err)
 					}
 					held = held[1:]
@@ -119,6 +128,9 @@ func checkBudgets(t *testing.T, s *Store) {
 		if b.inUse != n {
 			problems = append(problems, fmt.Sprintf("%+v: %d in use, %d live leases", b.key, b.inUse, n))
 		}
+	}
+	if err := s.checkTiersLocked(); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if len(problems) > 0 {
 		t.Fatal(strings.Join(problems, "\n"))

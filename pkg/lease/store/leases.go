@@ -252,7 +252,14 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 	if limit := s.cfg.MaxLeasesPerOwner; limit > 0 && req.Owner != "" && s.owned[req.Owner] >= limit {
 		return nil, &OwnerLimitError{Limit: limit}
 	}
-	p, err := s.selectLocked(req, now)
+	tiers := s.tierCheckLocked(req, now, false) // tiers.go
+	p, err := s.selectLocked(req, now, &tiers)
+	if err != nil && tiers.probing() {
+		// A probe of a cheaper tier with nothing free there: the grant
+		// goes to the budget's tier as if it were no probe.
+		tiers = s.tierCheckLocked(req, now, true)
+		p, err = s.selectLocked(req, now, &tiers)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -283,6 +290,7 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 	}
 	s.installLocked(l)
 	noteGrantLocked(l, now)
+	s.noteTierGrantLocked(&tiers, p, now)
 	p.burn.served++
 	if req.Session != "" {
 		s.useSessionLocked(sessionKey{req.Owner, req.Namespace, req.Session}, p.info.Key, now)
@@ -328,10 +336,11 @@ func (s *Store) joinLocked(l *lease, ttl time.Duration, now time.Time) error {
 }
 
 // selectLocked picks the proxy for req: the session's proxy if it is still
-// acceptable, else the first acceptable one in selection order.
-func (s *Store) selectLocked(req *AcquireRequest, now time.Time) (*proxyState, error) {
+// acceptable, else the first acceptable one in selection order. A tiered
+// acquire accepts only the proxies of its budget's tier.
+func (s *Store) selectLocked(req *AcquireRequest, now time.Time, tiers *tierCheck) (*proxyState, error) {
 	acceptable := func(p *proxyState) bool {
-		return p.free() && !p.info.Draining && req.Selector.Matches(labels.Set(p.info.Labels))
+		return p.free() && !p.info.Draining && req.Selector.Matches(labels.Set(p.info.Labels)) && tiers.allows(p)
 	}
 	polite := s.politeCheckLocked(req.Domain, now)
 	if req.Session != "" {

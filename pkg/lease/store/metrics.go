@@ -74,7 +74,7 @@ const (
 )
 
 // StateKinds lists every kind of bounded state, for pre-declaring series.
-var StateKinds = []string{StateSessions, StateCooldowns, StateDomainBudgets, StateSessionStates}
+var StateKinds = []string{StateSessions, StateCooldowns, StateDomainBudgets, StateSessionStates, StateTiers}
 
 // StateMetrics, when a Metrics implements it too, receives the size of the
 // store's bounded state (sticky sessions, cool-down entries) and counts

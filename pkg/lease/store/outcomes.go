@@ -66,6 +66,7 @@ func (s *Store) countOutcomesLocked(p *proxyState, outcome Outcome, domain strin
 	if m != nil {
 		m.ObserveRuleOutcomes(ns, policy, rule, string(outcome), n)
 	}
+	s.observeTierLocked(p, outcome, domain, n) // tiers.go
 }
 
 // poolOutcomesLocked is the counts of p's pool, made on first use; nil

@@ -39,6 +39,9 @@ type CrawlPolicy struct {
 	Rules map[string]DomainLimits
 	// Default binds domains no rule matches, one budget each; nil: none.
 	Default *DomainLimits
+	// Tiers are the tiers of the rules that have them, by host
+	// (DefaultRuleHost for the default rule): tiers.go.
+	Tiers map[string]*Tiering
 }
 
 // DefaultRuleHost names the default rule in stats and metrics.
@@ -49,6 +52,12 @@ type RuleStats struct {
 	Host                   string
 	InUse, Waited, Refused int64
 	Outcomes               Outcomes
+	// Tier is a named rule's current tier; Tiers each tier's use;
+	// BusiestDomains the default rule's busiest domains and their tier
+	// (tiers.go). Empty for a rule without tiers.
+	Tier           string
+	Tiers          []TierStats
+	BusiestDomains []DomainTier
 }
 
 type budgetKey struct {
@@ -76,6 +85,8 @@ type budget struct {
 type ruleCounts struct {
 	inUse, waited, refused int64
 	outcomes               Outcomes
+	// tiers are the rule's grants and outcomes per tier (tiers.go).
+	tiers []tierCounts
 }
 
 // ruleOf is a budget's rule: the key without the default rule's domain.
@@ -93,6 +104,8 @@ type politeness struct {
 	// rule: each gets maxDomains/withDefault budgets.
 	withDefault int
 	maxDomains  int
+	// tiers are the tier states of the rules with tiers (tiers.go).
+	tiers tierStates
 }
 
 func newPoliteness(maxDomains int) politeness {
@@ -100,7 +113,7 @@ func newPoliteness(maxDomains int) politeness {
 		maxDomains = DefaultMaxDomainBudgets
 	}
 	return politeness{policies: map[string][]*CrawlPolicy{}, budgets: map[budgetKey]*budget{}, counts: map[budgetKey]*ruleCounts{},
-		domains: map[string]*namespaceDomains{}, maxDomains: maxDomains}
+		domains: map[string]*namespaceDomains{}, maxDomains: maxDomains, tiers: newTierStates()}
 }
 
 // SetCrawlPolicy applies a policy (new or changed), recounting the live
@@ -108,19 +121,32 @@ func newPoliteness(maxDomains int) politeness {
 func (s *Store) SetCrawlPolicy(p CrawlPolicy) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ps := slices.DeleteFunc(s.polite.policies[p.Key.Namespace], func(q *CrawlPolicy) bool { return q.Key == p.Key })
+	var old *CrawlPolicy
+	ps := slices.DeleteFunc(s.polite.policies[p.Key.Namespace], func(q *CrawlPolicy) bool {
+		if q.Key == p.Key {
+			old = q
+		}
+		return q.Key == p.Key
+	})
 	ps = append(ps, &p)
 	slices.SortFunc(ps, func(a, b *CrawlPolicy) int { return strings.Compare(a.Key.Name, b.Key.Name) })
 	s.polite.policies[p.Key.Namespace] = ps
 	s.rechargeLocked(p.Key.Namespace)
 	s.resharedLocked()
+	s.retierLocked(old, &p)
 }
 
 // DeleteCrawlPolicy stops applying a policy.
 func (s *Store) DeleteCrawlPolicy(key ObjectName) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ps := slices.DeleteFunc(s.polite.policies[key.Namespace], func(q *CrawlPolicy) bool { return q.Key == key })
+	var old *CrawlPolicy
+	ps := slices.DeleteFunc(s.polite.policies[key.Namespace], func(q *CrawlPolicy) bool {
+		if q.Key == key {
+			old = q
+		}
+		return q.Key == key
+	})
 	if len(ps) == 0 {
 		delete(s.polite.policies, key.Namespace)
 	} else {
@@ -128,6 +154,7 @@ func (s *Store) DeleteCrawlPolicy(key ObjectName) {
 	}
 	s.rechargeLocked(key.Namespace)
 	s.resharedLocked()
+	s.retierLocked(old, nil)
 }
 
 // rechargeLocked drops the namespace's budgets and charges its live
@@ -397,6 +424,9 @@ func (s *Store) CrawlPolicyStats(key ObjectName) []RuleStats {
 		if r := byRule[k.rule]; r != nil && k.namespace == key.Namespace && k.policy == key.Name {
 			r.InUse, r.Waited, r.Refused, r.Outcomes = c.inUse, c.waited, c.refused, c.outcomes
 		}
+	}
+	for i := range out {
+		s.tierStatsLocked(p, &out[i])
 	}
 	return out
 }

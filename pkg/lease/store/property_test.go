@@ -561,5 +561,37 @@ func (s *Store) checkConsistency() error {
 			errs = append(errs, fmt.Errorf("the selection order %q links %d proxies, counts %d", ns, n, o.n))
 		}
 	}
+	return errors.Join(append(errs, s.checkTiersLocked())...)
+}
+
+// checkTiersLocked: the default rule's tier states are each in their
+// namespace's LRU and counted once; none beyond the namespace's share.
+func (s *Store) checkTiersLocked() error {
+	var errs []error
+	ts := &s.polite.tiers
+	inLists := 0
+	for ns, lru := range ts.lru {
+		inLists += lru.Len()
+		if lru.Len() > s.polite.share() {
+			errs = append(errs, fmt.Errorf("namespace %s keeps %d tier states, over its share %d", ns, lru.Len(), s.polite.share()))
+		}
+		for e := lru.Front(); e != nil; e = e.Next() {
+			if te := e.Value.(*tierEntry); ts.entries[te.key] != te || te.key.namespace != ns {
+				errs = append(errs, fmt.Errorf("tier state %v is in namespace %s's list but not the map", te.key, ns))
+			}
+		}
+	}
+	domains := 0
+	for k, e := range ts.entries {
+		if (k.domain != "") != (e.elem != nil) {
+			errs = append(errs, fmt.Errorf("tier state %v: in a list %v", k, e.elem != nil))
+		}
+		if k.domain != "" {
+			domains++
+		}
+	}
+	if inLists != ts.domainTotal || domains != ts.domainTotal {
+		errs = append(errs, fmt.Errorf("%d default-rule tier states in lists, %d in the map, counted %d", inLists, domains, ts.domainTotal))
+	}
 	return errors.Join(errs...)
 }

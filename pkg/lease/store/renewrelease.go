@@ -216,6 +216,7 @@ func (s *Store) findLocked(tok token, now time.Time) (*lease, error) {
 		readySince:   tok.readySince,
 	}
 	s.installLocked(l)
+	s.seedTierLocked(l, now)
 	// The session's lease is known again, so that its next acquire joins
 	// it (unless the session has chosen anew on this leader already).
 	if key := (sessionKey{l.owner, l.sessionScope, l.session}); l.session != "" && s.sessions[key] == nil {

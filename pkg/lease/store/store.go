@@ -336,6 +336,7 @@ func (s *Store) Abdicate() time.Time {
 	s.live = 0
 	clear(s.owned)
 	s.forgetBudgetsLocked()
+	s.forgetTiersLocked()
 	s.metrics.SetActiveLeases(0)
 	s.leading, s.recovering = false, false
 	s.metrics.SetRecovering(false)

@@ -70,7 +70,8 @@ type DomainRule struct {
 
 // DomainLimits is one budget, and what a ban looks like. Unset limits do
 // not bind.
-// +kubebuilder:validation:XValidation:rule="has(self.maxConcurrent) || has(self.minInterval) || has(self.minIntervalPerProxy) || has(self.banDetection)",message="set maxConcurrent, minInterval, minIntervalPerProxy or banDetection"
+// +kubebuilder:validation:XValidation:rule="has(self.maxConcurrent) || has(self.minInterval) || has(self.minIntervalPerProxy) || has(self.banDetection) || has(self.tiers)",message="set maxConcurrent, minInterval, minIntervalPerProxy, banDetection or tiers"
+// +kubebuilder:validation:XValidation:rule="!has(self.tiering) || has(self.tiers)",message="tiering needs tiers"
 type DomainLimits struct {
 	// MaxConcurrent is how many live leases for the domain the fleet holds
 	// at most.
@@ -99,6 +100,76 @@ type DomainLimits struct {
 	// gateway to judge the responses it sees. Unset: 401, 403 and 429.
 	// +optional
 	BanDetection *BanDetection `json:"banDetection,omitempty"`
+
+	// Tiers are selectors of the namespace's proxies, cheapest first: a
+	// lease for the domains starts on the first tier's proxies and moves
+	// to the next where bans show the cheaper one is blocked
+	// (docs/tiers.md). An acquire that names its own selector is not
+	// tiered. Unset: any proxy, as before.
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=2
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.all(t, self.exists_one(u, u.name == t.name))",message="tier names must be unique"
+	// +optional
+	Tiers []ProxyTier `json:"tiers,omitempty"`
+
+	// Tiering says when a budget moves between its tiers. Unset: the
+	// defaults of each field.
+	// +optional
+	Tiering *Tiering `json:"tiering,omitempty"`
+}
+
+// ProxyTier is one tier: the proxies a selector picks.
+type ProxyTier struct {
+	// Name names the tier in status and metrics (own-vms, residential).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Selector picks the tier's proxies among the namespace's, for
+	// example matchLabels crawl.proxyfleet.io/pool: own-vms (a pool labels
+	// its members with its name).
+	Selector metav1.LabelSelector `json:"selector"`
+}
+
+// Tiering says when a budget escalates to a dearer tier and when it steps
+// back down.
+type Tiering struct {
+	// Window is how long outcomes at the current tier are counted before
+	// the count starts afresh (Go duration). Default 2m.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="must be between 1s and 24h"
+	// +optional
+	Window *metav1.Duration `json:"window,omitempty"`
+
+	// BanRateThreshold: bans over bans and successes in a window above it
+	// escalate to the next tier; a decimal between 0 and 1. Default "0.5".
+	// +kubebuilder:validation:Pattern=`^0?\.[0-9]{0,5}[1-9]$`
+	// +optional
+	BanRateThreshold string `json:"banRateThreshold,omitempty"`
+
+	// MinOutcomes is the least outcomes in a window before it may
+	// escalate, and of a probe before it may step down. Default 5.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	MinOutcomes *int32 `json:"minOutcomes,omitempty"`
+
+	// QuietPeriod is how long a budget stays on a tier above the first
+	// before it probes the tier below (Go duration). Default 10m.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="must be between 1s and 24h"
+	// +optional
+	QuietPeriod *metav1.Duration `json:"quietPeriod,omitempty"`
+
+	// ProbeShare is the share of grants that try the tier below while
+	// probing; a decimal above 0, at most 1. Default "0.05".
+	// +kubebuilder:validation:Pattern=`^(0?\.[0-9]{0,5}[1-9]|1(\.0*)?)$`
+	// +optional
+	ProbeShare string `json:"probeShare,omitempty"`
 }
 
 // CrawlPolicyStatus is the budgets' use.
@@ -155,6 +226,44 @@ type DomainRuleStatus struct {
 	// domains.
 	// +optional
 	Outcomes OutcomeCounts `json:"outcomes"`
+
+	// CurrentTier is the tier a named rule's next grant goes to; empty for
+	// a rule without tiers and for the default rule (see busiestDomains).
+	// +optional
+	CurrentTier string `json:"currentTier,omitempty"`
+
+	// Tiers is each tier's grants and outcomes since the leader started.
+	// +listType=atomic
+	// +optional
+	Tiers []TierStatus `json:"tiers,omitempty"`
+
+	// BusiestDomains is the default rule's domains with the most grants
+	// among the 1,024 it used most recently, at most 10, and the tier of
+	// each.
+	// +listType=atomic
+	// +optional
+	BusiestDomains []DomainTierStatus `json:"busiestDomains,omitempty"`
+}
+
+// TierStatus is one tier's use.
+type TierStatus struct {
+	// Name is the tier's name.
+	Name string `json:"name"`
+	// Grants counts the leases granted on the tier.
+	Grants int64 `json:"grants"`
+	// Outcomes are the outcomes on the tier's proxies.
+	// +optional
+	Outcomes OutcomeCounts `json:"outcomes"`
+}
+
+// DomainTierStatus is one default-rule domain's tier.
+type DomainTierStatus struct {
+	// Domain is the domain.
+	Domain string `json:"domain"`
+	// Tier is its current tier's name.
+	Tier string `json:"tier"`
+	// Grants counts its grants since the leader first kept its tier.
+	Grants int64 `json:"grants"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -12,6 +12,12 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 )
 
+// Two tiers of the examples: a pool of own VMs, then a proxy network's.
+const (
+	ownVMs      = `{name: own-vms, selector: {matchLabels: {crawl.proxyfleet.io/pool: own-vms}}}`
+	residential = `{name: residential, selector: {matchLabels: {crawl.proxyfleet.io/pool: residential}}}`
+)
+
 // TestCrawlPolicyValidation sends one spec per schema rule to the real API
 // server: each bad one is refused with a message naming the field; the
 // good ones are accepted.
@@ -42,6 +48,14 @@ func TestCrawlPolicyValidation(t *testing.T) {
 		"ban header twice":          {spec: `{default: {banDetection: {headers: [{name: X-A, pattern: "."}, {name: X-A, pattern: "b"}]}}}`, wantField: "spec.default.banDetection.headers[1]"},
 		"ban time too short":        {spec: `{default: {banDetection: {maxTimeToFirstByte: 1ms}}}`, wantField: "spec.default.banDetection.maxTimeToFirstByte"},
 		"ban retries too many":      {spec: `{default: {banDetection: {retries: 6}}}`, wantField: "spec.default.banDetection.retries"},
+		"tiers only":                {spec: `{default: {tiers: [` + ownVMs + `, ` + residential + `], tiering: {window: 2m, banRateThreshold: "0.5", minOutcomes: 5, quietPeriod: 10m, probeShare: ".05"}}}`},
+		"one tier":                  {spec: `{default: {tiers: [` + ownVMs + `]}}`, wantField: "spec.default.tiers"},
+		"tier name twice":           {spec: `{rules: [{host: shop.example, tiers: [` + ownVMs + `, ` + ownVMs + `]}]}`, wantField: "spec.rules[0].tiers"},
+		"tiering without tiers":     {spec: `{default: {maxConcurrent: 1, tiering: {minOutcomes: 5}}}`, wantField: "spec.default"},
+		"ban rate of one":           {spec: `{default: {tiers: [` + ownVMs + `, ` + residential + `], tiering: {banRateThreshold: "1"}}}`, wantField: "spec.default.tiering.banRateThreshold"},
+		"probe share zero":          {spec: `{default: {tiers: [` + ownVMs + `, ` + residential + `], tiering: {probeShare: "0.0"}}}`, wantField: "spec.default.tiering.probeShare"},
+		"quiet period too short":    {spec: `{default: {tiers: [` + ownVMs + `, ` + residential + `], tiering: {quietPeriod: 10ms}}}`, wantField: "spec.default.tiering.quietPeriod"},
+		"min outcomes zero":         {spec: `{default: {tiers: [` + ownVMs + `, ` + residential + `], tiering: {minOutcomes: 0}}}`, wantField: "spec.default.tiering.minOutcomes"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := &crawlv1alpha1.CrawlPolicy{ObjectMeta: metav1.ObjectMeta{Name: strings.ReplaceAll(name, " ", "-")}}

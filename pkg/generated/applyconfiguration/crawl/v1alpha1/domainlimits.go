@@ -40,6 +40,15 @@ type DomainLimitsApplyConfiguration struct {
 	// BanDetection says what a ban looks like on these domains, for the
 	// gateway to judge the responses it sees. Unset: 401, 403 and 429.
 	BanDetection *BanDetectionApplyConfiguration `json:"banDetection,omitempty"`
+	// Tiers are selectors of the namespace's proxies, cheapest first: a
+	// lease for the domains starts on the first tier's proxies and moves
+	// to the next where bans show the cheaper one is blocked
+	// (docs/tiers.md). An acquire that names its own selector is not
+	// tiered. Unset: any proxy, as before.
+	Tiers []ProxyTierApplyConfiguration `json:"tiers,omitempty"`
+	// Tiering says when a budget moves between its tiers. Unset: the
+	// defaults of each field.
+	Tiering *TieringApplyConfiguration `json:"tiering,omitempty"`
 }
 
 // DomainLimitsApplyConfiguration constructs a declarative configuration of the DomainLimits type for use with
@@ -77,5 +86,26 @@ func (b *DomainLimitsApplyConfiguration) WithMinIntervalPerProxy(value v1.Durati
 // If called multiple times, the BanDetection field is set to the value of the last call.
 func (b *DomainLimitsApplyConfiguration) WithBanDetection(value *BanDetectionApplyConfiguration) *DomainLimitsApplyConfiguration {
 	b.BanDetection = value
+	return b
+}
+
+// WithTiers adds the given value to the Tiers field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Tiers field.
+func (b *DomainLimitsApplyConfiguration) WithTiers(values ...*ProxyTierApplyConfiguration) *DomainLimitsApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithTiers")
+		}
+		b.Tiers = append(b.Tiers, *values[i])
+	}
+	return b
+}
+
+// WithTiering sets the Tiering field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Tiering field is set to the value of the last call.
+func (b *DomainLimitsApplyConfiguration) WithTiering(value *TieringApplyConfiguration) *DomainLimitsApplyConfiguration {
+	b.Tiering = value
 	return b
 }

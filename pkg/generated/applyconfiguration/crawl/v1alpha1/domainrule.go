@@ -77,3 +77,24 @@ func (b *DomainRuleApplyConfiguration) WithBanDetection(value *BanDetectionApply
 	b.DomainLimitsApplyConfiguration.BanDetection = value
 	return b
 }
+
+// WithTiers adds the given value to the Tiers field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Tiers field.
+func (b *DomainRuleApplyConfiguration) WithTiers(values ...*ProxyTierApplyConfiguration) *DomainRuleApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithTiers")
+		}
+		b.DomainLimitsApplyConfiguration.Tiers = append(b.DomainLimitsApplyConfiguration.Tiers, *values[i])
+	}
+	return b
+}
+
+// WithTiering sets the Tiering field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Tiering field is set to the value of the last call.
+func (b *DomainRuleApplyConfiguration) WithTiering(value *TieringApplyConfiguration) *DomainRuleApplyConfiguration {
+	b.DomainLimitsApplyConfiguration.Tiering = value
+	return b
+}

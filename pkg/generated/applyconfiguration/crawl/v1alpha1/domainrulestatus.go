@@ -34,6 +34,15 @@ type DomainRuleStatusApplyConfiguration struct {
 	// Outcomes are the outcomes of requests and leases on the rule's
 	// domains.
 	Outcomes *OutcomeCountsApplyConfiguration `json:"outcomes,omitempty"`
+	// CurrentTier is the tier a named rule's next grant goes to; empty for
+	// a rule without tiers and for the default rule (see busiestDomains).
+	CurrentTier *string `json:"currentTier,omitempty"`
+	// Tiers is each tier's grants and outcomes since the leader started.
+	Tiers []TierStatusApplyConfiguration `json:"tiers,omitempty"`
+	// BusiestDomains is the default rule's domains with the most grants
+	// among the 1,024 it used most recently, at most 10, and the tier of
+	// each.
+	BusiestDomains []DomainTierStatusApplyConfiguration `json:"busiestDomains,omitempty"`
 }
 
 // DomainRuleStatusApplyConfiguration constructs a declarative configuration of the DomainRuleStatus type for use with
@@ -79,5 +88,39 @@ func (b *DomainRuleStatusApplyConfiguration) WithRefused(value int64) *DomainRul
 // If called multiple times, the Outcomes field is set to the value of the last call.
 func (b *DomainRuleStatusApplyConfiguration) WithOutcomes(value *OutcomeCountsApplyConfiguration) *DomainRuleStatusApplyConfiguration {
 	b.Outcomes = value
+	return b
+}
+
+// WithCurrentTier sets the CurrentTier field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CurrentTier field is set to the value of the last call.
+func (b *DomainRuleStatusApplyConfiguration) WithCurrentTier(value string) *DomainRuleStatusApplyConfiguration {
+	b.CurrentTier = &value
+	return b
+}
+
+// WithTiers adds the given value to the Tiers field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Tiers field.
+func (b *DomainRuleStatusApplyConfiguration) WithTiers(values ...*TierStatusApplyConfiguration) *DomainRuleStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithTiers")
+		}
+		b.Tiers = append(b.Tiers, *values[i])
+	}
+	return b
+}
+
+// WithBusiestDomains adds the given value to the BusiestDomains field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the BusiestDomains field.
+func (b *DomainRuleStatusApplyConfiguration) WithBusiestDomains(values ...*DomainTierStatusApplyConfiguration) *DomainRuleStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithBusiestDomains")
+		}
+		b.BusiestDomains = append(b.BusiestDomains, *values[i])
+	}
 	return b
 }

@@ -1,0 +1,429 @@
+package store
+
+import (
+	"container/list"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/proxyfleet/proxy-operator/pkg/tier"
+)
+
+// Tiers (docs/tiers.md): a crawl policy rule may list tiers of proxies,
+// cheapest first. An acquire for a domain under such a rule that names no
+// selector of its own is granted among the proxies of the tier its budget
+// is on (pkg/tier decides which, from the outcomes on each tier). The
+// state is kept like the budgets it shadows:
+//
+//   - A named rule has one tier state for all it matches; the default
+//     rule one per domain, at most the namespace's share of
+//     --lease-max-domain-budgets (the budgets' share), least recently
+//     used evicted first, and only the namespace's own: a tenant leasing
+//     junk domains forgets its own tiers, never another namespace's.
+//     Evicting one is safe: the domain starts again at the first tier.
+//   - It lives in the leader's memory. A new leader relearning a live
+//     lease puts its domain at least at the tier of the lease's proxy
+//     (seedTierLocked), so a domain that escalated stays escalated while
+//     its leases live; the rest is learnt again from outcomes, within one
+//     window (docs/decisions/0342-tier-state-relearned-from-leases.md).
+
+// Tiering is a rule's tiers as the store applies them.
+type Tiering struct {
+	// Names are the tiers' names, cheapest first; Selectors their proxies.
+	Names     []string
+	Selectors []labels.Selector
+	Config    tier.Config
+}
+
+// StateTiers is the StateMetrics kind of the default rule's tier states.
+const StateTiers = "tiers"
+
+// TierMetrics, when a Metrics implements it too, counts grants and
+// outcomes per tier: labelled by rule and tier index, never by domain.
+type TierMetrics interface {
+	ObserveTierGrant(namespace, policy, rule string, tier int)
+	ObserveTierOutcomes(namespace, policy, rule string, tier int, outcome string, n int64)
+}
+
+// tierEntry is one budget's tier state.
+type tierEntry struct {
+	key    budgetKey
+	state  tier.State
+	grants int64
+	// elem is its place in its namespace's LRU (default-rule domains only).
+	elem *list.Element
+}
+
+// tierCounts are one tier's grants and outcomes, in a rule's counts.
+type tierCounts struct {
+	grants   int64
+	outcomes Outcomes
+}
+
+type tierStates struct {
+	entries map[budgetKey]*tierEntry
+	// lru are each namespace's default-rule entries, most recent first.
+	lru         map[string]*list.List
+	domainTotal int
+	// tiered counts the policies with tiers: none, and an acquire skips
+	// the whole check.
+	tiered int
+}
+
+func newTierStates() tierStates {
+	return tierStates{entries: map[budgetKey]*tierEntry{}, lru: map[string]*list.List{}}
+}
+
+// tieringLocked is the tiering of the rule that governs domain in ns, and
+// the key of its tier state; nil when that rule has no tiers.
+func (s *Store) tieringLocked(ns, domain string) (*Tiering, budgetKey) {
+	if domain == "" || s.polite.tiers.tiered == 0 {
+		return nil, budgetKey{}
+	}
+	policy, rule, _, ok := matchRule(s.polite.policies[ns], domain)
+	if !ok {
+		return nil, budgetKey{}
+	}
+	for _, p := range s.polite.policies[ns] {
+		if p.Key.Name == policy {
+			if t := p.Tiers[rule]; t != nil {
+				key := budgetKey{namespace: ns, policy: policy, rule: rule}
+				if rule == DefaultRuleHost {
+					key.domain = domain
+				}
+				return t, key
+			}
+		}
+	}
+	return nil, budgetKey{}
+}
+
+// tierChoice is where a grant in one namespace goes: the proxies of sel.
+type tierChoice struct {
+	tiering *Tiering
+	key     budgetKey
+	tier    int
+	probe   bool
+}
+
+// tierCheck answers, for one selection, whether a proxy is on the tier
+// the grant's budget is on. Like politeCheck it looks a namespace up once.
+// Its zero value (an untiered acquire) lets every proxy through.
+type tierCheck struct {
+	s       *Store
+	domain  string
+	now     time.Time
+	noProbe bool
+	ns      string
+	choice  tierChoice
+	looked  bool
+	memo    map[string]tierChoice
+}
+
+// tierCheckLocked is the check for req: none when req names a selector
+// of its own (its caller chose the proxies) or no policy has tiers.
+func (s *Store) tierCheckLocked(req *AcquireRequest, now time.Time, noProbe bool) tierCheck {
+	if req.Domain == "" || s.polite.tiers.tiered == 0 || !req.Selector.Empty() {
+		return tierCheck{}
+	}
+	return tierCheck{s: s, domain: req.Domain, now: now, noProbe: noProbe}
+}
+
+// choiceFor is the tier of a grant on a proxy of ns.
+func (c *tierCheck) choiceFor(ns string) tierChoice {
+	if c.looked && ns == c.ns {
+		return c.choice
+	}
+	if c.looked {
+		if c.memo == nil {
+			c.memo = map[string]tierChoice{}
+		}
+		c.memo[c.ns] = c.choice
+	}
+	ch, seen := c.memo[ns]
+	if !seen {
+		ch.tiering, ch.key = c.s.tieringLocked(ns, c.domain)
+		if ch.tiering != nil {
+			var st tier.State
+			if e := c.s.polite.tiers.entries[ch.key]; e != nil {
+				st = e.state
+			}
+			ch.tier, ch.probe = st.Choose(ch.tiering.Config, c.now)
+			if ch.probe && c.noProbe {
+				ch.tier, ch.probe = st.Tier(), false
+			}
+		}
+	}
+	c.ns, c.choice, c.looked = ns, ch, true
+	return ch
+}
+
+// allows says whether p is on its budget's tier (or is untiered).
+func (c *tierCheck) allows(p *proxyState) bool {
+	if c.s == nil {
+		return true
+	}
+	ch := c.choiceFor(p.info.Key.Namespace)
+	return ch.tiering == nil || ch.tiering.Selectors[ch.tier].Matches(labels.Set(p.info.Labels))
+}
+
+// probing says whether any namespace's choice so far was a probe.
+func (c *tierCheck) probing() bool {
+	if c.choice.probe {
+		return true
+	}
+	for _, ch := range c.memo {
+		if ch.probe {
+			return true
+		}
+	}
+	return false
+}
+
+// noteTierGrantLocked records a grant on p in its budget's tier state.
+func (s *Store) noteTierGrantLocked(c *tierCheck, p *proxyState, now time.Time) {
+	if c.s == nil {
+		return
+	}
+	ch := c.choiceFor(p.info.Key.Namespace)
+	if ch.tiering == nil {
+		return
+	}
+	e := s.tierEntryLocked(ch.key)
+	e.state.Granted(ch.tiering.Config, now, ch.probe)
+	e.grants++
+	s.tierCountsLocked(ch.key, ch.tiering, ch.tier).grants++
+	if m, ok := s.metrics.(TierMetrics); ok {
+		m.ObserveTierGrant(ch.key.namespace, ch.key.policy, ch.key.rule, ch.tier)
+	}
+}
+
+// observeTierLocked feeds n outcomes on p for domain to the tier state of
+// its budget, when its rule has tiers and p is on one of them (the first
+// whose selector matches it).
+func (s *Store) observeTierLocked(p *proxyState, outcome Outcome, domain string, n int64) {
+	t, key := s.tieringLocked(p.info.Key.Namespace, domain)
+	if t == nil {
+		return
+	}
+	idx := slices.IndexFunc(t.Selectors, func(sel labels.Selector) bool { return sel.Matches(labels.Set(p.info.Labels)) })
+	if idx < 0 {
+		return
+	}
+	s.tierCountsLocked(key, t, idx).outcomes.add(outcome, n)
+	if m, ok := s.metrics.(TierMetrics); ok {
+		m.ObserveTierOutcomes(key.namespace, key.policy, key.rule, idx, string(outcome), n)
+	}
+	if outcome == OutcomeError {
+		return // the proxy's failure, not the site's verdict
+	}
+	e := s.tierEntryLocked(key)
+	e.state.Observe(t.Config, len(t.Selectors), idx, outcome == OutcomeBanned, n, s.clock.Now())
+}
+
+// seedTierLocked: a new leader relearned l; its domain's budget is on at
+// least the tier of l's proxy.
+func (s *Store) seedTierLocked(l *lease, now time.Time) {
+	t, key := s.tieringLocked(l.proxyKey.Namespace, l.domain)
+	if t == nil {
+		return
+	}
+	idx := slices.IndexFunc(t.Selectors, func(sel labels.Selector) bool { return sel.Matches(labels.Set(l.proxy.info.Labels)) })
+	if idx > 0 {
+		s.tierEntryLocked(key).state.Seed(idx, now)
+	}
+}
+
+// tierCountsLocked is tier idx's counts in key's rule counts.
+func (s *Store) tierCountsLocked(key budgetKey, t *Tiering, idx int) *tierCounts {
+	c := s.polite.countsOf(key)
+	if len(c.tiers) != len(t.Names) {
+		c.tiers = make([]tierCounts, len(t.Names))
+	}
+	return &c.tiers[idx]
+}
+
+// tierEntryLocked is key's tier state, made when missing; a new
+// default-rule one evicts its namespace's least recently used at its
+// share, and every use makes it the most recent.
+func (s *Store) tierEntryLocked(key budgetKey) *tierEntry {
+	ts := &s.polite.tiers
+	e := ts.entries[key]
+	if key.domain == "" {
+		if e == nil {
+			e = &tierEntry{key: key}
+			ts.entries[key] = e
+		}
+		return e
+	}
+	lru := ts.lru[key.namespace]
+	if e != nil {
+		lru.MoveToFront(e.elem)
+		return e
+	}
+	if lru == nil {
+		lru = list.New()
+		ts.lru[key.namespace] = lru
+	}
+	for share := s.polite.share(); lru.Len() >= share; {
+		s.dropTierEntryLocked(lru.Back().Value.(*tierEntry))
+		s.observeEviction(StateTiers)
+	}
+	e = &tierEntry{key: key}
+	e.elem = lru.PushFront(e)
+	ts.entries[key] = e
+	ts.domainTotal++
+	s.setStateEntries(StateTiers, ts.domainTotal)
+	return e
+}
+
+func (s *Store) dropTierEntryLocked(e *tierEntry) {
+	ts := &s.polite.tiers
+	delete(ts.entries, e.key)
+	if e.elem == nil {
+		return
+	}
+	lru := ts.lru[e.key.namespace]
+	lru.Remove(e.elem)
+	if lru.Len() == 0 {
+		delete(ts.lru, e.key.namespace)
+	}
+	ts.domainTotal--
+	s.setStateEntries(StateTiers, ts.domainTotal)
+}
+
+// retierLocked drops, when a policy changes from old to new (nil: it is
+// deleted; old nil: it is new), the tier states and per-tier counts of
+// the rules whose tiers changed: their tier indices mean other proxies
+// now. The rest keep their tier. A namespace over its share (the shares
+// shrink when another namespace gets a default rule) gives back its least
+// recently used at once: a policy change is rare.
+func (s *Store) retierLocked(old, new *CrawlPolicy) {
+	ts := &s.polite.tiers
+	ts.tiered = 0
+	for _, ps := range s.polite.policies {
+		for _, p := range ps {
+			if len(p.Tiers) > 0 {
+				ts.tiered++
+			}
+		}
+	}
+	share := s.polite.share()
+	for _, lru := range ts.lru {
+		for lru.Len() > share {
+			s.dropTierEntryLocked(lru.Back().Value.(*tierEntry))
+			s.observeEviction(StateTiers)
+		}
+	}
+	if old == nil || len(old.Tiers) == 0 {
+		return
+	}
+	changed := map[string]bool{}
+	for rule, t := range old.Tiers {
+		if new == nil || new.Tiers[rule] == nil || !slices.Equal(new.Tiers[rule].Names, t.Names) {
+			changed[rule] = true
+			if c := s.polite.counts[budgetKey{namespace: old.Key.Namespace, policy: old.Key.Name, rule: rule}]; c != nil {
+				c.tiers = nil
+			}
+		}
+	}
+	if len(changed) == 0 {
+		return
+	}
+	for k, e := range ts.entries {
+		if k.namespace == old.Key.Namespace && k.policy == old.Key.Name && changed[k.rule] {
+			s.dropTierEntryLocked(e)
+		}
+	}
+}
+
+// forgetTiersLocked drops every tier state when the term ends: a later
+// term learns them afresh rather than from stale ones.
+func (s *Store) forgetTiersLocked() {
+	ts := &s.polite.tiers
+	clear(ts.entries)
+	clear(ts.lru)
+	ts.domainTotal = 0
+	s.setStateEntries(StateTiers, 0)
+}
+
+// TierStats is one tier's use in a rule.
+type TierStats struct {
+	Name     string
+	Grants   int64
+	Outcomes Outcomes
+}
+
+// DomainTier is a default-rule domain's tier.
+type DomainTier struct {
+	Domain, Tier string
+	Grants       int64
+}
+
+// MaxBusiestDomains bounds RuleStats.BusiestDomains, taken from the
+// busiestScan most recently used tier states of the namespace.
+const (
+	MaxBusiestDomains = 10
+	busiestScan       = 1024
+)
+
+// tierStatsLocked fills r, a rule of policy p, with its tiers' use, its
+// current tier (a named rule) or its busiest domains' (the default).
+func (s *Store) tierStatsLocked(p *CrawlPolicy, r *RuleStats) {
+	t := p.Tiers[r.Host]
+	if t == nil {
+		return
+	}
+	key := budgetKey{namespace: p.Key.Namespace, policy: p.Key.Name, rule: r.Host}
+	c := s.polite.counts[key]
+	for i, name := range t.Names {
+		ts := TierStats{Name: name}
+		if c != nil && len(c.tiers) == len(t.Names) {
+			ts.Grants, ts.Outcomes = c.tiers[i].grants, c.tiers[i].outcomes
+		}
+		r.Tiers = append(r.Tiers, ts)
+	}
+	if r.Host != DefaultRuleHost {
+		r.Tier = t.Names[0]
+		if e := s.polite.tiers.entries[key]; e != nil {
+			r.Tier = t.Names[e.state.Tier()]
+		}
+		return
+	}
+	lru := s.polite.tiers.lru[p.Key.Namespace]
+	if lru == nil {
+		return
+	}
+	// A busy domain is a recently used one: looking at the most recent
+	// only bounds the time the status writer holds the lock (100,000
+	// states took 9 ms a walk; BenchmarkTierStatsAt100kDomains).
+	n := 0
+	for el := lru.Front(); el != nil && n < busiestScan; el, n = el.Next(), n+1 {
+		e := el.Value.(*tierEntry)
+		if e.key.policy != p.Key.Name {
+			continue
+		}
+		r.BusiestDomains = insertBusiest(r.BusiestDomains, DomainTier{Domain: e.key.domain, Tier: t.Names[e.state.Tier()], Grants: e.grants})
+	}
+}
+
+// insertBusiest puts d into top (by grants, then domain; at most
+// MaxBusiestDomains) if it belongs there.
+func insertBusiest(top []DomainTier, d DomainTier) []DomainTier {
+	before := func(a, b DomainTier) bool {
+		return a.Grants > b.Grants || (a.Grants == b.Grants && a.Domain < b.Domain)
+	}
+	if len(top) == MaxBusiestDomains && !before(d, top[len(top)-1]) {
+		return top
+	}
+	i := len(top)
+	for i > 0 && before(d, top[i-1]) {
+		i--
+	}
+	top = slices.Insert(top, i, d)
+	if len(top) > MaxBusiestDomains {
+		top = top[:MaxBusiestDomains]
+	}
+	return top
+}
