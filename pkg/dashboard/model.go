@@ -2,7 +2,9 @@ package dashboard
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -81,7 +83,14 @@ type RuleRow struct {
 	Waited      int64  `json:"waited"`
 	Refused     int64  `json:"refused"`
 	SuccessRate string `json:"successRate"`
+	// Tier is the tier a named rule's next grant goes to; for the default
+	// rule, its busiest domains' tiers ("domain: tier"); "" without tiers.
+	Tier string `json:"tier"`
 }
+
+// busiestTiersShown is how many of the default rule's busiest domains
+// the rule's row names with their tier.
+const busiestTiersShown = 3
 
 // PoolRow is one ProxyPool in the fleet view.
 type PoolRow struct {
@@ -225,7 +234,8 @@ func policyRow(p *crawlv1alpha1.CrawlPolicy) PolicyRow {
 		row.Valid, row.ValidMessage = string(c.Status), c.Message
 	}
 	for _, r := range p.Status.Rules {
-		row.Rules = append(row.Rules, RuleRow{Host: r.Host, InUse: r.InUse, Waited: r.Waited, Refused: r.Refused, SuccessRate: r.Outcomes.SuccessRate})
+		row.Rules = append(row.Rules, RuleRow{Host: r.Host, InUse: r.InUse, Waited: r.Waited, Refused: r.Refused,
+			SuccessRate: r.Outcomes.SuccessRate, Tier: ruleTier(r)})
 	}
 	return row
 }
@@ -297,4 +307,19 @@ func filtered[T any](rows []T, keep func(T) bool) []T {
 		}
 	}
 	return out
+}
+
+// ruleTier is a rule's current tier, or its busiest domains' tiers.
+func ruleTier(r crawlv1alpha1.DomainRuleStatus) string {
+	if r.CurrentTier != "" || len(r.BusiestDomains) == 0 {
+		return r.CurrentTier
+	}
+	var parts []string
+	for _, d := range r.BusiestDomains[:min(len(r.BusiestDomains), busiestTiersShown)] {
+		parts = append(parts, d.Domain+": "+d.Tier)
+	}
+	if more := len(r.BusiestDomains) - busiestTiersShown; more > 0 {
+		parts = append(parts, fmt.Sprintf("+%d", more))
+	}
+	return strings.Join(parts, ", ")
 }

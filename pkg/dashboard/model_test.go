@@ -55,13 +55,15 @@ func TestBuild(t *testing.T) {
 		"nothing": {
 			want: View{Pools: []PoolRow{}, Members: []MemberRow{}, Leases: []LeaseRow{}, Policies: []PolicyRow{}, Events: []EventRow{}},
 		},
-		"crawl policies: each rule's use, and whether the policy applies": {
+		"crawl policies: each rule's use and tier, and whether the policy applies": {
 			in: Inputs{Policies: []*crawlv1alpha1.CrawlPolicy{
 				{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "polite"}, Status: crawlv1alpha1.CrawlPolicyStatus{
 					Conditions: []metav1.Condition{{Type: crawlv1alpha1.CrawlPolicyConditionValid, Status: "False", Message: "spec.rules[0].host: not RE2"}},
 					Rules: []crawlv1alpha1.DomainRuleStatus{
 						{Host: "*", InUse: 1},
-						{Host: "example.com", InUse: 2, Waited: 3, Refused: 4, Outcomes: crawlv1alpha1.OutcomeCounts{SuccessRate: "50.0%"}},
+						{Host: "example.com", InUse: 2, Waited: 3, Refused: 4, Outcomes: crawlv1alpha1.OutcomeCounts{SuccessRate: "50.0%"}, CurrentTier: "residential"},
+						{Host: "*.shop", BusiestDomains: []crawlv1alpha1.DomainTierStatus{{Domain: "a.shop", Tier: "residential"},
+							{Domain: "b.shop", Tier: "own"}, {Domain: "c.shop", Tier: "own"}, {Domain: "d.shop", Tier: "own"}}},
 					}}},
 				{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "new"}},
 			}},
@@ -69,7 +71,8 @@ func TestBuild(t *testing.T) {
 				{Namespace: "a", Name: "new", Rules: []RuleRow{}},
 				{Namespace: "ns", Name: "polite", Valid: "False", ValidMessage: "spec.rules[0].host: not RE2", Rules: []RuleRow{
 					{Host: "*", InUse: 1},
-					{Host: "example.com", InUse: 2, Waited: 3, Refused: 4, SuccessRate: "50.0%"},
+					{Host: "example.com", InUse: 2, Waited: 3, Refused: 4, SuccessRate: "50.0%", Tier: "residential"},
+					{Host: "*.shop", Tier: "a.shop: residential, b.shop: own, c.shop: own, +1"},
 				}},
 			}},
 		},

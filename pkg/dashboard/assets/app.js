@@ -324,6 +324,7 @@ function policiesTable(policies) {
     ["Policy", (r) => r.policy.namespace + "/" + r.policy.name], ["Host", (r) => r.host],
     ["In use", (r) => r.inUse ?? "", "num"], ["Waited", (r) => r.waited ?? "", "num"],
     ["Refused", (r) => r.refused ?? "", "num"], ["Success", (r) => r.successRate || "–", "num"],
+    ["Tier", (r) => r.tier || ""],
     ["", (r) => r.note, (r) => (r.policy.valid === "False" ? "error" : "muted")],
   ], rules, "policies");
 }
