@@ -19,6 +19,9 @@ type AcquireRequest struct {
 	Domain    string `json:"domain,omitempty"`
 	Session   string `json:"session,omitempty"`
 	Wait      string `json:"wait,omitempty"`
+	// Country asks for a proxy whose measured exit country
+	// (status.exitCountry) is this ISO 3166-1 alpha-2 code, either case.
+	Country string `json:"country,omitempty"`
 }
 
 // RenewRequest is the body of POST /v1/leases/{id}/renew (optional).
