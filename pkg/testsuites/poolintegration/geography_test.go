@@ -24,6 +24,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/geoiptest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
@@ -208,4 +209,40 @@ func TestExitGeography(t *testing.T) {
 		t.Errorf("%s, which leaves from the country it asked for: %v", kept.Name, err)
 	}
 	pt.noPasswordShown(t, vendorPassword, events.Items)
+}
+
+// TestExitCountryFromGeoIPDatabase: the operator started with
+// --geoip-database (a real MaxMind DB file) fills status.exitCountry of a
+// proxy whose echo answers only its address; a JSON echo that names a
+// country wins over the database.
+func TestExitCountryFromGeoIPDatabase(t *testing.T) {
+	integration.Needs(t, "kube-apiserver and etcd from `make testenv`, squid from `make deps`")
+	vendor := proxytest.StartVendorSquid(t, proxytest.VendorOptions{UsernamePattern: geoPattern, Password: vendorPassword, ExitIPs: 4})
+	db := geoiptest.WriteCountryDB(t, map[string]string{"127.0.9.0/24": "NL"})
+	echo := startCountryEcho(t)
+	for _, ip := range vendor.ExitIPs() {
+		echo.set(ip, "DE")
+	}
+	pt := newPoolTest(t, "--providers=upstream", "--geoip-database="+db)
+	pt.createCredentialsSecret("vendor", map[string]string{"password": vendorPassword})
+	plain := upstreamSpec(t, vendor.Addr, echoServer(t), "vendor", geoPlainTemplate) // exitIPFromBody: the address alone
+	plain.Upstream.Countries = nil
+	for name, spec := range map[string]crawlv1alpha1.ProxySpec{"by-database": plain, "by-echo": geoSpec(t, vendor.Addr, echo, geoPlainTemplate)} {
+		p := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+		if _, err := pt.crawl.CrawlV1alpha1().Proxies(pt.ns).Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually.Check(t, 2*time.Minute, interval, "by-database in NL, by-echo in DE", func(ctx context.Context) error {
+		for name, want := range map[string]string{"by-database": "NL", "by-echo": "DE"} {
+			p, err := pt.crawl.CrawlV1alpha1().Proxies(pt.ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Status.Phase != crawlv1alpha1.PhaseReady || p.Status.ExitIP == "" || p.Status.ExitCountry != want {
+				return fmt.Errorf("%s: phase %s, exit IP %q, exit country %q; want %s", name, p.Status.Phase, p.Status.ExitIP, p.Status.ExitCountry, want)
+			}
+		}
+		return nil
+	})
 }
