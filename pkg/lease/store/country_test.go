@@ -40,6 +40,14 @@ func TestAcquireByCountry(t *testing.T) {
 		})
 	}
 
+	listed := map[string]string{}
+	for _, p := range s.Proxies(testNamespace, nil) {
+		listed[p.Key.Name] = p.ExitCountry
+	}
+	if diff := cmp.Diff(map[string]string{"berlin": "DE", "munich": "DE", "boston": "US", "unknown": ""}, listed); diff != "" {
+		t.Errorf("Proxies' exit countries (-want +got):\n%s", diff)
+	}
+
 	_, err := s.Acquire(context.Background(), AcquireRequest{Holder: "w", Country: "FR"})
 	var unavailable *UnavailableError
 	if !errors.As(err, &unavailable) || !errors.Is(err, ErrNoneFree) || !strings.Contains(err.Error(), "exit country FR") {

@@ -96,6 +96,8 @@ type ProxyStatus struct {
 	MaxLeases     int32
 	// FreeLeases is how many more leases it takes now.
 	FreeLeases int32
+	// ExitCountry is ProxyInfo.ExitCountry, "" if unknown.
+	ExitCountry string
 }
 
 // LeaseFilter narrows List; empty fields match everything.

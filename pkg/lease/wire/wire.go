@@ -78,6 +78,9 @@ type Proxy struct {
 	LatencyMillis int64             `json:"latencyMillis"`
 	MaxLeases     int32             `json:"maxLeases"`
 	FreeLeases    int32             `json:"freeLeases"`
+	// ExitCountry is the country the proxy leaves from (status.exitCountry,
+	// docs/geography.md), omitted when unknown.
+	ExitCountry string `json:"exitCountry,omitempty"`
 }
 
 // List is the answer of the list calls.

@@ -170,6 +170,15 @@ func TestExitGeography(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	listed, err := lc.Proxies(t.Context(), pt.ns, crawlv1alpha1.PoolLabel+"=geo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range listed {
+		if want := map[string]string{de.Name: "DE", us.Name: "US"}[p.Name]; p.ExitCountry != want {
+			t.Errorf("GET /v1/proxies: %s with exitCountry %q, want %q", p.Name, p.ExitCountry, want)
+		}
+	}
 	var apiErr *client.Error
 	if _, err := lc.Acquire(t.Context(), client.AcquireRequest{Holder: "geo-test", Namespace: pt.ns, Country: "FR"}); !errors.As(err, &apiErr) ||
 		apiErr.StatusCode != http.StatusServiceUnavailable || !strings.Contains(apiErr.Message, "exit country FR") {
