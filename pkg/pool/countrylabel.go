@@ -20,7 +20,8 @@ type relabel struct {
 	Name, Country string
 }
 
-// exitCountryRelabels lists, by name, the members whose
+// exitCountryRelabels (docs/decisions/0332-pool-labels-exit-country-rerolls-country-mismatch.md)
+// lists, by name, the members whose
 // crawl.proxyfleet.io/exit-country label differs from their
 // status.exitCountry, so that a label selector (a lease's, a gateway
 // username's +country- term, kubectl's -l) picks members by the country they
