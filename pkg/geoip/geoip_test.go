@@ -1,6 +1,7 @@
 package geoip_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -51,6 +52,26 @@ func TestOpenFailsOnABadFile(t *testing.T) {
 		if db, err := geoip.Open(path); err == nil {
 			db.Close()
 			t.Errorf("Open(%s) succeeded", path)
+		}
+	}
+}
+
+// BenchmarkCountry is one lookup, the cost a GeoIP database adds to a
+// probe that learns an exit IP.
+func BenchmarkCountry(b *testing.B) {
+	countries := map[string]string{}
+	for i := range 200 {
+		countries[fmt.Sprintf("10.%d.0.0/16", i)] = []string{"DE", "US", "FR", "NL"}[i%4]
+	}
+	db, err := geoip.Open(geoiptest.WriteCountryDB(b, countries))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		if db.Country("10.121.4.5") != "US" {
+			b.Fatal("wrong country")
 		}
 	}
 }

@@ -136,3 +136,16 @@ func TestProbeReadsExitInfo(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkReadExitInfo is the cost an exitInfo check adds to a probe:
+// decoding ipinfo's answer (~300 bytes).
+func BenchmarkReadExitInfo(b *testing.B) {
+	body := `{"ip":"203.0.113.7","hostname":"static.7.113.0.203.example.net","city":"Berlin","region":"Berlin","country":"DE",` +
+		`"loc":"52.5244,13.4105","org":"AS64500 Example GmbH","postal":"10178","timezone":"Europe/Berlin","readme":"https://ipinfo.io/missingauth"}`
+	b.ReportAllocs()
+	for b.Loop() {
+		if ip, country := readExitInfo(strings.NewReader(body), ExitInfoFields{}); ip == "" || country != "DE" {
+			b.Fatal(ip, country)
+		}
+	}
+}
