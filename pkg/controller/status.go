@@ -122,7 +122,7 @@ func (c *Controller) applyHealth(ctx context.Context, p *crawlv1alpha1.Proxy) {
 	c.setCondition(p, crawlv1alpha1.ConditionHealthy, status, reason, v.Message)
 	p.Status.LatencyMillis = v.Latency.Milliseconds()
 	if v.Healthy {
-		p.Status.ExitIP = v.ExitIP
+		p.Status.ExitIP, p.Status.ExitCountry = v.ExitIP, v.ExitCountry
 	}
 	checked := metav1.NewTime(v.CheckedAt.Truncate(time.Second))
 	p.Status.LastHealthCheckTime = &checked
@@ -174,6 +174,6 @@ func clearInstance(p *crawlv1alpha1.Proxy) {
 func clearHealth(p *crawlv1alpha1.Proxy) {
 	meta.RemoveStatusCondition(&p.Status.Conditions, crawlv1alpha1.ConditionHealthy)
 	p.Status.LatencyMillis = 0
-	p.Status.ExitIP = ""
+	p.Status.ExitIP, p.Status.ExitCountry = "", ""
 	p.Status.LastHealthCheckTime = nil
 }

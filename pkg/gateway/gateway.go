@@ -384,6 +384,7 @@ func (g *Gateway) acquire(ctx context.Context, c caller, domain string) (*holdin
 		Domain:    domain,
 		Session:   c.target.Session,
 		Wait:      g.cfg.Wait,
+		Country:   c.target.Country,
 	})
 	if err != nil {
 		return nil, err

@@ -46,6 +46,8 @@ type unit struct {
 type unitOptions struct {
 	// leaveFrom gives upstream i the exit address leaveFrom[i], when set.
 	leaveFrom []string
+	// countries gives upstream i the exit country countries[i], when set.
+	countries []string
 	// gateway adjusts the gateway's Config.
 	gateway func(*gateway.Config)
 	// maxLeases is each upstream's slots; 0: one.
@@ -80,8 +82,13 @@ func startUnitWith(t testing.TB, opts unitOptions, upstreams ...string) *unit {
 		}
 		p := proxytest.StartInProcess(t, popts)
 		u.ups[name] = p
+		var country string
+		if i < len(opts.countries) {
+			country = opts.countries[i]
+		}
 		u.store.Upsert(store.ProxyInfo{
-			Key: store.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID("uid-" + name), Ready: true,
+			ExitCountry: country,
+			Key:         store.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID("uid-" + name), Ready: true,
 			URL: "http://" + p.Addr, Labels: map[string]string{gateway.PoolLabel: "p"}, Pool: "p", MaxLeases: max(1, opts.maxLeases),
 			LatencyMillis: int64(i), ReadySince: t0,
 		})

@@ -156,16 +156,16 @@ func (h *holding) renewIfDue(ctx context.Context, leases Leases, now time.Time, 
 
 // sessionKey names a session: sessions are per caller (the lease API's
 // owner identity, User.Identity), per namespace term (as the lease store's
-// are) and per pool. A session name is chosen by the client and guessable:
+// are), per pool and per country. A session name is chosen by the client and guessable:
 // another identity sending the same one gets a session, and a lease, of
 // its own, never the first caller's upstream or its lease limit
 // (docs/decisions/0220-gateway-session-belongs-to-its-caller.md).
 type sessionKey struct {
-	owner, namespace, pool, id string
+	owner, namespace, pool, country, id string
 }
 
 func sessionKeyOf(c caller) sessionKey {
-	return sessionKey{owner: c.user.Identity(), namespace: c.target.Namespace, pool: c.target.Pool, id: c.target.Session}
+	return sessionKey{owner: c.user.Identity(), namespace: c.target.Namespace, pool: c.target.Pool, country: c.target.Country, id: c.target.Session}
 }
 
 // session is a sticky session's state: the lease it holds, if any, and how

@@ -174,7 +174,7 @@ func (r *Remote) Acquire(ctx context.Context, user auth.User, req store.AcquireR
 	acquire := func(c *client.Client) (err error) {
 		got, err = c.ActingFor(user.Name, user.UID, user.Groups).Acquire(ctx, client.AcquireRequest{
 			Holder: req.Holder, Namespace: req.Namespace, Selector: selectorString(req.Selector), TTL: req.TTL,
-			Domain: req.Domain, Session: req.Session, Wait: req.Wait,
+			Domain: req.Domain, Session: req.Session, Wait: req.Wait, Country: req.Country,
 		})
 		return err
 	}
@@ -254,6 +254,21 @@ func credentialsOf(l *client.Lease) *proxyaccess.Credentials {
 	return &proxyaccess.Credentials{Username: l.Credentials.Username, Password: l.Credentials.Password}
 }
 
+// worded is reason as the lease API worded it.
+type worded struct {
+	reason  error
+	message string
+}
+
+func (w worded) Error() string {
+	if w.message == "" {
+		return w.reason.Error()
+	}
+	return w.message
+}
+
+func (w worded) Unwrap() error { return w.reason }
+
 // leaseError maps the API's answers to the store's errors, which the
 // gateway answers its clients by (acquireError).
 func leaseError(err error) error {
@@ -263,7 +278,8 @@ func leaseError(err error) error {
 	}
 	switch apiErr.Code {
 	case "NoneFree":
-		return &store.UnavailableError{Reason: store.ErrNoneFree, RetryAfter: apiErr.RetryAfter}
+		// In the API's words: they may say more (the country asked for).
+		return &store.UnavailableError{Reason: worded{store.ErrNoneFree, apiErr.Message}, RetryAfter: apiErr.RetryAfter}
 	case "CoolingDown":
 		return &store.UnavailableError{Reason: store.ErrCoolingDown, RetryAfter: apiErr.RetryAfter}
 	case "Recovering":

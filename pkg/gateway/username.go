@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/names"
 )
 
@@ -25,6 +26,7 @@ const (
 	keyNamespace = "ns"
 	keyPool      = "pool"
 	keySession   = "session"
+	keyCountry   = "country"
 )
 
 // Target is what a username asks for. Empty fields mean "any": any
@@ -33,6 +35,10 @@ type Target struct {
 	Namespace string
 	Pool      string
 	Session   string
+	// Country is the exit country asked for (the country- term): an ISO
+	// 3166-1 alpha-2 code in upper case, matched against the proxies'
+	// status.exitCountry.
+	Country string
 }
 
 // Selector is the label selector of the pool term (everything without one).
@@ -55,22 +61,22 @@ func (e *TermError) Error() string {
 
 // ParseUsername reads the username grammar: terms joined by '+', each
 // key-value split at the first '-' (so values may contain '-'), keys ns,
-// pool and session, each at most once. The empty username asks for nothing.
+// pool, session and country, each at most once. The empty username asks for nothing.
 func ParseUsername(username string) (Target, error) {
 	var t Target
 	if username == "" {
 		return t, nil
 	}
-	var seen [3]bool // ns, pool, session
+	var seen [4]bool // ns, pool, session, country
 	for term := range strings.SplitSeq(username, "+") {
 		key, value, ok := strings.Cut(term, "-")
 		switch {
 		case term == "":
 			return Target{}, &TermError{Term: term, Reason: "is empty (two '+' in a row, or one at either end)"}
 		case !ok:
-			return Target{}, &TermError{Term: term, Reason: "is not key-value (want ns-<namespace>, pool-<pool> or session-<id>)"}
+			return Target{}, &TermError{Term: term, Reason: "is not key-value (want ns-<namespace>, pool-<pool>, session-<id> or country-<code>)"}
 		case keyIndex(key) < 0:
-			return Target{}, &TermError{Term: term, Reason: fmt.Sprintf("unknown key %q (known: ns, pool, session)", truncate(key))}
+			return Target{}, &TermError{Term: term, Reason: fmt.Sprintf("unknown key %q (known: ns, pool, session, country)", truncate(key))}
 		case seen[keyIndex(key)]:
 			return Target{}, &TermError{Term: term, Reason: fmt.Sprintf("key %q is given more than once", key)}
 		case value == "":
@@ -99,6 +105,12 @@ func ParseUsername(username string) (Target, error) {
 				return Target{}, &TermError{Term: term, Reason: err}
 			}
 			t.Session = value
+		case keyCountry:
+			code := strings.ToUpper(value)
+			if !store.IsCountryCode(code) {
+				return Target{}, &TermError{Term: term, Reason: "is not an ISO 3166-1 alpha-2 country code (two letters, such as country-de)"}
+			}
+			t.Country = code
 		}
 	}
 	return t, nil
@@ -112,6 +124,8 @@ func keyIndex(key string) int {
 		return 1
 	case keySession:
 		return 2
+	case keyCountry:
+		return 3
 	}
 	return -1
 }

@@ -30,6 +30,11 @@ func TestParseUsername(t *testing.T) {
 		"bad pool":                        {username: "pool-a/b", wantTerm: "pool-a/b", wantMsg: "is not a pool name"},
 		"session with a space":            {username: "session-a b", wantTerm: "session-a b", wantMsg: "must not contain spaces"},
 		"session too long":                {username: "session-" + strings.Repeat("x", 254), wantTerm: "session-" + strings.Repeat("x", 254), wantMsg: "longer than 253"},
+		"country":                         {username: "ns-crawl+country-de", want: Target{Namespace: "crawl", Country: "DE"}},
+		"country in upper case":           {username: "country-US+session-7", want: Target{Country: "US", Session: "7"}},
+		"country not two letters":         {username: "country-deu", wantTerm: "country-deu", wantMsg: "is not an ISO 3166-1 alpha-2 country code"},
+		"country not letters":             {username: "country-d1", wantTerm: "country-d1", wantMsg: "is not an ISO 3166-1 alpha-2 country code"},
+		"country twice":                   {username: "country-de+country-us", wantTerm: "country-us", wantMsg: `key "country" is given more than once`},
 		"key is case-sensitive":           {username: "NS-crawl", wantTerm: "NS-crawl", wantMsg: `unknown key "NS"`},
 	}
 	for name, tc := range tests {

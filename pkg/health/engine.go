@@ -98,6 +98,9 @@ type Config struct {
 	// without them) and what to say when they are refused. Nil: every
 	// Managed instance is.
 	Providers provider.Set
+	// GeoIP maps an exit IP to its country when the health check's answer
+	// names none (the operator's --geoip-database). Nil: only the answer.
+	GeoIP CountryLookup
 }
 
 // Engine probes proxies and keeps their verdicts. It implements
@@ -122,7 +125,9 @@ type Engine struct {
 	providers                           provider.Set
 
 	// probe is Probe; unit tests script it.
-	probe   func(context.Context, Target) Result
+	probe func(context.Context, Target) Result
+	// geo is Config.GeoIP.
+	geo     CountryLookup
 	running atomic.Bool
 
 	mu     sync.RWMutex
@@ -182,6 +187,7 @@ func New(cfg Config) (*Engine, error) {
 		rootCAs:             cfg.RootCAs,
 		providers:           cfg.Providers,
 		probe:               Probe,
+		geo:                 cfg.GeoIP,
 		states:              map[cache.ObjectName]*proxyState{},
 		byObject:            map[*crawlv1alpha1.Proxy]*proxyState{},
 		endpoints:           newEndpointQueues(orDefault(cfg.MaxProbesPerEndpoint, DefaultMaxProbesPerEndpoint)),

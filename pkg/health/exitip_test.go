@@ -88,6 +88,7 @@ func TestExitIPChangeIsReported(t *testing.T) {
 		{"failed probe", reported, healthy, Result{OK: false}, false},
 		{"nothing reported yet", nil, healthy, Result{OK: true, ExitIP: "127.0.9.2"}, false},
 		{"reported unhealthy", &Verdict{Healthy: false}, healthy, Result{OK: true, ExitIP: "127.0.9.2"}, false},
+		{"country learned", reported, healthy, Result{OK: true, ExitIP: "127.0.9.1", ExitCountry: "DE"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := exitIPChanged(tc.reported, tc.c, tc.r); got != tc.want {

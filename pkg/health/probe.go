@@ -43,6 +43,10 @@ type Target struct {
 	// ExitIPFromBody: URL answers with the client's address as its body;
 	// a successful probe reads it into Result.ExitIP.
 	ExitIPFromBody bool
+	// ExitInfo: URL answers a JSON object naming the client's address and
+	// its country (spec.healthCheck.exitInfo); a successful probe reads
+	// them into Result.ExitIP and Result.ExitCountry. Nil: not asked.
+	ExitInfo *ExitInfoFields
 }
 
 // Result is the outcome of one probe.
@@ -60,7 +64,14 @@ type Result struct {
 	// ExitIP is the address the target saw the probe come from
 	// (Target.ExitIPFromBody), "" when not asked for.
 	ExitIP string
+	// ExitCountry is the exit IP's country as the target answered it
+	// (Target.ExitInfo) or, after the engine resolved it, as the GeoIP
+	// database knows it; "" when unknown.
+	ExitCountry string
 }
+
+// asksExitIP says whether the probe reads the exit IP from the answer.
+func (t Target) asksExitIP() bool { return t.ExitIPFromBody || t.ExitInfo != nil }
 
 // Probe fetches t.URL through t.Proxy once, on a fresh connection, and
 // closes it: every probe dials the proxy and, for https, exercises CONNECT
@@ -94,19 +105,27 @@ func Probe(ctx context.Context, t Target) Result {
 		class, msg := describeError(err, p.stage, t.Timeout)
 		return Result{Class: class, Message: redact(msg, t.Proxy), Latency: latency}
 	}
-	var exitIP string
-	if t.ExitIPFromBody && resp.StatusCode == t.ExpectedStatus {
+	var exitIP, exitCountry string
+	switch {
+	case resp.StatusCode != t.ExpectedStatus:
+	case t.ExitInfo != nil:
+		exitIP, exitCountry = readExitInfo(resp.Body, *t.ExitInfo)
+	case t.ExitIPFromBody:
 		exitIP = readExitIP(resp.Body)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 
 	res := Result{Status: resp.StatusCode, Latency: latency}
 	switch {
-	case t.ExitIPFromBody && resp.StatusCode == t.ExpectedStatus && exitIP == "":
+	case t.asksExitIP() && resp.StatusCode == t.ExpectedStatus && exitIP == "":
 		res.Class = ResultUnexpectedStatus
 		res.Message = fmt.Sprintf("target answered %d without an IP address as its body (spec.healthCheck.exitIPFromBody)", resp.StatusCode)
+		if t.ExitInfo != nil {
+			res.Message = fmt.Sprintf("target answered %d without an IP address in JSON member %q (spec.healthCheck.exitInfo.ipField)",
+				resp.StatusCode, orDefault(t.ExitInfo.IPField, DefaultExitInfoIPField))
+		}
 	case resp.StatusCode == t.ExpectedStatus:
-		res.OK, res.Class, res.ExitIP = true, ResultSuccess, exitIP
+		res.OK, res.Class, res.ExitIP, res.ExitCountry = true, ResultSuccess, exitIP, exitCountry
 		res.Message = fmt.Sprintf("target answered %d in %s", resp.StatusCode, roundLatency(latency))
 		if exitIP != "" {
 			res.Message += " from exit IP " + exitIP

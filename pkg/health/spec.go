@@ -76,6 +76,9 @@ func checkFor(p *crawlv1alpha1.Proxy, address string, rootCAs *x509.CertPool, pr
 		c.target.ServerName = hc.TLS.ServerName
 	}
 	c.target.ExitIPFromBody = hc.ExitIPFromBody
+	if info := hc.ExitInfo; info != nil {
+		c.target.ExitInfo = &ExitInfoFields{IPField: info.IPField, CountryField: info.CountryField}
+	}
 	c.authSecret = proxyaccess.CredentialsSecret(p)
 	if c.authSecret == "" {
 		return c

@@ -139,11 +139,12 @@ func seedFromStatus(p *crawlv1alpha1.Proxy, address string) (counters, *Verdict,
 		checkedAt = p.Status.LastHealthCheckTime.Time
 	}
 	return c, &Verdict{
-		Address:   address,
-		Healthy:   healthy,
-		Message:   cond.Message,
-		Latency:   time.Duration(p.Status.LatencyMillis) * time.Millisecond,
-		ExitIP:    p.Status.ExitIP,
-		CheckedAt: checkedAt,
+		Address:     address,
+		Healthy:     healthy,
+		Message:     cond.Message,
+		Latency:     time.Duration(p.Status.LatencyMillis) * time.Millisecond,
+		ExitIP:      p.Status.ExitIP,
+		ExitCountry: p.Status.ExitCountry,
+		CheckedAt:   checkedAt,
 	}, checkedAt
 }

@@ -142,9 +142,11 @@ func reportReason(reported *Verdict, reportedAt time.Time, c counters, latency t
 }
 
 // exitIPChanged: a healthy proxy's successful probe saw another exit IP
-// than the one reported. Always worth a write, without the latency's
-// persistence: a pool re-rolls a member whose exit IP another has, and the
-// IP a lease would get is what kubectl get shows.
+// (or country) than the one reported. Always worth a write, without the
+// latency's persistence: a pool re-rolls a member whose exit IP another
+// has, or whose country is not the one asked for, and the IP a lease would
+// get is what kubectl get shows.
 func exitIPChanged(reported *Verdict, c counters, r Result) bool {
-	return reported != nil && reported.Healthy && c.verdict == verdictHealthy && r.OK && r.ExitIP != reported.ExitIP
+	return reported != nil && reported.Healthy && c.verdict == verdictHealthy && r.OK &&
+		(r.ExitIP != reported.ExitIP || r.ExitCountry != reported.ExitCountry)
 }

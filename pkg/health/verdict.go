@@ -15,6 +15,8 @@ type Verdict struct {
 	Latency time.Duration
 	// ExitIP is the address the health check's target saw (healthCheck.exitIPFromBody), "" if not measured.
 	ExitIP string
+	// ExitCountry is ExitIP's ISO 3166-1 alpha-2 country, "" if unknown.
+	ExitCountry string
 	// CheckedAt is when the probe behind this verdict ran.
 	CheckedAt time.Time
 }

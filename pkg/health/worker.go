@@ -32,6 +32,7 @@ func (e *Engine) runJob(ctx context.Context, j job) {
 	if ctx.Err() != nil {
 		return // shutting down: the failure is ours, not the proxy's
 	}
+	r.ExitCountry = resolveExitCountry(r, e.geo)
 	e.record(ctx, j, r, started, e.clock.Now())
 }
 
@@ -106,7 +107,7 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 		}
 		if v.Healthy {
 			v.Latency = r.Latency // a failed probe's duration is not a latency
-			v.ExitIP = r.ExitIP
+			v.ExitIP, v.ExitCountry = r.ExitIP, r.ExitCountry
 		}
 		st.reported, st.reportedAt = v, now
 	}

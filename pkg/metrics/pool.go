@@ -23,7 +23,7 @@ func newPoolMetrics() poolMetrics {
 		removals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "pool_member_removals_total",
-			Help:      "ProxyPool members chosen for removal, by pool and reason: OutOfDate, TooOld, Unhealthy, ScaledDown, and spec.recycle's Burned and UsedUp.",
+			Help:      "ProxyPool members chosen for removal, by pool and reason: OutOfDate, TooOld, Unhealthy, ScaledDown, spec.recycle's Burned and UsedUp, and the re-rolls DuplicateExitIP and ExitCountryMismatch.",
 		}, []string{"namespace", "pool", "reason"}),
 	}
 }

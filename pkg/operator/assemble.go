@@ -59,7 +59,7 @@ func newClients(o Options) (clients, error) {
 }
 
 // newOperator builds every part of the process, none of it running yet.
-func newOperator(ctx context.Context, o Options, c clients, enabled map[crawlv1alpha1.ProviderName]provider.Provider, m *metrics.Metrics) (*operator, error) {
+func newOperator(ctx context.Context, o Options, c clients, enabled map[crawlv1alpha1.ProviderName]provider.Provider, geo health.CountryLookup, m *metrics.Metrics) (*operator, error) {
 	// No periodic resync: the controller polls instances on its own
 	// schedule, and its handlers drop resyncs anyway. trimForCache keeps the
 	// caches to what the operator reads (docs/decisions/0120-informers-cache-proxies-secrets-without-managedfields.md).
@@ -72,7 +72,7 @@ func newOperator(ctx context.Context, o Options, c clients, enabled map[crawlv1a
 	// the drain still go out; run shuts it down last.
 	events := record.NewBroadcaster(record.WithContext(context.WithoutCancel(ctx)))
 	events.StartStructuredLogging(4)
-	engine, ctrl, err := newControllerAndEngine(o, c, proxyInformer, secretInformer, enabled, events, m)
+	engine, ctrl, err := newControllerAndEngine(o, c, proxyInformer, secretInformer, enabled, geo, events, m)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func newOperator(ctx context.Context, o Options, c clients, enabled map[crawlv1a
 // engine is built first, reporting to verdicts, which is connected to the
 // controller as soon as it exists, before anything runs.
 func newControllerAndEngine(o Options, c clients, proxyInformer crawlinformersv1alpha1.ProxyInformer, secretInformer coreinformers.SecretInformer,
-	enabled map[crawlv1alpha1.ProviderName]provider.Provider, events record.EventBroadcaster, m *metrics.Metrics) (*health.Engine, *controller.Controller, error) {
+	enabled map[crawlv1alpha1.ProviderName]provider.Provider, geo health.CountryLookup, events record.EventBroadcaster, m *metrics.Metrics) (*health.Engine, *controller.Controller, error) {
 	secrets := secretInformer.Lister()
 	verdicts := &controllerQueue{}
 	engine, err := health.New(health.Config{
@@ -139,6 +139,7 @@ func newControllerAndEngine(o Options, c clients, proxyInformer crawlinformersv1
 		LatencyReportsPerSecond: o.latencyUpdatesPerSecond(),
 		Metrics:                 m,
 		Providers:               enabled,
+		GeoIP:                   geo,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("health engine: %w", err)

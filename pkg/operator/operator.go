@@ -74,6 +74,10 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 		return err
 	}
 	klog.FromContext(ctx).Info("Starting proxy-operator", "version", Version(), "namespace", namespaceForLog(o.Namespace), "leaderElect", o.LeaderElect)
+	geo, err := openGeoIP(ctx, o.GeoIPDatabase)
+	if err != nil {
+		return err
+	}
 	c, err := newClients(o)
 	if err != nil {
 		return err
@@ -84,7 +88,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	if err != nil {
 		return stoppedOrFailed(ctx, err)
 	}
-	op, err := newOperator(ctx, o, c, enabled, m)
+	op, err := newOperator(ctx, o, c, enabled, geo, m)
 	if err != nil {
 		return stoppedOrFailed(ctx, err)
 	}

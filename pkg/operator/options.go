@@ -128,6 +128,9 @@ type Options struct {
 	HetznerTokenSecret                string
 	// LocalStateDir is where the local provider keeps its state.
 	LocalStateDir string
+	// GeoIPDatabase is a MaxMind DB file mapping exit IPs to countries
+	// (status.exitCountry, docs/geography.md); "" for none.
+	GeoIPDatabase string
 	// LocalLoopbackExits gives each local instance its own loopback exit
 	// address (local.Options.LoopbackExits).
 	LocalLoopbackExits bool
@@ -267,6 +270,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HetznerLocation, "hetzner-location", o.HetznerLocation, "Hetzner Cloud location (fsn1, nbg1, hel1, ash, ...) of hetzner servers whose spec.hetzner.location is empty.")
 	fs.StringVar(&o.HetznerClusterID, "hetzner-cluster-id", o.HetznerClusterID, "Label value that scopes every Hetzner Cloud server to this cluster, unique among the clusters sharing the project; required when --providers includes hetzner.")
 	fs.StringVar(&o.HetznerTokenSecret, "hetzner-token-secret", o.HetznerTokenSecret, "namespace/name of a Secret whose key token is a Read & Write API token of the Hetzner Cloud project; required when --providers includes hetzner.")
+	fs.StringVar(&o.GeoIPDatabase, "geoip-database", o.GeoIPDatabase, "A GeoIP database file in MaxMind DB format (GeoLite2-Country, say) that maps each proxy's measured exit IP to status.exitCountry when the health check's answer names no country. The operator fails to start when it does not open.")
 	fs.StringVar(&o.LocalStateDir, "local-state-dir", o.LocalStateDir, "Directory where the local provider keeps its processes' state. Required when --providers includes local.")
 	fs.BoolVar(&o.LocalLoopbackExits, "local-loopback-exits", o.LocalLoopbackExits, "Give each local instance an exit address of its own in 127.1.0.0/16, so that sites on this machine see one IP per instance (and ban them one by one).")
 	fs.DurationVar(&o.GCInterval, "gc-interval", o.GCInterval, "How often provider instances whose Proxy is gone are collected.")

@@ -16,6 +16,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 )
 
 func (c *Controller) createMember(ctx context.Context, pool *crawlv1alpha1.ProxyPool, revision string) error {
@@ -68,9 +69,9 @@ func (c *Controller) drainMember(ctx context.Context, pool *crawlv1alpha1.ProxyP
 	}
 	c.metrics.ObservePoolRemoval(pool.Namespace, pool.Name, string(r.Reason))
 	c.noteRecycle(ctx, pool, p, r.Reason, r.Evidence)
-	if r.Reason == ReasonDuplicateExitIP {
+	if r.Reason == ReasonDuplicateExitIP || r.Reason == ReasonExitCountryMismatch {
 		// Told on the member too: kubectl describe px shows why it goes.
-		c.recorder.Eventf(p, corev1.EventTypeNormal, string(ReasonDuplicateExitIP), "Re-rolled by pool %s: %s; a new member replaces it", pool.Name, r.Evidence)
+		c.recorder.Eventf(p, corev1.EventTypeNormal, string(r.Reason), "Re-rolled by pool %s: %s; a new member replaces it", pool.Name, r.Evidence)
 	}
 	leases := "an unknown number of leases (the lease API is not leading)"
 	if r.Leases >= 0 {
@@ -120,6 +121,8 @@ func describeReason(r Reason, p *crawlv1alpha1.Proxy, pool *crawlv1alpha1.ProxyP
 		return fmt.Sprintf("replaced because too old (created %s, maxAge %s)", created, pool.Spec.MaxAge.Duration)
 	case ReasonDuplicateExitIP:
 		return fmt.Sprintf("re-rolled: its exit IP %s is an older member's too", p.Status.ExitIP)
+	case ReasonExitCountryMismatch:
+		return fmt.Sprintf("re-rolled: its exit IP %s is in %s, not the %s its network was asked for", p.Status.ExitIP, p.Status.ExitCountry, upstream.AskedCountry(p))
 	case ReasonUnhealthy:
 		return fmt.Sprintf("replaced because Unhealthy longer than unhealthyTimeout %s", pool.Spec.Remediation.UnhealthyTimeout.Duration)
 	case ReasonScaledDown:

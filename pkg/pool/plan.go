@@ -24,6 +24,10 @@ const (
 	// ReasonDuplicateExitIP: an older member leaves from the same exit IP,
 	// so the two are one IP to the sites; the younger is re-rolled.
 	ReasonDuplicateExitIP Reason = "DuplicateExitIP"
+	// ReasonExitCountryMismatch: a proxy network's session leaves from
+	// another country than the {country} its username asked for; it is
+	// re-rolled (a new session, a new IP).
+	ReasonExitCountryMismatch Reason = "ExitCountryMismatch"
 )
 
 // Member is what the plan needs to know of one member.
@@ -56,6 +60,16 @@ type Member struct {
 	// ExitIP is the address sites see it come from (status.exitIP), "" if
 	// not measured.
 	ExitIP string
+	// ExitCountry is status.exitCountry, "" if unknown; AskedCountry the
+	// country its proxy network was asked for (upstream.AskedCountry), ""
+	// if none.
+	ExitCountry, AskedCountry string
+}
+
+// countryMismatch: the member is known to leave from another country than
+// the one it asked its network for.
+func (m Member) countryMismatch() bool {
+	return m.Ready && m.AskedCountry != "" && m.ExitCountry != "" && m.ExitCountry != m.AskedCountry
 }
 
 func (m Member) draining() bool  { return !m.DrainingSince.IsZero() }
@@ -279,6 +293,8 @@ func sortActive(pol Policy, members []Member, now time.Time, remediationPaused b
 			reason = ReasonTooOld
 		case duplicates[m.Name]:
 			reason = ReasonDuplicateExitIP
+		case m.countryMismatch():
+			reason = ReasonExitCountryMismatch
 		case m.unhealthy() && !remediationPaused && now.Sub(m.UnhealthySince) >= pol.UnhealthyTimeout:
 			reason = ReasonUnhealthy
 		default:

@@ -85,6 +85,8 @@ func RecycleEvidence(r RecyclePolicy, reason Reason, m Member) string {
 		return fmt.Sprintf("used up: served %d leases (maxLeases %d)", m.Served, r.MaxLeases)
 	case ReasonDuplicateExitIP:
 		return fmt.Sprintf("exit IP %s is an older member's too", m.ExitIP)
+	case ReasonExitCountryMismatch:
+		return fmt.Sprintf("exit IP %s is in %s, but its network was asked for %s", m.ExitIP, m.ExitCountry, m.AskedCountry)
 	}
 	return ""
 }

@@ -16,6 +16,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 )
 
 // sync reconciles one pool: it reads the members, asks Decide, acts on the
@@ -72,6 +73,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	logger.V(4).Info("Plan", "create", plan.Create, "drain", len(plan.Drain), "delete", len(plan.Delete), "counts", plan.Counts)
 
 	errs := append([]error{scaleErr}, c.act(ctx, pool, revision, plan, byName, now)...)
+	errs = append(errs, c.syncExitCountryLabels(ctx, pool.Namespace, byName)...)
 	if cached.Status.ObservedGeneration != pool.Generation && plan.Counts.OutOfDate == 0 && (plan.Create > 0 || hasScaleDown(plan)) {
 		c.recorder.Eventf(pool, corev1.EventTypeNormal, EventScaled, "Scaling to %d members (%d exist)", pol.Replicas, plan.Counts.Total-plan.Counts.Deleting)
 	}
@@ -205,6 +207,9 @@ func memberOf(p *crawlv1alpha1.Proxy) Member {
 		Deleting: p.DeletionTimestamp != nil,
 		Ready:    p.Status.Phase == crawlv1alpha1.PhaseReady && p.DeletionTimestamp == nil,
 		ExitIP:   p.Status.ExitIP,
+		// Both are compared only for a Ready member (Member.countryMismatch).
+		ExitCountry:  p.Status.ExitCountry,
+		AskedCountry: upstream.AskedCountry(p),
 	}
 	switch p.Status.Phase {
 	case crawlv1alpha1.PhaseUnhealthy:

@@ -58,6 +58,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.DomainTierStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Endpoint"):
 		return &crawlv1alpha1.EndpointApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ExitInfo"):
+		return &crawlv1alpha1.ExitInfoApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("GCEProvider"):
 		return &crawlv1alpha1.GCEProviderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("HeaderPattern"):

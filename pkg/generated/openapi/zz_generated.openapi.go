@@ -47,6 +47,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainRuleStatus":    schema_pkg_apis_crawl_v1alpha1_DomainRuleStatus(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DomainTierStatus":    schema_pkg_apis_crawl_v1alpha1_DomainTierStatus(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint":            schema_pkg_apis_crawl_v1alpha1_Endpoint(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ExitInfo":            schema_pkg_apis_crawl_v1alpha1_ExitInfo(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider":         schema_pkg_apis_crawl_v1alpha1_GCEProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HeaderPattern":       schema_pkg_apis_crawl_v1alpha1_HeaderPattern(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck":         schema_pkg_apis_crawl_v1alpha1_HealthCheck(ref),
@@ -1231,6 +1232,33 @@ func schema_pkg_apis_crawl_v1alpha1_Endpoint(ref common.ReferenceCallback) commo
 	}
 }
 
+func schema_pkg_apis_crawl_v1alpha1_ExitInfo(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ExitInfo names the members of a JSON echo's answer. A name may be a dotted path into nested objects (location.country_code).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"ipField": {
+						SchemaProps: spec.SchemaProps{
+							Description: "IPField is the member holding the client's IP address; a probe whose answer lacks it fails.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"countryField": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CountryField is the member holding the ISO 3166-1 alpha-2 country code of that address (either case); an answer without a two-letter code there leaves the country to the operator's GeoIP database (--geoip-database), if any.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_crawl_v1alpha1_GCEProvider(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1409,11 +1437,17 @@ func schema_pkg_apis_crawl_v1alpha1_HealthCheck(ref common.ReferenceCallback) co
 							Format:      "",
 						},
 					},
+					"exitInfo": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExitInfo says that url answers a JSON object describing the client's address, as ipinfo-like services do ({\"ip\":\"203.0.113.7\",\"country\":\"DE\"}): each successful probe records the address in status.exitIP and the country in status.exitCountry (docs/geography.md). Exclusive with exitIPFromBody.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ExitInfo"),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheckTLS", metav1.Duration{}.OpenAPIModelName()},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ExitInfo", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheckTLS", metav1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -2664,6 +2698,13 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyStatus(ref common.ReferenceCallback) co
 					"exitIP": {
 						SchemaProps: spec.SchemaProps{
 							Description: "ExitIP is the address sites see requests through the proxy come from, as the health check's target last answered it (spec.healthCheck.exitIPFromBody); empty when not measured. For a proxy network's session it differs from ip, which is the super proxy.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"exitCountry": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExitCountry is the ISO 3166-1 alpha-2 code (upper case) of the country exitIP is in: from the health check's JSON answer (spec.healthCheck.exitInfo.countryField) when it names one, else from the operator's GeoIP database (--geoip-database); empty when neither knows. A pool labels its members with it (crawl.proxyfleet.io/exit-country).",
 							Type:        []string{"string"},
 							Format:      "",
 						},

@@ -108,6 +108,9 @@ type AcquireRequest struct {
 	Session string
 	// Wait long-polls this long for capacity before answering 503.
 	Wait time.Duration
+	// Country asks for a proxy whose measured exit country is this ISO
+	// 3166-1 alpha-2 code ("DE").
+	Country string
 }
 
 // Lease is a granted lease.
@@ -179,7 +182,7 @@ type LeasesFilter struct {
 // Acquire asks for a lease.
 func (c *Client) Acquire(ctx context.Context, req AcquireRequest) (*Lease, error) {
 	body := wire.AcquireRequest{Holder: req.Holder, Namespace: req.Namespace, Selector: req.Selector,
-		TTL: durationString(req.TTL), Domain: req.Domain, Session: req.Session, Wait: durationString(req.Wait)}
+		TTL: durationString(req.TTL), Domain: req.Domain, Session: req.Session, Wait: durationString(req.Wait), Country: req.Country}
 	var out wire.Lease
 	if err := c.do(ctx, http.MethodPost, "/v1/leases", nil, body, http.StatusCreated, &out); err != nil {
 		return nil, err

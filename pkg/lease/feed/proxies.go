@@ -75,7 +75,23 @@ func ProxyInfoFrom(p *crawlv1alpha1.Proxy) store.ProxyInfo {
 		// The lease API hands these out with every grant: naming the Secret
 		// here spares each grant a lookup of the Proxy (docs/decisions/0160-grant-reads-proxy-credentials-secret-name.md).
 		CredentialsSecret: proxyaccess.CredentialsSecret(p),
+		ExitCountry:       exitCountry(p),
 	}
+}
+
+// exitCountry is the country the proxy is measured to leave from
+// (status.exitCountry), else the one its crawl.proxyfleet.io/exit-country
+// label declares: an External proxy nobody probes for its country can be
+// labelled by hand. Anything but an upper-case two-letter code is none.
+func exitCountry(p *crawlv1alpha1.Proxy) string {
+	c := p.Status.ExitCountry
+	if c == "" {
+		c = p.Labels[crawlv1alpha1.ExitCountryLabel]
+	}
+	if !store.IsCountryCode(c) {
+		return ""
+	}
+	return c
 }
 
 // draining says whether a ProxyPool is taking the proxy out (the pool sets

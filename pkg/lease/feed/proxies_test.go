@@ -195,3 +195,27 @@ func TestProxyInfoFromNamesThePool(t *testing.T) {
 		t.Errorf("Pool of a proxy in no pool: %q, want none", got)
 	}
 }
+
+// TestProxyInfoExitCountry: the measured country first, else the one a
+// label declares; anything but an upper-case code is none.
+func TestProxyInfoExitCountry(t *testing.T) {
+	with := func(status, label string) *crawlv1alpha1.Proxy {
+		return newCrawlProxy("px", func(p *crawlv1alpha1.Proxy) {
+			p.Status.ExitCountry = status
+			if label != "" {
+				p.Labels[crawlv1alpha1.ExitCountryLabel] = label
+			}
+		})
+	}
+	got := map[string]string{
+		"measured":            ProxyInfoFrom(with("DE", "")).ExitCountry,
+		"measured over label": ProxyInfoFrom(with("DE", "US")).ExitCountry,
+		"declared by label":   ProxyInfoFrom(with("", "US")).ExitCountry,
+		"label not a code":    ProxyInfoFrom(with("", "usa")).ExitCountry,
+		"unknown":             ProxyInfoFrom(with("", "")).ExitCountry,
+	}
+	want := map[string]string{"measured": "DE", "measured over label": "DE", "declared by label": "US", "label not a code": "", "unknown": ""}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ExitCountry (-want +got):\n%s", diff)
+	}
+}

@@ -49,7 +49,7 @@ const (
 
 // The members of POST /v1/leases and POST /v1/leases/{id}/renew.
 var (
-	acquireFields = []string{"holder", "namespace", "selector", "ttl", "domain", "session", "wait"}
+	acquireFields = []string{"holder", "namespace", "selector", "ttl", "domain", "session", "wait", "country"}
 	renewFields   = []string{"ttl", "okRequests", "transferredBytes"}
 	// The parameters of each query that takes any.
 	releaseParams = []string{"outcome", "domain", "transferredBytes"}
@@ -96,6 +96,9 @@ func decodeAcquire(body io.Reader) (store.AcquireRequest, error) {
 		return store.AcquireRequest{}, err
 	}
 	if err = validateText("session", req.Session, maxSessionLen, false); err != nil {
+		return store.AcquireRequest{}, err
+	}
+	if req.Country, err = parseCountry("country", m.get("country")); err != nil {
 		return store.AcquireRequest{}, err
 	}
 	return req, nil
@@ -474,6 +477,16 @@ func validateText(field, s string, maxLen int, required bool) error {
 
 // parseDomain is how every call reads a domain (acquire, release, session
 // state): normalized (NormalizeDomain), then validated. "" is no domain.
+// parseCountry reads an ISO 3166-1 alpha-2 code in either case and
+// answers it in upper case, as status.exitCountry has it; "" stays "".
+func parseCountry(field, raw string) (string, error) {
+	c := strings.ToUpper(raw)
+	if raw != "" && !store.IsCountryCode(c) {
+		return "", &store.FieldError{Field: field, Message: fmt.Sprintf("%q is not an ISO 3166-1 alpha-2 country code (two letters, such as DE)", truncate(raw))}
+	}
+	return c, nil
+}
+
 func parseDomain(field, raw string) (string, error) {
 	d := store.NormalizeDomain(raw)
 	if err := validateDomain(field, d); err != nil {

@@ -194,7 +194,7 @@ func (s *Server) proxies(w http.ResponseWriter, r *http.Request) {
 	for _, p := range proxies {
 		items = append(items, wire.Proxy{
 			Namespace: p.Key.Namespace, Name: p.Key.Name, URL: p.URL, Labels: p.Labels,
-			LatencyMillis: p.LatencyMillis, MaxLeases: p.MaxLeases, FreeLeases: p.FreeLeases,
+			LatencyMillis: p.LatencyMillis, MaxLeases: p.MaxLeases, FreeLeases: p.FreeLeases, ExitCountry: p.ExitCountry,
 		})
 	}
 	writeJSON(w, http.StatusOK, wire.List[wire.Proxy]{Items: items})

@@ -45,6 +45,15 @@ type AcquireRequest struct {
 	// Empty: an in-process caller; the lease is then reached with Renew,
 	// Release and Get.
 	Owner string
+	// Country restricts the choice to proxies whose ExitCountry it is: an
+	// ISO 3166-1 alpha-2 code in upper case; empty: any.
+	Country string
+}
+
+// suits says whether p is what req asks for: its selector and its country
+// (docs/decisions/0331-acquire-by-measured-exit-country.md).
+func (req *AcquireRequest) suits(p *proxyState) bool {
+	return req.Selector.Matches(labels.Set(p.info.Labels)) && (req.Country == "" || p.info.ExitCountry == req.Country)
 }
 
 // Lease is a granted lease as callers see it.
@@ -87,6 +96,8 @@ type ProxyStatus struct {
 	MaxLeases     int32
 	// FreeLeases is how many more leases it takes now.
 	FreeLeases int32
+	// ExitCountry is ProxyInfo.ExitCountry, "" if unknown.
+	ExitCountry string
 }
 
 // LeaseFilter narrows List; empty fields match everything.
@@ -128,6 +139,7 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 		}
 		var unavailable *UnavailableError
 		if !errors.As(err, &unavailable) || !now.Before(deadline) {
+			err = inCountry(err, req.Country)
 			refused := false
 			if unavailable != nil {
 				s.metrics.ObserveAcquire(outcomeOf(unavailable.Reason))
@@ -175,6 +187,9 @@ func (s *Store) normalizeAcquire(req *AcquireRequest) (time.Duration, error) {
 	}
 	if req.Selector == nil {
 		req.Selector = labels.Everything()
+	}
+	if req.Country != "" && !IsCountryCode(req.Country) {
+		return 0, &FieldError{Field: "country", Message: fmt.Sprintf("%q is not an ISO 3166-1 alpha-2 code in upper case (such as DE)", req.Country)}
 	}
 	req.Domain = NormalizeDomain(req.Domain)
 	return ttl, nil
@@ -310,7 +325,7 @@ func (s *Store) sessionLeaseLocked(req *AcquireRequest) *lease {
 		return nil
 	}
 	p := s.proxies[sess.proxy]
-	if p == nil || p.info.Draining || !req.Selector.Matches(labels.Set(p.info.Labels)) || p.coolingFor(req.Domain) != nil {
+	if p == nil || p.info.Draining || !req.suits(p) || p.coolingFor(req.Domain) != nil {
 		return nil
 	}
 	for _, l := range p.slots {
@@ -340,7 +355,7 @@ func (s *Store) joinLocked(l *lease, ttl time.Duration, now time.Time) error {
 // acquire accepts only the proxies of its budget's tier.
 func (s *Store) selectLocked(req *AcquireRequest, now time.Time, tiers *tierCheck) (*proxyState, error) {
 	acceptable := func(p *proxyState) bool {
-		return p.free() && !p.info.Draining && req.Selector.Matches(labels.Set(p.info.Labels)) && tiers.allows(p)
+		return p.free() && !p.info.Draining && req.suits(p) && tiers.allows(p)
 	}
 	polite := s.politeCheckLocked(req.Domain, now)
 	if req.Session != "" {

@@ -118,6 +118,7 @@ func (s *Store) Proxies(namespace string, sel labels.Selector) []ProxyStatus {
 			LatencyMillis: p.info.LatencyMillis,
 			MaxLeases:     int32(p.capacity()),
 			FreeLeases:    int32(max(0, p.capacity()-p.held)),
+			ExitCountry:   p.info.ExitCountry,
 		})
 	}
 	slices.SortFunc(out, func(a, b ProxyStatus) int {

@@ -62,6 +62,10 @@ type ProxyInfo struct {
 	// credentials (proxyaccess.CredentialsSecret), "" when it takes none: a
 	// grant reads the Secret by this name, without looking the Proxy up.
 	CredentialsSecret string
+	// ExitCountry is the ISO 3166-1 alpha-2 country (upper case) the proxy
+	// leaves from, "" if unknown: an acquire naming a country gets only
+	// proxies of that country (AcquireRequest.Country).
+	ExitCountry string
 }
 
 type leaseState int

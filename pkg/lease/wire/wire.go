@@ -19,6 +19,9 @@ type AcquireRequest struct {
 	Domain    string `json:"domain,omitempty"`
 	Session   string `json:"session,omitempty"`
 	Wait      string `json:"wait,omitempty"`
+	// Country asks for a proxy whose measured exit country
+	// (status.exitCountry) is this ISO 3166-1 alpha-2 code, either case.
+	Country string `json:"country,omitempty"`
 }
 
 // RenewRequest is the body of POST /v1/leases/{id}/renew (optional).
@@ -75,6 +78,9 @@ type Proxy struct {
 	LatencyMillis int64             `json:"latencyMillis"`
 	MaxLeases     int32             `json:"maxLeases"`
 	FreeLeases    int32             `json:"freeLeases"`
+	// ExitCountry is the country the proxy leaves from (status.exitCountry,
+	// docs/geography.md), omitted when unknown.
+	ExitCountry string `json:"exitCountry,omitempty"`
 }
 
 // List is the answer of the list calls.

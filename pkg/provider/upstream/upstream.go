@@ -151,6 +151,26 @@ func Country(spec *crawlv1alpha1.UpstreamProvider, uid types.UID) string {
 	return spec.Countries[binary.BigEndian.Uint64(sum[:8])%uint64(len(spec.Countries))]
 }
 
+// AskedCountry is the ISO 3166-1 alpha-2 country (upper case) that the
+// Proxy's username asks the network for, "" when it asks for none or for
+// something that is not a two-letter code (a network's own region name):
+// only then can a measured status.exitCountry prove the network wrong.
+// "uk", which networks accept for Great Britain, is GB.
+func AskedCountry(p *crawlv1alpha1.Proxy) string {
+	spec := p.Spec.Upstream
+	if spec == nil || !strings.Contains(spec.UsernameTemplate, "{country}") {
+		return ""
+	}
+	c := strings.ToUpper(Country(spec, p.UID))
+	if c == "UK" {
+		return "GB"
+	}
+	if len(c) != 2 || c[0] < 'A' || c[0] > 'Z' || c[1] < 'A' || c[1] > 'Z' {
+		return ""
+	}
+	return c
+}
+
 // SessionLifetime is spec.sessionLifetime or its default.
 func SessionLifetime(spec *crawlv1alpha1.UpstreamProvider) time.Duration {
 	if spec.SessionLifetime != nil && spec.SessionLifetime.Duration > 0 {

@@ -256,6 +256,10 @@ const (
 	PoolLabel = "crawl.proxyfleet.io/pool"
 	// PoolRevisionLabel is the template revision a member was made from.
 	PoolRevisionLabel = "crawl.proxyfleet.io/pool-revision"
+	// ExitCountryLabel is a member's status.exitCountry, kept in sync by
+	// its pool so that a label selector picks members by country; absent
+	// while the country is unknown.
+	ExitCountryLabel = "crawl.proxyfleet.io/exit-country"
 	// DrainingAnnotation marks a member chosen for removal: the lease API
 	// grants no new lease on it, and its live leases keep renewing. The
 	// value is when draining began (RFC 3339).

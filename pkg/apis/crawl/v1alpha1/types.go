@@ -15,6 +15,7 @@ import (
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.ip`
 // +kubebuilder:printcolumn:name="Exit-IP",type=string,JSONPath=`.status.exitIP`
+// +kubebuilder:printcolumn:name="Exit-Country",type=string,JSONPath=`.status.exitCountry`,priority=1,description="ISO 3166-1 alpha-2 country of the exit IP (kubectl get -o wide)"
 // +kubebuilder:printcolumn:name="Latency",type=integer,JSONPath=`.status.latencyMillis`,description="Latency of the latest reported health probe, in milliseconds"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
@@ -348,6 +349,7 @@ type LocalSecretRef struct {
 
 // HealthCheck says how a proxy is probed through itself.
 // +kubebuilder:validation:XValidation:rule="!has(self.timeout) || !has(self.interval) || duration(self.timeout) < duration(self.interval)",message="spec.healthCheck.timeout must be less than spec.healthCheck.interval",fieldPath=".timeout"
+// +kubebuilder:validation:XValidation:rule="!(has(self.exitIPFromBody) && self.exitIPFromBody) || !has(self.exitInfo)",message="spec.healthCheck.exitInfo and spec.healthCheck.exitIPFromBody are exclusive: exitInfo reads the exit IP from the JSON answer",fieldPath=".exitInfo",reason=FieldValueForbidden
 type HealthCheck struct {
 	// URL is the target fetched through the proxy. An https URL is reached
 	// with CONNECT and TLS through the tunnel, so it exercises both.
@@ -406,6 +408,36 @@ type HealthCheck struct {
 	// whose exit IP another member has already.
 	// +optional
 	ExitIPFromBody bool `json:"exitIPFromBody,omitempty"`
+
+	// ExitInfo says that url answers a JSON object describing the client's
+	// address, as ipinfo-like services do ({"ip":"203.0.113.7","country":"DE"}):
+	// each successful probe records the address in status.exitIP and the
+	// country in status.exitCountry (docs/geography.md). Exclusive with
+	// exitIPFromBody.
+	// +optional
+	ExitInfo *ExitInfo `json:"exitInfo,omitempty"`
+}
+
+// ExitInfo names the members of a JSON echo's answer. A name may be a
+// dotted path into nested objects (location.country_code).
+type ExitInfo struct {
+	// IPField is the member holding the client's IP address; a probe whose
+	// answer lacks it fails.
+	// +kubebuilder:default=ip
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`
+	// +optional
+	IPField string `json:"ipField,omitempty"`
+
+	// CountryField is the member holding the ISO 3166-1 alpha-2 country
+	// code of that address (either case); an answer without a two-letter
+	// code there leaves the country to the operator's GeoIP database
+	// (--geoip-database), if any.
+	// +kubebuilder:default=country
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`
+	// +optional
+	CountryField string `json:"countryField,omitempty"`
 }
 
 // HealthCheckTLS tunes TLS verification of probes.
@@ -465,6 +497,15 @@ type ProxyStatus struct {
 	// proxy network's session it differs from ip, which is the super proxy.
 	// +optional
 	ExitIP string `json:"exitIP,omitempty"`
+
+	// ExitCountry is the ISO 3166-1 alpha-2 code (upper case) of the
+	// country exitIP is in: from the health check's JSON answer
+	// (spec.healthCheck.exitInfo.countryField) when it names one, else from
+	// the operator's GeoIP database (--geoip-database); empty when neither
+	// knows. A pool labels its members with it (crawl.proxyfleet.io/exit-country).
+	// +kubebuilder:validation:Pattern=`^[A-Z]{2}$`
+	// +optional
+	ExitCountry string `json:"exitCountry,omitempty"`
 
 	// Conditions: Provisioned (the instance exists and runs) and Healthy
 	// (probes through the proxy succeed).

@@ -49,6 +49,12 @@ type HealthCheckApplyConfiguration struct {
 	// probe records it in status.exitIP, and a pool re-rolls a member
 	// whose exit IP another member has already.
 	ExitIPFromBody *bool `json:"exitIPFromBody,omitempty"`
+	// ExitInfo says that url answers a JSON object describing the client's
+	// address, as ipinfo-like services do ({"ip":"203.0.113.7","country":"DE"}):
+	// each successful probe records the address in status.exitIP and the
+	// country in status.exitCountry (docs/geography.md). Exclusive with
+	// exitIPFromBody.
+	ExitInfo *ExitInfoApplyConfiguration `json:"exitInfo,omitempty"`
 }
 
 // HealthCheckApplyConfiguration constructs a declarative configuration of the HealthCheck type for use with
@@ -118,5 +124,13 @@ func (b *HealthCheckApplyConfiguration) WithTLS(value *HealthCheckTLSApplyConfig
 // If called multiple times, the ExitIPFromBody field is set to the value of the last call.
 func (b *HealthCheckApplyConfiguration) WithExitIPFromBody(value bool) *HealthCheckApplyConfiguration {
 	b.ExitIPFromBody = &value
+	return b
+}
+
+// WithExitInfo sets the ExitInfo field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ExitInfo field is set to the value of the last call.
+func (b *HealthCheckApplyConfiguration) WithExitInfo(value *ExitInfoApplyConfiguration) *HealthCheckApplyConfiguration {
+	b.ExitInfo = value
 	return b
 }

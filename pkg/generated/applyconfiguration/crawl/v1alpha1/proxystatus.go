@@ -43,6 +43,12 @@ type ProxyStatusApplyConfiguration struct {
 	// (spec.healthCheck.exitIPFromBody); empty when not measured. For a
 	// proxy network's session it differs from ip, which is the super proxy.
 	ExitIP *string `json:"exitIP,omitempty"`
+	// ExitCountry is the ISO 3166-1 alpha-2 code (upper case) of the
+	// country exitIP is in: from the health check's JSON answer
+	// (spec.healthCheck.exitInfo.countryField) when it names one, else from
+	// the operator's GeoIP database (--geoip-database); empty when neither
+	// knows. A pool labels its members with it (crawl.proxyfleet.io/exit-country).
+	ExitCountry *string `json:"exitCountry,omitempty"`
 	// Conditions: Provisioned (the instance exists and runs) and Healthy
 	// (probes through the proxy succeed).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
@@ -100,6 +106,14 @@ func (b *ProxyStatusApplyConfiguration) WithPort(value int32) *ProxyStatusApplyC
 // If called multiple times, the ExitIP field is set to the value of the last call.
 func (b *ProxyStatusApplyConfiguration) WithExitIP(value string) *ProxyStatusApplyConfiguration {
 	b.ExitIP = &value
+	return b
+}
+
+// WithExitCountry sets the ExitCountry field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ExitCountry field is set to the value of the last call.
+func (b *ProxyStatusApplyConfiguration) WithExitCountry(value string) *ProxyStatusApplyConfiguration {
+	b.ExitCountry = &value
 	return b
 }
 
