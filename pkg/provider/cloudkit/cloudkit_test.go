@@ -3,6 +3,7 @@ package cloudkit_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,47 @@ func waitForTimer(t *testing.T, clk *clocktesting.FakeClock) {
 		if time.Now().After(deadline) {
 			t.Fatal("Wait set no timer")
 		}
+	}
+}
+
+func TestFlatTagsRoundTripTheLabelsThatFit(t *testing.T) {
+	labels := cloudkit.Labels(request("name.with.dots", "h1"), "prod", 3128)
+	tags := cloudkit.FlatTags(labels)
+	for _, tag := range tags {
+		if !strings.HasPrefix(tag, cloudkit.FlatTagPrefix) || strings.ContainsAny(tag, "./ ") {
+			t.Errorf("tag %q: want pxo:<name>:<value> without dots or slashes", tag)
+		}
+	}
+	want := maps.Clone(labels)
+	delete(want, crawlv1alpha1.TagProxyName) // a dot is no tag character: left out
+	if diff := cmp.Diff(want, cloudkit.LabelsOfFlatTags(append(tags, "crawlers", "team:search"))); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	if tag, ok := cloudkit.FlatTag(crawlv1alpha1.TagProxyUID, "0123-abcd"); !ok || tag != "pxo:proxy-uid:0123-abcd" {
+		t.Errorf("FlatTag: %q, %v", tag, ok)
+	}
+}
+
+func TestGateCallRetriesAfterRetryAfterOnly(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	gate := cloudkit.NewGate(0, 1, clk)
+	var calls []time.Time
+	done := make(chan error, 1)
+	go func() {
+		done <- gate.Call(context.Background(), 3, time.Second, func(context.Context) error {
+			calls = append(calls, clk.Now())
+			if len(calls) == 1 {
+				return cloudkit.RateLimited(errors.New("429"), 5*time.Second)
+			}
+			return cloudkit.Classify(cloudkit.KindPermanent, errors.New("400"))
+		})
+	}()
+	waitForTimer(t, clk)
+	clk.Step(5 * time.Second)
+	if err := <-done; cloudkit.KindOf(err) != cloudkit.KindPermanent {
+		t.Fatalf("Call: %v, want the second answer, permanent", err)
+	}
+	if len(calls) != 2 || calls[1].Sub(calls[0]) < 5*time.Second {
+		t.Errorf("calls at %v: want two, 5s apart", calls)
 	}
 }
