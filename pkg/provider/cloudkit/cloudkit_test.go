@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -208,5 +209,33 @@ func TestGateCallRetriesAfterRetryAfterOnly(t *testing.T) {
 	}
 	if len(calls) != 2 || calls[1].Sub(calls[0]) < 5*time.Second {
 		t.Errorf("calls at %v: want two, 5s apart", calls)
+	}
+}
+
+func TestRetryAfterPrefersTheHeaderThenTheReset(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tests := map[string]struct {
+		header http.Header
+		reset  time.Time
+		want   time.Duration
+	}{
+		"Retry-After":            {header: http.Header{"Retry-After": {"7"}}, reset: now.Add(time.Minute), want: 7 * time.Second},
+		"RateLimit-Reset":        {header: http.Header{}, reset: now.Add(3 * time.Second), want: 3 * time.Second},
+		"a reset in the past":    {header: http.Header{}, reset: now.Add(-time.Second)},
+		"a date, not a number":   {header: http.Header{"Retry-After": {"Wed, 21 Oct 2026 07:28:00 GMT"}}},
+		"neither (the fallback)": {header: http.Header{}},
+	}
+	for name, tc := range tests {
+		if got := cloudkit.RetryAfter(tc.header, tc.reset, now); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+func TestPortOfFallsBackOnWhatIsNoPort(t *testing.T) {
+	for value, want := range map[string]int32{"3129": 3129, "": 3128, "0": 3128, "70000": 3128, "x": 3128} {
+		if got := cloudkit.PortOf(map[string]string{cloudkit.LabelPort: value}, 3128); got != want {
+			t.Errorf("PortOf(%q) = %d, want %d", value, got, want)
+		}
 	}
 }

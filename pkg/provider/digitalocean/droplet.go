@@ -112,7 +112,7 @@ func toInstance(d *godo.Droplet) provider.Instance {
 	switch d.Status {
 	case "active":
 		if ip, _ := d.PublicIPv4(); ip != "" {
-			inst.State, inst.IP, inst.Port = provider.StateRunning, ip, labelPort(labels)
+			inst.State, inst.IP, inst.Port = provider.StateRunning, ip, cloudkit.PortOf(labels, DefaultPort)
 			return inst
 		}
 		inst.State, inst.Message = provider.StateProvisioning, "active, waiting for its public IPv4 address"
@@ -122,12 +122,4 @@ func toInstance(d *godo.Droplet) provider.Instance {
 		inst.State, inst.Message = provider.StateStopped, d.Status
 	}
 	return inst
-}
-
-// labelPort is the proxy port recorded on the droplet, or DefaultPort.
-func labelPort(labels map[string]string) int32 {
-	if p, err := strconv.ParseInt(labels[cloudkit.LabelPort], 10, 32); err == nil && p > 0 && p < 65536 {
-		return int32(p)
-	}
-	return DefaultPort
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -78,18 +77,11 @@ func containsAny(s string, subs []string) bool {
 	return false
 }
 
-// retryAfter is how long a rate-limited answer asks to wait: its
-// Retry-After (seconds), else until its RateLimit-Reset, else zero (the
-// gate then waits its fallback).
+// retryAfter is how long a rate-limited answer asks to wait
+// (cloudkit.RetryAfter).
 func retryAfter(resp *godo.Response, now time.Time) time.Duration {
 	if resp == nil || resp.Response == nil {
 		return 0
 	}
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if reset := resp.Rate.Reset.Time; !reset.IsZero() && reset.After(now) {
-		return reset.Sub(now)
-	}
-	return 0
+	return cloudkit.RetryAfter(resp.Header, resp.Rate.Reset.Time, now)
 }
