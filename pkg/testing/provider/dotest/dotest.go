@@ -17,8 +17,9 @@
 // and a count of the calls that came before it ran out), SetNoCapacity
 // (422 "size is not available in this region" for a size),
 // LoseNextAnswers (the call takes effect and the connection drops before
-// the answer), and SetRandomFaults. WithBoot runs something (a real
-// forward proxy) for each droplet, as hcloudtest does.
+// the answer), HoldAnswers (it takes effect and its answer waits), and
+// SetRandomFaults. WithBoot runs something (a real forward proxy) for each
+// droplet, as hcloudtest does.
 //
 // Public addresses are loopback (WithPublicIP), so nothing leaves the host.
 package dotest
@@ -145,6 +146,7 @@ type Fake struct {
 	usedScopes map[string]bool
 	faults     map[Op][]Error
 	lost       map[Op]int
+	holds      map[Op]chan struct{}
 	noCap      map[string]bool
 	random     *rand.Rand
 	rate       float64
@@ -163,7 +165,7 @@ type droplet struct {
 func New(t testing.TB, opts ...Option) *Fake {
 	f := &Fake{
 		droplets: map[int]*droplet{}, calls: map[Op]int{}, usedScopes: map[string]bool{},
-		faults: map[Op][]Error{}, lost: map[Op]int{}, noCap: map[string]bool{},
+		faults: map[Op][]Error{}, lost: map[Op]int{}, holds: map[Op]chan struct{}{}, noCap: map[string]bool{},
 		opts: options{scopes: Scopes},
 	}
 	for _, o := range opts {
@@ -214,6 +216,25 @@ func (f *Fake) LoseNextAnswers(op Op, n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lost[op] += n
+}
+
+// HoldAnswers makes the calls of op take effect and hold their answer
+// until release is called or the client goes away (an operator killed
+// mid-call).
+func (f *Fake) HoldAnswers(op Op) (release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := make(chan struct{})
+	f.holds[op] = ch
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			delete(f.holds, op)
+			close(ch)
+		})
+	}
 }
 
 // SetNoCapacity makes creates of size fail with 422 "Size is not available
