@@ -20,9 +20,11 @@ type hashedSpec struct {
 	GCE        *crawlv1alpha1.GCEProvider        `json:"gce,omitempty"`
 	AWS        *crawlv1alpha1.AWSProvider        `json:"aws,omitempty"`
 	// Hetzner: omitempty keeps the hash of every other spec unchanged.
-	Hetzner  *crawlv1alpha1.HetznerProvider `json:"hetzner,omitempty"`
-	Endpoint *crawlv1alpha1.Endpoint        `json:"endpoint,omitempty"`
-	Auth     *crawlv1alpha1.ProxyAuth       `json:"auth,omitempty"`
+	Hetzner *crawlv1alpha1.HetznerProvider `json:"hetzner,omitempty"`
+	// DigitalOcean: omitempty keeps the hash of every other spec unchanged.
+	DigitalOcean *crawlv1alpha1.DigitalOceanProvider `json:"digitalocean,omitempty"`
+	Endpoint     *crawlv1alpha1.Endpoint             `json:"endpoint,omitempty"`
+	Auth         *crawlv1alpha1.ProxyAuth            `json:"auth,omitempty"`
 	// Egress is passed to the instance as flags: a change replaces it.
 	// omitempty keeps the hash of every spec without it unchanged.
 	Egress *crawlv1alpha1.ProxyEgress `json:"egress,omitempty"`
@@ -38,16 +40,17 @@ type hashedSpec struct {
 // credentials' digest make.
 func specHash(spec crawlv1alpha1.ProxySpec, cloudInit []byte, credentialsDigest string) string {
 	h := hashedSpec{
-		Mode:       spec.Mode,
-		Provider:   spec.Provider,
-		Kubernetes: spec.Kubernetes,
-		Local:      spec.Local,
-		GCE:        spec.GCE,
-		AWS:        spec.AWS,
-		Hetzner:    spec.Hetzner,
-		Endpoint:   spec.Endpoint,
-		Auth:       spec.Auth,
-		Egress:     spec.Egress,
+		Mode:         spec.Mode,
+		Provider:     spec.Provider,
+		Kubernetes:   spec.Kubernetes,
+		Local:        spec.Local,
+		GCE:          spec.GCE,
+		AWS:          spec.AWS,
+		Hetzner:      spec.Hetzner,
+		DigitalOcean: spec.DigitalOcean,
+		Endpoint:     spec.Endpoint,
+		Auth:         spec.Auth,
+		Egress:       spec.Egress,
 		// Already a digest: the Secret's content never reaches the hash input.
 		Credentials: credentialsDigest,
 	}

@@ -45,3 +45,14 @@ func TestSpecHashHetzner(t *testing.T) {
 		t.Error("specs with other server types hash alike")
 	}
 }
+
+// TestSpecHashDigitalOcean: a change of spec.digitalocean is a new droplet.
+func TestSpecHashDigitalOcean(t *testing.T) {
+	spec := func(size string) crawlv1alpha1.ProxySpec {
+		return crawlv1alpha1.ProxySpec{Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderDigitalOcean,
+			DigitalOcean: &crawlv1alpha1.DigitalOceanProvider{Sizes: []string{size}}}
+	}
+	if specHash(spec("s-1vcpu-512mb-10gb"), nil, "") == specHash(spec("s-1vcpu-1gb"), nil, "") {
+		t.Error("specs with other sizes hash alike")
+	}
+}

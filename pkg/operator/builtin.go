@@ -13,6 +13,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/aws"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/digitalocean"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/gce"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/hetzner"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
@@ -24,11 +25,12 @@ import (
 // --providers chooses which of them run.
 func BuiltinProviders() ProviderRegistry {
 	return ProviderRegistry{
-		string(crawlv1alpha1.ProviderKubernetes): newKubernetesProvider,
-		string(crawlv1alpha1.ProviderLocal):      newLocalProvider,
-		string(crawlv1alpha1.ProviderGCE):        newGCEProvider,
-		string(crawlv1alpha1.ProviderAWS):        newAWSProvider,
-		string(crawlv1alpha1.ProviderHetzner):    newHetznerProvider,
+		string(crawlv1alpha1.ProviderKubernetes):   newKubernetesProvider,
+		string(crawlv1alpha1.ProviderLocal):        newLocalProvider,
+		string(crawlv1alpha1.ProviderGCE):          newGCEProvider,
+		string(crawlv1alpha1.ProviderAWS):          newAWSProvider,
+		string(crawlv1alpha1.ProviderHetzner):      newHetznerProvider,
+		string(crawlv1alpha1.ProviderDigitalOcean): newDigitalOceanProvider,
 		string(crawlv1alpha1.ProviderUpstream): func(context.Context, ProviderEnv) (provider.Provider, error) {
 			return upstream.New(), nil
 		},
@@ -74,6 +76,26 @@ func newHetznerProvider(ctx context.Context, env ProviderEnv) (provider.Provider
 	return hetzner.New(hetzner.Options{
 		Token: token, ClusterID: env.Options.HetznerClusterID, Location: env.Options.HetznerLocation,
 		Endpoint: os.Getenv(hetzner.EndpointEnv),
+		Secrets: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+			return env.KubeClient.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		},
+	})
+}
+
+// newDigitalOceanProvider reads the API token from the Secret
+// --digitalocean-token-secret names (once, never logged).
+func newDigitalOceanProvider(ctx context.Context, env ProviderEnv) (provider.Provider, error) {
+	secret, err := readSecret(ctx, env, "--digitalocean-token-secret", env.Options.DigitalOceanTokenSecret)
+	if err != nil {
+		return nil, err
+	}
+	token := strings.TrimSpace(string(secret.Data[digitalocean.TokenSecretKey]))
+	if token == "" {
+		return nil, fmt.Errorf("--digitalocean-token-secret %s: no key %q", env.Options.DigitalOceanTokenSecret, digitalocean.TokenSecretKey)
+	}
+	return digitalocean.New(digitalocean.Options{
+		Token: token, ClusterID: env.Options.DigitalOceanClusterID, Region: env.Options.DigitalOceanRegion,
+		Endpoint: os.Getenv(digitalocean.EndpointEnv),
 		Secrets: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 			return env.KubeClient.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 		},

@@ -36,3 +36,31 @@ func TestNewHetznerProviderReadsTheTokenSecret(t *testing.T) {
 		})
 	}
 }
+
+// The digitalocean provider starts from the token in the Secret its flag
+// names; a Secret without one fails naming the flag and the key.
+func TestNewDigitalOceanProviderReadsTheTokenSecret(t *testing.T) {
+	tests := map[string]struct {
+		data    map[string][]byte
+		wantErr string
+	}{
+		"token":    {data: map[string][]byte{"token": []byte("s3cret\n")}},
+		"no token": {data: map[string][]byte{"api-token": []byte("s3cret")}, wantErr: `--digitalocean-token-secret ops/do: no key "token"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			kube := kubefake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "do"}, Data: tc.data})
+			opts := DefaultOptions()
+			opts.DigitalOceanTokenSecret, opts.DigitalOceanClusterID = "ops/do", "prod"
+			prov, err := newDigitalOceanProvider(t.Context(), ProviderEnv{KubeClient: kube, Options: opts})
+			switch {
+			case tc.wantErr == "" && (err != nil || prov == nil):
+				t.Fatalf("newDigitalOceanProvider: %v", err)
+			case tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr):
+				t.Fatalf("error %v, want %q", err, tc.wantErr)
+			case err != nil && strings.Contains(err.Error(), "s3cret"):
+				t.Fatalf("the error shows the token: %v", err)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,6 +127,12 @@ type Options struct {
 	// project's API token (required; docs/hetzner.md).
 	HetznerLocation, HetznerClusterID string
 	HetznerTokenSecret                string
+	// DigitalOceanRegion is the default of spec.digitalocean.region;
+	// DigitalOceanClusterID tags every droplet (required with the
+	// digitalocean provider); DigitalOceanTokenSecret ("namespace/name",
+	// key token) holds the scoped API token (required; docs/digitalocean.md).
+	DigitalOceanRegion, DigitalOceanClusterID string
+	DigitalOceanTokenSecret                   string
 	// LocalStateDir is where the local provider keeps its state.
 	LocalStateDir string
 	// GeoIPDatabase is a MaxMind DB file mapping exit IPs to countries
@@ -271,6 +278,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HetznerClusterID, "hetzner-cluster-id", o.HetznerClusterID, "Label value that scopes every Hetzner Cloud server to this cluster, unique among the clusters sharing the project; required when --providers includes hetzner.")
 	fs.StringVar(&o.HetznerTokenSecret, "hetzner-token-secret", o.HetznerTokenSecret, "namespace/name of a Secret whose key token is a Read & Write API token of the Hetzner Cloud project; required when --providers includes hetzner.")
 	fs.StringVar(&o.GeoIPDatabase, "geoip-database", o.GeoIPDatabase, "A GeoIP database file in MaxMind DB format (GeoLite2-Country, say) that maps each proxy's measured exit IP to status.exitCountry when the health check's answer names no country. The operator fails to start when it does not open.")
+	fs.StringVar(&o.DigitalOceanRegion, "digitalocean-region", o.DigitalOceanRegion, "DigitalOcean region (nyc3, ams3, fra1, ...) of digitalocean droplets whose spec.digitalocean.region is empty.")
+	fs.StringVar(&o.DigitalOceanClusterID, "digitalocean-cluster-id", o.DigitalOceanClusterID, "Tag value that scopes every DigitalOcean droplet to this cluster, unique among the clusters sharing the account (letters, digits, dashes, underscores); required when --providers includes digitalocean.")
+	fs.StringVar(&o.DigitalOceanTokenSecret, "digitalocean-token-secret", o.DigitalOceanTokenSecret, "namespace/name of a Secret whose key token is a DigitalOcean API token with the scopes docs/digitalocean.md lists; required when --providers includes digitalocean.")
 	fs.StringVar(&o.LocalStateDir, "local-state-dir", o.LocalStateDir, "Directory where the local provider keeps its processes' state. Required when --providers includes local.")
 	fs.BoolVar(&o.LocalLoopbackExits, "local-loopback-exits", o.LocalLoopbackExits, "Give each local instance an exit address of its own in 127.1.0.0/16, so that sites on this machine see one IP per instance (and ban them one by one).")
 	fs.DurationVar(&o.GCInterval, "gc-interval", o.GCInterval, "How often provider instances whose Proxy is gone are collected.")
@@ -312,7 +322,7 @@ func (v *listValue) Set(s string) error {
 
 // knownProviders are the provider names the API accepts (spec.provider).
 func knownProviders() []string {
-	return []string{string(crawlv1alpha1.ProviderKubernetes), string(crawlv1alpha1.ProviderLocal), string(crawlv1alpha1.ProviderGCE), string(crawlv1alpha1.ProviderAWS), string(crawlv1alpha1.ProviderHetzner), string(crawlv1alpha1.ProviderUpstream)}
+	return []string{string(crawlv1alpha1.ProviderKubernetes), string(crawlv1alpha1.ProviderLocal), string(crawlv1alpha1.ProviderGCE), string(crawlv1alpha1.ProviderAWS), string(crawlv1alpha1.ProviderHetzner), string(crawlv1alpha1.ProviderDigitalOcean), string(crawlv1alpha1.ProviderUpstream)}
 }
 
 // Validate checks every option on its own and against the others; each error
@@ -464,7 +474,7 @@ func (o *Options) validateProviders(bad badFlag) {
 		}
 		seen[name] = true
 	}
-	for _, f := range []struct{ flag, ref string }{{"gce-credentials-secret", o.GCECredentialsSecret}, {"aws-credentials-secret", o.AWSCredentialsSecret}, {"hetzner-token-secret", o.HetznerTokenSecret}} {
+	for _, f := range []struct{ flag, ref string }{{"gce-credentials-secret", o.GCECredentialsSecret}, {"aws-credentials-secret", o.AWSCredentialsSecret}, {"hetzner-token-secret", o.HetznerTokenSecret}, {"digitalocean-token-secret", o.DigitalOceanTokenSecret}} {
 		if ns, name, ok := strings.Cut(f.ref, "/"); f.ref != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
 			bad(f.flag, "must be namespace/name, got %q", f.ref)
 		}
@@ -477,6 +487,17 @@ func (o *Options) validateProviders(bad badFlag) {
 	}
 	if seen[string(crawlv1alpha1.ProviderHetzner)] && o.HetznerTokenSecret == "" {
 		bad("hetzner-token-secret", "must be set when --providers includes %s: the Secret holding the project's API token (docs/hetzner.md)", crawlv1alpha1.ProviderHetzner)
+	}
+	if do := string(crawlv1alpha1.ProviderDigitalOcean); seen[do] {
+		switch id := o.DigitalOceanClusterID; {
+		case id == "":
+			bad("digitalocean-cluster-id", "must be set when --providers includes %s: a name unique to this cluster among those sharing the DigitalOcean account, such as the cluster's name", do)
+		case !validTagValue.MatchString(id):
+			bad("digitalocean-cluster-id", "must be 1-63 letters, digits, dashes or underscores (it becomes a DigitalOcean tag), got %q", id)
+		}
+		if o.DigitalOceanTokenSecret == "" {
+			bad("digitalocean-token-secret", "must be set when --providers includes %s: the Secret holding the scoped API token (docs/digitalocean.md)", do)
+		}
 	}
 	if seen[string(crawlv1alpha1.ProviderLocal)] && o.LocalStateDir == "" {
 		bad("local-state-dir", "must be set when --providers includes %s", crawlv1alpha1.ProviderLocal)
@@ -515,3 +536,7 @@ func sameListenAddr(a, b string) bool {
 	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
 	return hostA == hostB || wildcard(hostA) || wildcard(hostB)
 }
+
+// validTagValue is a cluster ID that is a DigitalOcean tag's value (and a
+// label value of the other clouds).
+var validTagValue = regexp.MustCompile(`^[A-Za-z0-9_-]{1,63}$`)

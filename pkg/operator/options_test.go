@@ -75,7 +75,7 @@ func TestValidate(t *testing.T) {
 			wantErrs: []string{"--lease-addr: must differ from --metrics-addr"}},
 		"unknown lease auth": {mod: func(o *Options) { o.LeaseAuth = "oidc" }, wantErrs: []string{`--lease-auth: must be "kubernetes" or "none", got "oidc"`}},
 		"unknown provider": {mod: func(o *Options) { o.Providers = []string{"kubernetes", "azure"} },
-			wantErrs: []string{`--providers: unknown provider "azure" (known: kubernetes, local, gce, aws, hetzner, upstream)`}},
+			wantErrs: []string{`--providers: unknown provider "azure" (known: kubernetes, local, gce, aws, hetzner, digitalocean, upstream)`}},
 		"provider twice":  {mod: func(o *Options) { o.Providers = []string{"gce", "gce"} }, wantErrs: []string{`--providers: provider "gce" is listed twice`}},
 		"local no state":  {mod: func(o *Options) { o.Providers = []string{"local"} }, wantErrs: []string{"--local-state-dir: must be set when --providers includes local"}},
 		"zero gc":         {mod: func(o *Options) { o.GCInterval = 0 }, wantErrs: []string{"--gc-interval: must be positive"}},
@@ -87,6 +87,11 @@ func TestValidate(t *testing.T) {
 			wantErrs: []string{"--leader-elect-lease-duration: must be greater than --leader-elect-renew-deadline (10s), got 10s"}},
 		"hetzner without cluster ID and token": {mod: func(o *Options) { o.Providers = []string{"hetzner"} },
 			wantErrs: []string{"--hetzner-cluster-id: must be set", "--hetzner-token-secret: must be set"}},
+		"digitalocean without cluster ID and token": {mod: func(o *Options) { o.Providers = []string{"digitalocean"} },
+			wantErrs: []string{"--digitalocean-cluster-id: must be set", "--digitalocean-token-secret: must be set"}},
+		"digitalocean cluster ID no tag": {mod: func(o *Options) {
+			o.Providers, o.DigitalOceanClusterID, o.DigitalOceanTokenSecret = []string{"digitalocean"}, "prod.eu", "ns/token"
+		}, wantErrs: []string{`--digitalocean-cluster-id: must be 1-63 letters, digits, dashes or underscores (it becomes a DigitalOcean tag), got "prod.eu"`}},
 		"hetzner token not namespace/name": {mod: func(o *Options) {
 			o.Providers, o.HetznerClusterID, o.HetznerTokenSecret = []string{"hetzner"}, "prod", "token"
 		}, wantErrs: []string{`--hetzner-token-secret: must be namespace/name, got "token"`}},

@@ -48,6 +48,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.CrawlPolicySpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CrawlPolicyStatus"):
 		return &crawlv1alpha1.CrawlPolicyStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("DigitalOceanProvider"):
+		return &crawlv1alpha1.DigitalOceanProviderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DomainLimits"):
 		return &crawlv1alpha1.DomainLimitsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DomainRule"):

@@ -3,6 +3,8 @@ package cloudkit_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -164,6 +166,76 @@ func waitForTimer(t *testing.T, clk *clocktesting.FakeClock) {
 	for deadline := time.Now().Add(5 * time.Second); !clk.HasWaiters(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("Wait set no timer")
+		}
+	}
+}
+
+func TestFlatTagsRoundTripTheLabelsThatFit(t *testing.T) {
+	labels := cloudkit.Labels(request("name.with.dots", "h1"), "prod", 3128)
+	tags := cloudkit.FlatTags(labels)
+	for _, tag := range tags {
+		if !strings.HasPrefix(tag, cloudkit.FlatTagPrefix) || strings.ContainsAny(tag, "./ ") {
+			t.Errorf("tag %q: want pxo:<name>:<value> without dots or slashes", tag)
+		}
+	}
+	want := maps.Clone(labels)
+	delete(want, crawlv1alpha1.TagProxyName) // a dot is no tag character: left out
+	if diff := cmp.Diff(want, cloudkit.LabelsOfFlatTags(append(tags, "crawlers", "team:search"))); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	if tag, ok := cloudkit.FlatTag(crawlv1alpha1.TagProxyUID, "0123-abcd"); !ok || tag != "pxo:proxy-uid:0123-abcd" {
+		t.Errorf("FlatTag: %q, %v", tag, ok)
+	}
+}
+
+func TestGateCallRetriesAfterRetryAfterOnly(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	gate := cloudkit.NewGate(0, 1, clk)
+	var calls []time.Time
+	done := make(chan error, 1)
+	go func() {
+		done <- gate.Call(context.Background(), 3, time.Second, func(context.Context) error {
+			calls = append(calls, clk.Now())
+			if len(calls) == 1 {
+				return cloudkit.RateLimited(errors.New("429"), 5*time.Second)
+			}
+			return cloudkit.Classify(cloudkit.KindPermanent, errors.New("400"))
+		})
+	}()
+	waitForTimer(t, clk)
+	clk.Step(5 * time.Second)
+	if err := <-done; cloudkit.KindOf(err) != cloudkit.KindPermanent {
+		t.Fatalf("Call: %v, want the second answer, permanent", err)
+	}
+	if len(calls) != 2 || calls[1].Sub(calls[0]) < 5*time.Second {
+		t.Errorf("calls at %v: want two, 5s apart", calls)
+	}
+}
+
+func TestRetryAfterPrefersTheHeaderThenTheReset(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tests := map[string]struct {
+		header http.Header
+		reset  time.Time
+		want   time.Duration
+	}{
+		"Retry-After":            {header: http.Header{"Retry-After": {"7"}}, reset: now.Add(time.Minute), want: 7 * time.Second},
+		"RateLimit-Reset":        {header: http.Header{}, reset: now.Add(3 * time.Second), want: 3 * time.Second},
+		"a reset in the past":    {header: http.Header{}, reset: now.Add(-time.Second)},
+		"a date, not a number":   {header: http.Header{"Retry-After": {"Wed, 21 Oct 2026 07:28:00 GMT"}}},
+		"neither (the fallback)": {header: http.Header{}},
+	}
+	for name, tc := range tests {
+		if got := cloudkit.RetryAfter(tc.header, tc.reset, now); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+func TestPortOfFallsBackOnWhatIsNoPort(t *testing.T) {
+	for value, want := range map[string]int32{"3129": 3129, "": 3128, "0": 3128, "70000": 3128, "x": 3128} {
+		if got := cloudkit.PortOf(map[string]string{cloudkit.LabelPort: value}, 3128); got != want {
+			t.Errorf("PortOf(%q) = %d, want %d", value, got, want)
 		}
 	}
 }

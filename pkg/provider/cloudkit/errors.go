@@ -3,6 +3,8 @@ package cloudkit
 import (
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
@@ -103,4 +105,18 @@ func WalkPlaces(places []string, create func(place string) error) error {
 		capacity = append(capacity, fmt.Errorf("%s: %w", place, err))
 	}
 	return Classify(KindCapacity, fmt.Errorf("no place had capacity (%w)", errors.Join(capacity...)))
+}
+
+// RetryAfter is how long a rate-limited answer asks to wait: its
+// Retry-After header (seconds), else until reset (the cloud's
+// RateLimit-Reset, zero if none), else zero (the gate then waits its
+// fallback).
+func RetryAfter(header http.Header, reset, now time.Time) time.Duration {
+	if s, err := strconv.Atoi(header.Get("Retry-After")); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if !reset.IsZero() && reset.After(now) {
+		return reset.Sub(now)
+	}
+	return 0
 }

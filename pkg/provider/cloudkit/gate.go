@@ -2,6 +2,7 @@ package cloudkit
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -68,4 +69,29 @@ func (g *Gate) NotBefore() time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.notBefore
+}
+
+// Call runs one API call through the gate, again after each rate-limited
+// answer (up to maxAttempts), never before the time that answer named:
+// its Error.RetryAfter, or fallback when it named none. api returns its
+// error classified (Classify, RateLimited); Call returns the last one.
+func (g *Gate) Call(ctx context.Context, maxAttempts int, fallback time.Duration, api func(ctx context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		if err := g.Wait(ctx); err != nil {
+			return Classify(KindTransient, err)
+		}
+		err := api(ctx)
+		var kitErr *Error
+		if err == nil || !errors.As(err, &kitErr) || kitErr.Kind != KindRateLimited {
+			return err
+		}
+		wait := kitErr.RetryAfter
+		if wait <= 0 {
+			wait = fallback
+		}
+		g.Defer(g.clock.Now().Add(wait))
+		if attempt >= maxAttempts {
+			return err
+		}
+	}
 }

@@ -83,3 +83,12 @@ func IdempotencyKey(req provider.CreateRequest, clusterID string) string {
 func InstanceName(req provider.CreateRequest, clusterID string) string {
 	return req.Name + "-" + IdempotencyKey(req, clusterID)[:8]
 }
+
+// PortOf is the proxy port LabelPort records in labels, or def when it
+// records none or no valid port.
+func PortOf(labels map[string]string, def int32) int32 {
+	if p, err := strconv.ParseInt(labels[LabelPort], 10, 32); err == nil && p > 0 && p < 65536 {
+		return int32(p)
+	}
+	return def
+}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -99,18 +98,11 @@ func invalidFields(apiErr hcloud.Error) string {
 	return " (check " + strings.Join(fields, ", ") + ")"
 }
 
-// retryAfter is how long a rate-limited answer asks to wait: its
-// Retry-After (seconds), else until its RateLimit-Reset, else zero (the
-// gate then waits its fallback).
+// retryAfter is how long a rate-limited answer asks to wait
+// (cloudkit.RetryAfter).
 func retryAfter(resp *hcloud.Response, now time.Time) time.Duration {
 	if resp == nil || resp.Response == nil {
 		return 0
 	}
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if reset := resp.Meta.Ratelimit.Reset; !reset.IsZero() && reset.After(now) {
-		return reset.Sub(now)
-	}
-	return 0
+	return cloudkit.RetryAfter(resp.Header, resp.Meta.Ratelimit.Reset, now)
 }

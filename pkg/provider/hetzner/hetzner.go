@@ -142,14 +142,11 @@ func New(opts Options) (*Provider, error) {
 	return p, nil
 }
 
-// call runs one API call through the gate, again after each 429 (up to
-// maxAttempts), never before the time the 429 named. It returns the
+// call runs one API call through the gate (cloudkit.Gate.Call): again
+// after each 429, never before the time the 429 named. It returns the
 // classified error.
 func (p *Provider) call(ctx context.Context, api func(ctx context.Context) (*hcloud.Response, error)) error {
-	for attempt := 1; ; attempt++ {
-		if err := p.gate.Wait(ctx); err != nil {
-			return cloudkit.Classify(cloudkit.KindTransient, err)
-		}
+	return p.gate.Call(ctx, p.maxAttempts, p.backoff, func(ctx context.Context) error {
 		resp, err := api(ctx)
 		now := p.clock.Now()
 		if resp != nil && resp.Meta.Ratelimit.Limit > 0 && resp.Meta.Ratelimit.Remaining == 0 {
@@ -158,20 +155,8 @@ func (p *Provider) call(ctx context.Context, api func(ctx context.Context) (*hcl
 		if err == nil {
 			return nil
 		}
-		err = classify(err, resp, now)
-		var kitErr *cloudkit.Error
-		if !errors.As(err, &kitErr) || kitErr.Kind != cloudkit.KindRateLimited {
-			return err
-		}
-		wait := kitErr.RetryAfter
-		if wait <= 0 {
-			wait = p.backoff
-		}
-		p.gate.Defer(now.Add(wait))
-		if attempt >= p.maxAttempts {
-			return err
-		}
-	}
+		return classify(err, resp, now)
+	})
 }
 
 // HeldUntil is the time before which the provider makes no call: the

@@ -108,7 +108,7 @@ func toInstance(s *hcloud.Server) provider.Instance {
 	switch s.Status {
 	case hcloud.ServerStatusRunning:
 		if ip := s.PublicNet.IPv4.IP; ip != nil && !ip.IsUnspecified() {
-			inst.State, inst.IP, inst.Port = provider.StateRunning, ip.String(), labelPort(s.Labels)
+			inst.State, inst.IP, inst.Port = provider.StateRunning, ip.String(), cloudkit.PortOf(s.Labels, DefaultPort)
 			return inst
 		}
 		inst.State, inst.Message = provider.StateProvisioning, "running, waiting for its public IPv4 address"
@@ -118,12 +118,4 @@ func toInstance(s *hcloud.Server) provider.Instance {
 		inst.State, inst.Message = provider.StateStopped, string(s.Status)
 	}
 	return inst
-}
-
-// labelPort is the proxy port recorded on the server, or DefaultPort.
-func labelPort(labels map[string]string) int32 {
-	if p, err := strconv.ParseInt(labels[cloudkit.LabelPort], 10, 32); err == nil && p > 0 && p < 65536 {
-		return int32(p)
-	}
-	return DefaultPort
 }

@@ -95,6 +95,17 @@ func withDocumentedDefaults(s crawlv1alpha1.ProxySpec) crawlv1alpha1.ProxySpec {
 			h.Port = 3128
 		}
 	}
+	if d := s.DigitalOcean; d != nil {
+		if len(d.Sizes) == 0 {
+			d.Sizes = []string{"s-1vcpu-512mb-10gb"}
+		}
+		if d.Image == "" {
+			d.Image = "debian-12-x64"
+		}
+		if d.Port == 0 {
+			d.Port = 3128
+		}
+	}
 	if u := s.Upstream; u != nil {
 		if u.Endpoint.Scheme == "" {
 			u.Endpoint.Scheme = crawlv1alpha1.SchemeHTTP
@@ -252,6 +263,16 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 			Hetzner: &crawlv1alpha1.HetznerProvider{
 				Location: "fsn1", ServerTypes: []string{"cx22", "cpx11"}, Image: "ubuntu-24.04",
 				FirewallIDs: []int64{38}, PublicIPv6: true, Port: 3129,
+			},
+			CloudInit:   &crawlv1alpha1.CloudInit{Inline: ptr.To("#cloud-config\n")},
+			HealthCheck: hc,
+			MaxLeases:   1,
+		}),
+		proxy("droplet", crawlv1alpha1.ProxySpec{
+			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderDigitalOcean,
+			DigitalOcean: &crawlv1alpha1.DigitalOceanProvider{
+				Region: "ams3", Sizes: []string{"s-1vcpu-512mb-10gb", "s-1vcpu-1gb"}, Image: "ubuntu-24-04-x64",
+				Tags: []string{"crawlers", "team:search"}, VPCUUID: "5a4981aa-9653-4bd1-bef5-d6bff52042e4", IPv6: true, Port: 3129,
 			},
 			CloudInit:   &crawlv1alpha1.CloudInit{Inline: ptr.To("#cloud-config\n")},
 			HealthCheck: hc,
