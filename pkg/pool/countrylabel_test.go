@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 )
 
@@ -89,20 +90,23 @@ func TestExitCountryRelabels(t *testing.T) {
 	}
 }
 
-// TestAskedCountry: only a two-letter {country} is a country to check.
+// TestAskedCountry: only a two-letter {country} of a provider that asks
+// for one is a country to check.
 func TestAskedCountry(t *testing.T) {
 	px := func(template string, countries ...string) *crawlv1alpha1.Proxy {
 		return &crawlv1alpha1.Proxy{
 			ObjectMeta: metav1.ObjectMeta{UID: types.UID("0b4f7c2e-1111-2222-3333-444455556666")},
-			Spec:       crawlv1alpha1.ProxySpec{Upstream: &crawlv1alpha1.UpstreamProvider{UsernameTemplate: template, Countries: countries}},
+			Spec: crawlv1alpha1.ProxySpec{Provider: crawlv1alpha1.ProviderUpstream,
+				Upstream: &crawlv1alpha1.UpstreamProvider{UsernameTemplate: template, Countries: countries}},
 		}
 	}
+	providers := provider.Set{crawlv1alpha1.ProviderUpstream: &upstream.Provider{}}
 	got := map[string]string{
-		"de":        upstream.AskedCountry(px("c-{country}-s-{session}", "de")),
-		"uk":        upstream.AskedCountry(px("c-{country}-s-{session}", "uk")),
-		"region":    upstream.AskedCountry(px("c-{country}-s-{session}", "eu_west")),
-		"unused":    upstream.AskedCountry(px("s-{session}", "de")),
-		"no-upstrm": upstream.AskedCountry(&crawlv1alpha1.Proxy{}),
+		"de":        providers.AskedCountry(px("c-{country}-s-{session}", "de")),
+		"uk":        providers.AskedCountry(px("c-{country}-s-{session}", "uk")),
+		"region":    providers.AskedCountry(px("c-{country}-s-{session}", "eu_west")),
+		"unused":    providers.AskedCountry(px("s-{session}", "de")),
+		"no-upstrm": providers.AskedCountry(&crawlv1alpha1.Proxy{}),
 	}
 	want := map[string]string{"de": "DE", "uk": "GB", "region": "", "unused": "", "no-upstrm": ""}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -16,7 +16,6 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
-	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 )
 
 func (c *Controller) createMember(ctx context.Context, pool *crawlv1alpha1.ProxyPool, revision string) error {
@@ -122,7 +121,7 @@ func describeReason(r Reason, p *crawlv1alpha1.Proxy, pool *crawlv1alpha1.ProxyP
 	case ReasonDuplicateExitIP:
 		return fmt.Sprintf("re-rolled: its exit IP %s is an older member's too", p.Status.ExitIP)
 	case ReasonExitCountryMismatch:
-		return fmt.Sprintf("re-rolled: its exit IP %s is in %s, not the %s its network was asked for", p.Status.ExitIP, p.Status.ExitCountry, upstream.AskedCountry(p))
+		return fmt.Sprintf("re-rolled: its exit IP %s is in %s, not the %s its network was asked for", p.Status.ExitIP, p.Status.ExitCountry, providers.AskedCountry(p))
 	case ReasonUnhealthy:
 		return fmt.Sprintf("replaced because Unhealthy longer than unhealthyTimeout %s", pool.Spec.Remediation.UnhealthyTimeout.Duration)
 	case ReasonScaledDown:

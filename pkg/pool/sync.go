@@ -16,7 +16,6 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
-	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 )
 
 // sync reconciles one pool: it reads the members, asks Decide, acts on the
@@ -173,7 +172,7 @@ func (c *Controller) members(pool *crawlv1alpha1.ProxyPool) ([]Member, map[strin
 			continue // a Proxy that only borrowed the label is not ours
 		}
 		byName[p.Name] = p
-		m := memberOf(p)
+		m := memberOf(p, c.providers)
 		m.Leases = -1
 		if leases != nil {
 			m.Leases = leases[p.Name]
@@ -199,7 +198,7 @@ func (c *Controller) members(pool *crawlv1alpha1.ProxyPool) ([]Member, map[strin
 }
 
 // memberOf is what Decide needs of a member Proxy.
-func memberOf(p *crawlv1alpha1.Proxy) Member {
+func memberOf(p *crawlv1alpha1.Proxy, providers provider.Set) Member {
 	m := Member{
 		Name:     p.Name,
 		Revision: p.Labels[crawlv1alpha1.PoolRevisionLabel],
@@ -209,7 +208,7 @@ func memberOf(p *crawlv1alpha1.Proxy) Member {
 		ExitIP:   p.Status.ExitIP,
 		// Both are compared only for a Ready member (Member.countryMismatch).
 		ExitCountry:  p.Status.ExitCountry,
-		AskedCountry: upstream.AskedCountry(p),
+		AskedCountry: providers.AskedCountry(p),
 	}
 	switch p.Status.Phase {
 	case crawlv1alpha1.PhaseUnhealthy:

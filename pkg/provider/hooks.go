@@ -81,6 +81,15 @@ type RecycleAge struct {
 	Setting string
 }
 
+// CountryAsker is a provider whose instances were asked for an exit
+// country (a proxy network's {country} in its username): a pool re-rolls a
+// member whose measured exit country differs.
+type CountryAsker interface {
+	// AskedCountry is the ISO 3166-1 alpha-2 country (upper case) p's
+	// instance was asked for, "" when none or not a country code.
+	AskedCountry(p *crawlv1alpha1.Proxy) string
+}
+
 // Set is the enabled providers by name (spec.provider). Its methods are the
 // one place where each optional interface above is checked.
 type Set map[crawlv1alpha1.ProviderName]Provider
@@ -129,4 +138,13 @@ func (s Set) RecycleAge(spec *crawlv1alpha1.ProxySpec) (RecycleAge, bool) {
 		return r.RecycleAge(spec)
 	}
 	return RecycleAge{}, false
+}
+
+// AskedCountry is the exit country p's instance was asked for
+// (CountryAsker); "" when its provider asks for none.
+func (s Set) AskedCountry(p *crawlv1alpha1.Proxy) string {
+	if a, ok := s[p.Spec.Provider].(CountryAsker); ok {
+		return a.AskedCountry(p)
+	}
+	return ""
 }

@@ -156,7 +156,7 @@ func Country(spec *crawlv1alpha1.UpstreamProvider, uid types.UID) string {
 // something that is not a two-letter code (a network's own region name):
 // only then can a measured status.exitCountry prove the network wrong.
 // "uk", which networks accept for Great Britain, is GB.
-func AskedCountry(p *crawlv1alpha1.Proxy) string {
+func (*Provider) AskedCountry(p *crawlv1alpha1.Proxy) string {
 	spec := p.Spec.Upstream
 	if spec == nil || !strings.Contains(spec.UsernameTemplate, "{country}") {
 		return ""

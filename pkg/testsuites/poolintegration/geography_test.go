@@ -197,9 +197,9 @@ func TestExitGeography(t *testing.T) {
 		return err
 	})
 	kept, victim := res[0], res[1]
-	asked := upstream.AskedCountry(&victim)
+	asked := (&upstream.Provider{}).AskedCountry(&victim)
 	wrong := map[string]string{"DE": "US", "US": "DE"}[asked]
-	echo.set(kept.Status.ExitIP, upstream.AskedCountry(&kept))
+	echo.set(kept.Status.ExitIP, (&upstream.Provider{}).AskedCountry(&kept))
 	echo.set(victim.Status.ExitIP, wrong)
 	eventually.Check(t, 2*time.Minute, interval, victim.Name+" re-rolled for leaving from "+wrong, func(ctx context.Context) error {
 		if _, err := pt.crawl.CrawlV1alpha1().Proxies(pt.ns).Get(ctx, victim.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
