@@ -130,6 +130,7 @@ type MemberRow struct {
 	Pool          string `json:"pool"`
 	Phase         string `json:"phase"`
 	ExitIP        string `json:"exitIP"`
+	ExitCountry   string `json:"exitCountry"`
 	LatencyMillis int64  `json:"latencyMillis"`
 	Leases        int    `json:"leases"`
 	// CoolingDown names up to CoolingDomainsShown of the domains the member
@@ -243,7 +244,7 @@ func policyRow(p *crawlv1alpha1.CrawlPolicy) PolicyRow {
 func memberRow(p *crawlv1alpha1.Proxy, leases int) MemberRow {
 	return MemberRow{
 		Namespace: p.Namespace, Name: p.Name, Pool: p.Labels[crawlv1alpha1.PoolLabel],
-		Phase: string(p.Status.Phase), ExitIP: p.Status.ExitIP, LatencyMillis: p.Status.LatencyMillis,
+		Phase: string(p.Status.Phase), ExitIP: p.Status.ExitIP, ExitCountry: p.Status.ExitCountry, LatencyMillis: p.Status.LatencyMillis,
 		Leases: leases, CreatedMillis: p.CreationTimestamp.UnixMilli(), Leaving: leaving(p),
 	}
 }

@@ -30,7 +30,7 @@ func member(ns, name, poolName string, change ...func(*crawlv1alpha1.Proxy)) *cr
 	p := &crawlv1alpha1.Proxy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, CreationTimestamp: metav1.NewTime(t0),
 			Labels: map[string]string{crawlv1alpha1.PoolLabel: poolName}},
-		Status: crawlv1alpha1.ProxyStatus{Phase: crawlv1alpha1.PhaseReady, ExitIP: "203.0.113.7", LatencyMillis: 12,
+		Status: crawlv1alpha1.ProxyStatus{Phase: crawlv1alpha1.PhaseReady, ExitIP: "203.0.113.7", ExitCountry: "DE", LatencyMillis: 12,
 			IP: "10.0.0.1", Port: 3128},
 	}
 	if poolName == "" {
@@ -43,7 +43,7 @@ func member(ns, name, poolName string, change ...func(*crawlv1alpha1.Proxy)) *cr
 }
 
 func readyMember(ns, name, poolName string, leases int) MemberRow {
-	return MemberRow{Namespace: ns, Name: name, Pool: poolName, Phase: "Ready", ExitIP: "203.0.113.7",
+	return MemberRow{Namespace: ns, Name: name, Pool: poolName, Phase: "Ready", ExitIP: "203.0.113.7", ExitCountry: "DE",
 		LatencyMillis: 12, Leases: leases, CreatedMillis: t0.UnixMilli()}
 }
 

@@ -340,7 +340,7 @@ function coolingDown(m) {
 function membersTable(members) {
   return table([
     ["Proxy", (m) => m.namespace + "/" + m.name], ["Phase", (m) => m.phase, (m) => "phase-" + m.phase],
-    ["Exit IP", (m) => m.exitIP], ["Latency", (m) => m.latencyMillis ? m.latencyMillis + " ms" : "", "num"],
+    ["Exit IP", (m) => m.exitIP], ["Country", (m) => m.exitCountry], ["Latency", (m) => m.latencyMillis ? m.latencyMillis + " ms" : "", "num"],
     ["Leases", (m) => m.leases, "num"], ["Cooling down for", coolingDown],
     ["Age", (m) => age(m.createdMillis), "num"], ["Leaving", (m) => m.leaving],
   ], members, "members");
