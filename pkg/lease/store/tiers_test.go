@@ -378,3 +378,40 @@ func TestProbeWithNothingFreeGoesToTheCurrentTier(t *testing.T) {
 		t.Errorf("with own VMs Ready again, the probe went to %s, want own-vms", l.Proxy.Pool)
 	}
 }
+
+// TestTieredAcquireKeepsItsCountry: a country is a constraint of its own,
+// not a selector, so an acquire naming one stays tiered, and gets a proxy
+// both of its budget's tier and of that country.
+func TestTieredAcquireKeepsItsCountry(t *testing.T) {
+	var fleet []ProxyInfo
+	for _, c := range []string{"DE", "US"} {
+		for i := range 3 {
+			fleet = append(fleet,
+				newProxy(fmt.Sprintf("vm-%s-%d", c, i), inNamespace(testNamespace), inTierPool("own-vms"), inCountryOf(c), withMaxLeases(100)),
+				newProxy(fmt.Sprintf("res-%s-%d", c, i), inNamespace(testNamespace), inTierPool("residential"), inCountryOf(c), withMaxLeases(100)))
+		}
+	}
+	s, _, _ := newTestStore(t, fleet)
+	s.SetCrawlPolicy(tieredDefault(testNamespace))
+	escalate(t, s, testNamespace, "bans.example")
+	tests := map[string]struct {
+		req                   AcquireRequest
+		wantPool, wantCountry string
+	}{
+		"escalated domain, DE": {req: AcquireRequest{Namespace: testNamespace, Domain: "bans.example", Country: "DE"}, wantPool: "residential", wantCountry: "DE"},
+		"escalated domain, US": {req: AcquireRequest{Namespace: testNamespace, Domain: "bans.example", Country: "US"}, wantPool: "residential", wantCountry: "US"},
+		"calm domain, DE":      {req: AcquireRequest{Namespace: testNamespace, Domain: "calm.example", Country: "DE"}, wantPool: "own-vms", wantCountry: "DE"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			for range 5 {
+				l := acquire(t, s, tc.req)
+				release(t, s, l)
+				country := strings.Split(l.Proxy.Key.Name, "-")[1]
+				if l.Proxy.Pool != tc.wantPool || country != tc.wantCountry {
+					t.Errorf("granted %s of pool %q, want pool %q in %s", l.Proxy.Key, l.Proxy.Pool, tc.wantPool, tc.wantCountry)
+				}
+			}
+		})
+	}
+}
