@@ -60,7 +60,15 @@ func (f *Fake) handle(op Op, do func(r *http.Request) answer) http.HandlerFunc {
 		if f.lost[op] > 0 {
 			f.lost[op]--
 		}
+		hold := f.holds[op]
 		f.mu.Unlock()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		if lose {
 			dropConnection(w)
 			return

@@ -129,6 +129,7 @@ type Fake struct {
 	calls   map[Op]int
 	faults  map[Op][]Error
 	lost    map[Op]int
+	holds   map[Op]chan struct{}
 	noCap   map[string]bool
 	random  *rand.Rand
 	rate    float64
@@ -149,7 +150,7 @@ type server struct {
 func New(t testing.TB, opts ...Option) *Fake {
 	f := &Fake{
 		servers: map[int64]*server{}, calls: map[Op]int{}, faults: map[Op][]Error{},
-		lost: map[Op]int{}, noCap: map[string]bool{},
+		lost: map[Op]int{}, holds: map[Op]chan struct{}{}, noCap: map[string]bool{},
 	}
 	for _, o := range opts {
 		o(&f.opts)
@@ -167,6 +168,25 @@ func New(t testing.TB, opts ...Option) *Fake {
 		}
 	})
 	return f
+}
+
+// HoldAnswers makes the calls of op take effect and hold their answer
+// until release is called or the client goes away (an operator killed
+// mid-call).
+func (f *Fake) HoldAnswers(op Op) (release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := make(chan struct{})
+	f.holds[op] = ch
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			delete(f.holds, op)
+			close(ch)
+		})
+	}
 }
 
 // FailNext answers the next len(errs) calls of op with errs, before any effect.
