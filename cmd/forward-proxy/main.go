@@ -103,6 +103,10 @@ func run() int {
 		return 2
 	}
 
+	if err := forwardproxy.CheckExitRanges(context.Background(), c.ExitRanges); err != nil {
+		klog.ErrorS(err, "Cannot leave from the exit ranges")
+		return 1
+	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		klog.ErrorS(err, "Cannot listen", "addr", c.Listen)

@@ -2,10 +2,12 @@ package forwardproxy_test
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -148,7 +150,7 @@ func (rig *netnsRig) source(t *testing.T, method, user string) netip.Addr {
 // same one, connections without a session from a new one each; internal
 // IPv6 destinations are still refused; and without the local route the
 // replies do not arrive (the dial times out), which is why the host needs
-// it.
+// it and why forward-proxy refuses to start without it.
 func TestExitRangeInNetns(t *testing.T) {
 	rig := startNetnsRig(t)
 	for _, method := range []string{http.MethodConnect, http.MethodGet} {
@@ -193,6 +195,15 @@ func TestExitRangeInNetns(t *testing.T) {
 		code, body := rig.fetch(t, http.MethodConnect, "crawler+session-noroute")
 		if code != http.StatusGatewayTimeout {
 			t.Errorf("CONNECT without the local route: %d %q; want 504 (the SYN leaves, the SYN-ACK is dropped)", code, body)
+		}
+		// So a proxy started now refuses to, naming the route.
+		ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", rig.proxyNS.Name, proxytest.ForwardProxyBinary(t),
+			"--listen=127.0.0.1:0", "--exit-range="+netnsExitRange.String()).CombinedOutput()
+		want := "run `ip -6 route add local " + netnsExitRange.String() + " dev lo`"
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("forward-proxy started without the local route: %v, output:\n%s\nwant it to exit naming %q", err, out, want)
 		}
 	})
 }
