@@ -106,32 +106,35 @@ func TestSessionSeedIsStable(t *testing.T) {
 }
 
 func TestSplitSession(t *testing.T) {
-	type split struct{ User, Session, Err string }
+	type split struct{ User, Session string }
 	tests := map[string]struct {
-		in   string
-		want split
+		in      string
+		want    split
+		wantErr string // a substring of the error; "" for none
 	}{
-		"plain username":         {"crawler", split{User: "crawler"}},
-		"username and session":   {"crawler+session-abc", split{User: "crawler", Session: "abc"}},
-		"session only":           {"session-abc", split{Session: "abc"}},
-		"dashes in the id":       {"crawler+session-a-b-c", split{User: "crawler", Session: "a-b-c"}},
-		"last session term wins": {"a+session-x+session-y", split{User: "a+session-x", Session: "y"}},
-		"plus in the username":   {"a+b+session-1", split{User: "a+b", Session: "1"}},
-		"empty id":               {"crawler+session-", split{Err: `username term "session-": has an empty session id`}},
-		"space in id":            {"crawler+session-a b", split{Err: `username term "session-a b": the session id must not contain spaces, control or non-printable characters`}},
-		"too long":               {"session-" + strings.Repeat("x", 254), split{Err: "the session id is longer than 253 bytes"}},
+		"plain username":         {in: "crawler", want: split{User: "crawler"}},
+		"username and session":   {in: "crawler+session-abc", want: split{User: "crawler", Session: "abc"}},
+		"session only":           {in: "session-abc", want: split{Session: "abc"}},
+		"dashes in the id":       {in: "crawler+session-a-b-c", want: split{User: "crawler", Session: "a-b-c"}},
+		"last session term wins": {in: "a+session-x+session-y", want: split{User: "a+session-x", Session: "y"}},
+		"plus in the username":   {in: "a+b+session-1", want: split{User: "a+b", Session: "1"}},
+		"empty id":               {in: "crawler+session-", wantErr: `username term "session-": has an empty session id`},
+		"space in id":            {in: "crawler+session-a b", wantErr: `username term "session-a b": the session id must not contain spaces`},
+		"too long":               {in: "session-" + strings.Repeat("x", 254), wantErr: "the session id is longer than 253 bytes"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			u, s, err := forwardproxy.SplitSession(tc.in)
-			got := split{User: u, Session: s}
-			if err != nil {
-				got = split{Err: err.Error()}
-				if strings.Contains(err.Error(), tc.want.Err) && tc.want.Err != "" {
-					got.Err = tc.want.Err
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("SplitSession(%q) = %q, %q, %v; want an error containing %q", tc.in, u, s, err, tc.wantErr)
 				}
+				return
 			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
+			if err != nil {
+				t.Fatalf("SplitSession(%q): %v", tc.in, err)
+			}
+			if diff := cmp.Diff(tc.want, split{u, s}); diff != "" {
 				t.Errorf("SplitSession(%q) (-want +got):\n%s", tc.in, diff)
 			}
 		})
@@ -248,15 +251,15 @@ func TestExitRangeRefusals(t *testing.T) {
 		status          int
 		body            string
 	}{
-		"loopback ::1":          {"[::1]:443", "crawler+session-a", 403, "by rule loopback"},
-		"unique local literal":  {"[fd00:5e55:eeee::1]:443", "crawler+session-a", 403, "by rule unique-local"},
-		"unique local by name":  {"v6-ula.example:443", "crawler", 403, "by rule unique-local"},
-		"link-local by name":    {"v6-link.example:443", "crawler+session-a", 403, "by rule link-local"},
-		"own range is internal": {"[fd00:5e55:1::1]:443", "crawler+session-a", 403, "by rule unique-local"},
-		"IPv4-only target":      {"v4only.example:443", "crawler+session-a", 502, "v4only.example has no IPv6 (AAAA) address, the family of the exit ranges fd00:5e55:1::/64"},
-		"IPv4 literal":          {"93.184.215.14:443", "crawler", 502, "has no IPv6 (AAAA) address"},
-		"bad session term":      {"v6.example:443", "crawler+session-", 400, `username term "session-": has an empty session id`},
-		"session, wrong user":   {"v6.example:443", "other+session-a", 407, "proxy authentication required"},
+		"loopback ::1":         {"[::1]:443", "crawler+session-a", 403, "by rule loopback"},
+		"unique local literal": {"[fd00:5e55:eeee::1]:443", "crawler+session-a", 403, "by rule unique-local"},
+		"unique local by name": {"v6-ula.example:443", "crawler", 403, "by rule unique-local"},
+		"link-local by name":   {"v6-link.example:443", "crawler+session-a", 403, "by rule link-local"},
+		"own exit range":       {"[fd00:5e55:1::1]:443", "crawler+session-a", 403, "by rule exit-range (fd00:5e55:1::/64: this proxy's own exit range, local to its host)"},
+		"IPv4-only target":     {"v4only.example:443", "crawler+session-a", 502, "v4only.example has no IPv6 (AAAA) address, the family of the exit ranges fd00:5e55:1::/64"},
+		"IPv4 literal":         {"93.184.215.14:443", "crawler", 502, "has no IPv6 (AAAA) address"},
+		"bad session term":     {"v6.example:443", "crawler+session-", 400, `username term "session-": has an empty session id`},
+		"session, wrong user":  {"v6.example:443", "other+session-a", 407, "proxy authentication required"},
 	}
 	for name, tc := range tests {
 		for _, method := range []string{http.MethodConnect, http.MethodGet} {
@@ -270,6 +273,35 @@ func TestExitRangeRefusals(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestExitRangeRefusesOwnRange: the exit ranges are local to the host, so
+// a connection into them reaches its services; refused even when an allow
+// range admits them, while the rest of the allow range stays open.
+func TestExitRangeRefusesOwnRange(t *testing.T) {
+	seam := &sourceSeam{}
+	p := startProxy(t, proxytest.Options{
+		DefaultEgress: true,
+		Configure: func(c *forwardproxy.Config) {
+			c.ExitRanges = prefixes("fd00:5e55:1::/64")
+			c.AllowCIDRs = prefixes("fd00::/8")
+			c.DialContext = seam.dial
+		},
+	})
+	status, rule, _ := request(t, p.Addr, "CONNECT", "[fd00:5e55:1::22]:22")
+	if status != http.StatusForbidden || rule != forwardproxy.RuleExitRange {
+		t.Errorf("CONNECT into the own exit range: %d rule %q; want 403 rule %s", status, rule, forwardproxy.RuleExitRange)
+	}
+	if _, targets := seam.take(); len(targets) > 0 {
+		t.Errorf("dialled %v; want nothing", targets)
+	}
+	request(t, p.Addr, "CONNECT", "[fd00:5e55:2::22]:22")
+	if _, targets := seam.take(); len(targets) != 1 {
+		t.Errorf("dialled %v for an allowed address beside the range; want it dialled once", targets)
+	}
+	if m := grepLines(scrape(t, p.Addr), `rule="exit-range"`); !strings.Contains(m, "} 1") {
+		t.Errorf("metrics for rule exit-range: %q; want 1", m)
 	}
 }
 

@@ -64,6 +64,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	egress.Own = cfg.ExitRanges
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
