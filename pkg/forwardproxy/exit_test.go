@@ -323,3 +323,33 @@ func TestExitRangeConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// FuzzExitRange: SplitSession loses nothing (user and session put back
+// together give the username) and a session's address is always inside
+// the range, the same on every call.
+func FuzzExitRange(f *testing.F) {
+	for _, seed := range []string{"crawler", "crawler+session-abc", "session-x", "a+session-", "a+session-b+session-c", "session-\x00"} {
+		f.Add(seed, uint8(64))
+	}
+	f.Fuzz(func(t *testing.T, username string, bits uint8) {
+		user, session, err := forwardproxy.SplitSession(username)
+		if err != nil {
+			return
+		}
+		switch {
+		case session == "" && user != username:
+			t.Fatalf("SplitSession(%q) = %q, no session: lost part of it", username, user)
+		case session != "" && username != user+"+session-"+session && (user != "" || username != "session-"+session):
+			t.Fatalf("SplitSession(%q) = %q, %q: does not put back together", username, user, session)
+		}
+		r := netip.PrefixFrom(netip.MustParseAddr("2a01:4f8:c17:1a2b::"), int(bits%129)).Masked()
+		a, ok := forwardproxy.ExitAddr([]netip.Prefix{r}, netip.MustParseAddr("2606:4700::1111"), forwardproxy.SessionSeed(session))
+		b, _ := forwardproxy.ExitAddr([]netip.Prefix{r}, netip.MustParseAddr("2606:4700::1111"), forwardproxy.SessionSeed(session))
+		if !ok || !r.Contains(a) || a != b {
+			t.Fatalf("session %q in %s: %s, %s (ok %v); want one address of the range", session, r, a, b, ok)
+		}
+		if r.Bits() <= 126 && a == r.Addr() {
+			t.Fatalf("session %q in %s: the reserved first address", session, r)
+		}
+	})
+}
