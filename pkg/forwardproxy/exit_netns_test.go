@@ -25,6 +25,12 @@ var (
 	netnsLink      = "fd00:5e55:ffff::/64"
 	netnsProxyIP   = "fd00:5e55:ffff::1"
 	netnsTargetIP  = "fd00:5e55:ffff::2"
+
+	// An IPv4 range beside it (six usable addresses), over an IPv4 link.
+	netnsExitRange4 = netip.MustParsePrefix("198.18.5.0/29")
+	netnsLink4      = "10.99.0.0/24"
+	netnsProxyIP4   = "10.99.0.1"
+	netnsTargetIP4  = "10.99.0.2"
 )
 
 // sourceRecorder is the target: it answers every request with the source
@@ -53,7 +59,8 @@ func (s *sourceRecorder) count() int {
 type netnsRig struct {
 	proxyNS, targetNS *netnstest.Namespace
 	proxy             *proxytest.Proxy
-	target            string // host:port
+	target            string // host:port, IPv6
+	target4           string // host:port, IPv4
 	seen              *sourceRecorder
 }
 
@@ -72,29 +79,42 @@ func startNetnsRig(t *testing.T) *netnsRig {
 	rig.targetNS.IP(t, "-6", "route", "add", netnsExitRange.String(), "via", netnsProxyIP)
 	rig.proxyNS.IP(t, "-6", "route", "add", "local", netnsExitRange.String(), "dev", "lo")
 
-	var ln net.Listener
-	if err := rig.targetNS.Do(func() (err error) {
-		ln, err = net.Listen("tcp", "["+netnsTargetIP+"]:0")
-		return err
-	}); err != nil {
-		t.Fatalf("listening in %s: %v", rig.targetNS.Name, err)
-	}
-	srv := &http.Server{Handler: rig.seen, ReadHeaderTimeout: ioTimeout}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close() })
-	rig.target = ln.Addr().String()
+	rig.proxyNS.IP(t, "addr", "add", netnsProxyIP4+"/24", "dev", "px0")
+	rig.targetNS.IP(t, "addr", "add", netnsTargetIP4+"/24", "dev", "tg0")
+	rig.targetNS.IP(t, "route", "add", netnsExitRange4.String(), "via", netnsProxyIP4)
+	rig.proxyNS.IP(t, "route", "add", "local", netnsExitRange4.String(), "dev", "lo")
+
+	rig.target = rig.serveTarget(t, "["+netnsTargetIP+"]:0")
+	rig.target4 = rig.serveTarget(t, netnsTargetIP4+":0")
 
 	rig.proxy = proxytest.StartBinary(t, proxytest.Options{
 		Username: "crawler", Password: "pw", DefaultEgress: true, Netns: rig.proxyNS.Name, Verbosity: 2,
-		Args: []string{"--exit-range=" + netnsExitRange.String(), "--allow-cidr=" + netnsLink, "--dial-timeout=1s"},
+		Args: []string{"--exit-range=" + netnsExitRange.String(), "--exit-range=" + netnsExitRange4.String(),
+			"--allow-cidr=" + netnsLink, "--allow-cidr=" + netnsLink4, "--dial-timeout=1s"},
 	})
 	return rig
 }
 
-// fetch asks the target, through the proxy, for the source address it
-// sees, by CONNECT or by plain HTTP, as user; it returns the status line's
-// code and the body.
-func (rig *netnsRig) fetch(t *testing.T, method, user string) (int, string) {
+// serveTarget serves the recorder on addr in the target's namespace and
+// returns its host:port.
+func (rig *netnsRig) serveTarget(t *testing.T, addr string) string {
+	var ln net.Listener
+	if err := rig.targetNS.Do(func() (err error) {
+		ln, err = net.Listen("tcp", addr)
+		return err
+	}); err != nil {
+		t.Fatalf("listening on %s in %s: %v", addr, rig.targetNS.Name, err)
+	}
+	srv := &http.Server{Handler: rig.seen, ReadHeaderTimeout: ioTimeout}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// fetch asks target (host:port), through the proxy, for the source
+// address it sees, by CONNECT or by plain HTTP, as user; it returns the
+// status line's code and the body.
+func (rig *netnsRig) fetch(t *testing.T, method, target, user string) (int, string) {
 	t.Helper()
 	var c net.Conn
 	if err := rig.proxyNS.Do(func() (err error) {
@@ -107,9 +127,9 @@ func (rig *netnsRig) fetch(t *testing.T, method, user string) (int, string) {
 	_ = c.SetDeadline(time.Now().Add(ioTimeout))
 	br := bufio.NewReader(c)
 	auth := "Proxy-Authorization: " + basic(user, "pw") + "\r\n"
-	get := "GET / HTTP/1.1\r\nHost: " + rig.target + "\r\nConnection: close\r\n\r\n"
+	get := "GET / HTTP/1.1\r\nHost: " + target + "\r\nConnection: close\r\n\r\n"
 	if method == http.MethodConnect {
-		_, _ = io.WriteString(c, "CONNECT "+rig.target+" HTTP/1.1\r\nHost: "+rig.target+"\r\n"+auth+"\r\n")
+		_, _ = io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n"+auth+"\r\n")
 		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 		if err != nil {
 			t.Fatalf("CONNECT: %v", err)
@@ -119,7 +139,7 @@ func (rig *netnsRig) fetch(t *testing.T, method, user string) (int, string) {
 			return resp.StatusCode, string(b)
 		}
 	} else {
-		get = "GET http://" + rig.target + "/ HTTP/1.1\r\nHost: " + rig.target + "\r\n" + auth + "Connection: close\r\n\r\n"
+		get = "GET http://" + target + "/ HTTP/1.1\r\nHost: " + target + "\r\n" + auth + "Connection: close\r\n\r\n"
 	}
 	_, _ = io.WriteString(c, get)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
@@ -135,10 +155,16 @@ func (rig *netnsRig) fetch(t *testing.T, method, user string) (int, string) {
 // the fetch succeeded from an address of the exit range.
 func (rig *netnsRig) source(t *testing.T, method, user string) netip.Addr {
 	t.Helper()
-	code, body := rig.fetch(t, method, user)
+	return rig.sourceIn(t, method, rig.target, user, netnsExitRange)
+}
+
+// sourceIn is source for another target and range.
+func (rig *netnsRig) sourceIn(t *testing.T, method, target, user string, want netip.Prefix) netip.Addr {
+	t.Helper()
+	code, body := rig.fetch(t, method, target, user)
 	a, err := netip.ParseAddr(body)
-	if code != http.StatusOK || err != nil || !netnsExitRange.Contains(a) {
-		t.Fatalf("%s as %s: %d %q; want 200 and an address of %s", method, user, code, body, netnsExitRange)
+	if code != http.StatusOK || err != nil || !want.Contains(a) {
+		t.Fatalf("%s %s as %s: %d %q; want 200 and an address of %s", method, target, user, code, body, want)
 	}
 	return a
 }
@@ -180,7 +206,7 @@ func TestExitRangeInNetns(t *testing.T) {
 		t.Run(method+"/egress guard", func(t *testing.T) {
 			before := rig.seen.count()
 			for _, target := range []string{"[::1]:80", "[fd00:5e55:eeee::1]:80", "[fe80::1]:80", "[" + netnsExitRange.Addr().Next().String() + "]:80"} {
-				code, body := fetchAuthority(t, rig, method, target)
+				code, body := rig.fetch(t, method, target, "crawler+session-guard")
 				if code != http.StatusForbidden || !strings.Contains(body, "refused by rule") {
 					t.Errorf("%s %s: %d %q; want 403 refused by rule", method, target, code, body)
 				}
@@ -190,9 +216,28 @@ func TestExitRangeInNetns(t *testing.T) {
 			}
 		})
 	}
+	t.Run("IPv4 range", func(t *testing.T) {
+		// Six addresses for twelve sessions: stable, inside the usable
+		// part of the range, shared (docs/ipv6.md says so).
+		distinct := map[netip.Addr]bool{}
+		for i := range 12 {
+			user := "crawler+session-v4-" + strconv.Itoa(i)
+			first := rig.sourceIn(t, http.MethodConnect, rig.target4, user, netnsExitRange4)
+			if again := rig.sourceIn(t, http.MethodGet, rig.target4, user, netnsExitRange4); again != first {
+				t.Errorf("session %q left from %s, then from %s; want the same address", user, first, again)
+			}
+			if first == netnsExitRange4.Addr() || first == netip.MustParseAddr("198.18.5.7") {
+				t.Errorf("session %q left from %s, the network or broadcast address", user, first)
+			}
+			distinct[first] = true
+		}
+		if len(distinct) < 2 {
+			t.Errorf("12 sessions left from %d address(es) of %s; want them spread", len(distinct), netnsExitRange4)
+		}
+	})
 	t.Run("without the local route replies are lost", func(t *testing.T) {
 		rig.proxyNS.IP(t, "-6", "route", "del", "local", netnsExitRange.String(), "dev", "lo")
-		code, body := rig.fetch(t, http.MethodConnect, "crawler+session-noroute")
+		code, body := rig.fetch(t, http.MethodConnect, rig.target, "crawler+session-noroute")
 		if code != http.StatusGatewayTimeout {
 			t.Errorf("CONNECT without the local route: %d %q; want 504 (the SYN leaves, the SYN-ACK is dropped)", code, body)
 		}
@@ -206,14 +251,4 @@ func TestExitRangeInNetns(t *testing.T) {
 			t.Errorf("forward-proxy started without the local route: %v, output:\n%s\nwant it to exit naming %q", err, out, want)
 		}
 	})
-}
-
-// fetchAuthority sends one request for authority through the rig's proxy
-// and returns the proxy's answer.
-func fetchAuthority(t *testing.T, rig *netnsRig, method, authority string) (int, string) {
-	t.Helper()
-	saved := rig.target
-	rig.target = authority
-	defer func() { rig.target = saved }()
-	return rig.fetch(t, method, "crawler+session-guard")
 }

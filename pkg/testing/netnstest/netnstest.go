@@ -108,11 +108,22 @@ func (ns *Namespace) IP(t testing.TB, args ...string) {
 }
 
 // Veth links a and b with a veth pair, aName in a and bName in b, both up.
+// IPv6 duplicate address detection is off on both ends: their link-local
+// addresses (which neighbour discovery speaks from) are usable at once,
+// rather than after a second or more in which the first packets are lost.
 func Veth(t testing.TB, a *Namespace, aName string, b *Namespace, bName string) {
 	t.Helper()
 	run(t, "link", "add", aName, "netns", a.Name, "type", "veth", "peer", "name", bName, "netns", b.Name)
-	a.IP(t, "link", "set", aName, "up")
-	b.IP(t, "link", "set", bName, "up")
+	for _, end := range []struct {
+		ns   *Namespace
+		name string
+	}{{a, aName}, {b, bName}} {
+		key := "net.ipv6.conf." + end.name + ".accept_dad=0"
+		if out, err := exec.Command("ip", "netns", "exec", end.ns.Name, "sysctl", "-qw", key).CombinedOutput(); err != nil {
+			t.Fatalf("netnstest: sysctl %s in %s: %v: %s", key, end.ns.Name, err, out)
+		}
+		end.ns.IP(t, "link", "set", end.name, "up")
+	}
 }
 
 func run(t testing.TB, args ...string) {
