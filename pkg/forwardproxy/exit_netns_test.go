@@ -90,7 +90,7 @@ func startNetnsRig(t *testing.T) *netnsRig {
 	rig.proxy = proxytest.StartBinary(t, proxytest.Options{
 		Username: "crawler", Password: "pw", DefaultEgress: true, Netns: rig.proxyNS.Name, Verbosity: 2,
 		Args: []string{"--exit-range=" + netnsExitRange.String(), "--exit-range=" + netnsExitRange4.String(),
-			"--allow-cidr=" + netnsLink, "--allow-cidr=" + netnsLink4, "--dial-timeout=1s"},
+			"--allow-cidr=" + netnsLink, "--allow-cidr=" + netnsLink4, "--dial-timeout=3s"},
 	})
 	return rig
 }
