@@ -7,7 +7,8 @@
 # and what make cluster's node runs beside its own builds: runc (the OCI
 # runtime under containerd), iptables (kube-proxy and CNI rules), ipset
 # (kube-router's NetworkPolicy sets) and conntrack; chromium, the headless
-# browser pkg/testsuites/dashboard drives through chromedp.
+# browser pkg/testsuites/dashboard drives through chromedp; iproute2's ip, which
+# pkg/testing/netnstest makes network namespaces with.
 # Idempotent: does nothing when they are all present.
 #
 #   hack/install-deps.sh           install what is missing (root, or through sudo)
@@ -29,6 +30,7 @@ command -v runc >/dev/null || [ -x /usr/sbin/runc ] || need+=(runc)
 [ -x /usr/sbin/ipset ] || need+=(ipset)
 [ -x /usr/sbin/conntrack ] || need+=(conntrack)
 [ -x /usr/bin/chromium ] || need+=(chromium) # the dashboard's browser test
+command -v ip >/dev/null || [ -x /usr/sbin/ip ] || need+=(iproute2) # netnstest's namespaces
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

@@ -95,6 +95,7 @@ func run() int {
 		AllowCIDRs:        c.AllowCIDRs,
 		DenyCIDRs:         c.DenyCIDRs,
 		SourceAddr:        source,
+		ExitRanges:        c.ExitRanges,
 		Logger:            klog.Background(),
 	})
 	if err != nil {
@@ -102,6 +103,10 @@ func run() int {
 		return 2
 	}
 
+	if err := forwardproxy.CheckExitRanges(context.Background(), c.ExitRanges); err != nil {
+		klog.ErrorS(err, "Cannot leave from the exit ranges")
+		return 1
+	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		klog.ErrorS(err, "Cannot listen", "addr", c.Listen)
@@ -109,7 +114,8 @@ func run() int {
 	}
 	klog.InfoS("Configuration", "name", c.Name, "auth", user != "", "maxConns", c.MaxConns,
 		"readHeaderTimeout", c.ReadHeaderTimeout, "idleTimeout", c.IdleTimeout, "dialTimeout", c.DialTimeout,
-		"xForwardedFor", c.XForwardedFor, "allowCIDRs", c.AllowCIDRs.String(), "denyCIDRs", c.DenyCIDRs.String())
+		"xForwardedFor", c.XForwardedFor, "allowCIDRs", c.AllowCIDRs.String(), "denyCIDRs", c.DenyCIDRs.String(),
+		"exitRanges", c.ExitRanges.String())
 	klog.InfoS(forwardproxy.ListeningMessage, "addr", forwardproxy.LogAddr(ln.Addr().String()))
 
 	return serveUntilSignal(srv, ln, c.ShutdownTimeout)

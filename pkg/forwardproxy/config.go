@@ -80,6 +80,20 @@ type Config struct {
 	// from (the default DialContext only): one host, several exit IPs.
 	SourceAddr netip.Addr
 
+	// ExitRanges, when set, are the prefixes targets are dialled from: the
+	// username's session term ("user+session-<id>", see [SplitSession])
+	// picks an address of them ([ExitAddr]), the same for the same
+	// session; without a session every connection gets a fresh one. A
+	// target is dialled only on the address families of the ranges: a
+	// name without an address of such a family is answered 502 (see
+	// docs/ipv6.md). The default DialContext binds the address with
+	// IP_FREEBIND/IPV6_FREEBIND; the host must route the prefix to itself
+	// as local (`ip -6 route add local PREFIX dev lo`) for replies to
+	// arrive. A custom DialContext finds the address with [DialSource].
+	// Plain HTTP requests then get an upstream connection each (no
+	// keep-alive pool shared between sessions). Excludes SourceAddr.
+	ExitRanges []netip.Prefix
+
 	// AllowCIDRs and DenyCIDRs adjust the egress guard: by default every
 	// internal range is refused (DefaultEgressDenyRules: loopback, RFC
 	// 1918, link-local and the metadata servers, CGNAT, multicast, the IPv6
@@ -132,6 +146,12 @@ func (c Config) withDefaults() (Config, error) {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
+	}
+	if err := checkExitRanges(c.ExitRanges); err != nil {
+		return c, err
+	}
+	if len(c.ExitRanges) > 0 && c.SourceAddr.IsValid() {
+		return c, errors.New("forwardproxy: set exit ranges or a source address, not both")
 	}
 	if c.Resolver == nil {
 		c.Resolver = net.DefaultResolver

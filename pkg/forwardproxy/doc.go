@@ -38,6 +38,11 @@
 //     [Config.DenyCIDRs] (--allow-cidr, --deny-cidr) adjust it; see
 //     [EgressPolicy]. Refusals are counted by rule in
 //     forward_proxy_egress_refused_total, served at GET /metrics.
+//   - Exit ranges ([Config.ExitRanges], --exit-range): targets are dialled
+//     from an address of routed prefixes, picked by the username's
+//     "+session-<id>" term ([SplitSession], [ExitAddr]): the same session,
+//     the same address; none, a fresh one per connection. See
+//     docs/ipv6.md.
 //   - Limits: concurrent client connections (enforced by [Server.Serve]),
 //     read-header, idle and dial timeouts.
 //   - GET /healthz addressed to the proxy itself (origin-form) answers 200

@@ -25,6 +25,9 @@ const (
 	// RuleNotGlobalUnicast: no range matched, but the address is not a
 	// global unicast address (a catch-all behind the named ranges).
 	RuleNotGlobalUnicast = "not-global-unicast"
+	// RuleExitRange: the address is in one of the proxy's own exit ranges
+	// ([EgressPolicy.Own]).
+	RuleExitRange = "exit-range"
 )
 
 // EgressRule is one range the guard refuses by default.
@@ -160,6 +163,11 @@ func (v EgressVerdict) String() string {
 type EgressPolicy struct {
 	Allow []netip.Prefix
 	Deny  []netip.Prefix
+	// Own are the proxy's exit ranges ([Config.ExitRanges]): routed to
+	// its host as local, so a connection to them reaches the host's own
+	// services, like loopback. Refused whatever Allow says; AllowedRanges
+	// leaves them out.
+	Own []netip.Prefix
 }
 
 // NewEgressPolicy returns the policy of the given ranges, normalised: masked,
@@ -218,6 +226,11 @@ func (p EgressPolicy) Check(a netip.Addr) EgressVerdict {
 	a = a.WithZone("").Unmap()
 	if !a.IsValid() {
 		return EgressVerdict{Addr: a, Rule: RuleNotGlobalUnicast}
+	}
+	for _, r := range p.Own {
+		if r.Contains(a) {
+			return EgressVerdict{Addr: a, Rule: RuleExitRange, Prefix: r, What: "this proxy's own exit range, local to its host"}
+		}
 	}
 	// An address that reaches an embedded IPv4 address is no better than
 	// that address.

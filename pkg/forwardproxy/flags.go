@@ -25,6 +25,7 @@ type CommandLine struct {
 	AllowCIDRs        CIDRList
 	DenyCIDRs         CIDRList
 	SourceAddr        string
+	ExitRanges        CIDRList
 }
 
 // NewFlagSet is cmd/forward-proxy's command line, with klog's flags, parsed
@@ -48,6 +49,8 @@ func NewFlagSet(name string, c *CommandLine, credentialsHelp string) *flag.FlagS
 	fs.Var(&c.AllowCIDRs, "allow-cidr", "admit destinations in this range, which the egress guard refuses by default (repeatable; e.g. 127.0.0.0/8). "+
 		"The most specific --allow-cidr or --deny-cidr containing an address decides; metadata servers yield only to a range at least as specific as theirs")
 	fs.StringVar(&c.SourceAddr, "source-addr", "", "local IP address targets see the proxy connect from (a secondary address of the host; the local provider gives each instance its own loopback one); empty: the system's choice")
+	fs.Var(&c.ExitRanges, "exit-range", "dial targets from an address of this prefix routed to the host (repeatable; e.g. fd00:1::/64, or an IPv4 range of the host's addresses): "+
+		"the username's +session-<id> term picks it, the same for the same session; no session, a fresh one per connection. Needs the prefix routed to the host as local, see docs/ipv6.md")
 	fs.Var(&c.DenyCIDRs, "deny-cidr", "refuse destinations in this range, beside the internal ranges refused by default (repeatable)")
 	return fs
 }

@@ -37,6 +37,7 @@ func newServerMetrics() *serverMetrics {
 	}
 	m.egressRefused.WithLabelValues(RuleDenyCIDR)
 	m.egressRefused.WithLabelValues(RuleNotGlobalUnicast)
+	m.egressRefused.WithLabelValues(RuleExitRange)
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	return m
 }

@@ -64,12 +64,16 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	egress.Own = cfg.ExitRanges
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		egress:  egress,
 		metrics: newServerMetrics(),
 		tunnels: make(map[*tunnel]struct{}),
+	}
+	if s.cfg.DialContext == nil && len(cfg.ExitRanges) > 0 {
+		s.cfg.DialContext = exitDialer(egress)
 	}
 	if s.cfg.DialContext == nil {
 		d := &net.Dialer{KeepAlive: 30 * time.Second, Control: egress.control}
@@ -94,6 +98,9 @@ func New(cfg Config) (*Server, error) {
 		// Transparent: do not ask for gzip and decompress behind the
 		// client's back.
 		DisableCompression: true,
+		// With exit ranges a pooled connection would carry another
+		// session's requests from the wrong address.
+		DisableKeepAlives: len(cfg.ExitRanges) > 0,
 	}
 	s.rp = &httputil.ReverseProxy{
 		Rewrite:        s.rewrite,
@@ -191,7 +198,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "503 proxy connection limit reached", http.StatusServiceUnavailable)
 		return
 	}
-	if !s.authorized(r) {
+	session, ok, err := s.proxyUser(r)
+	if err != nil {
+		s.log.V(2).Info("Refusing request: bad username term", "method", r.Method, "target", r.URL.Host, "client", r.RemoteAddr, "err", err)
+		if r.Method == http.MethodConnect {
+			w.Header().Set("Connection", "close")
+		}
+		http.Error(w, "400 "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if !ok {
 		s.log.V(2).Info("Refusing request: proxy authentication missing or wrong", "method", r.Method, "target", r.URL.Host, "client", r.RemoteAddr)
 		w.Header().Set("Proxy-Authenticate", `Basic realm="`+Realm+`"`)
 		if r.Method == http.MethodConnect {
@@ -199,6 +215,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		http.Error(w, "407 proxy authentication required", http.StatusProxyAuthRequired)
 		return
+	}
+	if session != "" {
+		r = r.WithContext(withSession(r.Context(), session))
 	}
 	if r.Method == http.MethodConnect {
 		s.serveConnect(w, r)
@@ -223,16 +242,30 @@ func (s *Server) serveDirect(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, "400 this is a forward proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port", http.StatusBadRequest)
 }
 
-// authorized reports whether r carries the configured credentials. Both
-// fields are always compared, in constant time over fixed-size digests.
-func (s *Server) authorized(r *http.Request) bool {
+// proxyUser reads the request's credentials: ok when they are the
+// configured ones (always, when none are configured), and the session id of
+// the username's session term (SplitSession). A configured username is
+// matched whole first, so one that itself ends in a session term still
+// works. Digests are compared in constant time.
+func (s *Server) proxyUser(r *http.Request) (session string, ok bool, err error) {
+	user, pass, has := parseBasic(r.Header.Get("Proxy-Authorization"))
+	if !has {
+		return "", !s.auth, nil
+	}
+	if s.auth && s.credentialsMatch(user, pass) {
+		return "", true, nil
+	}
+	base, session, err := SplitSession(user)
+	if err != nil {
+		return "", false, err
+	}
 	if !s.auth {
-		return true
+		return session, true, nil
 	}
-	user, pass, ok := parseBasic(r.Header.Get("Proxy-Authorization"))
-	if !ok {
-		return false
-	}
+	return session, session != "" && s.credentialsMatch(base, pass), nil
+}
+
+func (s *Server) credentialsMatch(user, pass string) bool {
 	uh := sha256.Sum256([]byte(user))
 	ph := sha256.Sum256([]byte(pass))
 	return subtle.ConstantTimeCompare(uh[:], s.userHash[:])&subtle.ConstantTimeCompare(ph[:], s.passHash[:]) == 1
@@ -300,9 +333,20 @@ func (s *Server) dialChecked(ctx context.Context, network, addr string) (net.Con
 			return nil, &EgressRefusedError{Host: host, Verdict: v}
 		}
 	}
+	var seed ExitSeed
+	if len(s.cfg.ExitRanges) > 0 {
+		if ips = exitFamilies(ips, s.cfg.ExitRanges); len(ips) == 0 {
+			return nil, &NoExitFamilyError{Host: host, Ranges: s.cfg.ExitRanges}
+		}
+		seed = exitSeedFor(ctx)
+	}
 	var errs []error
 	for _, ip := range ips {
-		c, err := s.cfg.DialContext(ctx, network, net.JoinHostPort(ip.String(), port))
+		dctx := ctx
+		if src, ok := ExitAddr(s.cfg.ExitRanges, ip, seed); ok {
+			dctx = context.WithValue(ctx, sourceKey{}, src)
+		}
+		c, err := s.cfg.DialContext(dctx, network, net.JoinHostPort(ip.String(), port))
 		if err == nil {
 			return c, nil
 		}
@@ -351,6 +395,11 @@ func upstreamError(w http.ResponseWriter, err error) int {
 		w.Header().Set("X-Egress-Rule", refused.Verdict.Rule)
 		http.Error(w, "403 "+refused.Error()+"; forward-proxy --allow-cidr admits a range", http.StatusForbidden)
 		return http.StatusForbidden
+	}
+	var nf *NoExitFamilyError
+	if errors.As(err, &nf) {
+		http.Error(w, "502 "+nf.Error(), http.StatusBadGateway)
+		return http.StatusBadGateway
 	}
 	var te *dialTimeoutError
 	if errors.As(err, &te) {

@@ -62,6 +62,10 @@ type Options struct {
 	Args []string
 	// Env are extra KEY=value environment entries for the binary.
 	Env []string
+	// Netns, when set, runs the binary in that network namespace (`ip
+	// netns exec`); its 127.0.0.1 is then the namespace's own, so clients
+	// dial it from inside (netnstest.Namespace.Do).
+	Netns string
 }
 
 // Proxy is a running proxy under test.
@@ -244,6 +248,9 @@ func StartBinary(t testing.TB, opts Options) *Proxy {
 		args = append(args, "--allow-cidr="+Loopback.String())
 	}
 	args = append(args, opts.Args...)
+	if opts.Netns != "" {
+		args = append([]string{"ip", "netns", "exec", opts.Netns}, args...)
+	}
 	var creds []string
 	if opts.Username != "" || opts.Password != "" {
 		creds = []string{"PROXY_USERNAME=" + opts.Username, "PROXY_PASSWORD=" + opts.Password}
