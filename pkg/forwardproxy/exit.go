@@ -7,8 +7,8 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/proxyfleet/proxy-operator/pkg/sessionid"
 )
 
 // Exit ranges: one host, many exit addresses. With --exit-range the proxy
@@ -22,9 +22,6 @@ import (
 // "session-<id>" alone when the proxy has no credentials. It is the
 // gateway's term (pkg/gateway/username.go), with the same id rules.
 const SessionTerm = "session-"
-
-// maxSessionLen bounds a session id, as the gateway and the lease API do.
-const maxSessionLen = 253
 
 // exitSeedVersion is hashed in front of every session, so that a later
 // change of the mapping can change it on purpose.
@@ -147,18 +144,13 @@ func SplitSession(username string) (user, session string, err error) {
 	return user, session, nil
 }
 
+// checkSession is the gateway's rule for a session id (pkg/sessionid),
+// and an id must not be empty.
 func checkSession(id string) string {
-	switch {
-	case id == "":
+	if id == "" {
 		return "has an empty session id"
-	case len(id) > maxSessionLen:
-		return fmt.Sprintf("the session id is longer than %d bytes", maxSessionLen)
-	case !utf8.ValidString(id):
-		return "the session id is not valid UTF-8"
-	case strings.ContainsFunc(id, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }):
-		return "the session id must not contain spaces, control or non-printable characters"
 	}
-	return ""
+	return sessionid.Problem(id)
 }
 
 // truncate keeps echoed input short in error messages.

@@ -3,8 +3,6 @@ package gateway
 import (
 	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -12,14 +10,12 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/names"
+	"github.com/proxyfleet/proxy-operator/pkg/sessionid"
 )
 
 // PoolLabel is the label a ProxyPool puts on its members; the pool- term
 // selects on it.
 const PoolLabel = crawlv1alpha1.PoolLabel
-
-// maxSessionLen bounds a session id, as the lease API bounds one.
-const maxSessionLen = 253
 
 // The keys of the username's terms.
 const (
@@ -101,7 +97,7 @@ func ParseUsername(username string) (Target, error) {
 			}
 			t.Pool = value
 		case keySession:
-			if err := checkSession(value); err != "" {
+			if err := sessionid.Problem(value); err != "" {
 				return Target{}, &TermError{Term: term, Reason: err}
 			}
 			t.Session = value
@@ -128,18 +124,6 @@ func keyIndex(key string) int {
 		return 3
 	}
 	return -1
-}
-
-func checkSession(id string) string {
-	switch {
-	case len(id) > maxSessionLen:
-		return fmt.Sprintf("the session id is longer than %d bytes", maxSessionLen)
-	case !utf8.ValidString(id):
-		return "the session id is not valid UTF-8"
-	case strings.ContainsFunc(id, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }):
-		return "the session id must not contain spaces, control or non-printable characters"
-	}
-	return ""
 }
 
 // truncate keeps echoed input short in error messages.
