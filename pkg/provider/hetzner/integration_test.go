@@ -9,8 +9,6 @@ package hetzner_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -27,7 +25,6 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/hetzner"
-	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/hcloudtest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
@@ -104,20 +101,7 @@ func TestServerBootsFromUserDataAndIsReplacedOnSpecChange(t *testing.T) {
 	if !strings.HasPrefix(p.Status.ProviderID, "hetzner://") || p.Status.IP != "127.0.103.1" || p.Status.Port != port {
 		t.Errorf("status providerID %q at %s:%d, want hetzner://… at 127.0.103.1:%d", p.Status.ProviderID, p.Status.IP, p.Status.Port, port)
 	}
-	secret, err := h.Kube.CoreV1().Secrets(h.NS).Get(ctx, proxyaccess.GeneratedCredentialsSecret(created), metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the generated credentials Secret: %v", err)
-	}
-	fetch := func(user *url.Userinfo) (int, error) {
-		res, err := proxytest.Fetch(ctx, &url.URL{Scheme: "http", User: user, Host: fmt.Sprintf("%s:%d", p.Status.IP, p.Status.Port)}, h.target+"/echo", nil)
-		return res.Status, err
-	}
-	if status, err := fetch(url.UserPassword(string(secret.Data["username"]), string(secret.Data["password"]))); err != nil || status != http.StatusOK {
-		t.Fatalf("through the booted proxy with the generated credentials: %d, %v", status, err)
-	}
-	if status, _ := fetch(nil); status != http.StatusProxyAuthRequired {
-		t.Errorf("without credentials: status %d, want 407", status)
-	}
+	h.RequireGeneratedCredentials(created, h.target)
 	servers := h.fake.Servers()
 	if len(servers) != 1 || servers[0].Labels[crawlv1alpha1.TagProxyUID] != string(created.UID) || servers[0].Location != "nbg1" {
 		t.Fatalf("servers %+v: want one, the Proxy's, in nbg1", servers)
