@@ -22,14 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
-	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/aws"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
@@ -86,22 +84,7 @@ func startController(t *testing.T, ip string, opts ...ec2test.Option) *harness {
 // test.
 func (h *harness) newCollector(t *testing.T, cfg gc.Config) *gc.Collector {
 	t.Helper()
-	factory := crawlinformers.NewSharedInformerFactoryWithOptions(h.Crawl, 0, crawlinformers.WithNamespace(h.NS))
-	proxies := factory.Crawl().V1alpha1().Proxies()
-	informer := proxies.Informer() // registered before Start, or Start starts nothing
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop); factory.Shutdown() })
-	factory.Start(stop)
-	if !cache.WaitForCacheSync(stop, informer.HasSynced) {
-		t.Fatal("cache did not sync")
-	}
-	cfg.Providers = map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderAWS: h.aws}
-	cfg.Proxies, cfg.ProxiesSynced, cfg.Live = proxies.Lister(), informer.HasSynced, h.Crawl
-	collector, err := gc.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return collector
+	return h.NewCollector(cfg, crawlv1alpha1.ProviderAWS, h.aws)
 }
 
 func (h *harness) awsProxy(name string) *crawlv1alpha1.Proxy {
@@ -184,18 +167,7 @@ func TestControllerReplacesInstanceOnSpecChange(t *testing.T) {
 func TestControllerReplacesInstanceOnSecretChange(t *testing.T) {
 	t.Parallel()
 	h := startController(t, "127.0.0.37")
-	ctx := context.Background()
-	setUserData := func(doc string) {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-init"}, StringData: map[string]string{"user-data": doc}}
-		if _, err := h.Kube.CoreV1().Secrets(h.NS).Create(ctx, s, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-			_, err = h.Kube.CoreV1().Secrets(h.NS).Update(ctx, s, metav1.UpdateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
+	setUserData := func(doc string) { h.SetSecret("cloud-init", map[string]string{"user-data": doc}) }
 	setUserData("#cloud-config\n# v1\n")
 	spec := h.awsProxy("p1")
 	spec.Spec.CloudInit = &crawlv1alpha1.CloudInit{SecretRef: &crawlv1alpha1.SecretKeyRef{Name: "cloud-init", Key: "user-data"}}

@@ -2,17 +2,13 @@ package digitalocean_test
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/cloudstorm"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/dotest"
 )
 
@@ -25,7 +21,8 @@ import (
 // current spec; no droplet of a deleted Proxy left; and no Proxy that was
 // never edited ever had a second droplet created (a create's key is a tag,
 // and a create whose answer was lost waits for its droplet to be listed,
-// then adopts it). Deleting the rest leaves nothing.
+// then adopts it). Deleting the rest leaves nothing. The storm and its
+// checks are cloudstorm.Run's.
 func TestFaultStormLeaksAndDuplicatesNothing(t *testing.T) {
 	const n = 20
 	h := startController(t, dotest.WithSteps(2), dotest.WithListLag(2))
@@ -35,102 +32,30 @@ func TestFaultStormLeaksAndDuplicatesNothing(t *testing.T) {
 	h.fake.LoseNextAnswers(dotest.CreateDroplet, 3)
 	h.fake.LoseNextAnswers(dotest.DeleteDroplet, 2)
 
-	uids := map[string]string{}
-	for i := range n {
-		p := h.Create(h.dropletProxy(fmt.Sprintf("s%02d", i), 3128))
-		uids[p.Name] = string(p.UID)
-	}
-	h.Eventually(time.Minute, "creates under way", func() (bool, string) {
-		return h.fake.Calls(dotest.CreateDroplet) >= n, fmt.Sprintf("%d creates", h.fake.Calls(dotest.CreateDroplet))
+	calls := h.fake.Calls
+	res := cloudstorm.Run(h.Harness, n, cloudstorm.Cloud[dotest.Droplet]{
+		Noun:  "droplet",
+		Proxy: func(name string) *crawlv1alpha1.Proxy { return h.dropletProxy(name, 3128) },
+		Edit:  func(p *crawlv1alpha1.Proxy) { p.Spec.DigitalOcean.Sizes = []string{"s-1vcpu-1gb"} },
+
+		Creates:   func() int { return calls(dotest.CreateDroplet) },
+		Mutations: func() int { return calls(dotest.CreateDroplet) + calls(dotest.DeleteDroplet) },
+		Calls: func() int {
+			return calls(dotest.CreateDroplet) + calls(dotest.DeleteDroplet) + calls(dotest.GetDroplet) + calls(dotest.ListDroplets)
+		},
+		MinCalls:   300,
+		StopFaults: func() { h.fake.SetRandomFaults(0, 0) },
+		Summary: func() string {
+			return fmt.Sprintf("%d creates, %d gets, %d lists, %d deletes", calls(dotest.CreateDroplet),
+				calls(dotest.GetDroplet), calls(dotest.ListDroplets), calls(dotest.DeleteDroplet))
+		},
+
+		Live:    h.fake.Droplets,
+		Created: h.fake.Created,
+		UID:     proxyUID,
+		Matches: matchesStatus,
 	})
-	edited, deleted := []string{"s00", "s01", "s02", "s03"}, []string{"s04", "s05", "s06", "s07"}
-	for _, name := range edited {
-		h.Update(name, func(p *crawlv1alpha1.Proxy) { p.Spec.DigitalOcean.Sizes = []string{"s-1vcpu-1gb"} })
-	}
-	for _, name := range deleted {
-		if err := h.Crawl.CrawlV1alpha1().Proxies(h.NS).Delete(h.Ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The storm goes on until the edits and deletes have met it too, and
-	// for at least 300 calls in all.
-	before := h.fake.Calls(dotest.CreateDroplet) + h.fake.Calls(dotest.DeleteDroplet)
-	h.Eventually(time.Minute, "edits and deletes under way", func() (bool, string) {
-		now := h.fake.Calls(dotest.CreateDroplet) + h.fake.Calls(dotest.DeleteDroplet)
-		all := now + h.fake.Calls(dotest.GetDroplet) + h.fake.Calls(dotest.ListDroplets)
-		return now >= before+len(edited)+len(deleted) && all >= 300, fmt.Sprintf("%d creates and deletes since the edits, %d calls", now-before, all)
-	})
-	h.fake.SetRandomFaults(0, 0)
-	t.Logf("storm over: %d creates, %d gets, %d lists, %d deletes", h.fake.Calls(dotest.CreateDroplet),
-		h.fake.Calls(dotest.GetDroplet), h.fake.Calls(dotest.ListDroplets), h.fake.Calls(dotest.DeleteDroplet))
-
-	h.Eventually(2*time.Minute, "the fleet converged", func() (bool, string) {
-		live := liveByUID(h.fake)
-		for name, uid := range uids {
-			p, err := h.Crawl.CrawlV1alpha1().Proxies(h.NS).Get(h.Ctx, name, metav1.GetOptions{})
-			if slices.Contains(deleted, name) {
-				if !apierrors.IsNotFound(err) || len(live[uid]) != 0 {
-					return false, fmt.Sprintf("deleted %s: %v, live droplets %v", name, err, live[uid])
-				}
-				continue
-			}
-			if err != nil {
-				return false, err.Error()
-			}
-			if !meta.IsStatusConditionTrue(p.Status.Conditions, crawlv1alpha1.ConditionProvisioned) ||
-				len(live[uid]) != 1 || !matchesStatus(p, live[uid][0]) {
-				return false, fmt.Sprintf("%s: providerID %q, conditions %+v, live droplets %v", name, p.Status.ProviderID, p.Status.Conditions, live[uid])
-			}
-		}
-		return true, ""
-	})
-
-	// Converged: from now on every sample, one every quarter second over
-	// five seconds (ten collector rounds), holds one droplet per Proxy.
-	samples := time.NewTicker(250 * time.Millisecond)
-	defer samples.Stop()
-	for i := range 20 {
-		for name, uid := range uids {
-			if live := liveByUID(h.fake)[uid]; len(live) > 1 {
-				t.Fatalf("sample %d after convergence: %s has %d live droplets: %v", i, name, len(live), live)
-			}
-		}
-		<-samples.C
-	}
-
-	created := map[string]int{}
-	for _, d := range h.fake.Created() {
-		created[proxyUID(d)]++
-	}
-	duplicates := 0
-	for name, uid := range uids {
-		switch {
-		case slices.Contains(deleted, name) && created[uid] > 1:
-			t.Errorf("%s was deleted and had %d droplets created, want at most 1", name, created[uid])
-			duplicates++
-		case !slices.Contains(edited, name) && !slices.Contains(deleted, name) && created[uid] != 1:
-			t.Errorf("%s was never edited and had %d droplets created, want 1", name, created[uid])
-			duplicates++
-		}
-	}
-
-	for name := range uids {
-		_ = h.Crawl.CrawlV1alpha1().Proxies(h.NS).Delete(h.Ctx, name, metav1.DeleteOptions{})
-	}
-	h.Eventually(time.Minute, "nothing left", func() (bool, string) {
-		left := h.fake.Droplets()
-		return len(left) == 0, fmt.Sprintf("droplets %v", left)
-	})
-	t.Logf("converged: %d droplets created for %d Proxies, 0 leaked, %d duplicates", len(h.fake.Created()), n, duplicates)
-}
-
-// liveByUID are the fake's droplets, by their Proxy UID.
-func liveByUID(fake *dotest.Fake) map[string][]dotest.Droplet {
-	out := map[string][]dotest.Droplet{}
-	for _, d := range fake.Droplets() {
-		out[proxyUID(d)] = append(out[proxyUID(d)], d)
-	}
-	return out
+	t.Logf("converged: %d droplets created for %d Proxies, 0 leaked, %d duplicates", res.Created, n, res.Duplicates)
 }
 
 // proxyUID is the Proxy UID a droplet's tags name.

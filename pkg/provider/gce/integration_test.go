@@ -24,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -32,7 +31,6 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
-	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/gce"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
@@ -86,22 +84,7 @@ func startController(t *testing.T, fake *gcetest.Server) *harness {
 // test.
 func (h *harness) newCollector(t *testing.T, cfg gc.Config) *gc.Collector {
 	t.Helper()
-	factory := crawlinformers.NewSharedInformerFactoryWithOptions(h.Crawl, 0, crawlinformers.WithNamespace(h.NS))
-	proxies := factory.Crawl().V1alpha1().Proxies()
-	informer := proxies.Informer() // registered before Start, or Start starts nothing
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop); factory.Shutdown() })
-	factory.Start(stop)
-	if !cache.WaitForCacheSync(stop, informer.HasSynced) {
-		t.Fatal("cache did not sync")
-	}
-	cfg.Providers = map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderGCE: h.gce}
-	cfg.Proxies, cfg.ProxiesSynced, cfg.Live = proxies.Lister(), informer.HasSynced, h.Crawl
-	collector, err := gc.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return collector
+	return h.NewCollector(cfg, crawlv1alpha1.ProviderGCE, h.gce)
 }
 
 // startVMProxy runs a real forward proxy at ip (a loopback address the fake

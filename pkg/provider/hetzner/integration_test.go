@@ -9,11 +9,8 @@ package hetzner_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,15 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
-	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/hetzner"
-	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/hcloudtest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
@@ -89,22 +83,7 @@ func (h *harness) hetznerProxy(name string, port int32) *crawlv1alpha1.Proxy {
 // cfg's settings, its Proxy cache synced; the cache stops with the test.
 func (h *harness) newCollector(t *testing.T, cfg gc.Config) *gc.Collector {
 	t.Helper()
-	factory := crawlinformers.NewSharedInformerFactoryWithOptions(h.Crawl, 0, crawlinformers.WithNamespace(h.NS))
-	proxies := factory.Crawl().V1alpha1().Proxies()
-	informer := proxies.Informer()
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop); factory.Shutdown() })
-	factory.Start(stop)
-	if !cache.WaitForCacheSync(stop, informer.HasSynced) {
-		t.Fatal("cache did not sync")
-	}
-	cfg.Providers = map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderHetzner: h.hetzner}
-	cfg.Proxies, cfg.ProxiesSynced, cfg.Live = proxies.Lister(), informer.HasSynced, h.Crawl
-	collector, err := gc.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return collector
+	return h.NewCollector(cfg, crawlv1alpha1.ProviderHetzner, h.hetzner)
 }
 
 // A Proxy becomes Ready on a server that runs the proxy its user-data
@@ -122,20 +101,7 @@ func TestServerBootsFromUserDataAndIsReplacedOnSpecChange(t *testing.T) {
 	if !strings.HasPrefix(p.Status.ProviderID, "hetzner://") || p.Status.IP != "127.0.103.1" || p.Status.Port != port {
 		t.Errorf("status providerID %q at %s:%d, want hetzner://… at 127.0.103.1:%d", p.Status.ProviderID, p.Status.IP, p.Status.Port, port)
 	}
-	secret, err := h.Kube.CoreV1().Secrets(h.NS).Get(ctx, proxyaccess.GeneratedCredentialsSecret(created), metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the generated credentials Secret: %v", err)
-	}
-	fetch := func(user *url.Userinfo) (int, error) {
-		res, err := proxytest.Fetch(ctx, &url.URL{Scheme: "http", User: user, Host: fmt.Sprintf("%s:%d", p.Status.IP, p.Status.Port)}, h.target+"/echo", nil)
-		return res.Status, err
-	}
-	if status, err := fetch(url.UserPassword(string(secret.Data["username"]), string(secret.Data["password"]))); err != nil || status != http.StatusOK {
-		t.Fatalf("through the booted proxy with the generated credentials: %d, %v", status, err)
-	}
-	if status, _ := fetch(nil); status != http.StatusProxyAuthRequired {
-		t.Errorf("without credentials: status %d, want 407", status)
-	}
+	h.RequireGeneratedCredentials(created, h.target)
 	servers := h.fake.Servers()
 	if len(servers) != 1 || servers[0].Labels[crawlv1alpha1.TagProxyUID] != string(created.UID) || servers[0].Location != "nbg1" {
 		t.Fatalf("servers %+v: want one, the Proxy's, in nbg1", servers)
@@ -166,19 +132,8 @@ func TestServerBootsFromUserDataAndIsReplacedOnSpecChange(t *testing.T) {
 // A changed cloud-init Secret replaces the server: the new one carries the
 // new user-data, the old one is deleted.
 func TestServerIsReplacedOnCloudInitSecretChange(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
 	h := startController(t, hcloudtest.WithSteps(1))
-	setUserData := func(doc string) {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-init"}, StringData: map[string]string{"user-data": doc}}
-		if _, err := h.Kube.CoreV1().Secrets(h.NS).Create(ctx, s, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-			_, err = h.Kube.CoreV1().Secrets(h.NS).Update(ctx, s, metav1.UpdateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
+	setUserData := func(doc string) { h.SetSecret("cloud-init", map[string]string{"user-data": doc}) }
 	setUserData("#cloud-config\n# v1\n")
 	spec := h.hetznerProxy("p1", 3128)
 	spec.Spec.CloudInit = &crawlv1alpha1.CloudInit{SecretRef: &crawlv1alpha1.SecretKeyRef{Name: "cloud-init", Key: "user-data"}}
@@ -198,52 +153,11 @@ func TestServerIsReplacedOnCloudInitSecretChange(t *testing.T) {
 	}
 }
 
-// crashAfterCreate is the operator dying between the cloud's create and
-// the status write: its Create makes the server, then never returns to the
-// controller until the controller is stopped.
-type crashAfterCreate struct {
-	provider.Provider
-	once    sync.Once
-	created chan struct{}
-}
-
-func (c *crashAfterCreate) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
-	if _, err := c.Provider.Create(ctx, req); err != nil {
-		return provider.Instance{}, err
-	}
-	c.once.Do(func() { close(c.created) })
-	<-ctx.Done()
-	return provider.Instance{}, ctx.Err()
-}
-
 // The operator stops between the create and the status write; the next
 // one creates again and ends on the same server: exactly one.
 func TestOperatorStoppedBetweenCreateAndStatusWriteMakesOneServer(t *testing.T) {
 	h := startController(t)
-	crashing := &crashAfterCreate{Provider: h.hetzner, created: make(chan struct{})}
-	h.Stop()
-	first := controllertest.Start(t, apiServer.Get(t).Config, controllertest.Options{
-		Namespace: h.NS, Providers: map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderHetzner: crashing},
-	})
-	first.Create(h.hetznerProxy("p1", 3128))
-	select {
-	case <-crashing.created:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the first operator never created the server")
-	}
-	first.Stop()
-	p, err := h.Crawl.CrawlV1alpha1().Proxies(h.NS).Get(context.Background(), "p1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Status.ProviderID != "" {
-		t.Fatalf("status.providerID %q written: the crash came too late", p.Status.ProviderID)
-	}
-
-	second := controllertest.Start(t, apiServer.Get(t).Config, controllertest.Options{
-		Namespace: h.NS, Providers: map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderHetzner: h.hetzner},
-	})
-	p = second.WaitProvisioned("p1")
+	p := h.ProvisionThroughCrash(apiServer.Get(t).Config, crawlv1alpha1.ProviderHetzner, h.hetzner, h.hetznerProxy("p1", 3128))
 	created := h.fake.Created()
 	if len(created) != 1 || !strings.HasSuffix(p.Status.ProviderID, fmt.Sprintf("://%d", created[0].ID)) {
 		t.Errorf("%d servers created %v, status %q: want the one server, adopted", len(created), created, p.Status.ProviderID)

@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -53,4 +55,28 @@ func (h *Harness) ProbeReady(name, target string) *crawlv1alpha1.Proxy {
 		return got.Status.Phase == crawlv1alpha1.PhaseReady, fmt.Sprintf("phase %q, conditions %+v", got.Status.Phase, got.Status.Conditions)
 	})
 	return got
+}
+
+// RequireGeneratedCredentials fails the test unless the proxy at the
+// Proxy's status address lets a request to target's /echo through with the
+// credentials of the Proxy's generated Secret, and refuses one without
+// (407): the instance booted from the user-data the create gave it.
+func (h *Harness) RequireGeneratedCredentials(created *crawlv1alpha1.Proxy, target string) {
+	h.T.Helper()
+	secret, err := h.Kube.CoreV1().Secrets(h.NS).Get(h.Ctx, proxyaccess.GeneratedCredentialsSecret(created), metav1.GetOptions{})
+	if err != nil {
+		h.T.Fatalf("the generated credentials Secret: %v", err)
+	}
+	p := h.Get(created.Name)
+	fetch := func(user *url.Userinfo) (int, error) {
+		proxyURL := &url.URL{Scheme: "http", User: user, Host: net.JoinHostPort(p.Status.IP, fmt.Sprint(p.Status.Port))}
+		res, err := proxytest.Fetch(h.Ctx, proxyURL, target+"/echo", nil)
+		return res.Status, err
+	}
+	if status, err := fetch(url.UserPassword(string(secret.Data["username"]), string(secret.Data["password"]))); err != nil || status != http.StatusOK {
+		h.T.Fatalf("through the booted proxy with the generated credentials: %d, %v", status, err)
+	}
+	if status, _ := fetch(nil); status != http.StatusProxyAuthRequired {
+		h.T.Errorf("without credentials: status %d, want 407", status)
+	}
 }
