@@ -295,11 +295,15 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 			MaxLeases:   1,
 		}),
 		proxy("outside", crawlv1alpha1.ProxySpec{
-			Mode:        crawlv1alpha1.ModeExternal,
-			Endpoint:    &crawlv1alpha1.Endpoint{Host: "proxy.example.test", Port: 3128, Scheme: crawlv1alpha1.SchemeHTTPS},
-			Auth:        auth,
-			HealthCheck: hc,
-			MaxLeases:   5,
+			Mode:     crawlv1alpha1.ModeExternal,
+			Endpoint: &crawlv1alpha1.Endpoint{Host: "proxy.example.test", Port: 3128, Scheme: crawlv1alpha1.SchemeHTTPS},
+			Auth:     auth,
+			HealthCheck: func() crawlv1alpha1.HealthCheck {
+				h := hc
+				h.ExitInfo = &crawlv1alpha1.ExitInfo{IPField: "ip", CountryField: "location.country_code"}
+				return h
+			}(),
+			MaxLeases: 5,
 		}),
 	}
 }
@@ -312,6 +316,7 @@ func fullStatus(now metav1.Time) crawlv1alpha1.ProxyStatus {
 			{Type: crawlv1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: "ProbeSucceeded", Message: "204 in 12ms", LastTransitionTime: now, ObservedGeneration: 1},
 		},
 		ObservedGeneration: 1, LatencyMillis: 12, LastHealthCheckTime: &now, ExitIP: "203.0.113.7",
+		ExitCountry: "DE",
 	}
 }
 
