@@ -1,10 +1,13 @@
 package gateway_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -19,6 +22,7 @@ func TestSessionRequestsCountAsOutcomes(t *testing.T) {
 	for range 3 {
 		u.get(t, "ns-crawl+session-s1", target.URL)
 	}
+	waitConnectionsLeft(t, u)
 	if got := u.store.PoolOutcomes(pool); got.OK != 0 {
 		t.Fatalf("before any renewal the pool counted %+v", got)
 	}
@@ -28,9 +32,23 @@ func TestSessionRequestsCountAsOutcomes(t *testing.T) {
 		t.Errorf("after the renewal the pool counted %+v, want 3 ok and their bytes", got)
 	}
 	u.get(t, "ns-crawl+session-s1", target.URL)
+	waitConnectionsLeft(t, u)
 	u.clock.Step(2 * time.Minute) // idle: the session is dropped, its last request reported
 	u.gw.Tidy(t.Context())
 	if got := u.store.PoolOutcomes(pool); got.OK != 4 {
 		t.Errorf("after the idle session was dropped the pool counted %+v, want 4 ok", got)
 	}
+}
+
+// waitConnectionsLeft waits until every connection has left its session:
+// a request counts as ok when its relay ends, which may come after the
+// client has read the whole answer.
+func waitConnectionsLeft(t *testing.T, u *unit) {
+	t.Helper()
+	eventually.Check(t, 10*time.Second, 10*time.Millisecond, "the connections leaving their session", func(context.Context) error {
+		if n := u.gw.OpenSessionConnections(); n != 0 {
+			return fmt.Errorf("%d connections open", n)
+		}
+		return nil
+	})
 }
