@@ -139,7 +139,7 @@ func (r *operatorRun) runFlows(ctx context.Context, stop func(flowResult) bool) 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	leader := r.leaderFlow()
-	others := []flow{r.externalFlow(), r.managedFlow(), r.retryFlow(), r.gcFlow(), r.poolFlow(), r.policyFlow()}
+	others := []flow{r.externalFlow(), r.managedFlow(), r.retryFlow(), r.gcFlow(), r.poolFlow(), r.policyFlow(), r.dashboardFlow()}
 
 	leading, leaderDone := make(chan struct{}), make(chan struct{})
 	results := make(chan flowResult, 1+len(others))
