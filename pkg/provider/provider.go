@@ -102,6 +102,11 @@ type Instance struct {
 	// Proxy's status names (pkg/gc, duplicates). Zero: never judged a
 	// duplicate (Pods and processes are unique by name).
 	CreatedAt time.Time
+	// ExitRanges are the prefixes (CIDRs) the instance's forward-proxy
+	// leaves from, one address per session (docs/ipv6.md): a cloud's
+	// delegated IPv6 prefix, or what the spec declares. Empty: the instance
+	// has one exit, its own address.
+	ExitRanges []string
 }
 
 // InstanceName derives the instance name from the Proxy UID: stable across
