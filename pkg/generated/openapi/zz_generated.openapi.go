@@ -518,6 +518,13 @@ func schema_pkg_apis_crawl_v1alpha1_AWSProvider(ref common.ReferenceCallback) co
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSSpot"),
 						},
 					},
+					"ipv6ExitRange": {
+						SchemaProps: spec.SchemaProps{
+							Description: "IPv6ExitRange asks EC2 for an IPv6 /80 prefix delegated to the instance's interface (prefix delegation; the subnets must have an IPv6 CIDR), and sets it up at boot as the forward-proxy's exit range: one exit address per session (docs/ipv6.md). status.exitRanges shows the prefix.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
 					"port": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Port is the TCP port the proxy listens on in the instance (set up by cloud-init).",
@@ -1421,6 +1428,13 @@ func schema_pkg_apis_crawl_v1alpha1_GCEProvider(ref common.ReferenceCallback) co
 							Format:      "",
 						},
 					},
+					"ipv6ExitRange": {
+						SchemaProps: spec.SchemaProps{
+							Description: "IPv6ExitRange gives the VM an external IPv6 /96 (stack type IPV4_IPV6; the subnetwork must be dual-stack with external IPv6) and names it in the VM's metadata as the forward-proxy's exit range: one exit address per session (docs/ipv6.md). status.exitRanges shows it.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
 					"port": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Port is the TCP port the proxy listens on in the VM (set up by cloud-init).",
@@ -1627,6 +1641,13 @@ func schema_pkg_apis_crawl_v1alpha1_HetznerProvider(ref common.ReferenceCallback
 					"publicIPv6": {
 						SchemaProps: spec.SchemaProps{
 							Description: "PublicIPv6 gives the server a public IPv6 /64 besides its IPv4 address (the proxy's egress IP, which it always has).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"ipv6ExitRange": {
+						SchemaProps: spec.SchemaProps{
+							Description: "IPv6ExitRange sets up the server's public IPv6 /64 at boot as the forward-proxy's exit range (a local route, and ndppd answering the router's neighbour solicitations): one exit address per session (docs/ipv6.md). Needs publicIPv6. status.exitRanges shows the /64.",
 							Type:        []string{"boolean"},
 							Format:      "",
 						},

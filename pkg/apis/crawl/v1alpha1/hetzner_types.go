@@ -42,6 +42,13 @@ type HetznerProvider struct {
 	// +optional
 	PublicIPv6 bool `json:"publicIPv6,omitempty"`
 
+	// IPv6ExitRange sets up the server's public IPv6 /64 at boot as the
+	// forward-proxy's exit range (a local route, and ndppd answering the
+	// router's neighbour solicitations): one exit address per session
+	// (docs/ipv6.md). Needs publicIPv6. status.exitRanges shows the /64.
+	// +optional
+	IPv6ExitRange bool `json:"ipv6ExitRange,omitempty"`
+
 	// Port is the TCP port the proxy listens on in the server (set up by cloud-init).
 	// +kubebuilder:default=3128
 	// +kubebuilder:validation:Minimum=1

@@ -39,6 +39,11 @@ type HetznerProviderApplyConfiguration struct {
 	// PublicIPv6 gives the server a public IPv6 /64 besides its IPv4
 	// address (the proxy's egress IP, which it always has).
 	PublicIPv6 *bool `json:"publicIPv6,omitempty"`
+	// IPv6ExitRange sets up the server's public IPv6 /64 at boot as the
+	// forward-proxy's exit range (a local route, and ndppd answering the
+	// router's neighbour solicitations): one exit address per session
+	// (docs/ipv6.md). Needs publicIPv6. status.exitRanges shows the /64.
+	IPv6ExitRange *bool `json:"ipv6ExitRange,omitempty"`
 	// Port is the TCP port the proxy listens on in the server (set up by cloud-init).
 	Port *int32 `json:"port,omitempty"`
 }
@@ -90,6 +95,14 @@ func (b *HetznerProviderApplyConfiguration) WithFirewallIDs(values ...int64) *He
 // If called multiple times, the PublicIPv6 field is set to the value of the last call.
 func (b *HetznerProviderApplyConfiguration) WithPublicIPv6(value bool) *HetznerProviderApplyConfiguration {
 	b.PublicIPv6 = &value
+	return b
+}
+
+// WithIPv6ExitRange sets the IPv6ExitRange field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the IPv6ExitRange field is set to the value of the last call.
+func (b *HetznerProviderApplyConfiguration) WithIPv6ExitRange(value bool) *HetznerProviderApplyConfiguration {
+	b.IPv6ExitRange = &value
 	return b
 }
 
