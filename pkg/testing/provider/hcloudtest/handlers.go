@@ -178,6 +178,9 @@ func (f *Fake) createServer(r *http.Request) answer {
 	if req.PublicNet != nil {
 		s.IPv6 = req.PublicNet.EnableIPv6
 	}
+	if s.IPv6 {
+		s.IPv6Net = fmt.Sprintf("2001:db8:%x::/64", s.ID)
+	}
 	for _, fw := range req.Firewalls {
 		s.Firewalls = append(s.Firewalls, fw.Firewall)
 	}
@@ -332,7 +335,7 @@ func (s *server) schema() schema.Server {
 		PublicNet:  schema.ServerPublicNet{IPv4: schema.ServerPublicNetIPv4{IP: s.PublicIP}},
 	}
 	if s.IPv6 {
-		out.PublicNet.IPv6 = schema.ServerPublicNetIPv6{IP: "2001:db8::/64"}
+		out.PublicNet.IPv6 = schema.ServerPublicNetIPv6{IP: s.IPv6Net}
 	}
 	for _, id := range s.Firewalls {
 		out.PublicNet.Firewalls = append(out.PublicNet.Firewalls, schema.ServerFirewall{ID: id, Status: "applied"})

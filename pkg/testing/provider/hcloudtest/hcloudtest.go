@@ -85,8 +85,11 @@ type Server struct {
 	UserData   string
 	PublicIP   string
 	IPv6       bool
-	Firewalls  []int64
-	Created    time.Time
+	// IPv6Net is the server's /64 when IPv6 is on (public_net.ipv6.ip),
+	// one per server from the documentation range.
+	IPv6Net   string
+	Firewalls []int64
+	Created   time.Time
 }
 
 // Option configures a Fake.
