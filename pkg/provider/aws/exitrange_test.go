@@ -1,6 +1,9 @@
 package aws
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
@@ -64,5 +67,32 @@ func TestToInstanceReportsThePrimaryInterfacesPrefixes(t *testing.T) {
 				t.Errorf("the exit-range tag is reported as a Proxy tag: %v", got.Tags)
 			}
 		})
+	}
+}
+
+// TestExitRangeDiscoverReadsIMDSv2 runs the boot script's discover command
+// with sh against a stubbed curl that answers as IMDSv2 does, only with
+// the session token: it prints the interface's delegated prefix.
+func TestExitRangeDiscoverReadsIMDSv2(t *testing.T) {
+	bin := t.TempDir()
+	curl := `#!/bin/sh
+case "$*" in
+*"-X PUT"*/latest/api/token) echo tok ;;
+*"X-aws-ec2-metadata-token: tok"*/latest/meta-data/mac) echo 0a:1b:2c:3d:4e:5f ;;
+*"X-aws-ec2-metadata-token: tok"*/network/interfaces/macs/0a:1b:2c:3d:4e:5f/ipv6-prefix) printf '2001:db8:1:2:3::/80\n' ;;
+*) exit 22 ;;
+esac
+`
+	if err := os.WriteFile(filepath.Join(bin, "curl"), []byte(curl), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", exitRangeBoot.Discover)
+	cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(out), "2001:db8:1:2:3::/80\n"; got != want {
+		t.Errorf("discovered %q, want %q", got, want)
 	}
 }
