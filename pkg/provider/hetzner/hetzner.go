@@ -177,11 +177,11 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	userData, err := cloudkit.UserData("hetzner", req, creds, s.port, MaxUserData)
+	userData, err := cloudkit.UserData("hetzner", req, creds, s.port, MaxUserData, userDataOptions(s)...)
 	if err != nil {
 		return provider.Instance{}, provider.Permanent(fmt.Errorf("hetzner provider: %w", err))
 	}
-	name, labels := cloudkit.InstanceName(req, p.clusterID), cloudkit.Labels(req, p.clusterID, s.port)
+	name, labels := cloudkit.InstanceName(req, p.clusterID), serverLabels(req, p.clusterID, s)
 	var inst provider.Instance
 	err = cloudkit.WalkPlaces(s.serverTypes, func(serverType string) error {
 		var res hcloud.ServerCreateResult
