@@ -58,10 +58,11 @@ func WithExitRange(boot ExitRangeBoot) UserDataOption {
 	return func(o *userDataOptions) { o.exitRange = &boot }
 }
 
-// exitRangeScript is the boot script of an exit range. It fails the boot
-// command (cloud-init logs it) when the cloud gives no prefix, rather than
-// start a proxy that would leave from its one address unnoticed.
-func exitRangeScript(boot ExitRangeBoot) string {
+// ExitRangeScript is the boot script of an exit range (a provider whose
+// user-data is not the kit's hands it to the instance otherwise). It fails
+// (cloud-init logs it) when the cloud gives no prefix, rather than start a
+// proxy that would leave from its one address unnoticed.
+func ExitRangeScript(boot ExitRangeBoot) string {
 	var b strings.Builder
 	b.WriteString("set -eu\n")
 	fmt.Fprintf(&b, "ranges=$(%s)\n", boot.Discover)

@@ -114,7 +114,7 @@ func operatorCloudConfig(req provider.CreateRequest, creds *proxyaccess.Credenti
 		}},
 	}
 	if o.exitRange != nil {
-		doc["bootcmd"] = [][]string{{"sh", "-c", exitRangeScript(*o.exitRange)}}
+		doc["bootcmd"] = [][]string{{"sh", "-c", ExitRangeScript(*o.exitRange)}}
 		if o.exitRange.NDP {
 			doc["packages"] = []string{"ndppd"}
 		}
