@@ -2,6 +2,7 @@ package v1alpha1
 
 // HetznerProvider holds the settings of a Hetzner Cloud server. An empty
 // location falls back to the operator's --hetzner-location (docs/hetzner.md).
+// +kubebuilder:validation:XValidation:rule="!has(self.ipv6ExitRange) || !self.ipv6ExitRange || (has(self.publicIPv6) && self.publicIPv6)",message="spec.hetzner.ipv6ExitRange needs spec.hetzner.publicIPv6: the exit range is the server's public IPv6 /64",fieldPath=".ipv6ExitRange",reason=FieldValueInvalid
 type HetznerProvider struct {
 	// Location is the Hetzner Cloud location, such as fsn1, nbg1, hel1 or
 	// ash. Default: the operator's --hetzner-location.
