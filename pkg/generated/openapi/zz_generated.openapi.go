@@ -1638,6 +1638,25 @@ func schema_pkg_apis_crawl_v1alpha1_HetznerProvider(ref common.ReferenceCallback
 							},
 						},
 					},
+					"allowFrom": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "AllowFrom makes the operator create, own and apply a firewall of its own that admits the proxy port from these ranges only (the gateway's and the operator's egress) and nothing else (no SSH), applied to the servers by a label. Instead of firewallIDs. Proxies with the same port and ranges share it; it is deleted once no server uses it.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
 					"publicIPv6": {
 						SchemaProps: spec.SchemaProps{
 							Description: "PublicIPv6 gives the server a public IPv6 /64 besides its IPv4 address (the proxy's egress IP, which it always has).",

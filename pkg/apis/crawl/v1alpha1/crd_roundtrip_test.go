@@ -268,6 +268,17 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 			HealthCheck: hc,
 			MaxLeases:   1,
 		}),
+
+		proxy("hcloud-owned-firewall", crawlv1alpha1.ProxySpec{
+			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderHetzner,
+			Hetzner: &crawlv1alpha1.HetznerProvider{
+				Location: "fsn1", ServerTypes: []string{"cx22", "cpx11"}, Image: "ubuntu-24.04",
+				AllowFrom: []crawlv1alpha1.CIDR{"10.20.0.0/16", "2001:db8::/32"}, Port: 3129,
+			},
+			CloudInit:   &crawlv1alpha1.CloudInit{Inline: ptr.To("#cloud-config\n")},
+			HealthCheck: hc,
+			MaxLeases:   1,
+		}),
 		proxy("droplet", crawlv1alpha1.ProxySpec{
 			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderDigitalOcean,
 			DigitalOcean: &crawlv1alpha1.DigitalOceanProvider{

@@ -566,6 +566,11 @@ func (in *HetznerProvider) DeepCopyInto(out *HetznerProvider) {
 		*out = make([]int64, len(*in))
 		copy(*out, *in)
 	}
+	if in.AllowFrom != nil {
+		in, out := &in.AllowFrom, &out.AllowFrom
+		*out = make([]CIDR, len(*in))
+		copy(*out, *in)
+	}
 	return
 }
 
