@@ -25,6 +25,9 @@ func (f *Fake) routes() http.Handler {
 	mux.HandleFunc("GET /servers", f.handle(ListServers, f.listServers))
 	mux.HandleFunc("GET /servers/{id}", f.handle(GetServer, f.getServer))
 	mux.HandleFunc("DELETE /servers/{id}", f.handle(DeleteServer, f.deleteServer))
+	mux.HandleFunc("POST /firewalls", f.handle(CreateFirewall, f.createFirewall))
+	mux.HandleFunc("GET /firewalls", f.handle(ListFirewalls, f.listFirewalls))
+	mux.HandleFunc("DELETE /firewalls/{id}", f.handle(DeleteFirewall, f.deleteFirewall))
 	return mux
 }
 
