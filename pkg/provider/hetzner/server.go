@@ -28,6 +28,7 @@ type settings struct {
 	serverTypes []string
 	image       string
 	firewallIDs []int64
+	allowFrom   []crawlv1alpha1.CIDR
 	ipv6        bool
 	exitRange   bool
 	port        int32
@@ -42,7 +43,10 @@ func settingsOf(proxy *crawlv1alpha1.Proxy, defaultLocation string) (settings, e
 	}
 	s := settings{
 		location: spec.Location, serverTypes: spec.ServerTypes, image: spec.Image,
-		firewallIDs: spec.FirewallIDs, ipv6: spec.PublicIPv6, exitRange: spec.IPv6ExitRange, port: port(proxy),
+		firewallIDs: spec.FirewallIDs, allowFrom: spec.AllowFrom, ipv6: spec.PublicIPv6, exitRange: spec.IPv6ExitRange, port: port(proxy),
+	}
+	if len(s.allowFrom) > 0 && len(s.firewallIDs) > 0 {
+		return settings{}, errors.New("spec.hetzner.allowFrom and spec.hetzner.firewallIDs are exclusive: the operator's own firewall, or yours")
 	}
 	if s.exitRange && !s.ipv6 {
 		return settings{}, errors.New("spec.hetzner.ipv6ExitRange needs spec.hetzner.publicIPv6: the exit range is the server's public IPv6 /64")
@@ -89,6 +93,13 @@ func serverLabels(req provider.CreateRequest, clusterID string, s settings) map[
 	return l
 }
 
+// proxyTags are a server's labels without the kit's and the firewall's.
+func proxyTags(labels map[string]string) map[string]string {
+	tags := cloudkit.ProxyTags(labels)
+	delete(tags, LabelFirewall)
+	return tags
+}
+
 // port is spec.hetzner.port, or DefaultPort.
 func port(p *crawlv1alpha1.Proxy) int32 {
 	if p.Spec.Hetzner != nil && p.Spec.Hetzner.Port != 0 {
@@ -132,7 +143,7 @@ func instanceID(s *hcloud.Server) string { return strconv.FormatInt(s.ID, 10) }
 func toInstance(s *hcloud.Server) provider.Instance {
 	inst := provider.Instance{
 		ID:        instanceID(s),
-		Tags:      cloudkit.ProxyTags(s.Labels),
+		Tags:      proxyTags(s.Labels),
 		SpecHash:  s.Labels[cloudkit.LabelSpecHash],
 		CreatedAt: s.Created,
 	}
