@@ -18,7 +18,7 @@ import (
 )
 
 // The labels of spec.hetzner.allowFrom's firewall (the aws provider's
-// owned security group, on Hetzner: docs/decisions/0313-hetzner-owned-firewall.md).
+// owned security group, on Hetzner: docs/decisions/0313-hetzner-owned-firewall-by-label.md).
 const (
 	// LabelOwnedFirewall marks a firewall the operator created (with
 	// cloudkit.LabelClusterID): Sweep deletes it once no server uses it.
