@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/cloudkit"
 )
 
@@ -100,7 +101,7 @@ func (p *Provider) ownedFirewall(ctx context.Context, s settings) (string, error
 	}
 	opts, err := firewallOpts(p.clusterID, key, s.port, s.allowFrom)
 	if err != nil {
-		return "", err
+		return "", provider.Permanent(fmt.Errorf("hetzner provider: %w", err))
 	}
 	fw, err := p.firewallByName(ctx, opts.Name)
 	if err == nil && fw == nil {

@@ -109,8 +109,8 @@ func TestAllowFromRefusedWithFirewallIDsOrABadRange(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := p.Create(ctx, createRequest("00000001-0000-0000-0000-000000000000", tc.spec))
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("create = %v, want an error naming %q", err, tc.want)
+			if provider.Class(err) != provider.ErrPermanent || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("create = %v, want a permanent error naming %q", err, tc.want)
 			}
 		})
 	}
