@@ -995,6 +995,25 @@ func schema_pkg_apis_crawl_v1alpha1_DigitalOceanProvider(ref common.ReferenceCal
 							Format:      "",
 						},
 					},
+					"allowFrom": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "AllowFrom makes the operator create and own a cloud firewall that admits the proxy port from these ranges only (the gateway's and the operator's egress) and nothing else inbound (no SSH), applied to the droplets by a tag of its own. Proxies with the same port and ranges share it; it is deleted once no droplet carries its tag.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
 					"ipv6": {
 						SchemaProps: spec.SchemaProps{
 							Description: "IPv6 gives the droplet a public IPv6 address besides its IPv4 address (the proxy's egress IP, which it always has).",

@@ -283,7 +283,7 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderDigitalOcean,
 			DigitalOcean: &crawlv1alpha1.DigitalOceanProvider{
 				Region: "ams3", Sizes: []string{"s-1vcpu-512mb-10gb", "s-1vcpu-1gb"}, Image: "ubuntu-24-04-x64",
-				Tags: []string{"crawlers", "team:search"}, VPCUUID: "5a4981aa-9653-4bd1-bef5-d6bff52042e4", IPv6: true, Port: 3129,
+				Tags: []string{"crawlers", "team:search"}, VPCUUID: "5a4981aa-9653-4bd1-bef5-d6bff52042e4", AllowFrom: []crawlv1alpha1.CIDR{"10.20.0.0/16", "2001:db8::/32"}, IPv6: true, Port: 3129,
 			},
 			CloudInit:   &crawlv1alpha1.CloudInit{Inline: ptr.To("#cloud-config\n")},
 			HealthCheck: hc,
