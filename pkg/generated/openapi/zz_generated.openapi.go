@@ -518,6 +518,13 @@ func schema_pkg_apis_crawl_v1alpha1_AWSProvider(ref common.ReferenceCallback) co
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSSpot"),
 						},
 					},
+					"ipv6ExitRange": {
+						SchemaProps: spec.SchemaProps{
+							Description: "IPv6ExitRange asks EC2 for an IPv6 /80 prefix delegated to the instance's interface (prefix delegation; the subnets must have an IPv6 CIDR), and sets it up at boot as the forward-proxy's exit range: one exit address per session (docs/ipv6.md). status.exitRanges shows the prefix.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
 					"port": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Port is the TCP port the proxy listens on in the instance (set up by cloud-init).",
@@ -988,6 +995,25 @@ func schema_pkg_apis_crawl_v1alpha1_DigitalOceanProvider(ref common.ReferenceCal
 							Format:      "",
 						},
 					},
+					"allowFrom": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "AllowFrom makes the operator create and own a cloud firewall that admits the proxy port from these ranges only (the gateway's and the operator's egress) and nothing else inbound (no SSH), applied to the droplets by a tag of its own. Proxies with the same port and ranges share it; it is deleted once no droplet carries its tag.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
 					"ipv6": {
 						SchemaProps: spec.SchemaProps{
 							Description: "IPv6 gives the droplet a public IPv6 address besides its IPv4 address (the proxy's egress IP, which it always has).",
@@ -1421,6 +1447,13 @@ func schema_pkg_apis_crawl_v1alpha1_GCEProvider(ref common.ReferenceCallback) co
 							Format:      "",
 						},
 					},
+					"ipv6ExitRange": {
+						SchemaProps: spec.SchemaProps{
+							Description: "IPv6ExitRange gives the VM an external IPv6 /96 (stack type IPV4_IPV6; the subnetwork must be dual-stack with external IPv6) and names it in the VM's metadata as the forward-proxy's exit range: one exit address per session (docs/ipv6.md). status.exitRanges shows it.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
 					"port": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Port is the TCP port the proxy listens on in the VM (set up by cloud-init).",
@@ -1624,9 +1657,35 @@ func schema_pkg_apis_crawl_v1alpha1_HetznerProvider(ref common.ReferenceCallback
 							},
 						},
 					},
+					"allowFrom": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "AllowFrom makes the operator create, own and apply a firewall of its own that admits the proxy port from these ranges only (the gateway's and the operator's egress) and nothing else (no SSH), applied to the servers by a label. Instead of firewallIDs. Proxies with the same port and ranges share it; it is deleted once no server uses it.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
 					"publicIPv6": {
 						SchemaProps: spec.SchemaProps{
 							Description: "PublicIPv6 gives the server a public IPv6 /64 besides its IPv4 address (the proxy's egress IP, which it always has).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"ipv6ExitRange": {
+						SchemaProps: spec.SchemaProps{
+							Description: "IPv6ExitRange sets up the server's public IPv6 /64 at boot as the forward-proxy's exit range (a local route, and ndppd answering the router's neighbour solicitations): one exit address per session (docs/ipv6.md). Needs publicIPv6. status.exitRanges shows the /64.",
 							Type:        []string{"boolean"},
 							Format:      "",
 						},

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/cloudkit"
 )
 
 // instanceID is a provider instance ID: the region and the EC2 instance ID.
@@ -23,11 +24,13 @@ func toInstance(region string, in types.Instance) (inst provider.Instance, found
 		tags[awssdk.ToString(t.Key)] = awssdk.ToString(t.Value)
 	}
 	inst = provider.Instance{
-		ID:        instanceID(region, awssdk.ToString(in.InstanceId)),
-		Tags:      tags,
-		SpecHash:  tags[TagSpecHash],
-		CreatedAt: awssdk.ToTime(in.LaunchTime),
+		ID:         instanceID(region, awssdk.ToString(in.InstanceId)),
+		Tags:       tags,
+		SpecHash:   tags[TagSpecHash],
+		CreatedAt:  awssdk.ToTime(in.LaunchTime),
+		ExitRanges: cloudkit.ExitRanges(tags, delegatedPrefixes(in)),
 	}
+	delete(inst.Tags, cloudkit.LabelExitRange)
 	delete(inst.Tags, TagName)
 	delete(inst.Tags, TagSpecHash)
 	delete(inst.Tags, TagClusterID)
@@ -55,6 +58,21 @@ func toInstance(region string, in types.Instance) (inst provider.Instance, found
 		}
 	}
 	return inst, true
+}
+
+// delegatedPrefixes are the IPv6 prefixes delegated to the instance's
+// primary interface (device index 0), the one the launch asked them on.
+func delegatedPrefixes(in types.Instance) []string {
+	var out []string
+	for _, nic := range in.NetworkInterfaces {
+		if nic.Attachment != nil && awssdk.ToInt32(nic.Attachment.DeviceIndex) != 0 {
+			continue
+		}
+		for _, p := range nic.Ipv6Prefixes {
+			out = append(out, awssdk.ToString(p.Ipv6Prefix))
+		}
+	}
+	return out
 }
 
 // clusterOf is the instance's TagClusterID, "" for none.

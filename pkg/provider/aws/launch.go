@@ -124,6 +124,13 @@ func runInput(req provider.CreateRequest, clusterID, userData string, at launchS
 	if at.subnet != "" {
 		nic.SubnetId = awssdk.String(at.subnet)
 	}
+	if spec.IPv6ExitRange {
+		// A /80 delegated to the interface is routed to it by the VPC: no
+		// neighbour discovery. The address gives the host its IPv6
+		// default route (router advertisements on a dual-stack interface).
+		nic.Ipv6PrefixCount = awssdk.Int32(1)
+		nic.Ipv6AddressCount = awssdk.Int32(1)
+	}
 	in.NetworkInterfaces = []types.InstanceNetworkInterfaceSpecification{nic}
 	if spec.Spot != nil {
 		spot := &types.SpotMarketOptions{
@@ -175,6 +182,9 @@ func instanceTags(req provider.CreateRequest, clusterID string) map[string]strin
 	if req.SpecHash != "" {
 		tags[TagSpecHash] = req.SpecHash
 	}
+	if awsSpec(req.Proxy).IPv6ExitRange {
+		tags[cloudkit.LabelExitRange] = cloudkit.ExitRangeIPv6
+	}
 	return tags
 }
 
@@ -186,13 +196,28 @@ func ec2Tags(tags map[string]string) []types.Tag {
 	return out
 }
 
+// exitRangeBoot finds the instance's delegated prefix at boot in its
+// metadata (IMDSv2, which the launch requires; hop limit 1 reaches the
+// host): EC2 delegates the prefix at launch, so the operator cannot write
+// it into the user-data. Prefix delegation routes it to the interface, so
+// no NDP.
+var exitRangeBoot = cloudkit.ExitRangeBoot{
+	Discover: `t=$(curl -sf -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' http://169.254.169.254/latest/api/token) && ` +
+		`m=$(curl -sf -H "X-aws-ec2-metadata-token: $t" http://169.254.169.254/latest/meta-data/mac) && ` +
+		`curl -sf -H "X-aws-ec2-metadata-token: $t" "http://169.254.169.254/latest/meta-data/network/interfaces/macs/$m/ipv6-prefix"`,
+}
+
 // userData is the instance's user-data, base64 as RunInstances wants it:
 // the kit's (cloudkit.UserData), whose boundary derives from the request,
 // so a retried launch sends the same user-data (RunInstances refuses a
 // client token with other parameters). Errors name the field, never the
 // content.
 func userData(req provider.CreateRequest, creds *proxyaccess.Credentials) (string, error) {
-	ud, err := cloudkit.UserData("aws", req, creds, port(req.Proxy), MaxUserData)
+	var opts []cloudkit.UserDataOption
+	if awsSpec(req.Proxy).IPv6ExitRange {
+		opts = append(opts, cloudkit.WithExitRange(exitRangeBoot))
+	}
+	ud, err := cloudkit.UserData("aws", req, creds, port(req.Proxy), MaxUserData, opts...)
 	if err != nil {
 		return "", err
 	}

@@ -500,3 +500,57 @@ func TestSpotInstances(t *testing.T) {
 		t.Errorf("Get of an interrupted Spot instance = %+v, %v; want Stopped, naming the interruption", got, err)
 	}
 }
+
+// TestExitRangeDelegatedAndBootedWithIt: with spec.aws.ipv6ExitRange the
+// launch asks for a delegated /80, Get reports the one EC2 delegated, and
+// the instance's forward proxy (ec2test's boot mode, from the user-data) is
+// started with it as its exit range, under the documented policy. The
+// prefix is the proxy's configuration only: a cloud's prefix cannot be
+// routed on the test machine (docs/ipv6.md's netns test routes a ULA one).
+func TestExitRangeDelegatedAndBootedWithIt(t *testing.T) {
+	var boots ec2test.Boots
+	fake := ec2test.New(t, ec2test.WithPolicy(documentedPolicy(t)), ec2test.WithBoot(ec2test.BootForwardProxy(t, &boots)))
+	p := newProvider(t, fake)
+	ctx := context.Background()
+	proxy := testProxy(1, func(a *crawlv1alpha1.AWSProvider) {
+		a.IPv6ExitRange = true
+		a.SubnetIDs = []string{"subnet-0a0a0a0a0a0a0a0a0"}
+		a.SecurityGroupIDs = ec2test.DefaultSecurityGroups
+	})
+	inst, err := p.Create(ctx, request(proxy, "hash-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got provider.Instance
+	for deadline := time.Now().Add(10 * time.Second); got.State != provider.StateRunning; {
+		if got, err = p.Get(ctx, inst.ID); err != nil || time.Now().After(deadline) {
+			t.Fatalf("Get = %+v, %v; want Running", got, err)
+		}
+	}
+	live := fake.Live()
+	if len(live) != 1 || len(live[0].Ipv6Prefixes) != 1 {
+		t.Fatalf("live instances %+v, want one with one delegated prefix", live)
+	}
+	delegated := live[0].Ipv6Prefixes
+	if diff := cmp.Diff(delegated, got.ExitRanges); diff != "" {
+		t.Errorf("Instance.ExitRanges (-delegated +got):\n%s", diff)
+	}
+	booted, ok := boots.ExitRanges(live[0].ID)
+	if diff := cmp.Diff(delegated, booted); !ok || diff != "" {
+		t.Errorf("the booted forward proxy's exit ranges (booted %v) (-delegated +got):\n%s", ok, diff)
+	}
+
+	// Without the field: no prefix asked, none reported, none booted with.
+	plain := testProxy(2, func(a *crawlv1alpha1.AWSProvider) { a.SecurityGroupIDs = ec2test.DefaultSecurityGroups })
+	inst2, err := p.Create(ctx, request(plain, "hash-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst2.ExitRanges != nil {
+		t.Errorf("plain instance ExitRanges = %v, want none", inst2.ExitRanges)
+	}
+	id2 := strings.TrimPrefix(inst2.ID, region+"/")
+	if booted, ok := boots.ExitRanges(id2); !ok || len(booted) != 0 {
+		t.Errorf("plain instance booted %v with exit ranges %v, want booted with none", ok, booted)
+	}
+}

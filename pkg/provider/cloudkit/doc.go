@@ -5,6 +5,8 @@
 // name derived from it (labels.go), the same labels as plain string tags
 // for clouds without key=value labels (flattags.go), the user-data that
 // hands the proxy its settings and generated credentials (userdata.go),
+// the boot script that sets up a cloud's routed IPv6 prefix as the proxy's
+// exit range and the prefixes an instance reports (exitrange.go),
 // the walk over an ordered list of places on capacity errors (errors.go),
 // the error classes a cloud's codes map to and the wait a 429 asks for
 // (errors.go), and a gate that keeps calls within a token bucket and past

@@ -63,6 +63,7 @@ func ProxyTags(labels map[string]string) map[string]string {
 	delete(tags, LabelClusterID)
 	delete(tags, LabelSpecHash)
 	delete(tags, LabelPort)
+	delete(tags, LabelExitRange)
 	return tags
 }
 

@@ -28,7 +28,11 @@ const EnvFile = "/etc/proxy-operator/proxy.env"
 // the request, so a retried create sends the same bytes. maxBytes is the
 // cloud's limit; over it, or with a cloud-init cloud-init cannot merge, the
 // error names the field and the cloud (providerName), never the content.
-func UserData(providerName string, req provider.CreateRequest, creds *proxyaccess.Credentials, port int32, maxBytes int) ([]byte, error) {
+func UserData(providerName string, req provider.CreateRequest, creds *proxyaccess.Credentials, port int32, maxBytes int, opts ...UserDataOption) ([]byte, error) {
+	var o userDataOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	var buf bytes.Buffer
 	w := multipart.NewWriter(&buf)
 	sum := sha256.Sum256([]byte(req.Name + "\x00" + req.SpecHash))
@@ -45,7 +49,7 @@ func UserData(providerName string, req provider.CreateRequest, creds *proxyacces
 			return nil, err
 		}
 	}
-	if err := writePart(w, "text/cloud-config", "proxy-operator.cfg", operatorCloudConfig(req, creds, port)); err != nil {
+	if err := writePart(w, "text/cloud-config", "proxy-operator.cfg", operatorCloudConfig(req, creds, port, o)); err != nil {
 		return nil, err
 	}
 	if err := w.Close(); err != nil {
@@ -84,8 +88,10 @@ func writePart(w *multipart.Writer, contentType, filename string, body []byte) e
 }
 
 // operatorCloudConfig is the operator's cloud-config part, as JSON (which
-// cloud-init's YAML loader reads): EnvFile with the proxy's settings.
-func operatorCloudConfig(req provider.CreateRequest, creds *proxyaccess.Credentials, port int32) []byte {
+// cloud-init's YAML loader reads): EnvFile with the proxy's settings, and
+// with an exit range its boot script (a bootcmd, which runs every boot:
+// the local route does not outlive one) and ndppd when it needs NDP.
+func operatorCloudConfig(req provider.CreateRequest, creds *proxyaccess.Credentials, port int32, o userDataOptions) []byte {
 	var env strings.Builder
 	fmt.Fprintf(&env, "PROXY_PORT=%d\n", port)
 	if creds != nil {
@@ -95,6 +101,9 @@ func operatorCloudConfig(req provider.CreateRequest, creds *proxyaccess.Credenti
 		fmt.Fprintf(&env, "PROXY_EGRESS_ALLOW_CIDRS=%s\n", shellQuote(joinCIDRs(e.AllowCIDRs)))
 		fmt.Fprintf(&env, "PROXY_EGRESS_DENY_CIDRS=%s\n", shellQuote(joinCIDRs(e.DenyCIDRs)))
 	}
+	if o.exitRange != nil {
+		fmt.Fprintf(&env, "PROXY_EXIT_RANGES_FILE=%s\n", shellQuote(ExitRangesFile))
+	}
 	doc := map[string]any{
 		"merge_how": []map[string]any{
 			{"name": "list", "settings": []string{"append"}},
@@ -103,6 +112,12 @@ func operatorCloudConfig(req provider.CreateRequest, creds *proxyaccess.Credenti
 		"write_files": []map[string]string{{
 			"path": EnvFile, "permissions": "0600", "owner": "root:root", "content": env.String(),
 		}},
+	}
+	if o.exitRange != nil {
+		doc["bootcmd"] = [][]string{{"sh", "-c", ExitRangeScript(*o.exitRange)}}
+		if o.exitRange.NDP {
+			doc["packages"] = []string{"ndppd"}
+		}
 	}
 	body, _ := json.Marshal(doc) // maps of strings always marshal
 	return append([]byte("#cloud-config\n"), body...)

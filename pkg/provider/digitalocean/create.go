@@ -44,6 +44,15 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 			errors.New("the answer of an earlier create was lost and its droplet is not listed yet; waiting for it before creating again")))
 	}
 	tags := dropletTags(cloudkit.Labels(req, p.clusterID, s.port), keyTag, s)
+	if len(s.allowFrom) > 0 {
+		p.firewallUse.RLock()
+		defer p.firewallUse.RUnlock()
+		firewallTag, err := p.ownedFirewall(ctx, s)
+		if err != nil {
+			return provider.Instance{}, err
+		}
+		tags = append(tags, firewallTag)
+	}
 	var inst provider.Instance
 	err = cloudkit.WalkPlaces(s.sizes, func(size string) error {
 		var d *godo.Droplet

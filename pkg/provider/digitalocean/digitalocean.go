@@ -101,9 +101,20 @@ type Provider struct {
 	// unsettled holds the key tags of creates whose answer was lost, and
 	// when: their droplet may exist and not be listed yet.
 	unsettled map[string]time.Time
+	// firewalls: when a create last used each owned firewall (by key),
+	// for those known to exist; Sweep keeps one used within the settle
+	// time, as the tag listing may not show its droplet yet.
+	firewalls map[string]time.Time
+	// firewallUse is held (read) by a create from its firewall's check to
+	// its droplet's create, and (write) by Sweep from its check that a
+	// firewall is unused to its delete.
+	firewallUse sync.RWMutex
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider = (*Provider)(nil)
+	_ provider.Sweeper  = (*Provider)(nil)
+)
 
 // New returns a Provider. It makes no API call.
 func New(opts Options) (*Provider, error) {
@@ -132,7 +143,7 @@ func New(opts Options) (*Provider, error) {
 	p := &Provider{
 		client: client, clusterID: opts.ClusterID, region: opts.Region, clock: opts.Clock,
 		maxAttempts: opts.MaxAttempts, backoff: opts.RateLimitBackoff, settle: opts.SettleTime,
-		secrets: opts.Secrets, unsettled: map[string]time.Time{},
+		secrets: opts.Secrets, unsettled: map[string]time.Time{}, firewalls: map[string]time.Time{},
 	}
 	if p.clock == nil {
 		p.clock = clock.RealClock{}

@@ -31,13 +31,14 @@ const keyTagName = "crawl.proxyfleet.io/key"
 
 // settings is a create's spec.digitalocean with the defaults filled in.
 type settings struct {
-	region string
-	sizes  []string
-	image  string
-	tags   []string
-	vpc    string
-	ipv6   bool
-	port   int32
+	region    string
+	sizes     []string
+	image     string
+	tags      []string
+	allowFrom []crawlv1alpha1.CIDR
+	vpc       string
+	ipv6      bool
+	port      int32
 }
 
 // settingsOf is spec.digitalocean of proxy with its defaults; region
@@ -47,7 +48,7 @@ func settingsOf(proxy *crawlv1alpha1.Proxy, defaultRegion string) (settings, err
 	if proxy.Spec.DigitalOcean != nil {
 		spec = *proxy.Spec.DigitalOcean
 	}
-	s := settings{region: spec.Region, sizes: spec.Sizes, image: spec.Image, tags: spec.Tags, vpc: spec.VPCUUID, ipv6: spec.IPv6, port: spec.Port}
+	s := settings{region: spec.Region, sizes: spec.Sizes, image: spec.Image, tags: spec.Tags, allowFrom: spec.AllowFrom, vpc: spec.VPCUUID, ipv6: spec.IPv6, port: spec.Port}
 	if s.region == "" {
 		s.region = defaultRegion
 	}
@@ -103,6 +104,7 @@ func imageRef(image string) godo.DropletCreateImage {
 func toInstance(d *godo.Droplet) provider.Instance {
 	labels := cloudkit.LabelsOfFlatTags(d.Tags)
 	delete(labels, keyTagName)
+	delete(labels, firewallTagName)
 	inst := provider.Instance{
 		ID:       strconv.Itoa(d.ID),
 		Tags:     cloudkit.ProxyTags(labels),

@@ -10,6 +10,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/cloudkit"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/gce/compute"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
@@ -52,7 +53,22 @@ const (
 	// (docs/decisions/0140-managed-instance-must-refuse-request-without.md). Secret: never logged.
 	MetadataAuthUsername = "proxy-auth-username"
 	MetadataAuthPassword = "proxy-auth-password"
+	// MetadataExitRange marks a VM created with spec.gce.ipv6ExitRange
+	// (cloudkit.ExitRangeIPv6): Get reports its /96 as its exit range.
+	MetadataExitRange = "proxy-exit-range"
+	// MetadataExitRangeScript is the boot script that sets the /96 up as
+	// the exit range (the kit's: the local route and the exit-ranges
+	// file); the VM's cloud-init runs it from a bootcmd (docs/gce.md), as
+	// it applies the egress ranges, since the user-data is the user's own.
+	MetadataExitRangeScript = "proxy-exit-range-script"
 )
+
+// exitRangeBoot finds the VM's external /96 at boot: the metadata server's
+// ipv6s is its first address, whose last 32 bits are zero. Compute
+// Engine's network routes the /96 to the VM: no NDP.
+var exitRangeBoot = cloudkit.ExitRangeBoot{
+	Discover: `curl -sf -H 'Metadata-Flavor: Google' http://metadata.google.internal/computeMetadata/v1/instance/network-interfaces/0/ipv6s | sed -n 's,^\([0-9a-f:]*\)$,\1/96,p'`,
+}
 
 // Spot VMs are deleted, not stopped, when Compute Engine preempts them: the
 // controller would delete a stopped VM anyway (instances are cattle), and a
@@ -62,6 +78,10 @@ const spotTerminationAction = "DELETE"
 
 // accessConfigName names the external-IP access config, as the console does.
 const accessConfigName = "External NAT"
+
+// ipv6AccessConfigName names the external IPv6 access config, as the
+// console does.
+const ipv6AccessConfigName = "external-ipv6"
 
 // location is the project and zone a Proxy's VM lives in: spec.gce, or the
 // operator's defaults.
@@ -131,6 +151,13 @@ func buildInstance(req provider.CreateRequest, zone string, creds *proxyaccess.C
 		Subnetwork: subnetworkURL(spec.Subnetwork, zone),
 		// An ephemeral external IPv4 address: the proxy's egress IP.
 		AccessConfigs: []*compute.AccessConfig{{Name: accessConfigName, Type: "ONE_TO_ONE_NAT"}},
+	}
+	if spec.IPv6ExitRange {
+		nic.StackType = "IPV4_IPV6"
+		nic.Ipv6AccessConfigs = []*compute.AccessConfig{{Name: ipv6AccessConfigName, Type: "DIRECT_IPV6"}}
+		metadata = append(metadata,
+			&compute.MetadataItems{Key: MetadataExitRange, Value: ptrTo(cloudkit.ExitRangeIPv6)},
+			&compute.MetadataItems{Key: MetadataExitRangeScript, Value: ptrTo(cloudkit.ExitRangeScript(exitRangeBoot))})
 	}
 
 	inst := &compute.Instance{
@@ -250,6 +277,8 @@ func toInstance(project, zone string, vm *compute.Instance) provider.Instance {
 		Message: strings.ToLower(vm.Status),
 	}
 	inst.SpecHash, _ = metadataValue(vm, MetadataSpecHash)
+	marked, _ := metadataValue(vm, MetadataExitRange)
+	inst.ExitRanges = cloudkit.ExitRanges(map[string]string{cloudkit.LabelExitRange: marked}, externalIPv6Ranges(vm))
 	// The orphan collector judges duplicates by age (provider.Instance);
 	// an unparsable timestamp leaves it zero: never judged.
 	inst.CreatedAt, _ = time.Parse(time.RFC3339, vm.CreationTimestamp)
@@ -280,6 +309,20 @@ func externalIP(vm *compute.Instance) string {
 		}
 	}
 	return ""
+}
+
+// externalIPv6Ranges are the VM's external IPv6 ranges (a DIRECT_IPV6
+// config's first address and prefix length) as CIDRs.
+func externalIPv6Ranges(vm *compute.Instance) []string {
+	var out []string
+	for _, nic := range vm.NetworkInterfaces {
+		for _, ac := range nic.Ipv6AccessConfigs {
+			if ac.ExternalIpv6 != "" && ac.ExternalIpv6PrefixLength > 0 {
+				out = append(out, ac.ExternalIpv6+"/"+strconv.FormatInt(ac.ExternalIpv6PrefixLength, 10))
+			}
+		}
+	}
+	return out
 }
 
 // recordedPort is the port recorded at create (MetadataPort), or DefaultPort.

@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
@@ -92,9 +93,20 @@ type Provider struct {
 	maxAttempts int
 	backoff     time.Duration
 	secrets     provider.SecretReader
+
+	// firewallUse is held (read) by a create from its firewall's check to
+	// its server's create, and (write) by Sweep from its check that a
+	// firewall is unused to its delete: a server is never made for a
+	// firewall being deleted.
+	firewallUse sync.RWMutex
+	mu          sync.Mutex
+	firewalls   map[string]bool // keys of the owned firewalls known to exist
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider = (*Provider)(nil)
+	_ provider.Sweeper  = (*Provider)(nil)
+)
 
 // New returns a Provider. It makes no API call.
 func New(opts Options) (*Provider, error) {
@@ -121,6 +133,7 @@ func New(opts Options) (*Provider, error) {
 	p := &Provider{
 		client: hcloud.NewClient(clientOpts...), clusterID: opts.ClusterID, location: opts.Location,
 		clock: opts.Clock, maxAttempts: opts.MaxAttempts, backoff: opts.RateLimitBackoff, secrets: opts.Secrets,
+		firewalls: map[string]bool{},
 	}
 	if p.clock == nil {
 		p.clock = clock.RealClock{}
@@ -177,11 +190,20 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	userData, err := cloudkit.UserData("hetzner", req, creds, s.port, MaxUserData)
+	userData, err := cloudkit.UserData("hetzner", req, creds, s.port, MaxUserData, userDataOptions(s)...)
 	if err != nil {
 		return provider.Instance{}, provider.Permanent(fmt.Errorf("hetzner provider: %w", err))
 	}
-	name, labels := cloudkit.InstanceName(req, p.clusterID), cloudkit.Labels(req, p.clusterID, s.port)
+	name, labels := cloudkit.InstanceName(req, p.clusterID), serverLabels(req, p.clusterID, s)
+	if len(s.allowFrom) > 0 {
+		p.firewallUse.RLock()
+		defer p.firewallUse.RUnlock()
+		key, err := p.ownedFirewall(ctx, s)
+		if err != nil {
+			return provider.Instance{}, err
+		}
+		labels[LabelFirewall] = key
+	}
 	var inst provider.Instance
 	err = cloudkit.WalkPlaces(s.serverTypes, func(serverType string) error {
 		var res hcloud.ServerCreateResult

@@ -28,7 +28,9 @@ type settings struct {
 	serverTypes []string
 	image       string
 	firewallIDs []int64
+	allowFrom   []crawlv1alpha1.CIDR
 	ipv6        bool
+	exitRange   bool
 	port        int32
 }
 
@@ -41,7 +43,13 @@ func settingsOf(proxy *crawlv1alpha1.Proxy, defaultLocation string) (settings, e
 	}
 	s := settings{
 		location: spec.Location, serverTypes: spec.ServerTypes, image: spec.Image,
-		firewallIDs: spec.FirewallIDs, ipv6: spec.PublicIPv6, port: port(proxy),
+		firewallIDs: spec.FirewallIDs, allowFrom: spec.AllowFrom, ipv6: spec.PublicIPv6, exitRange: spec.IPv6ExitRange, port: port(proxy),
+	}
+	if len(s.allowFrom) > 0 && len(s.firewallIDs) > 0 {
+		return settings{}, errors.New("spec.hetzner.allowFrom and spec.hetzner.firewallIDs are exclusive: the operator's own firewall, or yours")
+	}
+	if s.exitRange && !s.ipv6 {
+		return settings{}, errors.New("spec.hetzner.ipv6ExitRange needs spec.hetzner.publicIPv6: the exit range is the server's public IPv6 /64")
 	}
 	if s.location == "" {
 		s.location = defaultLocation
@@ -56,6 +64,40 @@ func settingsOf(proxy *crawlv1alpha1.Proxy, defaultLocation string) (settings, e
 		s.image = DefaultImage
 	}
 	return s, nil
+}
+
+// exitRangeBoot finds the server's /64 at boot as the kernel's on-link
+// route of it (cloud-init configures <prefix>::1/64 from Hetzner's network
+// config), and answers the router's neighbour solicitations for it with
+// ndppd: Hetzner's router asks for each address of the /64 on the link
+// (docs/decisions/0311-hetzner-exit-range-ndppd.md).
+var exitRangeBoot = cloudkit.ExitRangeBoot{
+	Discover: `ip -6 route show proto kernel | awk '$1 ~ /\/64$/ && $1 !~ /^fe80:/ { print $1 }'`,
+	NDP:      true,
+}
+
+// userDataOptions are the kit's additions to the server's user-data.
+func userDataOptions(s settings) []cloudkit.UserDataOption {
+	if !s.exitRange {
+		return nil
+	}
+	return []cloudkit.UserDataOption{cloudkit.WithExitRange(exitRangeBoot)}
+}
+
+// serverLabels are the server's labels: the kit's, and the exit-range mark.
+func serverLabels(req provider.CreateRequest, clusterID string, s settings) map[string]string {
+	l := cloudkit.Labels(req, clusterID, s.port)
+	if s.exitRange {
+		l[cloudkit.LabelExitRange] = cloudkit.ExitRangeIPv6
+	}
+	return l
+}
+
+// proxyTags are a server's labels without the kit's and the firewall's.
+func proxyTags(labels map[string]string) map[string]string {
+	tags := cloudkit.ProxyTags(labels)
+	delete(tags, LabelFirewall)
+	return tags
 }
 
 // port is spec.hetzner.port, or DefaultPort.
@@ -101,9 +143,12 @@ func instanceID(s *hcloud.Server) string { return strconv.FormatInt(s.ID, 10) }
 func toInstance(s *hcloud.Server) provider.Instance {
 	inst := provider.Instance{
 		ID:        instanceID(s),
-		Tags:      cloudkit.ProxyTags(s.Labels),
+		Tags:      proxyTags(s.Labels),
 		SpecHash:  s.Labels[cloudkit.LabelSpecHash],
 		CreatedAt: s.Created,
+	}
+	if n := s.PublicNet.IPv6.Network; n != nil {
+		inst.ExitRanges = cloudkit.ExitRanges(s.Labels, []string{n.String()})
 	}
 	switch s.Status {
 	case hcloud.ServerStatusRunning:

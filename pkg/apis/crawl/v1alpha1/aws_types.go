@@ -62,6 +62,14 @@ type AWSProvider struct {
 	// +optional
 	Spot *AWSSpot `json:"spot,omitempty"`
 
+	// IPv6ExitRange asks EC2 for an IPv6 /80 prefix delegated to the
+	// instance's interface (prefix delegation; the subnets must have an
+	// IPv6 CIDR), and sets it up at boot as the forward-proxy's exit range:
+	// one exit address per session (docs/ipv6.md). status.exitRanges shows
+	// the prefix.
+	// +optional
+	IPv6ExitRange bool `json:"ipv6ExitRange,omitempty"`
+
 	// Port is the TCP port the proxy listens on in the instance (set up by cloud-init).
 	// +kubebuilder:default=3128
 	// +kubebuilder:validation:Minimum=1

@@ -232,7 +232,7 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 			GCE: &crawlv1alpha1.GCEProvider{
 				Project: "crawl-prod", Zone: "europe-west1-b", MachineType: "e2-small",
 				SourceImage: "projects/debian-cloud/global/images/family/debian-12",
-				Network:     "default", Subnetwork: "proxies", NetworkTags: []string{"proxy-3128"}, Spot: true, Port: 3129,
+				Network:     "default", Subnetwork: "proxies", NetworkTags: []string{"proxy-3128"}, Spot: true, IPv6ExitRange: true, Port: 3129,
 			},
 			CloudInit:   &crawlv1alpha1.CloudInit{Inline: ptr.To("#cloud-config\n")},
 			HealthCheck: hc,
@@ -253,7 +253,7 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderAWS,
 			AWS: &crawlv1alpha1.AWSProvider{
 				InstanceTypes: []string{"t3.micro"}, Image: &crawlv1alpha1.AWSImage{SSMParameter: "/aws/service/debian/release/12/latest/amd64"}, Port: 3128,
-				AllowFrom: []crawlv1alpha1.CIDR{"10.20.0.0/16"},
+				AllowFrom: []crawlv1alpha1.CIDR{"10.20.0.0/16"}, IPv6ExitRange: true,
 			},
 			HealthCheck: hc,
 			MaxLeases:   1,
@@ -262,7 +262,18 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderHetzner,
 			Hetzner: &crawlv1alpha1.HetznerProvider{
 				Location: "fsn1", ServerTypes: []string{"cx22", "cpx11"}, Image: "ubuntu-24.04",
-				FirewallIDs: []int64{38}, PublicIPv6: true, Port: 3129,
+				FirewallIDs: []int64{38}, PublicIPv6: true, IPv6ExitRange: true, Port: 3129,
+			},
+			CloudInit:   &crawlv1alpha1.CloudInit{Inline: ptr.To("#cloud-config\n")},
+			HealthCheck: hc,
+			MaxLeases:   1,
+		}),
+
+		proxy("hcloud-owned-firewall", crawlv1alpha1.ProxySpec{
+			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderHetzner,
+			Hetzner: &crawlv1alpha1.HetznerProvider{
+				Location: "fsn1", ServerTypes: []string{"cx22", "cpx11"}, Image: "ubuntu-24.04",
+				AllowFrom: []crawlv1alpha1.CIDR{"10.20.0.0/16", "2001:db8::/32"}, Port: 3129,
 			},
 			CloudInit:   &crawlv1alpha1.CloudInit{Inline: ptr.To("#cloud-config\n")},
 			HealthCheck: hc,
@@ -272,7 +283,7 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderDigitalOcean,
 			DigitalOcean: &crawlv1alpha1.DigitalOceanProvider{
 				Region: "ams3", Sizes: []string{"s-1vcpu-512mb-10gb", "s-1vcpu-1gb"}, Image: "ubuntu-24-04-x64",
-				Tags: []string{"crawlers", "team:search"}, VPCUUID: "5a4981aa-9653-4bd1-bef5-d6bff52042e4", IPv6: true, Port: 3129,
+				Tags: []string{"crawlers", "team:search"}, VPCUUID: "5a4981aa-9653-4bd1-bef5-d6bff52042e4", AllowFrom: []crawlv1alpha1.CIDR{"10.20.0.0/16", "2001:db8::/32"}, IPv6: true, Port: 3129,
 			},
 			CloudInit:   &crawlv1alpha1.CloudInit{Inline: ptr.To("#cloud-config\n")},
 			HealthCheck: hc,

@@ -47,6 +47,17 @@ type DigitalOceanProvider struct {
 	// +optional
 	VPCUUID string `json:"vpcUUID,omitempty"`
 
+	// AllowFrom makes the operator create and own a cloud firewall that
+	// admits the proxy port from these ranges only (the gateway's and the
+	// operator's egress) and nothing else inbound (no SSH), applied to the
+	// droplets by a tag of its own. Proxies with the same port and ranges
+	// share it; it is deleted once no droplet carries its tag.
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	AllowFrom []CIDR `json:"allowFrom,omitempty"`
+
 	// IPv6 gives the droplet a public IPv6 address besides its IPv4
 	// address (the proxy's egress IP, which it always has).
 	// +optional

@@ -2,6 +2,8 @@ package v1alpha1
 
 // HetznerProvider holds the settings of a Hetzner Cloud server. An empty
 // location falls back to the operator's --hetzner-location (docs/hetzner.md).
+// +kubebuilder:validation:XValidation:rule="!has(self.ipv6ExitRange) || !self.ipv6ExitRange || (has(self.publicIPv6) && self.publicIPv6)",message="spec.hetzner.ipv6ExitRange needs spec.hetzner.publicIPv6: the exit range is the server's public IPv6 /64",fieldPath=".ipv6ExitRange",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.allowFrom) || !has(self.firewallIDs)",message="spec.hetzner.allowFrom and spec.hetzner.firewallIDs are exclusive: the operator's own firewall, or yours",fieldPath=".allowFrom",reason=FieldValueForbidden
 type HetznerProvider struct {
 	// Location is the Hetzner Cloud location, such as fsn1, nbg1, hel1 or
 	// ash. Default: the operator's --hetzner-location.
@@ -37,10 +39,28 @@ type HetznerProvider struct {
 	// +optional
 	FirewallIDs []int64 `json:"firewallIDs,omitempty"`
 
+	// AllowFrom makes the operator create, own and apply a firewall of its
+	// own that admits the proxy port from these ranges only (the gateway's
+	// and the operator's egress) and nothing else (no SSH), applied to the
+	// servers by a label. Instead of firewallIDs. Proxies with the same
+	// port and ranges share it; it is deleted once no server uses it.
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	AllowFrom []CIDR `json:"allowFrom,omitempty"`
+
 	// PublicIPv6 gives the server a public IPv6 /64 besides its IPv4
 	// address (the proxy's egress IP, which it always has).
 	// +optional
 	PublicIPv6 bool `json:"publicIPv6,omitempty"`
+
+	// IPv6ExitRange sets up the server's public IPv6 /64 at boot as the
+	// forward-proxy's exit range (a local route, and ndppd answering the
+	// router's neighbour solicitations): one exit address per session
+	// (docs/ipv6.md). Needs publicIPv6. status.exitRanges shows the /64.
+	// +optional
+	IPv6ExitRange bool `json:"ipv6ExitRange,omitempty"`
 
 	// Port is the TCP port the proxy listens on in the server (set up by cloud-init).
 	// +kubebuilder:default=3128

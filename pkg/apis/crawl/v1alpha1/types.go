@@ -265,6 +265,13 @@ type GCEProvider struct {
 	// +optional
 	Spot bool `json:"spot,omitempty"`
 
+	// IPv6ExitRange gives the VM an external IPv6 /96 (stack type
+	// IPV4_IPV6; the subnetwork must be dual-stack with external IPv6) and
+	// names it in the VM's metadata as the forward-proxy's exit range: one
+	// exit address per session (docs/ipv6.md). status.exitRanges shows it.
+	// +optional
+	IPv6ExitRange bool `json:"ipv6ExitRange,omitempty"`
+
 	// Port is the TCP port the proxy listens on in the VM (set up by cloud-init).
 	// +kubebuilder:default=3128
 	// +kubebuilder:validation:Minimum=1

@@ -311,6 +311,11 @@ func (in *DigitalOceanProvider) DeepCopyInto(out *DigitalOceanProvider) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.AllowFrom != nil {
+		in, out := &in.AllowFrom, &out.AllowFrom
+		*out = make([]CIDR, len(*in))
+		copy(*out, *in)
+	}
 	return
 }
 
@@ -564,6 +569,11 @@ func (in *HetznerProvider) DeepCopyInto(out *HetznerProvider) {
 	if in.FirewallIDs != nil {
 		in, out := &in.FirewallIDs, &out.FirewallIDs
 		*out = make([]int64, len(*in))
+		copy(*out, *in)
+	}
+	if in.AllowFrom != nil {
+		in, out := &in.AllowFrom, &out.AllowFrom
+		*out = make([]CIDR, len(*in))
 		copy(*out, *in)
 	}
 	return

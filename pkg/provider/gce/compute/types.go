@@ -63,6 +63,10 @@ type NetworkInterface struct {
 	Network       string          `json:"network,omitempty"`
 	Subnetwork    string          `json:"subnetwork,omitempty"`
 	AccessConfigs []*AccessConfig `json:"accessConfigs,omitempty"`
+	// StackType IPV4_IPV6 gives the interface IPv6 besides IPv4.
+	StackType string `json:"stackType,omitempty"`
+	// Ipv6AccessConfigs: one DIRECT_IPV6 config, an external /96.
+	Ipv6AccessConfigs []*AccessConfig `json:"ipv6AccessConfigs,omitempty"`
 }
 
 // AccessConfig is an external address of an interface.
@@ -70,6 +74,10 @@ type AccessConfig struct {
 	Name  string `json:"name,omitempty"`
 	Type  string `json:"type,omitempty"`
 	NatIP string `json:"natIP,omitempty"`
+	// ExternalIpv6 is the first address of a DIRECT_IPV6 config's range,
+	// ExternalIpv6PrefixLength its length (96).
+	ExternalIpv6             string `json:"externalIpv6,omitempty"`
+	ExternalIpv6PrefixLength int64  `json:"externalIpv6PrefixLength,omitempty"`
 }
 
 // Tags are the VM's network tags (what firewall rules select).

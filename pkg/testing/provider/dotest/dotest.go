@@ -1,7 +1,8 @@
 // Package dotest is an in-process fake of the part of the DigitalOcean API
 // that pkg/provider/digitalocean uses, served by net/http/httptest on
 // 127.0.0.1 and spoken to by the real godo client (SetBaseURL): droplets'
-// create, get, list by tag (paged) and delete, as JSON in godo's shapes,
+// create, get, list by tag (paged) and delete, tags' create, and cloud
+// firewalls' create, list and delete (firewalls.go), as JSON in godo's shapes,
 // with DigitalOcean's error bodies ({"id","message","request_id"}) and
 // rate-limit headers.
 //
@@ -33,6 +34,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/digitalocean/godo"
 )
 
 // Token is the API token the fake accepts.
@@ -42,6 +45,11 @@ const Token = "dotest-token-not-a-real-one"
 // says otherwise: the ones docs/digitalocean.md documents.
 var Scopes = []string{"droplet:create", "droplet:read", "droplet:delete", "tag:create", "tag:read",
 	"regions:read", "sizes:read", "actions:read", "image:read"}
+
+// FirewallScopes are the scopes spec.digitalocean.allowFrom's firewall
+// needs besides Scopes (docs/digitalocean.md); tests that use it grant
+// them with WithScopes.
+var FirewallScopes = []string{"firewall:create", "firewall:read", "firewall:delete"}
 
 // Defaults of a new Fake.
 var (
@@ -144,14 +152,18 @@ type Fake struct {
 	nextID     int
 	calls      map[Op]int
 	usedScopes map[string]bool
-	faults     map[Op][]Error
-	lost       map[Op]int
-	holds      map[Op]chan struct{}
-	noCap      map[string]bool
-	random     *rand.Rand
-	rate       float64
-	notBefore  time.Time
-	earlyCalls int
+	// tags made by CreateTag, and the firewalls (firewalls.go).
+	tags         map[string]bool
+	firewalls    []godo.Firewall
+	nextFirewall int
+	faults       map[Op][]Error
+	lost         map[Op]int
+	holds        map[Op]chan struct{}
+	noCap        map[string]bool
+	random       *rand.Rand
+	rate         float64
+	notBefore    time.Time
+	earlyCalls   int
 }
 
 type droplet struct {
@@ -164,7 +176,7 @@ type droplet struct {
 // New starts a Fake; it stops with the test.
 func New(t testing.TB, opts ...Option) *Fake {
 	f := &Fake{
-		droplets: map[int]*droplet{}, calls: map[Op]int{}, usedScopes: map[string]bool{},
+		droplets: map[int]*droplet{}, calls: map[Op]int{}, usedScopes: map[string]bool{}, tags: map[string]bool{},
 		faults: map[Op][]Error{}, lost: map[Op]int{}, holds: map[Op]chan struct{}{}, noCap: map[string]bool{},
 		opts: options{scopes: Scopes},
 	}

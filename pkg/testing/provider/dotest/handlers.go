@@ -23,6 +23,10 @@ func (f *Fake) routes() http.Handler {
 	mux.HandleFunc("GET /v2/droplets", f.handle(ListDroplets, f.listDroplets))
 	mux.HandleFunc("GET /v2/droplets/{id}", f.handle(GetDroplet, f.getDroplet))
 	mux.HandleFunc("DELETE /v2/droplets/{id}", f.handle(DeleteDroplet, f.deleteDroplet))
+	mux.HandleFunc("POST /v2/tags", f.handle(CreateTag, f.createTag))
+	mux.HandleFunc("POST /v2/firewalls", f.handle(CreateFirewall, f.createFirewall))
+	mux.HandleFunc("GET /v2/firewalls", f.handle(ListFirewalls, f.listFirewalls))
+	mux.HandleFunc("DELETE /v2/firewalls/{id}", f.handle(DeleteFirewall, f.deleteFirewall))
 	return mux
 }
 
@@ -47,6 +51,14 @@ func scopesOf(op Op, body []byte) []string {
 		return []string{"droplet:create"}
 	case DeleteDroplet:
 		return []string{"droplet:delete"}
+	case CreateTag:
+		return []string{"tag:create"}
+	case CreateFirewall:
+		return []string{"firewall:create"}
+	case ListFirewalls:
+		return []string{"firewall:read"}
+	case DeleteFirewall:
+		return []string{"firewall:delete"}
 	}
 	return []string{"droplet:read"}
 }

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -182,6 +183,7 @@ type instance struct {
 	reason                                       string
 	launched                                     time.Time
 	privateIP, publicIP                          string
+	ipv6Addresses, ipv6Prefixes                  []string
 	invisible                                    int // calls left unknown
 	stepsLeft                                    int
 	halt                                         func() // WithBoot's, while it runs
@@ -242,6 +244,9 @@ type Instance struct {
 	HTTPTokens                             string
 	Tags                                   map[string]string
 	PublicIP                               string
+	// Ipv6Prefixes are the /80s delegated to its interface
+	// (Ipv6PrefixCount), as its metadata service would show them.
+	Ipv6Prefixes []string
 }
 
 // Instances are every instance ever launched, terminated ones included, in
@@ -266,7 +271,7 @@ func (in *instance) view() Instance {
 		ID: in.id, Region: in.region, Zone: in.zone, Subnet: in.subnet, ClientToken: in.token,
 		ImageID: in.imageID, InstanceType: in.instanceType, UserData: in.userData, State: in.state,
 		SecurityGroups: append([]string(nil), in.securityGroups...), Spot: in.spot, HTTPTokens: in.httpTokens,
-		Tags: tags, PublicIP: in.publicIP,
+		Tags: tags, PublicIP: in.publicIP, Ipv6Prefixes: slices.Clone(in.ipv6Prefixes),
 	}
 }
 

@@ -244,6 +244,9 @@ func (s *Server) validateRun(req request, in *instance) *Error {
 	if !slices.Contains(DefaultInstanceTypes, in.instanceType) {
 		return invalid("Invalid value '%s' for InstanceType.", in.instanceType)
 	}
+	if n, err := strconv.Atoi(f.Get("NetworkInterface.1.Ipv6PrefixCount")); f.Has("NetworkInterface.1.Ipv6PrefixCount") && (err != nil || n < 1 || n > 15) {
+		return invalid("Invalid value '%s' for Ipv6PrefixCount.", f.Get("NetworkInterface.1.Ipv6PrefixCount"))
+	}
 	if ud := f.Get("UserData"); ud != "" {
 		raw, err := base64.StdEncoding.DecodeString(ud)
 		if err != nil || len(raw) > 16*1024 {
@@ -282,6 +285,16 @@ func (s *Server) launch(in *instance, f url.Values) {
 	if f.Get("NetworkInterface.1.AssociatePublicIpAddress") == "true" {
 		in.publicIP = s.opts.publicIP(n)
 	}
+	// The subnets are dual-stack, each instance's addresses and /80
+	// prefixes (prefix delegation) from the documentation range.
+	count, _ := strconv.Atoi(f.Get("NetworkInterface.1.Ipv6AddressCount"))
+	for i := range count {
+		in.ipv6Addresses = append(in.ipv6Addresses, fmt.Sprintf("2001:db8:100::%x:%x", n, i+1))
+	}
+	count, _ = strconv.Atoi(f.Get("NetworkInterface.1.Ipv6PrefixCount"))
+	for i := range count {
+		in.ipv6Prefixes = append(in.ipv6Prefixes, fmt.Sprintf("2001:db8:100:0:%x::/80", (n<<4)+i+1))
+	}
 	in.state, in.stepsLeft, in.invisible, in.launched = "pending", s.opts.steps, s.opts.invisibleCalls, time.Now().UTC()
 	if in.spot {
 		in.spotStatus = "fulfilled"
@@ -316,6 +329,14 @@ func toXML(in *instance) xmlInstance {
 	for _, k := range sortedKeys(in.tags) {
 		x.Tags = append(x.Tags, xmlTag{Key: k, Value: in.tags[k]})
 	}
+	nic := xmlInterface{NetworkInterfaceID: "eni-" + strings.TrimPrefix(in.id, "i-"), PrivateIPAddress: in.privateIP}
+	for _, a := range in.ipv6Addresses {
+		nic.Ipv6Addresses = append(nic.Ipv6Addresses, xmlIpv6Address{Ipv6Address: a})
+	}
+	for _, p := range in.ipv6Prefixes {
+		nic.Ipv6Prefixes = append(nic.Ipv6Prefixes, xmlIpv6Prefix{Ipv6Prefix: p})
+	}
+	x.NetworkInterfaces = []xmlInterface{nic}
 	return x
 }
 

@@ -49,6 +49,27 @@ type xmlInstance struct {
 	StateReason           *xmlStateReason     `xml:"stateReason,omitempty"`
 	MetadataOptions       *xmlMetadataOptions `xml:"metadataOptions,omitempty"`
 	Tags                  []xmlTag            `xml:"tagSet>item"`
+	NetworkInterfaces     []xmlInterface      `xml:"networkInterfaceSet>item"`
+}
+
+// xmlInterface is an instance's network interface, with its IPv6
+// addresses and delegated prefixes.
+type xmlInterface struct {
+	NetworkInterfaceID string           `xml:"networkInterfaceId"`
+	PrivateIPAddress   string           `xml:"privateIpAddress"`
+	Ipv6Addresses      []xmlIpv6Address `xml:"ipv6AddressesSet>item"`
+	Ipv6Prefixes       []xmlIpv6Prefix  `xml:"ipv6PrefixSet>item"`
+	Attachment         struct {
+		DeviceIndex int `xml:"deviceIndex"`
+	} `xml:"attachment"`
+}
+
+type xmlIpv6Address struct {
+	Ipv6Address string `xml:"ipv6Address"`
+}
+
+type xmlIpv6Prefix struct {
+	Ipv6Prefix string `xml:"ipv6Prefix"`
 }
 
 type xmlReservation struct {

@@ -155,6 +155,7 @@ type Server struct {
 	calls      []Call
 	serial     uint64
 	addresses  int
+	ipv6Ranges int // external /96s handed out
 	// Faults besides the programmed ones (faults.go).
 	random      *randomFaults
 	lostAnswers map[Method]int

@@ -328,6 +328,15 @@ func (s *Server) assignAddress(k vmKey, inst *compute.Instance) {
 				ac.NatIP = s.address(k.project, k.zone, k.name)
 			}
 		}
+		// An external /96 per VM, from the documentation range, as
+		// Compute Engine gives a DIRECT_IPV6 config of a dual-stack
+		// subnetwork.
+		for _, ac := range nic.Ipv6AccessConfigs {
+			if ac.ExternalIpv6 == "" {
+				s.ipv6Ranges++
+				ac.ExternalIpv6, ac.ExternalIpv6PrefixLength = fmt.Sprintf("2001:db8:200::%x:0:0", s.ipv6Ranges), 96
+			}
+		}
 	}
 }
 

@@ -68,6 +68,14 @@ func (s *Server) validate(k vmKey, inst *compute.Instance) *APIError {
 				return invalidField(fmt.Sprintf("resource.networkInterfaces[%d].accessConfigs[0].type", i), ac.Type, "")
 			}
 		}
+		if len(nic.Ipv6AccessConfigs) > 0 && nic.StackType != "IPV4_IPV6" {
+			return invalidField(fmt.Sprintf("resource.networkInterfaces[%d].ipv6AccessConfigs", i), "", "IPv6 access configs need stackType IPV4_IPV6.")
+		}
+		for _, ac := range nic.Ipv6AccessConfigs {
+			if ac.Type != "DIRECT_IPV6" {
+				return invalidField(fmt.Sprintf("resource.networkInterfaces[%d].ipv6AccessConfigs[0].type", i), ac.Type, "")
+			}
+		}
 	}
 	if len(inst.Labels) > maxLabels {
 		return invalidField("resource.labels", "", fmt.Sprintf("Too many labels: %d, the maximum is %d.", len(inst.Labels), maxLabels))

@@ -25,6 +25,9 @@ func (f *Fake) routes() http.Handler {
 	mux.HandleFunc("GET /servers", f.handle(ListServers, f.listServers))
 	mux.HandleFunc("GET /servers/{id}", f.handle(GetServer, f.getServer))
 	mux.HandleFunc("DELETE /servers/{id}", f.handle(DeleteServer, f.deleteServer))
+	mux.HandleFunc("POST /firewalls", f.handle(CreateFirewall, f.createFirewall))
+	mux.HandleFunc("GET /firewalls", f.handle(ListFirewalls, f.listFirewalls))
+	mux.HandleFunc("DELETE /firewalls/{id}", f.handle(DeleteFirewall, f.deleteFirewall))
 	return mux
 }
 
@@ -177,6 +180,9 @@ func (f *Fake) createServer(r *http.Request) answer {
 	}
 	if req.PublicNet != nil {
 		s.IPv6 = req.PublicNet.EnableIPv6
+	}
+	if s.IPv6 {
+		s.IPv6Net = fmt.Sprintf("2001:db8:%x::/64", s.ID)
 	}
 	for _, fw := range req.Firewalls {
 		s.Firewalls = append(s.Firewalls, fw.Firewall)
@@ -332,7 +338,7 @@ func (s *server) schema() schema.Server {
 		PublicNet:  schema.ServerPublicNet{IPv4: schema.ServerPublicNetIPv4{IP: s.PublicIP}},
 	}
 	if s.IPv6 {
-		out.PublicNet.IPv6 = schema.ServerPublicNetIPv6{IP: "2001:db8::/64"}
+		out.PublicNet.IPv6 = schema.ServerPublicNetIPv6{IP: s.IPv6Net}
 	}
 	for _, id := range s.Firewalls {
 		out.PublicNet.Firewalls = append(out.PublicNet.Firewalls, schema.ServerFirewall{ID: id, Status: "applied"})

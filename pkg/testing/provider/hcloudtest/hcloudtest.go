@@ -2,7 +2,7 @@
 // API that pkg/provider/hetzner uses, served by net/http/httptest on
 // 127.0.0.1 and spoken to by the real hcloud-go client (WithEndpoint): the
 // servers' create, get, list (by name and label selector, paged) and
-// delete, as JSON in the shapes of hcloud-go's schema package, with
+// delete, the firewalls' create, list and delete (firewalls.go), as JSON in the shapes of hcloud-go's schema package, with
 // Hetzner's error bodies and rate-limit headers.
 //
 // It keeps state like Hetzner where the provider can tell: server names
@@ -85,8 +85,11 @@ type Server struct {
 	UserData   string
 	PublicIP   string
 	IPv6       bool
-	Firewalls  []int64
-	Created    time.Time
+	// IPv6Net is the server's /64 when IPv6 is on (public_net.ipv6.ip),
+	// one per server from the documentation range.
+	IPv6Net   string
+	Firewalls []int64
+	Created   time.Time
 }
 
 // Option configures a Fake.
@@ -124,15 +127,17 @@ type Fake struct {
 	mu      sync.Mutex
 	opts    options
 	servers map[int64]*server
-	created []Server // every server ever created, in order
-	nextID  int64
-	calls   map[Op]int
-	faults  map[Op][]Error
-	lost    map[Op]int
-	holds   map[Op]chan struct{}
-	noCap   map[string]bool
-	random  *rand.Rand
-	rate    float64
+	// firewalls are the firewalls that exist (firewalls.go), by ID.
+	firewalls map[int64]*firewall
+	created   []Server // every server ever created, in order
+	nextID    int64
+	calls     map[Op]int
+	faults    map[Op][]Error
+	lost      map[Op]int
+	holds     map[Op]chan struct{}
+	noCap     map[string]bool
+	random    *rand.Rand
+	rate      float64
 	// A 429 with Retry-After (RateLimitNext): the time it named and how
 	// many calls came before it.
 	notBefore  time.Time
@@ -149,7 +154,7 @@ type server struct {
 // New starts a Fake; it stops with the test.
 func New(t testing.TB, opts ...Option) *Fake {
 	f := &Fake{
-		servers: map[int64]*server{}, calls: map[Op]int{}, faults: map[Op][]Error{},
+		servers: map[int64]*server{}, firewalls: map[int64]*firewall{}, calls: map[Op]int{}, faults: map[Op][]Error{},
 		lost: map[Op]int{}, holds: map[Op]chan struct{}{}, noCap: map[string]bool{},
 	}
 	for _, o := range opts {

@@ -55,6 +55,12 @@ type AWSProviderApplyConfiguration struct {
 	// Spot asks for a Spot instance: cheaper, and interrupted when EC2 needs
 	// the capacity back (the operator then replaces it). Unset: on-demand.
 	Spot *AWSSpotApplyConfiguration `json:"spot,omitempty"`
+	// IPv6ExitRange asks EC2 for an IPv6 /80 prefix delegated to the
+	// instance's interface (prefix delegation; the subnets must have an
+	// IPv6 CIDR), and sets it up at boot as the forward-proxy's exit range:
+	// one exit address per session (docs/ipv6.md). status.exitRanges shows
+	// the prefix.
+	IPv6ExitRange *bool `json:"ipv6ExitRange,omitempty"`
 	// Port is the TCP port the proxy listens on in the instance (set up by cloud-init).
 	Port *int32 `json:"port,omitempty"`
 }
@@ -126,6 +132,14 @@ func (b *AWSProviderApplyConfiguration) WithImage(value *AWSImageApplyConfigurat
 // If called multiple times, the Spot field is set to the value of the last call.
 func (b *AWSProviderApplyConfiguration) WithSpot(value *AWSSpotApplyConfiguration) *AWSProviderApplyConfiguration {
 	b.Spot = value
+	return b
+}
+
+// WithIPv6ExitRange sets the IPv6ExitRange field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the IPv6ExitRange field is set to the value of the last call.
+func (b *AWSProviderApplyConfiguration) WithIPv6ExitRange(value bool) *AWSProviderApplyConfiguration {
+	b.IPv6ExitRange = &value
 	return b
 }
 

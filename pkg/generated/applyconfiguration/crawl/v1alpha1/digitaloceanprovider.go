@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+import (
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+)
+
 // DigitalOceanProviderApplyConfiguration represents a declarative configuration of the DigitalOceanProvider type for use
 // with apply.
 //
@@ -41,6 +45,12 @@ type DigitalOceanProviderApplyConfiguration struct {
 	// VPCUUID places the droplet's private interface in this VPC; empty:
 	// the region's default VPC.
 	VPCUUID *string `json:"vpcUUID,omitempty"`
+	// AllowFrom makes the operator create and own a cloud firewall that
+	// admits the proxy port from these ranges only (the gateway's and the
+	// operator's egress) and nothing else inbound (no SSH), applied to the
+	// droplets by a tag of its own. Proxies with the same port and ranges
+	// share it; it is deleted once no droplet carries its tag.
+	AllowFrom []crawlv1alpha1.CIDR `json:"allowFrom,omitempty"`
 	// IPv6 gives the droplet a public IPv6 address besides its IPv4
 	// address (the proxy's egress IP, which it always has).
 	IPv6 *bool `json:"ipv6,omitempty"`
@@ -95,6 +105,16 @@ func (b *DigitalOceanProviderApplyConfiguration) WithTags(values ...string) *Dig
 // If called multiple times, the VPCUUID field is set to the value of the last call.
 func (b *DigitalOceanProviderApplyConfiguration) WithVPCUUID(value string) *DigitalOceanProviderApplyConfiguration {
 	b.VPCUUID = &value
+	return b
+}
+
+// WithAllowFrom adds the given value to the AllowFrom field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the AllowFrom field.
+func (b *DigitalOceanProviderApplyConfiguration) WithAllowFrom(values ...crawlv1alpha1.CIDR) *DigitalOceanProviderApplyConfiguration {
+	for i := range values {
+		b.AllowFrom = append(b.AllowFrom, values[i])
+	}
 	return b
 }
 

@@ -42,6 +42,11 @@ type GCEProviderApplyConfiguration struct {
 	// Spot asks for a Spot VM: cheaper, and may be preempted (the operator
 	// then replaces it).
 	Spot *bool `json:"spot,omitempty"`
+	// IPv6ExitRange gives the VM an external IPv6 /96 (stack type
+	// IPV4_IPV6; the subnetwork must be dual-stack with external IPv6) and
+	// names it in the VM's metadata as the forward-proxy's exit range: one
+	// exit address per session (docs/ipv6.md). status.exitRanges shows it.
+	IPv6ExitRange *bool `json:"ipv6ExitRange,omitempty"`
 	// Port is the TCP port the proxy listens on in the VM (set up by cloud-init).
 	Port *int32 `json:"port,omitempty"`
 }
@@ -115,6 +120,14 @@ func (b *GCEProviderApplyConfiguration) WithNetworkTags(values ...string) *GCEPr
 // If called multiple times, the Spot field is set to the value of the last call.
 func (b *GCEProviderApplyConfiguration) WithSpot(value bool) *GCEProviderApplyConfiguration {
 	b.Spot = &value
+	return b
+}
+
+// WithIPv6ExitRange sets the IPv6ExitRange field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the IPv6ExitRange field is set to the value of the last call.
+func (b *GCEProviderApplyConfiguration) WithIPv6ExitRange(value bool) *GCEProviderApplyConfiguration {
+	b.IPv6ExitRange = &value
 	return b
 }
 

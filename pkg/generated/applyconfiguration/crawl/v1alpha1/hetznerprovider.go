@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+import (
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+)
+
 // HetznerProviderApplyConfiguration represents a declarative configuration of the HetznerProvider type for use
 // with apply.
 //
@@ -36,9 +40,20 @@ type HetznerProviderApplyConfiguration struct {
 	// creation. They must admit the proxy port from the operator and from
 	// the crawlers, and should admit nothing else (docs/hetzner.md).
 	FirewallIDs []int64 `json:"firewallIDs,omitempty"`
+	// AllowFrom makes the operator create, own and apply a firewall of its
+	// own that admits the proxy port from these ranges only (the gateway's
+	// and the operator's egress) and nothing else (no SSH), applied to the
+	// servers by a label. Instead of firewallIDs. Proxies with the same
+	// port and ranges share it; it is deleted once no server uses it.
+	AllowFrom []crawlv1alpha1.CIDR `json:"allowFrom,omitempty"`
 	// PublicIPv6 gives the server a public IPv6 /64 besides its IPv4
 	// address (the proxy's egress IP, which it always has).
 	PublicIPv6 *bool `json:"publicIPv6,omitempty"`
+	// IPv6ExitRange sets up the server's public IPv6 /64 at boot as the
+	// forward-proxy's exit range (a local route, and ndppd answering the
+	// router's neighbour solicitations): one exit address per session
+	// (docs/ipv6.md). Needs publicIPv6. status.exitRanges shows the /64.
+	IPv6ExitRange *bool `json:"ipv6ExitRange,omitempty"`
 	// Port is the TCP port the proxy listens on in the server (set up by cloud-init).
 	Port *int32 `json:"port,omitempty"`
 }
@@ -85,11 +100,29 @@ func (b *HetznerProviderApplyConfiguration) WithFirewallIDs(values ...int64) *He
 	return b
 }
 
+// WithAllowFrom adds the given value to the AllowFrom field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the AllowFrom field.
+func (b *HetznerProviderApplyConfiguration) WithAllowFrom(values ...crawlv1alpha1.CIDR) *HetznerProviderApplyConfiguration {
+	for i := range values {
+		b.AllowFrom = append(b.AllowFrom, values[i])
+	}
+	return b
+}
+
 // WithPublicIPv6 sets the PublicIPv6 field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the PublicIPv6 field is set to the value of the last call.
 func (b *HetznerProviderApplyConfiguration) WithPublicIPv6(value bool) *HetznerProviderApplyConfiguration {
 	b.PublicIPv6 = &value
+	return b
+}
+
+// WithIPv6ExitRange sets the IPv6ExitRange field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the IPv6ExitRange field is set to the value of the last call.
+func (b *HetznerProviderApplyConfiguration) WithIPv6ExitRange(value bool) *HetznerProviderApplyConfiguration {
+	b.IPv6ExitRange = &value
 	return b
 }
 
