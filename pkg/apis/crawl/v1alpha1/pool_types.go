@@ -105,6 +105,18 @@ type ProxyPoolSpec struct {
 	// 1,000 successes. Unset: no cost is reported.
 	// +optional
 	Cost *PoolCost `json:"cost,omitempty"`
+
+	// MembersPerInstance, when set, makes every member a session on a
+	// shared instance (docs/ipv6.md): the template then describes the
+	// instance (a Proxy with exit ranges), the pool keeps
+	// ceil(replicas/membersPerInstance) instances and replicas members, each
+	// member a session-provider Proxy on the instance with the fewest
+	// members. Recycling a member is a new session, a new exit address, not
+	// a new instance. Unset: every member is its own instance.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	// +optional
+	MembersPerInstance *int32 `json:"membersPerInstance,omitempty"`
 }
 
 // ProxyTemplate is the metadata and spec of every member.
@@ -256,6 +268,10 @@ const (
 	PoolLabel = "crawl.proxyfleet.io/pool"
 	// PoolRevisionLabel is the template revision a member was made from.
 	PoolRevisionLabel = "crawl.proxyfleet.io/pool-revision"
+	// PoolInstanceLabel names the pool a shared instance belongs to
+	// (spec.membersPerInstance). An instance is not a member: it carries
+	// no PoolLabel, so nothing leases it directly.
+	PoolInstanceLabel = "crawl.proxyfleet.io/pool-instance"
 	// ExitCountryLabel is a member's status.exitCountry, kept in sync by
 	// its pool so that a label selector picks members by country; absent
 	// while the country is unknown.

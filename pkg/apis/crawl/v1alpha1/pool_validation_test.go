@@ -76,8 +76,9 @@ func TestInvalidProxyPoolsAreRejected(t *testing.T) {
 			wantField: "spec.recycle.window"},
 		"recycle window not a duration": {spec: `{template: {spec: {provider: local}}, recycle: {maxLeases: 3, window: daily}}`,
 			wantField: "spec.recycle.window"},
-		"unknown field": {spec: `{template: {spec: {provider: local}}, colour: blue}`, wantField: "spec.colour"},
-		"name too long": {name: strings.Repeat("a", 58), spec: validPool, wantField: "metadata.name"},
+		"membersPerInstance zero": {spec: `{template: {spec: {provider: local}}, membersPerInstance: 0}`, wantField: "spec.membersPerInstance"},
+		"unknown field":           {spec: `{template: {spec: {provider: local}}, colour: blue}`, wantField: "spec.colour"},
+		"name too long":           {name: strings.Repeat("a", 58), spec: validPool, wantField: "metadata.name"},
 	}
 	ctx := context.Background()
 	client := dynamic.NewForConfigOrDie(env.Config).Resource(poolsGVR).Namespace(newNamespace(t))
