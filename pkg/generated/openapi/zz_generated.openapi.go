@@ -2548,7 +2548,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolSpec(ref common.ReferenceCallback) 
 					},
 					"membersPerInstance": {
 						SchemaProps: spec.SchemaProps{
-							Description: "MembersPerInstance, when set, makes every member a session on a shared instance (docs/ipv6.md): the template then describes the instance (a Proxy with exit ranges), the pool keeps ceil(replicas/membersPerInstance) instances and replicas members, each member a session-provider Proxy on the instance with the fewest members. Recycling a member is a new session, a new exit address, not a new instance. Unset: every member is its own instance.",
+							Description: "MembersPerInstance, when set, makes every member a session on a shared instance (docs/ipv6.md): the template then describes the instance (a Proxy with exit ranges), the pool keeps ceil(replicas/membersPerInstance) instances and replicas members, each member a session-provider Proxy on the instance with the fewest members. Recycling a member is a new session, a new exit address, not a new instance. Unset: every member is its own instance. With an External template every instance Proxy names the same proxy: set it to at least spec.replicas, so that there is one.",
 							Type:        []string{"integer"},
 							Format:      "int32",
 						},
@@ -2940,7 +2940,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyTemplate(ref common.ReferenceCallback) 
 					},
 					"spec": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Spec is every member's Proxy spec. Members are Managed: mode External is rejected.",
+							Description: "Spec is every member's Proxy spec (with spec.membersPerInstance: every instance's). Members are Managed: mode External is rejected, unless the members are sessions on it (spec.membersPerInstance).",
 							Default:     map[string]interface{}{},
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxySpec"),
 						},

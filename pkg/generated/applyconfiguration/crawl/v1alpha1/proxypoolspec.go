@@ -63,7 +63,9 @@ type ProxyPoolSpecApplyConfiguration struct {
 	// ceil(replicas/membersPerInstance) instances and replicas members, each
 	// member a session-provider Proxy on the instance with the fewest
 	// members. Recycling a member is a new session, a new exit address, not
-	// a new instance. Unset: every member is its own instance.
+	// a new instance. Unset: every member is its own instance. With an
+	// External template every instance Proxy names the same proxy: set it
+	// to at least spec.replicas, so that there is one.
 	MembersPerInstance *int32 `json:"membersPerInstance,omitempty"`
 }
 
