@@ -44,8 +44,9 @@ type InstancePlan struct {
 // exist and newMembers members about to be created. It wants
 // ceil(replicas/perInstance) instances of the current revision; a new
 // member goes on the serving instance of that revision with the fewest
-// active members; an instance no member uses goes when it is of an older
-// revision or beyond the count wanted.
+// active members (beyond the bound only as a surge, once every wanted
+// instance serves); an instance no member uses goes when it is of an
+// older revision or beyond the count wanted.
 func PlanInstances(instances []Instance, replicas, perInstance, newMembers int, revision string) InstancePlan {
 	want := (replicas + perInstance - 1) / perInstance
 	var current []Instance
@@ -83,14 +84,20 @@ func PlanInstances(instances []Instance, replicas, perInstance, newMembers int, 
 		kept = append(kept, in)
 	}
 	plan.Create = max(0, want-len(kept))
-	plan.Place = place(kept, perInstance, newMembers)
+	// Every instance wanted serves: a member beyond the bound is a surge
+	// (a replacement made before the member it replaces goes), which the
+	// instances take rather than wait for the drain; a session costs
+	// nothing. While an instance is still coming, members wait for it.
+	overflow := plan.Create == 0 && !slices.ContainsFunc(kept, func(in Instance) bool { return !in.Serving })
+	plan.Place = place(kept, perInstance, newMembers, overflow)
 	slices.Sort(plan.Delete)
 	return plan
 }
 
 // place puts n members, one at a time, on the serving instance with the
-// fewest active members (ties: by name), never beyond perInstance.
-func place(instances []Instance, perInstance, n int) []string {
+// fewest active members (ties: by name), beyond perInstance only when
+// overflow allows it.
+func place(instances []Instance, perInstance, n int, overflow bool) []string {
 	var serving []Instance
 	for _, in := range instances {
 		if in.Serving {
@@ -101,7 +108,7 @@ func place(instances []Instance, perInstance, n int) []string {
 	for range n {
 		best := -1
 		for i, in := range serving {
-			if in.Active >= perInstance {
+			if in.Active >= perInstance && !overflow {
 				continue
 			}
 			if best < 0 || in.Active < serving[best].Active || (in.Active == serving[best].Active && in.Name < serving[best].Name) {

@@ -35,9 +35,21 @@ func TestPlanInstances(t *testing.T) {
 			instances: []Instance{serving("i1", 3, 3), serving("i2", 1, 1), serving("i3", 1, 2)}, replicas: 12, per: 4, newMembers: 4,
 			want: InstancePlan{Place: []string{"i2", "i3", "i2", "i3"}},
 		},
-		"a full instance takes no more; the rest wait": {
+		"a surge beyond the bound goes on the fewest once every wanted instance serves": {
 			instances: []Instance{serving("i1", 4, 4), serving("i2", 3, 3)}, replicas: 8, per: 4, newMembers: 3,
-			want: InstancePlan{Place: []string{"i2"}},
+			want: InstancePlan{Place: []string{"i2", "i1", "i2"}},
+		},
+		"a replacement made before the banned member drains (surge) goes on the full instance": {
+			instances: []Instance{serving("i1", 64, 64)}, replicas: 64, per: 64, newMembers: 1,
+			want: InstancePlan{Place: []string{"i1"}},
+		},
+		"scaling up: full instances take no more while the new one comes": {
+			instances: []Instance{serving("i1", 4, 4), serving("i2", 3, 3)}, replicas: 12, per: 4, newMembers: 5,
+			want: InstancePlan{Create: 1, Place: []string{"i2"}},
+		},
+		"scaling up: an instance not serving yet holds the rest back": {
+			instances: []Instance{serving("i1", 4, 4), {Name: "i2", Revision: rev}}, replicas: 8, per: 4, newMembers: 4,
+			want: InstancePlan{},
 		},
 		"a recycled member's replacement: the leaving one does not count against the bound": {
 			instances: []Instance{serving("i1", 63, 64)}, replicas: 64, per: 64, newMembers: 1,
