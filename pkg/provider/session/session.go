@@ -10,8 +10,9 @@
 // made without a new VM (docs/decisions/0354-pool-members-are-sessions-on-ranged-instances.md).
 //
 // Its credentials are rendered from the instance's (CredentialsRenderer):
-// the instance's username plus the session, the instance's password. A pool
-// with spec.membersPerInstance makes its members through SessionMaker.
+// the instance's username plus the session, the instance's password; the
+// instance checks them (CredentialsCheckedElsewhere). A pool with
+// spec.membersPerInstance makes its members through SessionMaker.
 package session
 
 import (
@@ -45,9 +46,10 @@ type Provider struct {
 func New() *Provider { return &Provider{clock: time.Now, deleted: map[string]time.Time{}} }
 
 var (
-	_ provider.Provider            = (*Provider)(nil)
-	_ provider.CredentialsRenderer = (*Provider)(nil)
-	_ provider.SessionMaker        = (*Provider)(nil)
+	_ provider.Provider                    = (*Provider)(nil)
+	_ provider.CredentialsRenderer         = (*Provider)(nil)
+	_ provider.CredentialsCheckedElsewhere = (*Provider)(nil)
+	_ provider.SessionMaker                = (*Provider)(nil)
 )
 
 // Create returns the session: the instance's address with the session id
@@ -143,6 +145,19 @@ func (*Provider) RenderCredentials(p *crawlv1alpha1.Proxy, readMarked provider.M
 		Username: Username(string(secret.Data[crawlv1alpha1.AuthUsernameKey]), p),
 		Password: string(secret.Data[crawlv1alpha1.AuthPasswordKey]),
 	}, nil
+}
+
+// RefusedCredentialsHint points at the instance, which checks the
+// session's credentials: they are its own with the session added. The
+// instance's own probe proves it refuses a request without them, so a
+// session is not probed for that again (CredentialsCheckedElsewhere), and
+// a new instance password is used from the next probe on, no new session.
+func (*Provider) RefusedCredentialsHint(p *crawlv1alpha1.Proxy, secret string) string {
+	instance, source := "", ""
+	if p.Spec.Session != nil {
+		instance, source = p.Spec.Session.Instance, p.Spec.Session.CredentialsSecretRef.Name
+	}
+	return fmt.Sprintf("the instance %s refused the session's username or password; check its credentials in Secret %q (copied into Secret %q)", instance, source, secret)
 }
 
 // SessionSpec is the spec of a pool member that is one session on
