@@ -207,8 +207,9 @@ func (pt *poolTest) sessionsReady(ctx context.Context, pool string, n int) (map[
 // pool makes one instance Proxy and 64 sessions on it; the target sees 64
 // distinct source addresses, each the exitIP of its member's status; a
 // banned member is recycled into a new session and a new address without a
-// new instance; and the egress guard still refuses internal IPv6
-// destinations through a member's username.
+// new instance; the egress guard still refuses internal IPv6
+// destinations through a member's username; and scaled to zero, the
+// sessions go and then the instance.
 func TestSessionPoolOnOneRangedInstance(t *testing.T) {
 	pt := newPoolTest(t, "--providers=session")
 	rig := startSessionRig(t, filepath.Join(filepath.Dir(shared.Get(t).Binary), "forward-proxy"))
@@ -312,4 +313,21 @@ func TestSessionPoolOnOneRangedInstance(t *testing.T) {
 	if n, err := pt.instanceCount(t.Context(), "v6"); err != nil || n != 1 {
 		t.Errorf("instance Proxies after the recycle: %d (%v), want still 1", n, err)
 	}
+
+	// Scaled to zero: the sessions go, then the instance nobody uses.
+	pt.updatePool("v6", func(p *crawlv1alpha1.ProxyPool) { p.Spec.Replicas = ptr.To[int32](0) })
+	eventually.Check(t, 2*time.Minute, interval, "no member and no instance left", func(ctx context.Context) error {
+		ms, err := pt.members(ctx, "v6")
+		if err != nil {
+			return err
+		}
+		n, err := pt.instanceCount(ctx, "v6")
+		if err != nil {
+			return err
+		}
+		if len(ms) != 0 || n != 0 {
+			return fmt.Errorf("%d members, %d instances", len(ms), n)
+		}
+		return nil
+	})
 }
