@@ -257,9 +257,12 @@ STORY
     echo "is the long one (status writes per proxy per hour), and the cost-growth table gives each size's RSS and CPU"
     echo "per proxy. At 10,000 the operator is measured again over a minute with no dashboard open and a minute with"
     echo "20 open dashboard streams (/ui/api/stream, each reading every update; issue 55), side by side."
-    echo "About 32 minutes; a 50,000 row is \`-sizes 1000,10000,50000 -timeout 30m\` (about 45 minutes more)."
+    echo "Beside each size, the same number of members of one pool on 4 shared instances (\`-instances 4\`,"
+    echo "\`spec.membersPerInstance\`, each member a session; issue 54, [docs/ipv6.md](ipv6.md)): Proxy objects, convergence,"
+    echo "lease acquires/s and the operator's memory, side by side."
+    echo "About 32 minutes without the sessions runs; a 50,000 row is \`-sizes 1000,10000,50000 -timeout 30m\` (about 45 minutes more)."
     echo
-    go run ./pkg/testsuites/bench/operator -steady-at 10000
+    go run ./pkg/testsuites/bench/operator -steady-at 10000 -instances 4
     echo
     echo "## Gateway (issues 14, 36)"
     echo

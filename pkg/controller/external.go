@@ -24,13 +24,17 @@ func (c *Controller) reconcileExternal(ctx context.Context, p *crawlv1alpha1.Pro
 		// be used (missing, or a Secret not marked for proxies), the status
 		// holds no address, so the health engine probes nothing and the
 		// lease API hands out nothing (docs/decisions/0230-credentials-secrets-opt-in-by-label.md).
-		p.Status.IP, p.Status.Port = "", 0
+		p.Status.IP, p.Status.Port, p.Status.ExitRanges = "", 0, nil
 		clearHealth(p)
 		c.refuseCredentials(p, err)
 		c.stageAuthenticated(p)
 		return done, err
 	}
 	p.Status.IP, p.Status.Port = ep.Host, ep.Port
+	p.Status.ExitRanges = nil
+	for _, r := range p.Spec.ExitRanges {
+		p.Status.ExitRanges = append(p.Status.ExitRanges, string(r))
+	}
 	c.setProvisioned(p, metav1.ConditionTrue, ReasonExternalEndpoint, fmt.Sprintf("external proxy at %s", proxyaccess.Address(ep.Host, ep.Port)))
 	c.stageAuthenticated(p)
 	c.applyHealth(ctx, p)

@@ -198,6 +198,7 @@ func (c *Controller) applyInstance(ctx context.Context, p *crawlv1alpha1.Proxy, 
 	switch inst.State {
 	case provider.StateRunning:
 		p.Status.IP, p.Status.Port = inst.IP, inst.Port
+		p.Status.ExitRanges = nonEmpty(inst.ExitRanges)
 		msg := fmt.Sprintf("instance %s is running at %s", id, proxyaccess.Address(inst.IP, inst.Port))
 		if inst.Interruption != "" {
 			if err := c.drainInterrupted(ctx, p, inst.Interruption); err != nil {

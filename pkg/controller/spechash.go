@@ -24,7 +24,9 @@ type hashedSpec struct {
 	// DigitalOcean: omitempty keeps the hash of every other spec unchanged.
 	DigitalOcean *crawlv1alpha1.DigitalOceanProvider `json:"digitalocean,omitempty"`
 	Endpoint     *crawlv1alpha1.Endpoint             `json:"endpoint,omitempty"`
-	Auth         *crawlv1alpha1.ProxyAuth            `json:"auth,omitempty"`
+	// Session: omitempty keeps the hash of every other spec unchanged.
+	Session *crawlv1alpha1.SessionProvider `json:"session,omitempty"`
+	Auth    *crawlv1alpha1.ProxyAuth       `json:"auth,omitempty"`
 	// Egress is passed to the instance as flags: a change replaces it.
 	// omitempty keeps the hash of every spec without it unchanged.
 	Egress *crawlv1alpha1.ProxyEgress `json:"egress,omitempty"`
@@ -49,6 +51,7 @@ func specHash(spec crawlv1alpha1.ProxySpec, cloudInit []byte, credentialsDigest 
 		Hetzner:      spec.Hetzner,
 		DigitalOcean: spec.DigitalOcean,
 		Endpoint:     spec.Endpoint,
+		Session:      spec.Session,
 		Auth:         spec.Auth,
 		Egress:       spec.Egress,
 		// Already a digest: the Secret's content never reaches the hash input.

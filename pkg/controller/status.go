@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -167,7 +168,17 @@ func conditionReasonIs(p *crawlv1alpha1.Proxy, condType, reason string) bool {
 // clearInstance forgets the current instance: the next pass creates one.
 func clearInstance(p *crawlv1alpha1.Proxy) {
 	p.Status.ProviderID, p.Status.IP, p.Status.Port = "", "", 0
+	p.Status.ExitRanges = nil
 	clearHealth(p)
+}
+
+// nonEmpty is ranges, or nil for none, so that an instance without exit
+// ranges leaves status.exitRanges out rather than writing an empty list.
+func nonEmpty(ranges []string) []string {
+	if len(ranges) == 0 {
+		return nil
+	}
+	return slices.Clone(ranges)
 }
 
 // clearHealth drops the verdict of an instance that is going away.

@@ -231,10 +231,11 @@ type statusView struct {
 	IP         string
 	Conditions []string // "Type=Status/Reason"
 	Latency    int64
+	ExitRanges []string
 }
 
 func viewOf(s crawlv1alpha1.ProxyStatus) statusView {
-	v := statusView{Phase: s.Phase, ProviderID: s.ProviderID, IP: s.IP, Latency: s.LatencyMillis}
+	v := statusView{Phase: s.Phase, ProviderID: s.ProviderID, IP: s.IP, Latency: s.LatencyMillis, ExitRanges: s.ExitRanges}
 	for _, c := range s.Conditions {
 		v.Conditions = append(v.Conditions, fmt.Sprintf("%s=%s/%s", c.Type, c.Status, c.Reason))
 	}
@@ -302,6 +303,19 @@ func TestSync(t *testing.T) {
 			wantEvents:  []string{"Normal Created"},
 			wantHashSet: true,
 			wantHash:    "built-from-an-older-spec",
+		},
+		"an instance with exit ranges: status.exitRanges copies them": {
+			proxy: newProxy(withFinalizer),
+			setupProvider: func(fp *fake.Provider) {
+				fp.Inject(provider.Instance{ID: testInstance, State: provider.StateRunning, IP: testIP, Port: 3128, ExitRanges: []string{"fd00:5e55:1::/64"}})
+			},
+			wantRequeue: DriftPoll,
+			wantActions: []string{"update proxies", "update proxies/status"},
+			wantCalls:   []fake.Call{{Op: fake.OpCreate, ID: testInstance}},
+			wantStatus: &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: testIP, Conditions: []string{"Provisioned=True/Created"},
+				ExitRanges: []string{"fd00:5e55:1::/64"}},
+			wantEvents:  []string{"Normal Created"},
+			wantHashSet: true,
 		},
 		"provider not enabled: Failed without provider calls": {
 			proxy:       newProxy(withFinalizer, withProvider(crawlv1alpha1.ProviderGCE)),
@@ -605,6 +619,16 @@ func TestSync(t *testing.T) {
 			wantActions: []string{"update proxies/status"},
 			wantStatus:  &statusView{Phase: crawlv1alpha1.PhasePending, IP: "127.0.0.9", Conditions: []string{"Provisioned=True/ExternalEndpoint", "Authenticated=False/NoCredentials"}},
 			wantFinal:   ptr.To(false),
+		},
+		"external with spec.exitRanges: status.exitRanges copies them": {
+			proxy: newProxy(withExternal, func(p *crawlv1alpha1.Proxy) {
+				p.Spec.ExitRanges = []crawlv1alpha1.CIDR{"2001:db8:7::/48", "198.18.5.0/29"}
+			}),
+			wantRequeue: done,
+			wantActions: []string{"update proxies/status"},
+			wantStatus: &statusView{Phase: crawlv1alpha1.PhasePending, IP: "127.0.0.9", Conditions: []string{"Provisioned=True/ExternalEndpoint", "Authenticated=False/NoCredentials"},
+				ExitRanges: []string{"2001:db8:7::/48", "198.18.5.0/29"}},
+			wantFinal: ptr.To(false),
 		},
 		"external with spec.auth: no Authenticated condition, no Secret generated": {
 			proxy: newProxy(withExternal, withAuth,

@@ -18,6 +18,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider/hetzner"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/session"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 )
 
@@ -33,6 +34,9 @@ func BuiltinProviders() ProviderRegistry {
 		string(crawlv1alpha1.ProviderDigitalOcean): newDigitalOceanProvider,
 		string(crawlv1alpha1.ProviderUpstream): func(context.Context, ProviderEnv) (provider.Provider, error) {
 			return upstream.New(), nil
+		},
+		string(crawlv1alpha1.ProviderSession): func(context.Context, ProviderEnv) (provider.Provider, error) {
+			return session.New(), nil
 		},
 	}
 }

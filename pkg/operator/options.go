@@ -322,7 +322,7 @@ func (v *listValue) Set(s string) error {
 
 // knownProviders are the provider names the API accepts (spec.provider).
 func knownProviders() []string {
-	return []string{string(crawlv1alpha1.ProviderKubernetes), string(crawlv1alpha1.ProviderLocal), string(crawlv1alpha1.ProviderGCE), string(crawlv1alpha1.ProviderAWS), string(crawlv1alpha1.ProviderHetzner), string(crawlv1alpha1.ProviderDigitalOcean), string(crawlv1alpha1.ProviderUpstream)}
+	return []string{string(crawlv1alpha1.ProviderKubernetes), string(crawlv1alpha1.ProviderLocal), string(crawlv1alpha1.ProviderGCE), string(crawlv1alpha1.ProviderAWS), string(crawlv1alpha1.ProviderHetzner), string(crawlv1alpha1.ProviderDigitalOcean), string(crawlv1alpha1.ProviderUpstream), string(crawlv1alpha1.ProviderSession)}
 }
 
 // Validate checks every option on its own and against the others; each error

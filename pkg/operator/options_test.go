@@ -75,7 +75,7 @@ func TestValidate(t *testing.T) {
 			wantErrs: []string{"--lease-addr: must differ from --metrics-addr"}},
 		"unknown lease auth": {mod: func(o *Options) { o.LeaseAuth = "oidc" }, wantErrs: []string{`--lease-auth: must be "kubernetes" or "none", got "oidc"`}},
 		"unknown provider": {mod: func(o *Options) { o.Providers = []string{"kubernetes", "azure"} },
-			wantErrs: []string{`--providers: unknown provider "azure" (known: kubernetes, local, gce, aws, hetzner, digitalocean, upstream)`}},
+			wantErrs: []string{`--providers: unknown provider "azure" (known: kubernetes, local, gce, aws, hetzner, digitalocean, upstream, session)`}},
 		"provider twice":  {mod: func(o *Options) { o.Providers = []string{"gce", "gce"} }, wantErrs: []string{`--providers: provider "gce" is listed twice`}},
 		"local no state":  {mod: func(o *Options) { o.Providers = []string{"local"} }, wantErrs: []string{"--local-state-dir: must be set when --providers includes local"}},
 		"zero gc":         {mod: func(o *Options) { o.GCInterval = 0 }, wantErrs: []string{"--gc-interval: must be positive"}},

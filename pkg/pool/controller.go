@@ -137,8 +137,10 @@ type Controller struct {
 	drainPoll time.Duration
 	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	pending   *expectations
-	recycle   recycleState
-	usage     usageState
+	// pendingInstances: the same, for a pool's shared instances.
+	pendingInstances *expectations
+	recycle          recycleState
+	usage            usageState
 	// Autoscaling (autoscale_sync.go).
 	demand      DemandSource
 	demandPoll  time.Duration
@@ -155,21 +157,22 @@ const secretIndex = "secret"
 // in the order a pool's events arrive.
 func NewController(cfg Config) (*Controller, error) {
 	c := &Controller{
-		crawl:      cfg.CrawlClient,
-		kube:       cfg.KubeClient,
-		pools:      cfg.PoolInformer.Lister(),
-		proxies:    cfg.ProxyInformer.Lister(),
-		secrets:    cfg.SecretInformer.Lister(),
-		poolIndex:  cfg.PoolInformer.Informer().GetIndexer(),
-		leases:     cfg.Leases,
-		recorder:   cfg.Recorder,
-		clock:      cfg.Clock,
-		metrics:    cfg.Metrics,
-		drainPoll:  cfg.DrainPoll,
-		pending:    newExpectations(),
-		demand:     cfg.Demand,
-		demandPoll: cfg.DemandPoll,
-		providers:  cfg.Providers,
+		crawl:            cfg.CrawlClient,
+		kube:             cfg.KubeClient,
+		pools:            cfg.PoolInformer.Lister(),
+		proxies:          cfg.ProxyInformer.Lister(),
+		secrets:          cfg.SecretInformer.Lister(),
+		poolIndex:        cfg.PoolInformer.Informer().GetIndexer(),
+		leases:           cfg.Leases,
+		recorder:         cfg.Recorder,
+		clock:            cfg.Clock,
+		metrics:          cfg.Metrics,
+		drainPoll:        cfg.DrainPoll,
+		pending:          newExpectations(),
+		pendingInstances: newExpectations(),
+		demand:           cfg.Demand,
+		demandPoll:       cfg.DemandPoll,
+		providers:        cfg.Providers,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedMaxOfRateLimiter(
 				workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](50*time.Millisecond, time.Minute),
@@ -224,6 +227,7 @@ func NewController(cfg Config) (*Controller, error) {
 			if p, ok := obj.(*crawlv1alpha1.Proxy); ok {
 				if owner := poolOf(p); owner != "" {
 					c.pending.observeGone(cache.NewObjectName(p.Namespace, owner), p.Name)
+					c.pendingInstances.observeGone(cache.NewObjectName(p.Namespace, owner), p.Name)
 					c.queue.Add(cache.NewObjectName(p.Namespace, owner))
 				}
 			}
@@ -311,6 +315,7 @@ func (c *Controller) observeMember(obj any) {
 	}
 	key := cache.NewObjectName(p.Namespace, owner)
 	c.pending.observe(key, p)
+	c.pendingInstances.observe(key, p)
 	c.queue.Add(key)
 }
 

@@ -25,6 +25,7 @@ type pendingOp struct {
 	kind     opKind
 	at       time.Time
 	revision string // of a create
+	instance string // of a member's create on a shared instance
 }
 
 // expectations remember the pool's own writes until the informer shows

@@ -19,6 +19,12 @@ import (
 )
 
 func (c *Controller) createMember(ctx context.Context, pool *crawlv1alpha1.ProxyPool, revision string) error {
+	return c.createProxy(ctx, pool, revision, *pool.Spec.Template.Spec.DeepCopy(), "")
+}
+
+// createProxy creates a member with spec; instance names the shared
+// instance it is a session on, "" for a member of its own.
+func (c *Controller) createProxy(ctx context.Context, pool *crawlv1alpha1.ProxyPool, revision string, spec crawlv1alpha1.ProxySpec, instance string) error {
 	key := cache.MetaObjectToName(pool)
 	for range 3 { // a name clash is rare: retry with a new suffix
 		name := pool.Name + "-" + randomSuffix()
@@ -30,9 +36,9 @@ func (c *Controller) createMember(ctx context.Context, pool *crawlv1alpha1.Proxy
 				Annotations:     copyMap(pool.Spec.Template.Metadata.Annotations),
 				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pool, crawlv1alpha1.SchemeGroupVersion.WithKind("ProxyPool"))},
 			},
-			Spec: *pool.Spec.Template.Spec.DeepCopy(),
+			Spec: spec,
 		}
-		c.pending.expect(key, name, pendingOp{kind: opCreate, at: c.clock.Now(), revision: revision})
+		c.pending.expect(key, name, pendingOp{kind: opCreate, at: c.clock.Now(), revision: revision, instance: instance})
 		_, err := c.crawl.CrawlV1alpha1().Proxies(pool.Namespace).Create(ctx, p, metav1.CreateOptions{FieldManager: FieldManager})
 		if apierrors.IsAlreadyExists(err) {
 			c.pending.forget(key, name)
@@ -42,7 +48,11 @@ func (c *Controller) createMember(ctx context.Context, pool *crawlv1alpha1.Proxy
 			c.pending.forget(key, name)
 			return fmt.Errorf("creating member: %w", err)
 		}
-		klog.FromContext(ctx).Info("Created member", "member", name, "revision", revision)
+		klog.FromContext(ctx).Info("Created member", "member", name, "revision", revision, "instance", instance)
+		if instance != "" {
+			c.recorder.Eventf(pool, corev1.EventTypeNormal, EventMemberCreated, "Created member %s (revision %s), a session on instance %s", name, revision, instance)
+			return nil
+		}
 		c.recorder.Eventf(pool, corev1.EventTypeNormal, EventMemberCreated, "Created member %s (revision %s)", name, revision)
 		return nil
 	}

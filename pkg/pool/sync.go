@@ -71,7 +71,26 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	plan := Decide(pol, members, now)
 	logger.V(4).Info("Plan", "create", plan.Create, "drain", len(plan.Drain), "delete", len(plan.Delete), "counts", plan.Counts)
 
-	errs := append([]error{scaleErr}, c.act(ctx, pool, revision, plan, byName, now)...)
+	errs := []error{scaleErr}
+	if per := pool.Spec.MembersPerInstance; per != nil {
+		// Members are sessions on shared instances: they are created where
+		// the instance plan places them, not from the template.
+		sh, err := c.sharedInstances(pool, byName)
+		if err != nil {
+			return 0, err
+		}
+		iplan := PlanInstances(sh.instances, pol.Replicas, int(*per), plan.Create, revision)
+		logger.V(4).Info("Instance plan", "create", iplan.Create, "delete", iplan.Delete, "placed", len(iplan.Place))
+		if len(iplan.Place) < plan.Create && (plan.RequeueAfter == 0 || plan.RequeueAfter > c.drainPoll) {
+			plan.RequeueAfter = c.drainPoll // members wait for an instance to serve
+		}
+		removals := plan
+		removals.Create = 0
+		errs = append(errs, c.act(ctx, pool, revision, removals, byName, now)...)
+		errs = append(errs, c.actOnInstances(ctx, pool, revision, iplan, sh)...)
+	} else {
+		errs = append(errs, c.act(ctx, pool, revision, plan, byName, now)...)
+	}
 	errs = append(errs, c.syncExitCountryLabels(ctx, pool.Namespace, byName)...)
 	if cached.Status.ObservedGeneration != pool.Generation && plan.Counts.OutOfDate == 0 && (plan.Create > 0 || hasScaleDown(plan)) {
 		c.recorder.Eventf(pool, corev1.EventTypeNormal, EventScaled, "Scaling to %d members (%d exist)", pol.Replicas, plan.Counts.Total-plan.Counts.Deleting)
@@ -116,7 +135,7 @@ func (c *Controller) requeueAfter(key cache.ObjectName, pool *crawlv1alpha1.Prox
 	if plan.Counts.Draining > 0 {
 		polls = append(polls, c.drainPoll)
 	}
-	if c.pending.any(key) {
+	if c.pending.any(key) || c.pendingInstances.any(key) {
 		polls = append(polls, c.drainPoll) // an expectation may expire without an event
 	}
 	if pol.Recycle.Enabled() {
@@ -243,6 +262,13 @@ func (c *Controller) deleteOrphans(ctx context.Context, key cache.ObjectName) er
 	if err != nil {
 		return err
 	}
+	// And its shared instances (spec.membersPerInstance).
+	sel = labels.SelectorFromSet(labels.Set{crawlv1alpha1.PoolInstanceLabel: key.Name})
+	instances, err := c.proxies.Proxies(key.Namespace).List(sel)
+	if err != nil {
+		return err
+	}
+	proxies = append(proxies, instances...)
 	var errs []error
 	for _, p := range proxies {
 		if poolOf(p) != key.Name || p.DeletionTimestamp != nil {

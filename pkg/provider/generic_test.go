@@ -18,7 +18,7 @@ import (
 var genericPackages = []string{"../controller", "../pool", "../health"}
 
 // providerConstant matches the API's provider names (crawlv1alpha1.ProviderUpstream, ...).
-var providerConstant = regexp.MustCompile(`^Provider(Upstream|AWS|GCE|Kubernetes|Local)$`)
+var providerConstant = regexp.MustCompile(`^Provider(Upstream|AWS|GCE|Kubernetes|Local|Session|Hetzner|DigitalOcean)$`)
 
 // TestGenericCodeNamesNoProvider reads the production files of the generic
 // packages: no import of a provider implementation, no provider constant,

@@ -1,6 +1,8 @@
 package provider
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -90,6 +92,18 @@ type CountryAsker interface {
 	AskedCountry(p *crawlv1alpha1.Proxy) string
 }
 
+// SessionMaker is a provider whose Proxies are sessions on another Proxy,
+// an instance with exit ranges (status.exitRanges): a pool with
+// spec.membersPerInstance makes its members with it, and reads back which
+// instance a member is on.
+type SessionMaker interface {
+	// SessionSpec is the spec of a member that is one session on instance,
+	// made from the pool's template (which describes the instance).
+	SessionSpec(instance *crawlv1alpha1.Proxy, template *crawlv1alpha1.ProxySpec) crawlv1alpha1.ProxySpec
+	// SessionInstance names the instance p is a session of; "" if none.
+	SessionInstance(p *crawlv1alpha1.Proxy) string
+}
+
 // Set is the enabled providers by name (spec.provider). Its methods are the
 // one place where each optional interface above is checked.
 type Set map[crawlv1alpha1.ProviderName]Provider
@@ -145,6 +159,27 @@ func (s Set) RecycleAge(spec *crawlv1alpha1.ProxySpec) (RecycleAge, bool) {
 func (s Set) AskedCountry(p *crawlv1alpha1.Proxy) string {
 	if a, ok := s[p.Spec.Provider].(CountryAsker); ok {
 		return a.AskedCountry(p)
+	}
+	return ""
+}
+
+// SessionSpec is the spec of a member that is one session on instance
+// (SessionMaker), from the first enabled provider that makes sessions;
+// false when none is enabled.
+func (s Set) SessionSpec(instance *crawlv1alpha1.Proxy, template *crawlv1alpha1.ProxySpec) (crawlv1alpha1.ProxySpec, bool) {
+	for _, name := range slices.Sorted(maps.Keys(s)) {
+		if m, ok := s[name].(SessionMaker); ok {
+			return m.SessionSpec(instance, template), true
+		}
+	}
+	return crawlv1alpha1.ProxySpec{}, false
+}
+
+// SessionInstance names the instance p is a session of (SessionMaker); ""
+// when p is no session.
+func (s Set) SessionInstance(p *crawlv1alpha1.Proxy) string {
+	if m, ok := s[p.Spec.Provider].(SessionMaker); ok {
+		return m.SessionInstance(p)
 	}
 	return ""
 }

@@ -64,6 +64,7 @@ type Credentials struct {
 const (
 	FieldAuthSecretRef                = "spec.auth.secretRef"
 	FieldUpstreamCredentialsSecretRef = "spec.upstream.credentialsSecretRef"
+	FieldSessionCredentialsSecretRef  = "spec.session.credentialsSecretRef"
 )
 
 // CredentialsError says the credentials Secret cannot serve as it is: it is

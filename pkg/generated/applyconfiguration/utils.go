@@ -76,6 +76,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.KubernetesAllowFromApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KubernetesProvider"):
 		return &crawlv1alpha1.KubernetesProviderApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("LocalProvider"):
+		return &crawlv1alpha1.LocalProviderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalSecretRef"):
 		return &crawlv1alpha1.LocalSecretRefApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OutcomeCounts"):
@@ -120,6 +122,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.ProxyTierApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeyRef"):
 		return &crawlv1alpha1.SecretKeyRefApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SessionProvider"):
+		return &crawlv1alpha1.SessionProviderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TemplateMetadata"):
 		return &crawlv1alpha1.TemplateMetadataApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Tiering"):

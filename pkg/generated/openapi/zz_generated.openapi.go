@@ -81,6 +81,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTemplate":        schema_pkg_apis_crawl_v1alpha1_ProxyTemplate(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyTier":            schema_pkg_apis_crawl_v1alpha1_ProxyTier(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.SecretKeyRef":         schema_pkg_apis_crawl_v1alpha1_SecretKeyRef(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.SessionProvider":      schema_pkg_apis_crawl_v1alpha1_SessionProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.TemplateMetadata":     schema_pkg_apis_crawl_v1alpha1_TemplateMetadata(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.TierStatus":           schema_pkg_apis_crawl_v1alpha1_TierStatus(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Tiering":              schema_pkg_apis_crawl_v1alpha1_Tiering(ref),
@@ -1813,8 +1814,29 @@ func schema_pkg_apis_crawl_v1alpha1_LocalProvider(ref common.ReferenceCallback) 
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "LocalProvider holds the settings of a local-process instance. There are none yet: the operator picks a free loopback port and runs its own forward-proxy binary.",
+				Description: "LocalProvider holds the settings of a local-process instance: the operator picks a free loopback port and runs its own forward-proxy binary.",
 				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"exitRanges": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "ExitRanges are the prefixes (CIDRs) the instance leaves from, one address per session (--exit-range, docs/ipv6.md); they must be routed to the operator's host. Empty: the host's own address. Changing them replaces the instance.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
 			},
 		},
 	}
@@ -2583,6 +2605,13 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyPoolSpec(ref common.ReferenceCallback) 
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.PoolCost"),
 						},
 					},
+					"membersPerInstance": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MembersPerInstance, when set, makes every member a session on a shared instance (docs/ipv6.md): the template then describes the instance (a Proxy with exit ranges), the pool keeps ceil(replicas/membersPerInstance) instances and replicas members, each member a session-provider Proxy on the instance with the fewest members. Recycling a member is a new session, a new exit address, not a new instance. Unset: every member is its own instance. With an External template every instance Proxy names the same proxy: set it to at least spec.replicas, so that there is one.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
 				Required: []string{"template"},
 			},
@@ -2717,10 +2746,10 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 					},
 					"provider": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Provider creates the instance of a Managed proxy: kubernetes (a Pod), local (a process on the operator's host, for development), gce (a Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud server), digitalocean (a DigitalOcean droplet) or upstream (a session of a proxy network's super proxy). Required when mode is Managed, forbidden when External. Changing it replaces the instance.\n\nPossible enum values:\n - `\"aws\"` runs each instance as an EC2 instance.\n - `\"digitalocean\"` runs each instance as a DigitalOcean droplet.\n - `\"gce\"` runs each instance as a Compute Engine VM.\n - `\"hetzner\"` runs each instance as a Hetzner Cloud server.\n - `\"kubernetes\"` runs each instance as a Pod in the Proxy's namespace.\n - `\"local\"` runs each instance as a forward-proxy process on the operator's host (development).\n - `\"upstream\"` makes the Proxy a sticky session of a commercial proxy network's super proxy (upstream_types.go).",
+							Description: "Provider creates the instance of a Managed proxy: kubernetes (a Pod), local (a process on the operator's host, for development), gce (a Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud server), digitalocean (a DigitalOcean droplet), upstream (a session of a proxy network's super proxy) or session (a session of another Proxy with exit ranges). Required when mode is Managed, forbidden when External. Changing it replaces the instance.\n\nPossible enum values:\n - `\"aws\"` runs each instance as an EC2 instance.\n - `\"digitalocean\"` runs each instance as a DigitalOcean droplet.\n - `\"gce\"` runs each instance as a Compute Engine VM.\n - `\"hetzner\"` runs each instance as a Hetzner Cloud server.\n - `\"kubernetes\"` runs each instance as a Pod in the Proxy's namespace.\n - `\"local\"` runs each instance as a forward-proxy process on the operator's host (development).\n - `\"session\"` makes the Proxy a session of another Proxy's forward-proxy that has exit ranges: one address of its range, picked by the session id (session_types.go).\n - `\"upstream\"` makes the Proxy a sticky session of a commercial proxy network's super proxy (upstream_types.go).",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"aws", "digitalocean", "gce", "hetzner", "kubernetes", "local", "upstream"},
+							Enum:        []interface{}{"aws", "digitalocean", "gce", "hetzner", "kubernetes", "local", "session", "upstream"},
 						},
 					},
 					"kubernetes": {
@@ -2765,6 +2794,12 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.UpstreamProvider"),
 						},
 					},
+					"session": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Session holds settings for the session provider.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.SessionProvider"),
+						},
+					},
 					"cloudInit": {
 						SchemaProps: spec.SchemaProps{
 							Description: "CloudInit is the user-data that configures a Managed instance at boot. Its content is part of the instance's identity: changing it, or the Secret it names, replaces the instance. Forbidden when mode is External.",
@@ -2775,6 +2810,25 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 						SchemaProps: spec.SchemaProps{
 							Description: "Endpoint is the address of an External proxy. Required when mode is External, forbidden when Managed.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint"),
+						},
+					},
+					"exitRanges": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "ExitRanges are the prefixes (CIDRs) an External proxy leaves from, one address per session, as its operator started it with --exit-range (docs/ipv6.md); the operator reports them in status.exitRanges, and sessions (spec.provider session) may be put on it. Forbidden when mode is Managed: a local instance's are spec.local.exitRanges, a cloud's come from its provider.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
 						},
 					},
 					"auth": {
@@ -2807,7 +2861,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DigitalOceanProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HetznerProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.UpstreamProvider"},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DigitalOceanProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HetznerProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.SessionProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.UpstreamProvider"},
 	}
 }
 
@@ -2859,6 +2913,25 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyStatus(ref common.ReferenceCallback) co
 							Description: "ExitCountry is the ISO 3166-1 alpha-2 code (upper case) of the country exitIP is in: from the health check's JSON answer (spec.healthCheck.exitInfo.countryField) when it names one, else from the operator's GeoIP database (--geoip-database); empty when neither knows. A pool labels its members with it (crawl.proxyfleet.io/exit-country).",
 							Type:        []string{"string"},
 							Format:      "",
+						},
+					},
+					"exitRanges": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "ExitRanges are the prefixes (CIDRs) the instance leaves from, one address per session (docs/ipv6.md): what the provider reports (a cloud's delegated prefix) or the spec declares. Empty: one exit.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
 						},
 					},
 					"conditions": {
@@ -2926,7 +2999,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxyTemplate(ref common.ReferenceCallback) 
 					},
 					"spec": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Spec is every member's Proxy spec. Members are Managed: mode External is rejected.",
+							Description: "Spec is every member's Proxy spec (with spec.membersPerInstance: every instance's). Members are Managed: mode External is rejected, unless the members are sessions on it (spec.membersPerInstance).",
 							Default:     map[string]interface{}{},
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxySpec"),
 						},
@@ -2997,6 +3070,44 @@ func schema_pkg_apis_crawl_v1alpha1_SecretKeyRef(ref common.ReferenceCallback) c
 				Required: []string{"name"},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_SessionProvider(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SessionProvider makes a Proxy one session of another Proxy of its namespace, the instance, whose forward-proxy leaves from exit ranges (status.exitRanges, docs/ipv6.md). Nothing is created: the session is the instance's address with the username <instance's username>+session-<id>, the id derived from this Proxy's UID, which picks one address of the range. A new Proxy is a new session, so a new exit address. A pool with spec.membersPerInstance writes these fields; a user may too.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"instance": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Instance names the Proxy whose forward-proxy serves the session.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"endpoint": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Endpoint is where the instance serves (its status.ip and port).",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint"),
+						},
+					},
+					"credentialsSecretRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CredentialsSecretRef names the instance's credentials Secret (its generated one, or its spec.auth's), marked for proxies: the session's username is its username plus +session-<id>, its password the same.",
+							Default:     map[string]interface{}{},
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalSecretRef"),
+						},
+					},
+				},
+				Required: []string{"instance", "endpoint", "credentialsSecretRef"},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalSecretRef"},
 	}
 }
 

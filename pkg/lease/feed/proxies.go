@@ -46,10 +46,16 @@ func Proxies(st *store.Store, proxies crawlinformers.ProxyInformer) (cache.Infor
 }
 
 // ProxyInfoFrom is what the store needs of a Proxy. Ready means phase Ready
-// with an address; a proxy being deleted is never Ready.
+// with an address; a proxy being deleted, or a pool's shared instance, is
+// never Ready.
 func ProxyInfoFrom(p *crawlv1alpha1.Proxy) store.ProxyInfo {
 	url := proxyaccess.StatusURL(p)
 	ready := p.Status.Phase == crawlv1alpha1.PhaseReady && url != "" && p.DeletionTimestamp == nil
+	// A pool's shared instance is leased through its members, each a
+	// session of it, never directly (spec.membersPerInstance).
+	if p.Labels[crawlv1alpha1.PoolInstanceLabel] != "" {
+		ready = false
+	}
 	var readySince time.Time
 	if ready {
 		// Ready needs Provisioned=True and Healthy=True: it began at the later

@@ -219,3 +219,15 @@ func TestProxyInfoExitCountry(t *testing.T) {
 		t.Errorf("ExitCountry (-want +got):\n%s", diff)
 	}
 }
+
+// TestProxyInfoFromSharedInstance: a pool's shared instance is never
+// granted (its sessions are), however Ready it is.
+func TestProxyInfoFromSharedInstance(t *testing.T) {
+	p := newCrawlProxy("p", func(p *crawlv1alpha1.Proxy) { p.Labels[crawlv1alpha1.PoolInstanceLabel] = "v6" })
+	if got := ProxyInfoFrom(p); got.Ready {
+		t.Errorf("a Ready shared instance is offered: %+v", got)
+	}
+	if got := ProxyInfoFrom(newCrawlProxy("p")); !got.Ready {
+		t.Errorf("the same proxy without the label is not offered: %+v", got)
+	}
+}

@@ -311,7 +311,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 
 // observe turns a state file into an Instance. Runs under the id's lock.
 func (p *Provider) observe(ctx context.Context, st state) (provider.Instance, error) {
-	inst := provider.Instance{ID: st.ID, Tags: cloneTags(st.Tags), SpecHash: st.SpecHash}
+	inst := provider.Instance{ID: st.ID, Tags: cloneTags(st.Tags), SpecHash: st.SpecHash, ExitRanges: slices.Clone(st.ExitRanges)}
 	alive, err := p.ours(st)
 	if err != nil {
 		return provider.Instance{}, err

@@ -20,6 +20,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
@@ -60,7 +61,16 @@ func (p *Provider) processArgs(req provider.CreateRequest) ([]string, error) {
 		"--allow-cidr=" + LoopbackCIDR,
 	}
 	args = append(args, provider.EgressArgs(req.Proxy)...)
-	if p.loopbackExits {
+	ranges, err := checkExitRanges(req.Proxy)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range ranges {
+		args = append(args, "--exit-range="+r)
+	}
+	// Exit ranges pick the source address per session; a fixed one would
+	// contradict them (forward-proxy refuses both).
+	if p.loopbackExits && len(ranges) == 0 {
 		args = append(args, "--source-addr="+LoopbackExit(req.Name).String())
 	}
 	if req.CloudInit != nil {
@@ -122,6 +132,7 @@ func (p *Provider) track(ctx context.Context, req provider.CreateRequest, cmd *e
 		Host:             p.host,
 		Tags:             req.Tags,
 		SpecHash:         req.SpecHash,
+		ExitRanges:       exitRanges(req.Proxy),
 		ProcessStartTime: startTime,
 		BootID:           p.bootID,
 	}
@@ -265,4 +276,29 @@ func LoopbackExit(name string) netip.Addr {
 	h.Write([]byte(name))
 	v := h.Sum32()
 	return netip.AddrFrom4([4]byte{127, 1, byte(v >> 8), byte(1 + v%254)})
+}
+
+// exitRanges are spec.local.exitRanges as strings; nil without any.
+func exitRanges(p *crawlv1alpha1.Proxy) []string {
+	if p == nil || p.Spec.Local == nil {
+		return nil
+	}
+	var out []string
+	for _, r := range p.Spec.Local.ExitRanges {
+		out = append(out, string(r))
+	}
+	return out
+}
+
+// checkExitRanges returns spec.local.exitRanges, each a valid prefix in its
+// canonical form, or a permanent error naming the item: the CRD checks the
+// same, this guards objects from before it and callers that skip it.
+func checkExitRanges(p *crawlv1alpha1.Proxy) ([]string, error) {
+	ranges := exitRanges(p)
+	for i, r := range ranges {
+		if _, err := netip.ParsePrefix(r); err != nil {
+			return nil, provider.Permanent(fmt.Errorf("local provider: spec.local.exitRanges[%d] %q is not a CIDR range such as fd00:1::/64", i, r))
+		}
+	}
+	return ranges, nil
 }

@@ -37,6 +37,8 @@ type state struct {
 	// Tags are the instance's tags (provider.Tags); ListByTag filters on them.
 	Tags     map[string]string `json:"tags,omitempty"`
 	SpecHash string            `json:"specHash,omitempty"`
+	// ExitRanges are the process's --exit-range flags (spec.local.exitRanges).
+	ExitRanges []string `json:"exitRanges,omitempty"`
 	// ProcessStartTime is field 22 of /proc/<pid>/stat (clock ticks after
 	// boot): pid and start time together name one process of one boot.
 	ProcessStartTime uint64 `json:"processStartTime"`

@@ -291,7 +291,17 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 		}),
 		proxy("process", crawlv1alpha1.ProxySpec{
 			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderLocal,
-			Local: &crawlv1alpha1.LocalProvider{}, HealthCheck: hc, MaxLeases: 1,
+			Local: &crawlv1alpha1.LocalProvider{ExitRanges: []crawlv1alpha1.CIDR{"fd00:5e55:1::/64", "198.18.5.0/29"}}, HealthCheck: hc, MaxLeases: 1,
+		}),
+		proxy("shared-session", crawlv1alpha1.ProxySpec{
+			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderSession,
+			Session: &crawlv1alpha1.SessionProvider{
+				Instance:             "process",
+				Endpoint:             crawlv1alpha1.Endpoint{Host: "127.0.0.1", Port: 41000, Scheme: crawlv1alpha1.SchemeHTTP},
+				CredentialsSecretRef: crawlv1alpha1.LocalSecretRef{Name: "proxy-auth-0123"},
+			},
+			HealthCheck: func() crawlv1alpha1.HealthCheck { h := hc; h.ExitIPFromBody = true; return h }(),
+			MaxLeases:   1,
 		}),
 		proxy("session", crawlv1alpha1.ProxySpec{
 			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderUpstream,
@@ -306,9 +316,10 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 			MaxLeases:   1,
 		}),
 		proxy("outside", crawlv1alpha1.ProxySpec{
-			Mode:     crawlv1alpha1.ModeExternal,
-			Endpoint: &crawlv1alpha1.Endpoint{Host: "proxy.example.test", Port: 3128, Scheme: crawlv1alpha1.SchemeHTTPS},
-			Auth:     auth,
+			Mode:       crawlv1alpha1.ModeExternal,
+			Endpoint:   &crawlv1alpha1.Endpoint{Host: "proxy.example.test", Port: 3128, Scheme: crawlv1alpha1.SchemeHTTPS},
+			ExitRanges: []crawlv1alpha1.CIDR{"2001:db8:7::/48"},
+			Auth:       auth,
 			HealthCheck: func() crawlv1alpha1.HealthCheck {
 				h := hc
 				h.ExitInfo = &crawlv1alpha1.ExitInfo{IPField: "ip", CountryField: "location.country_code"}
@@ -327,7 +338,7 @@ func fullStatus(now metav1.Time) crawlv1alpha1.ProxyStatus {
 			{Type: crawlv1alpha1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: "ProbeSucceeded", Message: "204 in 12ms", LastTransitionTime: now, ObservedGeneration: 1},
 		},
 		ObservedGeneration: 1, LatencyMillis: 12, LastHealthCheckTime: &now, ExitIP: "203.0.113.7",
-		ExitCountry: "DE",
+		ExitCountry: "DE", ExitRanges: []string{"fd00:5e55:1::/64"},
 	}
 }
 
@@ -372,6 +383,33 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if unset := unsetFields(reflect.TypeOf(crawlv1alpha1.ProxyStatus{}), []any{fullStatus(now)}); len(unset) > 0 {
 		t.Errorf("fullStatus leaves %v unset", unset)
+	}
+
+	// A pool of sessions on shared instances (spec.membersPerInstance).
+	var instance crawlv1alpha1.ProxySpec // the local process with exit ranges
+	for _, p := range fullProxies() {
+		if p.Name == "process" {
+			instance = p.Spec
+		}
+	}
+	pools := versioned.NewForConfigOrDie(env.Config).CrawlV1alpha1().ProxyPools(ns)
+	pool := &crawlv1alpha1.ProxyPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: ns},
+		Spec: crawlv1alpha1.ProxyPoolSpec{
+			Replicas:           ptr.To[int32](64),
+			MembersPerInstance: ptr.To[int32](64),
+			Template:           crawlv1alpha1.ProxyTemplate{Spec: instance},
+		},
+	}
+	created, err := pools.Create(ctx, pool, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
+	if err != nil {
+		t.Fatalf("create pool: %v", err)
+	}
+	if got := created.Spec.MembersPerInstance; got == nil || *got != 64 {
+		t.Errorf("spec.membersPerInstance read back as %v, want 64", got)
+	}
+	if created.Spec.Template.Spec.Local == nil || len(created.Spec.Template.Spec.Local.ExitRanges) != 2 {
+		t.Errorf("spec.template.spec.local.exitRanges read back as %+v", created.Spec.Template.Spec.Local)
 	}
 }
 

@@ -47,6 +47,7 @@ type ProxyPool struct {
 }
 
 // ProxyPoolSpec is the desired state of a ProxyPool.
+// +kubebuilder:validation:XValidation:rule="!has(self.template.spec.mode) || self.template.spec.mode != 'External' || has(self.membersPerInstance)",message="spec.template.spec.mode must be Managed: a pool makes its members' instances (External only with spec.membersPerInstance, members then being sessions on it)",fieldPath=".template.spec.mode",reason=FieldValueForbidden
 type ProxyPoolSpec struct {
 	// Replicas is how many members the pool keeps (the scale subresource
 	// sets it, so kubectl scale, an HPA or KEDA can drive it).
@@ -105,18 +106,32 @@ type ProxyPoolSpec struct {
 	// 1,000 successes. Unset: no cost is reported.
 	// +optional
 	Cost *PoolCost `json:"cost,omitempty"`
+
+	// MembersPerInstance, when set, makes every member a session on a
+	// shared instance (docs/ipv6.md): the template then describes the
+	// instance (a Proxy with exit ranges), the pool keeps
+	// ceil(replicas/membersPerInstance) instances and replicas members, each
+	// member a session-provider Proxy on the instance with the fewest
+	// members. Recycling a member is a new session, a new exit address, not
+	// a new instance. Unset: every member is its own instance. With an
+	// External template every instance Proxy names the same proxy: set it
+	// to at least spec.replicas, so that there is one.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	// +optional
+	MembersPerInstance *int32 `json:"membersPerInstance,omitempty"`
 }
 
 // ProxyTemplate is the metadata and spec of every member.
-// +kubebuilder:validation:XValidation:rule="!has(self.spec.mode) || self.spec.mode != 'External'",message="spec.template.spec.mode must be Managed: a pool makes its members' instances",fieldPath=".spec.mode",reason=FieldValueForbidden
 type ProxyTemplate struct {
 	// Metadata holds the labels and annotations every member carries. The
 	// pool adds crawl.proxyfleet.io/pool and crawl.proxyfleet.io/pool-revision.
 	// +optional
 	Metadata TemplateMetadata `json:"metadata,omitempty"`
 
-	// Spec is every member's Proxy spec. Members are Managed: mode External
-	// is rejected.
+	// Spec is every member's Proxy spec (with spec.membersPerInstance:
+	// every instance's). Members are Managed: mode External is rejected,
+	// unless the members are sessions on it (spec.membersPerInstance).
 	Spec ProxySpec `json:"spec"`
 }
 
@@ -256,6 +271,10 @@ const (
 	PoolLabel = "crawl.proxyfleet.io/pool"
 	// PoolRevisionLabel is the template revision a member was made from.
 	PoolRevisionLabel = "crawl.proxyfleet.io/pool-revision"
+	// PoolInstanceLabel names the pool a shared instance belongs to
+	// (spec.membersPerInstance). An instance is not a member: it carries
+	// no PoolLabel, so nothing leases it directly.
+	PoolInstanceLabel = "crawl.proxyfleet.io/pool-instance"
 	// ExitCountryLabel is a member's status.exitCountry, kept in sync by
 	// its pool so that a label selector picks members by country; absent
 	// while the country is unknown.

@@ -76,8 +76,10 @@ func TestInvalidProxyPoolsAreRejected(t *testing.T) {
 			wantField: "spec.recycle.window"},
 		"recycle window not a duration": {spec: `{template: {spec: {provider: local}}, recycle: {maxLeases: 3, window: daily}}`,
 			wantField: "spec.recycle.window"},
-		"unknown field": {spec: `{template: {spec: {provider: local}}, colour: blue}`, wantField: "spec.colour"},
-		"name too long": {name: strings.Repeat("a", 58), spec: validPool, wantField: "metadata.name"},
+		"template mode External, members per instance zero": {spec: `{membersPerInstance: 0, template: {spec: {mode: External, endpoint: {host: h, port: 1}}}}`, wantField: "spec.membersPerInstance"},
+		"membersPerInstance zero":                           {spec: `{template: {spec: {provider: local}}, membersPerInstance: 0}`, wantField: "spec.membersPerInstance"},
+		"unknown field":                                     {spec: `{template: {spec: {provider: local}}, colour: blue}`, wantField: "spec.colour"},
+		"name too long":                                     {name: strings.Repeat("a", 58), spec: validPool, wantField: "metadata.name"},
 	}
 	ctx := context.Background()
 	client := dynamic.NewForConfigOrDie(env.Config).Resource(poolsGVR).Namespace(newNamespace(t))

@@ -69,6 +69,10 @@ const (
 	// ProviderUpstream makes the Proxy a sticky session of a commercial
 	// proxy network's super proxy (upstream_types.go).
 	ProviderUpstream ProviderName = "upstream"
+	// ProviderSession makes the Proxy a session of another Proxy's
+	// forward-proxy that has exit ranges: one address of its range, picked
+	// by the session id (session_types.go).
+	ProviderSession ProviderName = "session"
 )
 
 // ProxySpec is the desired state of a Proxy.
@@ -78,6 +82,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.mode != 'External' || !has(self.provider)",message="spec.provider must not be set when spec.mode is External",fieldPath=".provider",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="self.mode != 'External' || !has(self.cloudInit)",message="spec.cloudInit must not be set when spec.mode is External",fieldPath=".cloudInit",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Managed' || !has(self.endpoint)",message="spec.endpoint must not be set when spec.mode is Managed (the provider assigns the address)",fieldPath=".endpoint",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="self.mode == 'External' || !has(self.exitRanges)",message="spec.exitRanges must not be set when spec.mode is Managed (spec.local.exitRanges declares a local instance's; a cloud provider reports its own)",fieldPath=".exitRanges",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="self.mode != 'External' || !has(self.egress)",message="spec.egress must not be set when spec.mode is External (the operator does not run that proxy)",fieldPath=".egress",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.kubernetes) || (has(self.provider) && self.provider == 'kubernetes')",message="spec.kubernetes is only allowed when spec.provider is kubernetes",fieldPath=".kubernetes",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.local) || (has(self.provider) && self.provider == 'local')",message="spec.local is only allowed when spec.provider is local",fieldPath=".local",reason=FieldValueForbidden
@@ -87,6 +92,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.digitalocean) || (has(self.provider) && self.provider == 'digitalocean')",message="spec.digitalocean is only allowed when spec.provider is digitalocean",fieldPath=".digitalocean",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.upstream) || (has(self.provider) && self.provider == 'upstream')",message="spec.upstream is only allowed when spec.provider is upstream",fieldPath=".upstream",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'upstream' || has(self.upstream)",message="spec.upstream is required when spec.provider is upstream",fieldPath=".upstream",reason=FieldValueRequired
+// +kubebuilder:validation:XValidation:rule="!has(self.session) || (has(self.provider) && self.provider == 'session')",message="spec.session is only allowed when spec.provider is session",fieldPath=".session",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'session' || has(self.session)",message="spec.session is required when spec.provider is session",fieldPath=".session",reason=FieldValueRequired
+// +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'session' || (!has(self.auth) && !has(self.cloudInit) && !has(self.egress))",message="spec.auth, spec.cloudInit and spec.egress must not be set when spec.provider is session (the instance's credentials and egress guard apply)",fieldPath=".provider",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'upstream' || (!has(self.auth) && !has(self.cloudInit) && !has(self.egress))",message="spec.auth, spec.cloudInit and spec.egress must not be set when spec.provider is upstream (the network's username and password come from spec.upstream)",fieldPath=".provider",reason=FieldValueForbidden
 type ProxySpec struct {
 	// Mode says who runs the proxy: Managed (the operator creates the instance
@@ -101,10 +109,11 @@ type ProxySpec struct {
 	// Provider creates the instance of a Managed proxy: kubernetes (a Pod),
 	// local (a process on the operator's host, for development), gce (a
 	// Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud
-	// server), digitalocean (a DigitalOcean droplet) or upstream (a session of a
-	// proxy network's super proxy). Required when mode is Managed, forbidden
-	// when External. Changing it replaces the instance.
-	// +kubebuilder:validation:Enum=kubernetes;local;gce;aws;hetzner;digitalocean;upstream
+	// server), digitalocean (a DigitalOcean droplet), upstream (a session of a
+	// proxy network's super proxy) or session (a session of another Proxy
+	// with exit ranges). Required when mode is Managed, forbidden when
+	// External. Changing it replaces the instance.
+	// +kubebuilder:validation:Enum=kubernetes;local;gce;aws;hetzner;digitalocean;upstream;session
 	// +optional
 	Provider ProviderName `json:"provider,omitempty"`
 
@@ -136,6 +145,10 @@ type ProxySpec struct {
 	// +optional
 	Upstream *UpstreamProvider `json:"upstream,omitempty"`
 
+	// Session holds settings for the session provider.
+	// +optional
+	Session *SessionProvider `json:"session,omitempty"`
+
 	// CloudInit is the user-data that configures a Managed instance at boot.
 	// Its content is part of the instance's identity: changing it, or the
 	// Secret it names, replaces the instance. Forbidden when mode is External.
@@ -146,6 +159,17 @@ type ProxySpec struct {
 	// External, forbidden when Managed.
 	// +optional
 	Endpoint *Endpoint `json:"endpoint,omitempty"`
+
+	// ExitRanges are the prefixes (CIDRs) an External proxy leaves from,
+	// one address per session, as its operator started it with
+	// --exit-range (docs/ipv6.md); the operator reports them in
+	// status.exitRanges, and sessions (spec.provider session) may be put on
+	// it. Forbidden when mode is Managed: a local instance's are
+	// spec.local.exitRanges, a cloud's come from its provider.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	ExitRanges []CIDR `json:"exitRanges,omitempty"`
 
 	// Auth names the credentials the proxy requires (HTTP basic auth). They
 	// are used by health probes and handed to authorised lease holders; they
@@ -213,10 +237,18 @@ type KubernetesProvider struct {
 	AllowFrom *KubernetesAllowFrom `json:"allowFrom,omitempty"`
 }
 
-// LocalProvider holds the settings of a local-process instance. There are
-// none yet: the operator picks a free loopback port and runs its own
-// forward-proxy binary.
-type LocalProvider struct{}
+// LocalProvider holds the settings of a local-process instance: the
+// operator picks a free loopback port and runs its own forward-proxy binary.
+type LocalProvider struct {
+	// ExitRanges are the prefixes (CIDRs) the instance leaves from, one
+	// address per session (--exit-range, docs/ipv6.md); they must be routed
+	// to the operator's host. Empty: the host's own address. Changing them
+	// replaces the instance.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	ExitRanges []CIDR `json:"exitRanges,omitempty"`
+}
 
 // GCEProvider holds the settings of a Compute Engine VM instance. Empty
 // project and zone fall back to the operator's flags.
@@ -520,6 +552,13 @@ type ProxyStatus struct {
 	// +kubebuilder:validation:Pattern=`^[A-Z]{2}$`
 	// +optional
 	ExitCountry string `json:"exitCountry,omitempty"`
+
+	// ExitRanges are the prefixes (CIDRs) the instance leaves from, one
+	// address per session (docs/ipv6.md): what the provider reports (a
+	// cloud's delegated prefix) or the spec declares. Empty: one exit.
+	// +listType=atomic
+	// +optional
+	ExitRanges []string `json:"exitRanges,omitempty"`
 
 	// Conditions: Provisioned (the instance exists and runs) and Healthy
 	// (probes through the proxy succeed).

@@ -91,6 +91,9 @@ type config struct {
 	// dashboards is how many dashboard streams the operator at steadyAt
 	// serves in its dashboard window (0: no dashboard measurement).
 	dashboards int
+	// instances, when positive, adds a sessions run beside each size: N
+	// members of a pool on this many shared instances (sessions.go).
+	instances int
 	// workers, when positive, is the operator's --workers (its default is
 	// sized for a cluster, not for 50,000 first writes against a slow API
 	// server).
@@ -110,6 +113,7 @@ func main() {
 		fleetSize      = flag.Int(fleet.SizeFlag, 0, "internal: serve a fleet of this many proxies and print their addresses")
 		workers        = flag.Int("workers", 0, "the operator's --workers (0: its default); the write rate at large sizes is bounded by workers / API write latency")
 		dashboards     = flag.Int("dashboards", 20, "open dashboard streams in the window after the steady one at -steady-at, beside a window with none (0: skip)")
+		instances      = flag.Int("instances", 0, "beside each size's N single-exit proxies, run N pool members that are sessions on this many shared instances (spec.membersPerInstance; 0: skip)")
 		profileDir     = flag.String("profile-dir", "", "run each operator with --profiling and save its heap profile (heap-<namespace>.pb.gz, for go tool pprof) at the end of its steady window in this directory")
 	)
 	klog.InitFlags(nil)
@@ -126,7 +130,7 @@ func main() {
 		*steadyAt = ns[0]
 	}
 	cfg := config{sizes: ns, steadyAt: *steadyAt, steady: *steady, steadyLarge: *steadyLarge, defaultQPSSize: *defaultQPSSize,
-		timeout: *timeout, interval: *interval, delay: *delay, profileDir: *profileDir, workers: *workers, dashboards: *dashboards}
+		timeout: *timeout, interval: *interval, delay: *delay, profileDir: *profileDir, workers: *workers, dashboards: *dashboards, instances: *instances}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -202,6 +206,10 @@ func run(ctx context.Context, cfg config) (string, error) {
 			s.steady = cfg.steady
 		}
 		runs = append(runs, s)
+		if cfg.instances > 0 {
+			s.sessions = true
+			runs = append(runs, s)
+		}
 	}
 	if !slices.Contains(cfg.sizes, cfg.defaultQPSSize) {
 		runs = append(runs, runSpec{proxies: cfg.defaultQPSSize, qps: ourQPS, burst: ourBurst})
@@ -272,9 +280,16 @@ type runSpec struct {
 	qps     float32
 	burst   int
 	steady  time.Duration
+	// sessions: the proxies are pool members on shared instances (sessions.go).
+	sessions bool
 }
 
-func (s runSpec) qpsName() string { return fmt.Sprintf("%v/%d", s.qps, s.burst) }
+func (s runSpec) qpsName() string {
+	if s.sessions {
+		return fmt.Sprintf("%v/%d, sessions", s.qps, s.burst)
+	}
+	return fmt.Sprintf("%v/%d", s.qps, s.burst)
+}
 
 // result is one run's measurements.
 type result struct {
@@ -285,8 +300,9 @@ type result struct {
 	opCPU         float64   // core-seconds from the first create to all Ready
 	converge      apiWrites // the bench's creates taken out
 	// Steady state (spec.steady > 0).
-	leases int
-	steady *steadyResult
+	leases  int
+	acquire time.Duration // acquiring the leases, from the first to the last
+	steady  *steadyResult
 	// dashboards: the operator without and with open dashboards, at
 	// steadyAt (nil elsewhere).
 	dashboards *dashboardResult
@@ -339,6 +355,9 @@ func (b *bench) run(ctx context.Context, s runSpec) (res result, err error) {
 	if b.cfg.workers > 0 {
 		args = append(args, fmt.Sprintf("--workers=%d", b.cfg.workers))
 	}
+	if s.sessions {
+		args = append(args, "--providers=session")
+	}
 	op, err := startOperator(b.binary, filepath.Join(b.dir, ns+".log"), args)
 	if err != nil {
 		return res, err
@@ -359,9 +378,11 @@ func (b *bench) run(ctx context.Context, s runSpec) (res result, err error) {
 	}
 	if s.proxies > 0 {
 		res.leases = s.proxies / 2
+		start := time.Now()
 		if err := acquireLeases(ctx, op.leaseAddr, ns, res.leases, leaseTTL, b.cfg.timeout); err != nil {
 			return res, fmt.Errorf("phase \"acquire leases\": %w", errors.Join(err, op.ExitErr()))
 		}
+		res.acquire = time.Since(start)
 	}
 	progress("%s: steady state for %v with %d leases held", what, s.steady, res.leases)
 	st, err := b.measureSteady(ctx, op, ns, s.steady)
@@ -392,7 +413,11 @@ func (b *bench) run(ctx context.Context, s runSpec) (res result, err error) {
 
 // converge creates the proxies and waits until all are Ready.
 func (b *bench) converge(ctx context.Context, s runSpec, ns string, op *operatorProcess, res *result) error {
-	w, err := b.watchReady(ctx, ns, s.proxies)
+	want := s.proxies
+	if s.sessions {
+		want += b.cfg.instances // the instances become Ready too
+	}
+	w, err := b.watchReady(ctx, ns, want)
 	if err != nil {
 		return fmt.Errorf("phase \"watch proxies\": %w", err)
 	}
@@ -407,16 +432,22 @@ func (b *bench) converge(ctx context.Context, s runSpec, ns string, op *operator
 	}
 
 	start := time.Now()
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(createWorkers)
-	for i := range s.proxies {
-		g.Go(func() error {
-			_, err := b.crawl.CrawlV1alpha1().Proxies(ns).Create(gctx, newProxy(ns, i, b.addrs[i], b.cfg.interval), metav1.CreateOptions{})
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return fmt.Errorf("phase \"create proxies\": %w", err)
+	if s.sessions {
+		if err := b.createSessionsPool(ctx, ns, s.proxies, b.addrs[0]); err != nil {
+			return fmt.Errorf("phase \"create pool\": %w", err)
+		}
+	} else {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(createWorkers)
+		for i := range s.proxies {
+			g.Go(func() error {
+				_, err := b.crawl.CrawlV1alpha1().Proxies(ns).Create(gctx, newProxy(ns, i, b.addrs[i], b.cfg.interval), metav1.CreateOptions{})
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return fmt.Errorf("phase \"create proxies\": %w", err)
+		}
 	}
 	res.create = time.Since(start)
 
@@ -455,7 +486,9 @@ wait:
 		return err
 	}
 	res.converge = after.sub(before)
-	res.converge.all["proxies"] -= float64(s.proxies) // the bench's creates
+	if !s.sessions {
+		res.converge.all["proxies"] -= float64(s.proxies) // the bench's creates
+	}
 	return nil
 }
 
@@ -531,6 +564,11 @@ func (b *bench) measureSteady(ctx context.Context, op *operatorProcess, ns strin
 func (b *bench) abandon(ns string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// A pool first, or it would make its members again.
+	if err := b.crawl.CrawlV1alpha1().ProxyPools(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		progress("deleting the pools of %s: %v", ns, err)
+	}
+	b.dropFinalizers(ctx, ns)
 	if err := b.crawl.CrawlV1alpha1().Proxies(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		progress("deleting the proxies of %s: %v", ns, err)
 	}

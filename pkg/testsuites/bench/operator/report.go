@@ -24,6 +24,7 @@ func formatReport(cfg config, fleetN int, results []result) string {
 
 	sb.WriteString(formatConvergence(cfg, results))
 	sb.WriteString(formatSteady(results))
+	sb.WriteString(formatSessions(cfg, results))
 	sb.WriteString(formatDashboards(results))
 	sb.WriteString(formatCostGrowth(cfg, results))
 	sb.WriteString(formatProbes(results))

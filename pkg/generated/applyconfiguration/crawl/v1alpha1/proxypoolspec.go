@@ -57,6 +57,16 @@ type ProxyPoolSpecApplyConfiguration struct {
 	// Cost is what the members cost, for status.usage's cost and cost per
 	// 1,000 successes. Unset: no cost is reported.
 	Cost *PoolCostApplyConfiguration `json:"cost,omitempty"`
+	// MembersPerInstance, when set, makes every member a session on a
+	// shared instance (docs/ipv6.md): the template then describes the
+	// instance (a Proxy with exit ranges), the pool keeps
+	// ceil(replicas/membersPerInstance) instances and replicas members, each
+	// member a session-provider Proxy on the instance with the fewest
+	// members. Recycling a member is a new session, a new exit address, not
+	// a new instance. Unset: every member is its own instance. With an
+	// External template every instance Proxy names the same proxy: set it
+	// to at least spec.replicas, so that there is one.
+	MembersPerInstance *int32 `json:"membersPerInstance,omitempty"`
 }
 
 // ProxyPoolSpecApplyConfiguration constructs a declarative configuration of the ProxyPoolSpec type for use with
@@ -134,5 +144,13 @@ func (b *ProxyPoolSpecApplyConfiguration) WithAutoscaling(value *PoolAutoscaling
 // If called multiple times, the Cost field is set to the value of the last call.
 func (b *ProxyPoolSpecApplyConfiguration) WithCost(value *PoolCostApplyConfiguration) *ProxyPoolSpecApplyConfiguration {
 	b.Cost = value
+	return b
+}
+
+// WithMembersPerInstance sets the MembersPerInstance field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MembersPerInstance field is set to the value of the last call.
+func (b *ProxyPoolSpecApplyConfiguration) WithMembersPerInstance(value int32) *ProxyPoolSpecApplyConfiguration {
+	b.MembersPerInstance = &value
 	return b
 }

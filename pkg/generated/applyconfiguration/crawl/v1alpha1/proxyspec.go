@@ -34,14 +34,15 @@ type ProxySpecApplyConfiguration struct {
 	// Provider creates the instance of a Managed proxy: kubernetes (a Pod),
 	// local (a process on the operator's host, for development), gce (a
 	// Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud
-	// server), digitalocean (a DigitalOcean droplet) or upstream (a session of a
-	// proxy network's super proxy). Required when mode is Managed, forbidden
-	// when External. Changing it replaces the instance.
+	// server), digitalocean (a DigitalOcean droplet), upstream (a session of a
+	// proxy network's super proxy) or session (a session of another Proxy
+	// with exit ranges). Required when mode is Managed, forbidden when
+	// External. Changing it replaces the instance.
 	Provider *crawlv1alpha1.ProviderName `json:"provider,omitempty"`
 	// Kubernetes holds settings for the kubernetes provider.
 	Kubernetes *KubernetesProviderApplyConfiguration `json:"kubernetes,omitempty"`
 	// Local holds settings for the local provider.
-	Local *crawlv1alpha1.LocalProvider `json:"local,omitempty"`
+	Local *LocalProviderApplyConfiguration `json:"local,omitempty"`
 	// GCE holds settings for the gce provider.
 	GCE *GCEProviderApplyConfiguration `json:"gce,omitempty"`
 	// AWS holds settings for the aws provider.
@@ -52,6 +53,8 @@ type ProxySpecApplyConfiguration struct {
 	DigitalOcean *DigitalOceanProviderApplyConfiguration `json:"digitalocean,omitempty"`
 	// Upstream holds settings for the upstream provider.
 	Upstream *UpstreamProviderApplyConfiguration `json:"upstream,omitempty"`
+	// Session holds settings for the session provider.
+	Session *SessionProviderApplyConfiguration `json:"session,omitempty"`
 	// CloudInit is the user-data that configures a Managed instance at boot.
 	// Its content is part of the instance's identity: changing it, or the
 	// Secret it names, replaces the instance. Forbidden when mode is External.
@@ -59,6 +62,13 @@ type ProxySpecApplyConfiguration struct {
 	// Endpoint is the address of an External proxy. Required when mode is
 	// External, forbidden when Managed.
 	Endpoint *EndpointApplyConfiguration `json:"endpoint,omitempty"`
+	// ExitRanges are the prefixes (CIDRs) an External proxy leaves from,
+	// one address per session, as its operator started it with
+	// --exit-range (docs/ipv6.md); the operator reports them in
+	// status.exitRanges, and sessions (spec.provider session) may be put on
+	// it. Forbidden when mode is Managed: a local instance's are
+	// spec.local.exitRanges, a cloud's come from its provider.
+	ExitRanges []crawlv1alpha1.CIDR `json:"exitRanges,omitempty"`
 	// Auth names the credentials the proxy requires (HTTP basic auth). They
 	// are used by health probes and handed to authorised lease holders; they
 	// are never logged.
@@ -109,8 +119,8 @@ func (b *ProxySpecApplyConfiguration) WithKubernetes(value *KubernetesProviderAp
 // WithLocal sets the Local field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Local field is set to the value of the last call.
-func (b *ProxySpecApplyConfiguration) WithLocal(value crawlv1alpha1.LocalProvider) *ProxySpecApplyConfiguration {
-	b.Local = &value
+func (b *ProxySpecApplyConfiguration) WithLocal(value *LocalProviderApplyConfiguration) *ProxySpecApplyConfiguration {
+	b.Local = value
 	return b
 }
 
@@ -154,6 +164,14 @@ func (b *ProxySpecApplyConfiguration) WithUpstream(value *UpstreamProviderApplyC
 	return b
 }
 
+// WithSession sets the Session field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Session field is set to the value of the last call.
+func (b *ProxySpecApplyConfiguration) WithSession(value *SessionProviderApplyConfiguration) *ProxySpecApplyConfiguration {
+	b.Session = value
+	return b
+}
+
 // WithCloudInit sets the CloudInit field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the CloudInit field is set to the value of the last call.
@@ -167,6 +185,16 @@ func (b *ProxySpecApplyConfiguration) WithCloudInit(value *CloudInitApplyConfigu
 // If called multiple times, the Endpoint field is set to the value of the last call.
 func (b *ProxySpecApplyConfiguration) WithEndpoint(value *EndpointApplyConfiguration) *ProxySpecApplyConfiguration {
 	b.Endpoint = value
+	return b
+}
+
+// WithExitRanges adds the given value to the ExitRanges field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the ExitRanges field.
+func (b *ProxySpecApplyConfiguration) WithExitRanges(values ...crawlv1alpha1.CIDR) *ProxySpecApplyConfiguration {
+	for i := range values {
+		b.ExitRanges = append(b.ExitRanges, values[i])
+	}
 	return b
 }
 

@@ -49,6 +49,10 @@ type ProxyStatusApplyConfiguration struct {
 	// the operator's GeoIP database (--geoip-database); empty when neither
 	// knows. A pool labels its members with it (crawl.proxyfleet.io/exit-country).
 	ExitCountry *string `json:"exitCountry,omitempty"`
+	// ExitRanges are the prefixes (CIDRs) the instance leaves from, one
+	// address per session (docs/ipv6.md): what the provider reports (a
+	// cloud's delegated prefix) or the spec declares. Empty: one exit.
+	ExitRanges []string `json:"exitRanges,omitempty"`
 	// Conditions: Provisioned (the instance exists and runs) and Healthy
 	// (probes through the proxy succeed).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
@@ -114,6 +118,16 @@ func (b *ProxyStatusApplyConfiguration) WithExitIP(value string) *ProxyStatusApp
 // If called multiple times, the ExitCountry field is set to the value of the last call.
 func (b *ProxyStatusApplyConfiguration) WithExitCountry(value string) *ProxyStatusApplyConfiguration {
 	b.ExitCountry = &value
+	return b
+}
+
+// WithExitRanges adds the given value to the ExitRanges field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the ExitRanges field.
+func (b *ProxyStatusApplyConfiguration) WithExitRanges(values ...string) *ProxyStatusApplyConfiguration {
+	for i := range values {
+		b.ExitRanges = append(b.ExitRanges, values[i])
+	}
 	return b
 }
 

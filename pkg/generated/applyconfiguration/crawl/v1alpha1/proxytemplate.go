@@ -26,8 +26,9 @@ type ProxyTemplateApplyConfiguration struct {
 	// Metadata holds the labels and annotations every member carries. The
 	// pool adds crawl.proxyfleet.io/pool and crawl.proxyfleet.io/pool-revision.
 	Metadata *TemplateMetadataApplyConfiguration `json:"metadata,omitempty"`
-	// Spec is every member's Proxy spec. Members are Managed: mode External
-	// is rejected.
+	// Spec is every member's Proxy spec (with spec.membersPerInstance:
+	// every instance's). Members are Managed: mode External is rejected,
+	// unless the members are sessions on it (spec.membersPerInstance).
 	Spec *ProxySpecApplyConfiguration `json:"spec,omitempty"`
 }
 
