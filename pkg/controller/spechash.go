@@ -23,8 +23,10 @@ type hashedSpec struct {
 	Hetzner *crawlv1alpha1.HetznerProvider `json:"hetzner,omitempty"`
 	// DigitalOcean: omitempty keeps the hash of every other spec unchanged.
 	DigitalOcean *crawlv1alpha1.DigitalOceanProvider `json:"digitalocean,omitempty"`
-	Endpoint     *crawlv1alpha1.Endpoint             `json:"endpoint,omitempty"`
-	Auth         *crawlv1alpha1.ProxyAuth            `json:"auth,omitempty"`
+	// Azure: omitempty keeps the hash of every other spec unchanged.
+	Azure    *crawlv1alpha1.AzureProvider `json:"azure,omitempty"`
+	Endpoint *crawlv1alpha1.Endpoint      `json:"endpoint,omitempty"`
+	Auth     *crawlv1alpha1.ProxyAuth     `json:"auth,omitempty"`
 	// Egress is passed to the instance as flags: a change replaces it.
 	// omitempty keeps the hash of every spec without it unchanged.
 	Egress *crawlv1alpha1.ProxyEgress `json:"egress,omitempty"`
@@ -48,6 +50,7 @@ func specHash(spec crawlv1alpha1.ProxySpec, cloudInit []byte, credentialsDigest 
 		AWS:          spec.AWS,
 		Hetzner:      spec.Hetzner,
 		DigitalOcean: spec.DigitalOcean,
+		Azure:        spec.Azure,
 		Endpoint:     spec.Endpoint,
 		Auth:         spec.Auth,
 		Egress:       spec.Egress,

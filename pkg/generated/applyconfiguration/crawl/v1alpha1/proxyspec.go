@@ -34,7 +34,7 @@ type ProxySpecApplyConfiguration struct {
 	// Provider creates the instance of a Managed proxy: kubernetes (a Pod),
 	// local (a process on the operator's host, for development), gce (a
 	// Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud
-	// server), digitalocean (a DigitalOcean droplet) or upstream (a session of a
+	// server), digitalocean (a DigitalOcean droplet), azure (an Azure VM) or upstream (a session of a
 	// proxy network's super proxy). Required when mode is Managed, forbidden
 	// when External. Changing it replaces the instance.
 	Provider *crawlv1alpha1.ProviderName `json:"provider,omitempty"`
@@ -50,6 +50,8 @@ type ProxySpecApplyConfiguration struct {
 	Hetzner *HetznerProviderApplyConfiguration `json:"hetzner,omitempty"`
 	// DigitalOcean holds settings for the digitalocean provider.
 	DigitalOcean *DigitalOceanProviderApplyConfiguration `json:"digitalocean,omitempty"`
+	// Azure holds settings for the azure provider.
+	Azure *AzureProviderApplyConfiguration `json:"azure,omitempty"`
 	// Upstream holds settings for the upstream provider.
 	Upstream *UpstreamProviderApplyConfiguration `json:"upstream,omitempty"`
 	// CloudInit is the user-data that configures a Managed instance at boot.
@@ -143,6 +145,14 @@ func (b *ProxySpecApplyConfiguration) WithHetzner(value *HetznerProviderApplyCon
 // If called multiple times, the DigitalOcean field is set to the value of the last call.
 func (b *ProxySpecApplyConfiguration) WithDigitalOcean(value *DigitalOceanProviderApplyConfiguration) *ProxySpecApplyConfiguration {
 	b.DigitalOcean = value
+	return b
+}
+
+// WithAzure sets the Azure field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Azure field is set to the value of the last call.
+func (b *ProxySpecApplyConfiguration) WithAzure(value *AzureProviderApplyConfiguration) *ProxySpecApplyConfiguration {
+	b.Azure = value
 	return b
 }
 
