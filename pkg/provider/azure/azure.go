@@ -23,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +33,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v8"
 	"k8s.io/utils/clock"
@@ -217,3 +220,32 @@ func pollDone[T any](ctx context.Context, p *Provider, poller *runtime.Poller[T]
 
 // HeldUntil is the time before which the provider makes no call.
 func (p *Provider) HeldUntil() time.Time { return p.gate.NotBefore() }
+
+// Keys of the Secret --azure-credentials-secret names: a service
+// principal's client secret, the fallback to workload identity.
+const (
+	TenantIDKey     = "tenantID"
+	ClientIDKey     = "clientID"
+	ClientSecretKey = "clientSecret"
+)
+
+// Credential is the identity the operator acts as: the service principal
+// of secret (TenantIDKey, ClientIDKey, ClientSecretKey) when there is one;
+// else workload identity (the environment the AKS workload identity
+// webhook sets), tried first by azidentity's default chain. With
+// EndpointEnv set (a private cloud, or tests) the authority's instance
+// discovery at login.microsoftonline.com is skipped.
+func Credential(secret map[string][]byte) (azcore.TokenCredential, error) {
+	private := os.Getenv(EndpointEnv) != ""
+	if secret == nil {
+		return azidentity.NewDefaultAzureCredential(&azidentity.DefaultAzureCredentialOptions{DisableInstanceDiscovery: private})
+	}
+	key := func(k string) string { return strings.TrimSpace(string(secret[k])) }
+	for _, k := range []string{TenantIDKey, ClientIDKey, ClientSecretKey} {
+		if key(k) == "" {
+			return nil, fmt.Errorf("no key %q", k)
+		}
+	}
+	return azidentity.NewClientSecretCredential(key(TenantIDKey), key(ClientIDKey), key(ClientSecretKey),
+		&azidentity.ClientSecretCredentialOptions{DisableInstanceDiscovery: private})
+}
