@@ -326,7 +326,7 @@ func (f *Fake) put(r *http.Request, k *kind, body []byte) answer {
 	f.nextID++
 	res.state = "Creating"
 	if k == kindIP {
-		res.address = fmt.Sprintf("127.0.106.%d", f.nextID%250+1)
+		res.address = fmt.Sprintf("127.0.108.%d", f.nextID%250+1)
 	}
 	if k == kindVM {
 		res.hidden = f.opts.getLag
