@@ -111,9 +111,10 @@ type Provider struct {
 	poll      time.Duration
 	secrets   provider.SecretReader
 
-	// nsgMu serializes the creation and deletion of the owned network
-	// security groups, so that a delete never races a NIC joining one.
-	nsgMu sync.Mutex
+	// nsgMu keeps the delete of an owned network security group (write
+	// lock) from racing a NIC joining it (read lock, from the group's PUT
+	// to the NIC's).
+	nsgMu sync.RWMutex
 }
 
 var _ provider.Provider = (*Provider)(nil)

@@ -91,6 +91,8 @@ func (p *Provider) adopt(ctx context.Context, name string) (inst provider.Instan
 func (p *Provider) network(ctx context.Context, name string, tags map[string]*string, s settings) (string, error) {
 	nsgID := ""
 	if len(s.allowFrom) > 0 {
+		p.nsgMu.RLock()
+		defer p.nsgMu.RUnlock()
 		nsgTags := azureTags(map[string]string{cloudkit.LabelClusterID: p.clusterID})
 		var err error
 		if nsgID, err = p.ensureSecurityGroup(ctx, nsgName(p.clusterID, s), s.location, nsgTags, s); err != nil {
@@ -102,8 +104,6 @@ func (p *Provider) network(ctx context.Context, name string, tags map[string]*st
 	if err != nil {
 		return "", classify(err)
 	}
-	p.nsgMu.Lock() // the group must not be deleted while the NIC joins it
-	defer p.nsgMu.Unlock()
 	nicPoller, err := p.nics.BeginCreateOrUpdate(ctx, p.group, nicName(name), networkInterface(s.location, tags, s, deref(ip.ID), nsgID), nil)
 	nic, err := pollDone(ctx, p, nicPoller, err)
 	if err != nil {
@@ -114,8 +114,6 @@ func (p *Provider) network(ctx context.Context, name string, tags map[string]*st
 
 // ensureSecurityGroup makes (or updates to the same rules) the owned group.
 func (p *Provider) ensureSecurityGroup(ctx context.Context, name, location string, tags map[string]*string, s settings) (string, error) {
-	p.nsgMu.Lock()
-	defer p.nsgMu.Unlock()
 	poller, err := p.nsgs.BeginCreateOrUpdate(ctx, p.group, name, securityGroup(location, tags, s), nil)
 	nsg, err := pollDone(ctx, p, poller, err)
 	if err != nil {
