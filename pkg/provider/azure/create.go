@@ -41,6 +41,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	tags := azureTags(cloudkit.Labels(req, p.clusterID, s.port))
 	nicID, err := p.network(ctx, name, tags, s)
 	if err != nil {
+		p.abandon(ctx, name, err)
 		return provider.Instance{}, cloudkit.ProviderError(doing, err)
 	}
 	var inst provider.Instance
@@ -59,14 +60,51 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 		if cloudkit.KindOf(err) == cloudkit.KindCapacity {
 			klog.FromContext(ctx).V(2).Info("No capacity; trying the next size", "vm", name, "size", size)
 			// An allocation failure leaves a failed VM of the name: gone
-			// before the next size is tried.
-			if derr := p.deleteVM(ctx, name); derr != nil {
+			// before the next size is tried. (SkuNotAvailable leaves none,
+			// and a VM that did not fail is no one's to delete here.)
+			if derr := p.deleteFailedVM(ctx, name); derr != nil {
 				return derr
 			}
 		}
 		return err
 	})
+	p.abandon(ctx, name, err)
 	return inst, cloudkit.ProviderError(doing, err)
+}
+
+// abandon deletes the NIC and public IP of a create whose error is final
+// for this spec (permanent, or no size with capacity): they would serve
+// nothing until the Proxy goes. A VM of the name keeps them (Azure refuses
+// to delete a NIC in use). After any other error the next create of the
+// name reuses them.
+func (p *Provider) abandon(ctx context.Context, name string, err error) {
+	switch kind := cloudkit.KindOf(err); {
+	case err == nil || (kind != cloudkit.KindPermanent && kind != cloudkit.KindCapacity && kind != cloudkit.KindQuota):
+		return
+	}
+	nsgID, err := p.deleteNIC(ctx, nicName(name))
+	if err == nil {
+		err = p.deletePublicIP(ctx, ipName(name))
+	}
+	if err == nil && nsgID != "" {
+		err = p.deleteSecurityGroupIfUnused(ctx, nsgID)
+	}
+	if err != nil {
+		klog.FromContext(ctx).Info("Could not delete the NIC and public IP of a failed create; the Proxy's delete does", "vm", name, "err", err)
+	}
+}
+
+// deleteFailedVM deletes this cluster's VM of this name if it failed.
+func (p *Provider) deleteFailedVM(ctx context.Context, name string) error {
+	vm, err := p.vm(ctx, name)
+	if err != nil || vm == nil || !failed(vm) {
+		return err
+	}
+	return p.deleteVM(ctx, name)
+}
+
+func failed(vm *armcompute.VirtualMachine) bool {
+	return vm.Properties != nil && deref(vm.Properties.ProvisioningState) == "Failed"
 }
 
 // adopt returns the VM an earlier create of this name made (ok true),
@@ -77,7 +115,7 @@ func (p *Provider) adopt(ctx context.Context, name string) (inst provider.Instan
 	if err != nil || vm == nil {
 		return provider.Instance{}, false, err
 	}
-	if vm.Properties != nil && deref(vm.Properties.ProvisioningState) == "Failed" {
+	if failed(vm) {
 		klog.FromContext(ctx).V(2).Info("Deleting the failed VM of an earlier create", "vm", name)
 		return provider.Instance{}, false, p.deleteVM(ctx, name)
 	}

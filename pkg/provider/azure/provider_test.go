@@ -133,8 +133,8 @@ func TestCreateWalksSizesOnCapacity(t *testing.T) {
 	if !errors.Is(err, provider.ErrQuotaExceeded) || !strings.Contains(err.Error(), sizes[0]) || !strings.Contains(err.Error(), sizes[2]) {
 		t.Errorf("no capacity anywhere: %v, want a quota error naming the sizes", err)
 	}
-	if n := len(fake.VMs()); n != 1 {
-		t.Errorf("%d VMs, want the first create's only (failed ones deleted)", n)
+	if diff := cmp.Diff(map[string]int{"virtualMachines": 1, "networkInterfaces": 1, "publicIPAddresses": 1}, fake.Resources()); diff != "" {
+		t.Errorf("resources after a create with no capacity anywhere (-want +got):\n%s", diff)
 	}
 }
 
@@ -179,8 +179,10 @@ func TestErrorsNameTheFieldAndClass(t *testing.T) {
 			}
 		})
 	}
-	if n := len(fake.VMs()); n != 0 {
-		t.Errorf("%d VMs made by failing creates", n)
+	// A final error deletes what its create made; the server error's NIC
+	// and public IP stay for the retry of the same name.
+	if diff := cmp.Diff(map[string]int{"networkInterfaces": 1, "publicIPAddresses": 1}, fake.Resources()); diff != "" {
+		t.Errorf("left by failing creates (-want +got):\n%s", diff)
 	}
 }
 
