@@ -49,8 +49,13 @@ func TestFaultStormLeaksAndDuplicatesNothing(t *testing.T) {
 		},
 		Edit: func(p *crawlv1alpha1.Proxy) { p.Spec.Azure.VMSizes = []string{"Standard_B1ms"} },
 
-		Creates:    func() int { return calls(azuretest.PutVM) },
-		Mutations:  func() int { return calls(azuretest.PutVM) + calls(azuretest.DeleteVM) },
+		Creates: func() int { return calls(azuretest.PutVM) },
+		// A create or delete here is three resources' PUTs or DELETEs,
+		// each meeting the storm.
+		Mutations: func() int {
+			return calls(azuretest.PutVM) + calls(azuretest.DeleteVM) + calls(azuretest.PutNIC) + calls(azuretest.DeleteNIC) +
+				calls(azuretest.PutIP) + calls(azuretest.DeleteIP)
+		},
 		Calls:      all,
 		MinCalls:   300,
 		StopFaults: func() { h.fake.SetRandomFaults(0, 0) },
