@@ -29,7 +29,7 @@ import (
 // foreignPrograms are commands whose flags are not ours: the flags of a
 // code line or code span that runs one of them are not checked.
 var foreignPrograms = map[string]bool{
-	"aws": true, "bin/kubectl": true, "curl": true, "docker": true, "gcloud": true,
+	"aws": true, "az": true, "bin/kubectl": true, "curl": true, "docker": true, "gcloud": true,
 	"go": true, "helm": true, "kubectl": true, "skopeo": true,
 }
 

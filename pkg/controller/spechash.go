@@ -23,7 +23,9 @@ type hashedSpec struct {
 	Hetzner *crawlv1alpha1.HetznerProvider `json:"hetzner,omitempty"`
 	// DigitalOcean: omitempty keeps the hash of every other spec unchanged.
 	DigitalOcean *crawlv1alpha1.DigitalOceanProvider `json:"digitalocean,omitempty"`
-	Endpoint     *crawlv1alpha1.Endpoint             `json:"endpoint,omitempty"`
+	// Azure: omitempty keeps the hash of every other spec unchanged.
+	Azure    *crawlv1alpha1.AzureProvider `json:"azure,omitempty"`
+	Endpoint *crawlv1alpha1.Endpoint      `json:"endpoint,omitempty"`
 	// Session: omitempty keeps the hash of every other spec unchanged.
 	Session *crawlv1alpha1.SessionProvider `json:"session,omitempty"`
 	Auth    *crawlv1alpha1.ProxyAuth       `json:"auth,omitempty"`
@@ -50,6 +52,7 @@ func specHash(spec crawlv1alpha1.ProxySpec, cloudInit []byte, credentialsDigest 
 		AWS:          spec.AWS,
 		Hetzner:      spec.Hetzner,
 		DigitalOcean: spec.DigitalOcean,
+		Azure:        spec.Azure,
 		Endpoint:     spec.Endpoint,
 		Session:      spec.Session,
 		Auth:         spec.Auth,

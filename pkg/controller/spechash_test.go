@@ -56,3 +56,14 @@ func TestSpecHashDigitalOcean(t *testing.T) {
 		t.Error("specs with other sizes hash alike")
 	}
 }
+
+// TestSpecHashAzure: a change of spec.azure is a new VM.
+func TestSpecHashAzure(t *testing.T) {
+	spec := func(size string) crawlv1alpha1.ProxySpec {
+		return crawlv1alpha1.ProxySpec{Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderAzure,
+			Azure: &crawlv1alpha1.AzureProvider{VMSizes: []string{size}}}
+	}
+	if specHash(spec("Standard_B1s"), nil, "") == specHash(spec("Standard_B1ms"), nil, "") {
+		t.Error("specs with other VM sizes hash alike")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/aws"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/azure"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/digitalocean"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/gce"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/hetzner"
@@ -32,6 +33,7 @@ func BuiltinProviders() ProviderRegistry {
 		string(crawlv1alpha1.ProviderAWS):          newAWSProvider,
 		string(crawlv1alpha1.ProviderHetzner):      newHetznerProvider,
 		string(crawlv1alpha1.ProviderDigitalOcean): newDigitalOceanProvider,
+		string(crawlv1alpha1.ProviderAzure):        newAzureProvider,
 		string(crawlv1alpha1.ProviderUpstream): func(context.Context, ProviderEnv) (provider.Provider, error) {
 			return upstream.New(), nil
 		},
@@ -100,6 +102,32 @@ func newDigitalOceanProvider(ctx context.Context, env ProviderEnv) (provider.Pro
 	return digitalocean.New(digitalocean.Options{
 		Token: token, ClusterID: env.Options.DigitalOceanClusterID, Region: env.Options.DigitalOceanRegion,
 		Endpoint: os.Getenv(digitalocean.EndpointEnv),
+		Secrets: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+			return env.KubeClient.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+		},
+	})
+}
+
+// newAzureProvider acts as the service principal of the Secret
+// --azure-credentials-secret names (read once, never logged), or else as
+// the workload identity of the operator's service account.
+func newAzureProvider(ctx context.Context, env ProviderEnv) (provider.Provider, error) {
+	var data map[string][]byte
+	if ref := env.Options.AzureCredentialsSecret; ref != "" {
+		secret, err := readSecret(ctx, env, "--azure-credentials-secret", ref)
+		if err != nil {
+			return nil, err
+		}
+		data = secret.Data
+	}
+	cred, err := azure.Credential(data)
+	if err != nil {
+		return nil, fmt.Errorf("--azure-credentials-secret %s: %w", env.Options.AzureCredentialsSecret, err)
+	}
+	o := env.Options
+	return azure.New(azure.Options{
+		Credential: cred, SubscriptionID: o.AzureSubscriptionID, ResourceGroup: o.AzureResourceGroup, ClusterID: o.AzureClusterID,
+		Location: o.AzureLocation, SubnetID: o.AzureSubnetID, Endpoint: os.Getenv(azure.EndpointEnv),
 		Secrets: func(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 			return env.KubeClient.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 		},

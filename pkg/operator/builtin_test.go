@@ -64,3 +64,33 @@ func TestNewDigitalOceanProviderReadsTheTokenSecret(t *testing.T) {
 		})
 	}
 }
+
+// The azure provider starts from the service principal in the Secret its
+// flag names; a Secret without a key fails naming the flag and the key,
+// never the secret.
+func TestNewAzureProviderReadsTheCredentialsSecret(t *testing.T) {
+	full := map[string][]byte{"tenantID": []byte("t"), "clientID": []byte("c"), "clientSecret": []byte("s3cret\n")}
+	tests := map[string]struct {
+		data    map[string][]byte
+		wantErr string
+	}{
+		"service principal": {data: full},
+		"no client secret":  {data: map[string][]byte{"tenantID": []byte("t"), "clientID": []byte("c")}, wantErr: `--azure-credentials-secret ops/az: no key "clientSecret"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			kube := kubefake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "az"}, Data: tc.data})
+			opts := DefaultOptions()
+			opts.AzureCredentialsSecret, opts.AzureClusterID, opts.AzureSubscriptionID, opts.AzureResourceGroup = "ops/az", "prod", "sub", "rg"
+			prov, err := newAzureProvider(t.Context(), ProviderEnv{KubeClient: kube, Options: opts})
+			switch {
+			case tc.wantErr == "" && (err != nil || prov == nil):
+				t.Fatalf("newAzureProvider: %v", err)
+			case tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr):
+				t.Fatalf("error %v, want %q", err, tc.wantErr)
+			case err != nil && strings.Contains(err.Error(), "s3cret"):
+				t.Fatalf("the error shows the secret: %v", err)
+			}
+		})
+	}
+}

@@ -133,6 +133,14 @@ type Options struct {
 	// key token) holds the scoped API token (required; docs/digitalocean.md).
 	DigitalOceanRegion, DigitalOceanClusterID string
 	DigitalOceanTokenSecret                   string
+	// AzureSubscriptionID and AzureResourceGroup are where every azure VM
+	// is made (required with the azure provider); AzureClusterID tags
+	// every resource (required); AzureLocation and AzureSubnetID are the
+	// defaults of spec.azure; AzureCredentialsSecret ("namespace/name",
+	// keys tenantID, clientID, clientSecret) is the fallback to workload
+	// identity (docs/azure.md).
+	AzureSubscriptionID, AzureResourceGroup, AzureClusterID string
+	AzureLocation, AzureSubnetID, AzureCredentialsSecret    string
 	// LocalStateDir is where the local provider keeps its state.
 	LocalStateDir string
 	// GeoIPDatabase is a MaxMind DB file mapping exit IPs to countries
@@ -281,6 +289,12 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DigitalOceanRegion, "digitalocean-region", o.DigitalOceanRegion, "DigitalOcean region (nyc3, ams3, fra1, ...) of digitalocean droplets whose spec.digitalocean.region is empty.")
 	fs.StringVar(&o.DigitalOceanClusterID, "digitalocean-cluster-id", o.DigitalOceanClusterID, "Tag value that scopes every DigitalOcean droplet to this cluster, unique among the clusters sharing the account (letters, digits, dashes, underscores); required when --providers includes digitalocean.")
 	fs.StringVar(&o.DigitalOceanTokenSecret, "digitalocean-token-secret", o.DigitalOceanTokenSecret, "namespace/name of a Secret whose key token is a DigitalOcean API token with the scopes docs/digitalocean.md lists; required when --providers includes digitalocean.")
+	fs.StringVar(&o.AzureSubscriptionID, "azure-subscription-id", o.AzureSubscriptionID, "Azure subscription of azure VMs; required when --providers includes azure.")
+	fs.StringVar(&o.AzureResourceGroup, "azure-resource-group", o.AzureResourceGroup, "Resource group where azure VMs, their NICs, public IPs and security groups are made, the scope of the operator's role (docs/azure.md); required when --providers includes azure.")
+	fs.StringVar(&o.AzureClusterID, "azure-cluster-id", o.AzureClusterID, "Tag value that scopes every Azure resource to this cluster, unique among the clusters sharing the resource group (letters, digits, dashes, underscores); required when --providers includes azure.")
+	fs.StringVar(&o.AzureLocation, "azure-location", o.AzureLocation, "Azure region (westeurope, eastus2, ...) of azure VMs whose spec.azure.location is empty.")
+	fs.StringVar(&o.AzureSubnetID, "azure-subnet-id", o.AzureSubnetID, "Resource ID of the subnet azure VMs join when spec.azure.subnetID is empty.")
+	fs.StringVar(&o.AzureCredentialsSecret, "azure-credentials-secret", o.AzureCredentialsSecret, "namespace/name of a Secret with a service principal's tenantID, clientID and clientSecret; empty: workload identity (docs/azure.md).")
 	fs.StringVar(&o.LocalStateDir, "local-state-dir", o.LocalStateDir, "Directory where the local provider keeps its processes' state. Required when --providers includes local.")
 	fs.BoolVar(&o.LocalLoopbackExits, "local-loopback-exits", o.LocalLoopbackExits, "Give each local instance an exit address of its own in 127.1.0.0/16, so that sites on this machine see one IP per instance (and ban them one by one).")
 	fs.DurationVar(&o.GCInterval, "gc-interval", o.GCInterval, "How often provider instances whose Proxy is gone are collected.")
@@ -322,7 +336,7 @@ func (v *listValue) Set(s string) error {
 
 // knownProviders are the provider names the API accepts (spec.provider).
 func knownProviders() []string {
-	return []string{string(crawlv1alpha1.ProviderKubernetes), string(crawlv1alpha1.ProviderLocal), string(crawlv1alpha1.ProviderGCE), string(crawlv1alpha1.ProviderAWS), string(crawlv1alpha1.ProviderHetzner), string(crawlv1alpha1.ProviderDigitalOcean), string(crawlv1alpha1.ProviderUpstream), string(crawlv1alpha1.ProviderSession)}
+	return []string{string(crawlv1alpha1.ProviderKubernetes), string(crawlv1alpha1.ProviderLocal), string(crawlv1alpha1.ProviderGCE), string(crawlv1alpha1.ProviderAWS), string(crawlv1alpha1.ProviderHetzner), string(crawlv1alpha1.ProviderDigitalOcean), string(crawlv1alpha1.ProviderAzure), string(crawlv1alpha1.ProviderUpstream), string(crawlv1alpha1.ProviderSession)}
 }
 
 // Validate checks every option on its own and against the others; each error
@@ -474,7 +488,7 @@ func (o *Options) validateProviders(bad badFlag) {
 		}
 		seen[name] = true
 	}
-	for _, f := range []struct{ flag, ref string }{{"gce-credentials-secret", o.GCECredentialsSecret}, {"aws-credentials-secret", o.AWSCredentialsSecret}, {"hetzner-token-secret", o.HetznerTokenSecret}, {"digitalocean-token-secret", o.DigitalOceanTokenSecret}} {
+	for _, f := range []struct{ flag, ref string }{{"gce-credentials-secret", o.GCECredentialsSecret}, {"aws-credentials-secret", o.AWSCredentialsSecret}, {"hetzner-token-secret", o.HetznerTokenSecret}, {"digitalocean-token-secret", o.DigitalOceanTokenSecret}, {"azure-credentials-secret", o.AzureCredentialsSecret}} {
 		if ns, name, ok := strings.Cut(f.ref, "/"); f.ref != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
 			bad(f.flag, "must be namespace/name, got %q", f.ref)
 		}
@@ -497,6 +511,20 @@ func (o *Options) validateProviders(bad badFlag) {
 		}
 		if o.DigitalOceanTokenSecret == "" {
 			bad("digitalocean-token-secret", "must be set when --providers includes %s: the Secret holding the scoped API token (docs/digitalocean.md)", do)
+		}
+	}
+	if az := string(crawlv1alpha1.ProviderAzure); seen[az] {
+		switch id := o.AzureClusterID; {
+		case id == "":
+			bad("azure-cluster-id", "must be set when --providers includes %s: a name unique to this cluster among those sharing the resource group, such as the cluster's name", az)
+		case !validTagValue.MatchString(id):
+			bad("azure-cluster-id", "must be 1-63 letters, digits, dashes or underscores (it becomes an Azure tag value), got %q", id)
+		}
+		if o.AzureSubscriptionID == "" {
+			bad("azure-subscription-id", "must be set when --providers includes %s", az)
+		}
+		if o.AzureResourceGroup == "" {
+			bad("azure-resource-group", "must be set when --providers includes %s: the group the operator's role is assigned on (docs/azure.md)", az)
 		}
 	}
 	if seen[string(crawlv1alpha1.ProviderLocal)] && o.LocalStateDir == "" {

@@ -74,8 +74,8 @@ func TestValidate(t *testing.T) {
 		"lease and metrics on one port": {mod: func(o *Options) { o.LeaseAddr, o.MetricsAddr = ":9090", "127.0.0.1:9090" },
 			wantErrs: []string{"--lease-addr: must differ from --metrics-addr"}},
 		"unknown lease auth": {mod: func(o *Options) { o.LeaseAuth = "oidc" }, wantErrs: []string{`--lease-auth: must be "kubernetes" or "none", got "oidc"`}},
-		"unknown provider": {mod: func(o *Options) { o.Providers = []string{"kubernetes", "azure"} },
-			wantErrs: []string{`--providers: unknown provider "azure" (known: kubernetes, local, gce, aws, hetzner, digitalocean, upstream, session)`}},
+		"unknown provider": {mod: func(o *Options) { o.Providers = []string{"kubernetes", "vultr"} },
+			wantErrs: []string{`--providers: unknown provider "vultr" (known: kubernetes, local, gce, aws, hetzner, digitalocean, azure, upstream, session)`}},
 		"provider twice":  {mod: func(o *Options) { o.Providers = []string{"gce", "gce"} }, wantErrs: []string{`--providers: provider "gce" is listed twice`}},
 		"local no state":  {mod: func(o *Options) { o.Providers = []string{"local"} }, wantErrs: []string{"--local-state-dir: must be set when --providers includes local"}},
 		"zero gc":         {mod: func(o *Options) { o.GCInterval = 0 }, wantErrs: []string{"--gc-interval: must be positive"}},
@@ -87,6 +87,11 @@ func TestValidate(t *testing.T) {
 			wantErrs: []string{"--leader-elect-lease-duration: must be greater than --leader-elect-renew-deadline (10s), got 10s"}},
 		"hetzner without cluster ID and token": {mod: func(o *Options) { o.Providers = []string{"hetzner"} },
 			wantErrs: []string{"--hetzner-cluster-id: must be set", "--hetzner-token-secret: must be set"}},
+		"azure without cluster ID, subscription and group": {mod: func(o *Options) { o.Providers = []string{"azure"} },
+			wantErrs: []string{"--azure-cluster-id: must be set", "--azure-subscription-id: must be set", "--azure-resource-group: must be set"}},
+		"azure credentials secret not namespace/name": {mod: func(o *Options) {
+			o.Providers, o.AzureClusterID, o.AzureSubscriptionID, o.AzureResourceGroup, o.AzureCredentialsSecret = []string{"azure"}, "prod", "sub", "rg", "sp"
+		}, wantErrs: []string{`--azure-credentials-secret: must be namespace/name, got "sp"`}},
 		"digitalocean without cluster ID and token": {mod: func(o *Options) { o.Providers = []string{"digitalocean"} },
 			wantErrs: []string{"--digitalocean-cluster-id: must be set", "--digitalocean-token-secret: must be set"}},
 		"digitalocean cluster ID no tag": {mod: func(o *Options) {

@@ -38,6 +38,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &crawlv1alpha1.AWSProviderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("AWSSpot"):
 		return &crawlv1alpha1.AWSSpotApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("AzureImage"):
+		return &crawlv1alpha1.AzureImageApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("AzureProvider"):
+		return &crawlv1alpha1.AzureProviderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("BanDetection"):
 		return &crawlv1alpha1.BanDetectionApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CloudInit"):

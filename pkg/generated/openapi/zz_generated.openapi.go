@@ -36,6 +36,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSImage":             schema_pkg_apis_crawl_v1alpha1_AWSImage(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider":          schema_pkg_apis_crawl_v1alpha1_AWSProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSSpot":              schema_pkg_apis_crawl_v1alpha1_AWSSpot(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AzureImage":           schema_pkg_apis_crawl_v1alpha1_AzureImage(ref),
+		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AzureProvider":        schema_pkg_apis_crawl_v1alpha1_AzureProvider(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.BanDetection":         schema_pkg_apis_crawl_v1alpha1_BanDetection(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit":            schema_pkg_apis_crawl_v1alpha1_CloudInit(ref),
 		"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CrawlPolicy":          schema_pkg_apis_crawl_v1alpha1_CrawlPolicy(ref),
@@ -558,6 +560,128 @@ func schema_pkg_apis_crawl_v1alpha1_AWSSpot(ref common.ReferenceCallback) common
 				},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_AzureImage(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AzureImage is a marketplace image reference.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"publisher": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+					"offer": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+					"sku": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+					"version": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Version is an image version or \"latest\".",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"publisher", "offer", "sku"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_crawl_v1alpha1_AzureProvider(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AzureProvider holds the settings of an Azure virtual machine. The subscription and resource group are the operator's (--azure-subscription-id, --azure-resource-group): the operator's role is assigned on that one group (docs/azure.md). An empty location or subnetID falls back to the operator's --azure-location and --azure-subnet-id.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"location": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Location is the Azure region, such as westeurope or eastus2. Default: the operator's --azure-location.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"vmSizes": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "VMSizes are tried in order: the next one when Azure has none of one left (SkuNotAvailable, AllocationFailed, ZonalAllocationFailed).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"image": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Image is the marketplace image the VM boots. Default: Debian 12 (Debian debian-12 12-gen2 latest).",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AzureImage"),
+						},
+					},
+					"subnetID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SubnetID is the resource ID of an existing subnet the VM's network interface joins. Default: the operator's --azure-subnet-id.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"allowFrom": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "AllowFrom makes the operator create, own and attach a network security group that admits the proxy port from these ranges only (the gateway's and the operator's egress) and nothing else (no SSH). The group is deleted once no network interface uses it. Empty: no group of the operator's; the subnet's own group, if any, applies.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"port": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Port is the TCP port the proxy listens on in the VM (set up by cloud-init).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AzureImage"},
 	}
 }
 
@@ -2746,10 +2870,10 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 					},
 					"provider": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Provider creates the instance of a Managed proxy: kubernetes (a Pod), local (a process on the operator's host, for development), gce (a Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud server), digitalocean (a DigitalOcean droplet), upstream (a session of a proxy network's super proxy) or session (a session of another Proxy with exit ranges). Required when mode is Managed, forbidden when External. Changing it replaces the instance.\n\nPossible enum values:\n - `\"aws\"` runs each instance as an EC2 instance.\n - `\"digitalocean\"` runs each instance as a DigitalOcean droplet.\n - `\"gce\"` runs each instance as a Compute Engine VM.\n - `\"hetzner\"` runs each instance as a Hetzner Cloud server.\n - `\"kubernetes\"` runs each instance as a Pod in the Proxy's namespace.\n - `\"local\"` runs each instance as a forward-proxy process on the operator's host (development).\n - `\"session\"` makes the Proxy a session of another Proxy's forward-proxy that has exit ranges: one address of its range, picked by the session id (session_types.go).\n - `\"upstream\"` makes the Proxy a sticky session of a commercial proxy network's super proxy (upstream_types.go).",
+							Description: "Provider creates the instance of a Managed proxy: kubernetes (a Pod), local (a process on the operator's host, for development), gce (a Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud server), digitalocean (a DigitalOcean droplet), azure (an Azure VM), upstream (a session of a proxy network's super proxy) or session (a session of another Proxy with exit ranges). Required when mode is Managed, forbidden when External. Changing it replaces the instance.\n\nPossible enum values:\n - `\"aws\"` runs each instance as an EC2 instance.\n - `\"azure\"` runs each instance as an Azure virtual machine.\n - `\"digitalocean\"` runs each instance as a DigitalOcean droplet.\n - `\"gce\"` runs each instance as a Compute Engine VM.\n - `\"hetzner\"` runs each instance as a Hetzner Cloud server.\n - `\"kubernetes\"` runs each instance as a Pod in the Proxy's namespace.\n - `\"local\"` runs each instance as a forward-proxy process on the operator's host (development).\n - `\"session\"` makes the Proxy a session of another Proxy's forward-proxy that has exit ranges: one address of its range, picked by the session id (session_types.go).\n - `\"upstream\"` makes the Proxy a sticky session of a commercial proxy network's super proxy (upstream_types.go).",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"aws", "digitalocean", "gce", "hetzner", "kubernetes", "local", "session", "upstream"},
+							Enum:        []interface{}{"aws", "azure", "digitalocean", "gce", "hetzner", "kubernetes", "local", "session", "upstream"},
 						},
 					},
 					"kubernetes": {
@@ -2786,6 +2910,12 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 						SchemaProps: spec.SchemaProps{
 							Description: "DigitalOcean holds settings for the digitalocean provider.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DigitalOceanProvider"),
+						},
+					},
+					"azure": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Azure holds settings for the azure provider.",
+							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AzureProvider"),
 						},
 					},
 					"upstream": {
@@ -2861,7 +2991,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 			},
 		},
 		Dependencies: []string{
-			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DigitalOceanProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HetznerProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.SessionProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.UpstreamProvider"},
+			"github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AzureProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.CloudInit", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DigitalOceanProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.Endpoint", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HealthCheck", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HetznerProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyAuth", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.ProxyEgress", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.SessionProvider", "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.UpstreamProvider"},
 	}
 }
 

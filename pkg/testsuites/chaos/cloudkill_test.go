@@ -14,6 +14,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/azuretest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/dotest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/hcloudtest"
 )
@@ -70,12 +71,43 @@ func TestOperatorKilledBetweenServerCreateAndStatusWrite(t *testing.T) {
 	})
 }
 
+// TestOperatorKilledBetweenVMCreateAndStatusWrite: Azure's names are
+// unique per resource group and a PUT creates or updates; the next
+// operator's create PUTs the same names and adopts the held VM.
+func TestOperatorKilledBetweenVMCreateAndStatusWrite(t *testing.T) {
+	fake := azuretest.New(t)
+	names := func(vms []azuretest.VM) []string {
+		out := make([]string, len(vms))
+		for i, vm := range vms {
+			out[i] = vm.Name
+		}
+		return out
+	}
+	testKilledBetweenCreateAndStatusWrite(t, killedCloud{
+		secret: map[string]string{"tenantID": azuretest.TenantID, "clientID": azuretest.ClientID, "clientSecret": azuretest.ClientSecret},
+		env:    fake.Env(t),
+		flags: func(secret string) []string {
+			return []string{"--providers=azure", "--azure-subscription-id=" + azuretest.SubscriptionID, "--azure-resource-group=" + azuretest.ResourceGroup,
+				"--azure-location=westeurope", "--azure-subnet-id=" + azuretest.SubnetID, "--azure-cluster-id=chaos", "--azure-credentials-secret=" + secret}
+		},
+		spec: crawlv1alpha1.ProxySpec{Provider: crawlv1alpha1.ProviderAzure,
+			Azure: &crawlv1alpha1.AzureProvider{VMSizes: []string{"Standard_B1s"}}},
+		edit:       func(p *crawlv1alpha1.Proxy) { p.Spec.Azure.VMSizes = []string{"Standard_B1ms"} },
+		holdCreate: func() func() { return fake.HoldAnswers(azuretest.PutVM) },
+		created:    func() []string { return names(fake.Created()) },
+		live:       func() []string { return names(fake.VMs()) },
+	})
+}
+
 // killedCloud is what testKilledBetweenCreateAndStatusWrite needs of a
 // cloud: its fake (token, environment, held creates, the instances it
 // made and those live, by ID), the operator's flags for it, and a Proxy
 // spec with an edit that replaces the instance.
 type killedCloud struct {
-	token      string
+	token string
+	// secret, when set, is the credentials Secret's data instead of
+	// {"token": token}.
+	secret     map[string]string
 	env        []string
 	flags      func(tokenSecret string) []string
 	spec       crawlv1alpha1.ProxySpec
@@ -94,7 +126,11 @@ type killedCloud struct {
 func testKilledBetweenCreateAndStatusWrite(t *testing.T, c killedCloud) {
 	ns := newNamespace(t)
 	kube, crawl := clients(t)
-	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-token"}, StringData: map[string]string{"token": c.token}}
+	data := c.secret
+	if data == nil {
+		data = map[string]string{"token": c.token}
+	}
+	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cloud-token"}, StringData: data}
 	if _, err := kube.CoreV1().Secrets(ns).Create(t.Context(), token, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

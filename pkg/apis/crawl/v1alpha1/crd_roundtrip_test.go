@@ -106,6 +106,17 @@ func withDocumentedDefaults(s crawlv1alpha1.ProxySpec) crawlv1alpha1.ProxySpec {
 			d.Port = 3128
 		}
 	}
+	if a := s.Azure; a != nil {
+		if len(a.VMSizes) == 0 {
+			a.VMSizes = []string{"Standard_B1s"}
+		}
+		if a.Image != nil && a.Image.Version == "" {
+			a.Image.Version = "latest"
+		}
+		if a.Port == 0 {
+			a.Port = 3128
+		}
+	}
 	if u := s.Upstream; u != nil {
 		if u.Endpoint.Scheme == "" {
 			u.Endpoint.Scheme = crawlv1alpha1.SchemeHTTP
@@ -284,6 +295,18 @@ func fullProxies() []*crawlv1alpha1.Proxy {
 			DigitalOcean: &crawlv1alpha1.DigitalOceanProvider{
 				Region: "ams3", Sizes: []string{"s-1vcpu-512mb-10gb", "s-1vcpu-1gb"}, Image: "ubuntu-24-04-x64",
 				Tags: []string{"crawlers", "team:search"}, VPCUUID: "5a4981aa-9653-4bd1-bef5-d6bff52042e4", AllowFrom: []crawlv1alpha1.CIDR{"10.20.0.0/16", "2001:db8::/32"}, IPv6: true, Port: 3129,
+			},
+			CloudInit:   &crawlv1alpha1.CloudInit{Inline: ptr.To("#cloud-config\n")},
+			HealthCheck: hc,
+			MaxLeases:   1,
+		}),
+		proxy("azure-vm", crawlv1alpha1.ProxySpec{
+			Mode: crawlv1alpha1.ModeManaged, Provider: crawlv1alpha1.ProviderAzure,
+			Azure: &crawlv1alpha1.AzureProvider{
+				Location: "westeurope", VMSizes: []string{"Standard_B1s", "Standard_B1ms"},
+				Image:     &crawlv1alpha1.AzureImage{Publisher: "Canonical", Offer: "ubuntu-24_04-lts", SKU: "server", Version: "24.04.202411030"},
+				SubnetID:  "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/net/providers/Microsoft.Network/virtualNetworks/crawl/subnets/proxies",
+				AllowFrom: []crawlv1alpha1.CIDR{"203.0.113.0/24", "2001:db8::/48"}, Port: 3129,
 			},
 			CloudInit:   &crawlv1alpha1.CloudInit{Inline: ptr.To("#cloud-config\n")},
 			HealthCheck: hc,

@@ -66,6 +66,8 @@ const (
 	ProviderHetzner ProviderName = "hetzner"
 	// ProviderDigitalOcean runs each instance as a DigitalOcean droplet.
 	ProviderDigitalOcean ProviderName = "digitalocean"
+	// ProviderAzure runs each instance as an Azure virtual machine.
+	ProviderAzure ProviderName = "azure"
 	// ProviderUpstream makes the Proxy a sticky session of a commercial
 	// proxy network's super proxy (upstream_types.go).
 	ProviderUpstream ProviderName = "upstream"
@@ -90,6 +92,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.aws) || (has(self.provider) && self.provider == 'aws')",message="spec.aws is only allowed when spec.provider is aws",fieldPath=".aws",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.hetzner) || (has(self.provider) && self.provider == 'hetzner')",message="spec.hetzner is only allowed when spec.provider is hetzner",fieldPath=".hetzner",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.digitalocean) || (has(self.provider) && self.provider == 'digitalocean')",message="spec.digitalocean is only allowed when spec.provider is digitalocean",fieldPath=".digitalocean",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.azure) || (has(self.provider) && self.provider == 'azure')",message="spec.azure is only allowed when spec.provider is azure",fieldPath=".azure",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.upstream) || (has(self.provider) && self.provider == 'upstream')",message="spec.upstream is only allowed when spec.provider is upstream",fieldPath=".upstream",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.provider) || self.provider != 'upstream' || has(self.upstream)",message="spec.upstream is required when spec.provider is upstream",fieldPath=".upstream",reason=FieldValueRequired
 // +kubebuilder:validation:XValidation:rule="!has(self.session) || (has(self.provider) && self.provider == 'session')",message="spec.session is only allowed when spec.provider is session",fieldPath=".session",reason=FieldValueForbidden
@@ -109,11 +112,11 @@ type ProxySpec struct {
 	// Provider creates the instance of a Managed proxy: kubernetes (a Pod),
 	// local (a process on the operator's host, for development), gce (a
 	// Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud
-	// server), digitalocean (a DigitalOcean droplet), upstream (a session of a
-	// proxy network's super proxy) or session (a session of another Proxy
-	// with exit ranges). Required when mode is Managed, forbidden when
-	// External. Changing it replaces the instance.
-	// +kubebuilder:validation:Enum=kubernetes;local;gce;aws;hetzner;digitalocean;upstream;session
+	// server), digitalocean (a DigitalOcean droplet), azure (an Azure VM),
+	// upstream (a session of a proxy network's super proxy) or session (a
+	// session of another Proxy with exit ranges). Required when mode is
+	// Managed, forbidden when External. Changing it replaces the instance.
+	// +kubebuilder:validation:Enum=kubernetes;local;gce;aws;hetzner;digitalocean;azure;upstream;session
 	// +optional
 	Provider ProviderName `json:"provider,omitempty"`
 
@@ -140,6 +143,10 @@ type ProxySpec struct {
 	// DigitalOcean holds settings for the digitalocean provider.
 	// +optional
 	DigitalOcean *DigitalOceanProvider `json:"digitalocean,omitempty"`
+
+	// Azure holds settings for the azure provider.
+	// +optional
+	Azure *AzureProvider `json:"azure,omitempty"`
 
 	// Upstream holds settings for the upstream provider.
 	// +optional

@@ -34,10 +34,10 @@ type ProxySpecApplyConfiguration struct {
 	// Provider creates the instance of a Managed proxy: kubernetes (a Pod),
 	// local (a process on the operator's host, for development), gce (a
 	// Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud
-	// server), digitalocean (a DigitalOcean droplet), upstream (a session of a
-	// proxy network's super proxy) or session (a session of another Proxy
-	// with exit ranges). Required when mode is Managed, forbidden when
-	// External. Changing it replaces the instance.
+	// server), digitalocean (a DigitalOcean droplet), azure (an Azure VM),
+	// upstream (a session of a proxy network's super proxy) or session (a
+	// session of another Proxy with exit ranges). Required when mode is
+	// Managed, forbidden when External. Changing it replaces the instance.
 	Provider *crawlv1alpha1.ProviderName `json:"provider,omitempty"`
 	// Kubernetes holds settings for the kubernetes provider.
 	Kubernetes *KubernetesProviderApplyConfiguration `json:"kubernetes,omitempty"`
@@ -51,6 +51,8 @@ type ProxySpecApplyConfiguration struct {
 	Hetzner *HetznerProviderApplyConfiguration `json:"hetzner,omitempty"`
 	// DigitalOcean holds settings for the digitalocean provider.
 	DigitalOcean *DigitalOceanProviderApplyConfiguration `json:"digitalocean,omitempty"`
+	// Azure holds settings for the azure provider.
+	Azure *AzureProviderApplyConfiguration `json:"azure,omitempty"`
 	// Upstream holds settings for the upstream provider.
 	Upstream *UpstreamProviderApplyConfiguration `json:"upstream,omitempty"`
 	// Session holds settings for the session provider.
@@ -153,6 +155,14 @@ func (b *ProxySpecApplyConfiguration) WithHetzner(value *HetznerProviderApplyCon
 // If called multiple times, the DigitalOcean field is set to the value of the last call.
 func (b *ProxySpecApplyConfiguration) WithDigitalOcean(value *DigitalOceanProviderApplyConfiguration) *ProxySpecApplyConfiguration {
 	b.DigitalOcean = value
+	return b
+}
+
+// WithAzure sets the Azure field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Azure field is set to the value of the last call.
+func (b *ProxySpecApplyConfiguration) WithAzure(value *AzureProviderApplyConfiguration) *ProxySpecApplyConfiguration {
+	b.Azure = value
 	return b
 }
 
