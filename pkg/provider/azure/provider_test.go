@@ -346,3 +346,24 @@ func TestDocumentedRoleSufficesAndEachActionIsNeeded(t *testing.T) {
 		}
 	}
 }
+
+// A create retried after a lost answer, while reads still hide the VM it
+// made, PUTs that VM again: Resource Manager refuses a changed OS profile
+// (PropertyChangeNotAllowed, as the fake does), so the retry must send the
+// same SSH key and custom data, and is accepted.
+func TestRetriedCreateSendsTheSameOSProfile(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	fake := azuretest.New(t, azuretest.WithGetLag(10))
+	p := newProvider(t, fake, clusterID)
+	req := createRequest("00000002-0000-0000-0000-000000000000", nil)
+	fake.LoseNextAnswers(azuretest.PutVM, 1)
+	if _, err := p.Create(ctx, req); provider.Class(err) != provider.ErrTransient {
+		t.Fatalf("create with its answer lost: %v, want a transient error", err)
+	}
+	if _, err := p.Create(ctx, req); err != nil {
+		t.Fatalf("retried create: %v, want the VM's PUT accepted", err)
+	}
+	if n := len(fake.Created()); n != 1 {
+		t.Errorf("%d VMs created, want 1", n)
+	}
+}

@@ -2,7 +2,6 @@ package azure
 
 import (
 	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -185,11 +184,11 @@ func networkInterface(location string, tags map[string]*string, s settings, ipID
 }
 
 // virtualMachine is the VM of size with the NIC nicID. The custom data is
-// the kit's user-data. No password, and an SSH key whose private half is
-// thrown away: cloud-init configures the VM, nobody logs in. Its OS disk
+// the kit's user-data. No password, and an SSH key whose private half
+// nobody has (noLoginSSHKey): cloud-init configures the VM, nobody logs in. Its OS disk
 // goes with it.
 func virtualMachine(name, location string, tags map[string]*string, s settings, size, nicID string, userData []byte) (armcompute.VirtualMachine, error) {
-	sshKey, err := throwawaySSHKey()
+	sshKey, err := noLoginSSHKey(name)
 	if err != nil {
 		return armcompute.VirtualMachine{}, err
 	}
@@ -220,14 +219,17 @@ func virtualMachine(name, location string, tags map[string]*string, s settings, 
 	}, nil
 }
 
-// throwawaySSHKey is the public half of a new Ed25519 key: Azure needs a
-// key or a password for a Linux VM.
-func throwawaySSHKey() (string, error) {
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return "", err
-	}
-	key, err := ssh.NewPublicKey(pub)
+// noLoginSSHKey is an Ed25519 public key nobody holds the private half
+// of: the SHA-256 of the VM's name under a fixed prefix, taken as the
+// key's 32 bytes. Azure needs a key or a password for a Linux VM, and
+// refuses to change either on a live VM (PropertyChangeNotAllowed), so a
+// create retried after a lost answer must send the same key: hence derived
+// from the name, not drawn. If the bytes encode a curve point, finding its
+// private key is the discrete logarithm problem; if not, no signature
+// verifies. Either way nobody logs in, as with a key thrown away.
+func noLoginSSHKey(name string) (string, error) {
+	sum := sha256.Sum256([]byte("proxy-operator azure no-login ssh key v1\x00" + name))
+	key, err := ssh.NewPublicKey(ed25519.PublicKey(sum[:]))
 	if err != nil {
 		return "", err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -317,6 +318,12 @@ func (f *Fake) put(r *http.Request, k *kind, body []byte) answer {
 	}
 	old := f.resources[k.name+"/"+name]
 	if old != nil && old.state != "Failed" {
+		// Resource Manager refuses to change a live VM's OS profile (its
+		// admin user, SSH keys, custom data): a retried create must send
+		// the same one.
+		if k == kindVM && !reflect.DeepEqual(old.props["osProfile"], res.props["osProfile"]) {
+			return answer{err: &Error{Status: 409, Code: "PropertyChangeNotAllowed", Message: "Changing property 'osProfile' is not allowed."}}
+		}
 		old.tags, old.props, old.refs = res.tags, res.props, res.refs
 		return answer{status: http.StatusOK, body: f.render(old)}
 	}
