@@ -19,11 +19,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
-	"strings"
-	"sync"
-	"time"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
@@ -31,19 +26,13 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
-// deletedFor is how long Get reports a deleted session gone (as upstream's).
-const deletedFor = time.Hour
-
 // Provider implements provider.Provider for spec.provider: session.
 type Provider struct {
-	clock func() time.Time
-
-	mu      sync.Mutex
-	deleted map[string]time.Time // session ID -> when Delete was called
+	*upstream.Book // Get, Delete, ListByTag: as a network's sessions
 }
 
 // New returns the provider; it needs nothing.
-func New() *Provider { return &Provider{clock: time.Now, deleted: map[string]time.Time{}} }
+func New() *Provider { return &Provider{upstream.NewBook("session", "the instance at")} }
 
 var (
 	_ provider.Provider                    = (*Provider)(nil)
@@ -59,57 +48,7 @@ func (p *Provider) Create(_ context.Context, req provider.CreateRequest) (provid
 	if spec == nil {
 		return provider.Instance{}, provider.Permanent(errors.New("session provider: spec.session is required"))
 	}
-	id := net.JoinHostPort(spec.Endpoint.Host, strconv.Itoa(int(spec.Endpoint.Port))) + "/" + upstream.SessionID(req.Proxy.UID)
-	inst, err := instanceOf(id)
-	inst.SpecHash = req.SpecHash
-	p.mu.Lock()
-	delete(p.deleted, id) // a replace deletes and creates the same session
-	p.mu.Unlock()
-	return inst, err
-}
-
-// Get parses the ID back: a session is there until Delete. Whether the
-// instance serves it, the probe through it tells.
-func (p *Provider) Get(_ context.Context, id string) (provider.Instance, error) {
-	p.mu.Lock()
-	_, gone := p.deleted[id]
-	p.mu.Unlock()
-	if gone {
-		return provider.Instance{}, provider.ErrNotFound
-	}
-	return instanceOf(id)
-}
-
-// Delete has nothing to call: the instance keeps no state per session.
-func (p *Provider) Delete(_ context.Context, id string) error {
-	now := p.clock()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for old, at := range p.deleted {
-		if now.Sub(at) > deletedFor {
-			delete(p.deleted, old)
-		}
-	}
-	p.deleted[id] = now
-	return nil
-}
-
-// ListByTag lists nothing: there is nothing to orphan.
-func (*Provider) ListByTag(context.Context, string, string) ([]provider.Instance, error) {
-	return nil, nil
-}
-
-func instanceOf(id string) (provider.Instance, error) {
-	addr, session, ok := strings.Cut(id, "/")
-	host, portText, err := net.SplitHostPort(addr)
-	port, perr := strconv.ParseUint(portText, 10, 16)
-	if !ok || err != nil || perr != nil || session == "" || port == 0 {
-		return provider.Instance{}, provider.Permanent(fmt.Errorf("session provider: malformed instance ID %q (want host:port/session)", id))
-	}
-	return provider.Instance{
-		ID: id, State: provider.StateRunning, IP: host, Port: int32(port),
-		Message: "session " + session + " of the instance at " + addr,
-	}, nil
+	return p.Open(spec.Endpoint, req.Proxy.UID, req.SpecHash)
 }
 
 // Username is the session's username on an instance whose username is user.

@@ -22,10 +22,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -39,22 +37,13 @@ import (
 // most networks keep a sticky session for.
 const DefaultSessionLifetime = 10 * time.Minute
 
-// deletedFor is how long Get reports a deleted session gone: long enough
-// for the controller to see it (it polls every few seconds), short enough
-// that the record stays small. After an operator restart a Proxy still
-// being deleted calls Delete again, which records it anew.
-const deletedFor = time.Hour
-
 // Provider implements provider.Provider for spec.provider: upstream.
 type Provider struct {
-	clock func() time.Time
-
-	mu      sync.Mutex
-	deleted map[string]time.Time // session ID -> when Delete was called
+	*Book // Get, Delete, ListByTag
 }
 
 // New returns the provider; it needs nothing.
-func New() *Provider { return &Provider{clock: time.Now, deleted: map[string]time.Time{}} }
+func New() *Provider { return &Provider{NewBook("upstream", "the super proxy")} }
 
 var (
 	_ provider.Provider                    = (*Provider)(nil)
@@ -71,58 +60,7 @@ func (p *Provider) Create(_ context.Context, req provider.CreateRequest) (provid
 	if spec == nil {
 		return provider.Instance{}, provider.Permanent(errors.New("upstream provider: spec.upstream is required"))
 	}
-	id := net.JoinHostPort(spec.Endpoint.Host, strconv.Itoa(int(spec.Endpoint.Port))) + "/" + SessionID(req.Proxy.UID)
-	inst, err := instanceOf(id)
-	inst.SpecHash = req.SpecHash
-	p.mu.Lock()
-	delete(p.deleted, id) // a replace deletes and creates the same session
-	p.mu.Unlock()
-	return inst, err
-}
-
-// Get parses the ID back: a session is there to be used until Delete.
-func (p *Provider) Get(_ context.Context, id string) (provider.Instance, error) {
-	p.mu.Lock()
-	_, gone := p.deleted[id]
-	p.mu.Unlock()
-	if gone {
-		return provider.Instance{}, provider.ErrNotFound
-	}
-	return instanceOf(id)
-}
-
-// Delete has nothing to call: a session the network no longer sees used
-// lapses there on its own. It is remembered, so that Get says it is gone.
-func (p *Provider) Delete(_ context.Context, id string) error {
-	now := p.clock()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for old, at := range p.deleted {
-		if now.Sub(at) > deletedFor {
-			delete(p.deleted, old)
-		}
-	}
-	p.deleted[id] = now
-	return nil
-}
-
-// ListByTag lists nothing: there is nothing to orphan.
-func (*Provider) ListByTag(context.Context, string, string) ([]provider.Instance, error) {
-	return nil, nil
-}
-
-// instanceOf is the running instance of an ID "host:port/session".
-func instanceOf(id string) (provider.Instance, error) {
-	addr, session, ok := strings.Cut(id, "/")
-	host, portText, err := net.SplitHostPort(addr)
-	port, perr := strconv.ParseUint(portText, 10, 16)
-	if !ok || err != nil || perr != nil || session == "" || port == 0 {
-		return provider.Instance{}, provider.Permanent(fmt.Errorf("upstream provider: malformed instance ID %q (want host:port/session)", id))
-	}
-	return provider.Instance{
-		ID: id, State: provider.StateRunning, IP: host, Port: int32(port),
-		Message: "session " + session + " of the super proxy " + addr,
-	}, nil
+	return p.Open(spec.Endpoint, req.Proxy.UID, req.SpecHash)
 }
 
 // SessionID is the session id of the Proxy with uid: 16 lowercase hex
