@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -169,11 +170,23 @@ func (rig *sessionRig) fetch(t *testing.T, target, user, password string) (int, 
 
 // instanceCount is how many shared-instance Proxies the pool has.
 func (pt *poolTest) instanceCount(ctx context.Context, pool string) (int, error) {
+	uids, err := pt.instanceUIDs(ctx, pool)
+	return len(uids), err
+}
+
+// instanceUIDs are the UIDs of the pool's shared-instance Proxies: the
+// same UIDs before and after a recycle mean no instance was made.
+func (pt *poolTest) instanceUIDs(ctx context.Context, pool string) ([]string, error) {
 	list, err := pt.crawl.CrawlV1alpha1().Proxies(pt.ns).List(ctx, metav1.ListOptions{LabelSelector: crawlv1alpha1.PoolInstanceLabel + "=" + pool})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return len(list.Items), nil
+	var uids []string
+	for _, p := range list.Items {
+		uids = append(uids, string(p.UID))
+	}
+	slices.Sort(uids)
+	return uids, nil
 }
 
 // sessionsReady is nil once the pool has n Ready members on n distinct
@@ -292,6 +305,11 @@ func TestSessionPoolOnOneRangedInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	banned, bannedIP := l.Proxy.Name, ips[l.Proxy.Name]
+	instancesBefore, err := pt.instanceUIDs(t.Context(), "v6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bannedAt := time.Now()
 	if err := lc.Release(t.Context(), l.ID, client.OutcomeBanned, "shop.example"); err != nil {
 		t.Fatal(err)
 	}
@@ -305,13 +323,17 @@ func TestSessionPoolOnOneRangedInstance(t *testing.T) {
 		}
 		return nil
 	})
+	// How long the recycle took, beside the probe interval, for the record
+	// (docs/ipv6.md); the bound above is only the test's patience.
+	t.Logf("the banned %s was replaced by a Ready session on a new address %s after the ban (probe interval %s)",
+		banned, time.Since(bannedAt).Round(100*time.Millisecond), hc.Interval.Duration)
 	for name, ip := range ips {
 		if _, old := before[name]; !old && ip == bannedIP {
 			t.Errorf("the successor %s of the banned %s left from its address %s", name, banned, ip)
 		}
 	}
-	if n, err := pt.instanceCount(t.Context(), "v6"); err != nil || n != 1 {
-		t.Errorf("instance Proxies after the recycle: %d (%v), want still 1", n, err)
+	if after, err := pt.instanceUIDs(t.Context(), "v6"); err != nil || !slices.Equal(after, instancesBefore) {
+		t.Errorf("instance Proxies after the recycle: %v (%v), want the same one as before, %v", after, err, instancesBefore)
 	}
 
 	// Scaled to zero: the sessions go, then the instance nobody uses.
