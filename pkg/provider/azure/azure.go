@@ -117,7 +117,10 @@ type Provider struct {
 	nsgMu sync.RWMutex
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider = (*Provider)(nil)
+	_ provider.Sweeper  = (*Provider)(nil)
+)
 
 // New returns a Provider. It makes no API call.
 func New(opts Options) (*Provider, error) {

@@ -87,7 +87,7 @@ func (p *Provider) abandon(ctx context.Context, name string, err error) {
 		err = p.deletePublicIP(ctx, ipName(name))
 	}
 	if err == nil && nsgID != "" {
-		err = p.deleteSecurityGroupIfUnused(ctx, nsgID)
+		_, err = p.deleteSecurityGroupIfUnused(ctx, nsgID)
 	}
 	if err != nil {
 		klog.FromContext(ctx).Info("Could not delete the NIC and public IP of a failed create; the Proxy's delete does", "vm", name, "err", err)

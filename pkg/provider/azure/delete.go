@@ -40,7 +40,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 		return cloudkit.ProviderError("deleting the public IP of VM "+id, err)
 	}
 	if nsgID != "" {
-		if err := p.deleteSecurityGroupIfUnused(ctx, nsgID); err != nil {
+		if _, err := p.deleteSecurityGroupIfUnused(ctx, nsgID); err != nil {
 			return cloudkit.ProviderError("deleting the network security group of VM "+id, err)
 		}
 	}
@@ -84,23 +84,58 @@ func (p *Provider) deletePublicIP(ctx context.Context, name string) error {
 // deleteSecurityGroupIfUnused deletes the owned group of this ID unless a
 // NIC is still in it: Azure refuses to delete a group in use
 // (InUseNetworkSecurityGroupCannotBeDeleted), which is the answer here.
-func (p *Provider) deleteSecurityGroupIfUnused(ctx context.Context, id string) error {
+func (p *Provider) deleteSecurityGroupIfUnused(ctx context.Context, id string) (deleted bool, err error) {
 	name := resourceName(id)
 	p.nsgMu.Lock()
 	defer p.nsgMu.Unlock()
 	nsg, err := p.nsgs.Get(ctx, p.group, name, nil)
 	if err = classify(err); err != nil || !cloudkit.Owned(labelsOf(nsg.Tags), p.clusterID) {
-		return ignoreNotFound(err)
+		return false, ignoreNotFound(err)
 	}
 	if nsg.Properties != nil && len(nsg.Properties.NetworkInterfaces) > 0 {
-		return nil
+		return false, nil
 	}
 	poller, err := p.nsgs.BeginDelete(ctx, p.group, name, nil)
 	_, err = pollDone(ctx, p, poller, err)
 	if err = classify(err); errorCode(err) == "InUseNetworkSecurityGroupCannotBeDeleted" {
-		return nil
+		return false, nil
 	}
-	return ignoreNotFound(err)
+	return err == nil, ignoreNotFound(err)
+}
+
+// Sweep deletes the security groups this cluster owns that no NIC is in.
+// Delete removes a VM's group after its NIC, but only while it still knows
+// the group from the NIC: a delete whose group step failed and that was
+// retried finds the NIC gone, and two last NICs deleted at once may each
+// still see the other in the group. The orphan collector calls Sweep each
+// pass, so such a group goes on the next one. It returns how many it
+// deleted.
+func (p *Provider) Sweep(ctx context.Context) (int, error) {
+	var unused []string
+	pager := p.nsgs.NewListPager(p.group, nil)
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return 0, cloudkit.ProviderError("listing network security groups", classify(err))
+		}
+		for _, nsg := range page.Value {
+			inUse := nsg.Properties != nil && len(nsg.Properties.NetworkInterfaces) > 0
+			if cloudkit.Owned(labelsOf(nsg.Tags), p.clusterID) && !inUse {
+				unused = append(unused, deref(nsg.ID))
+			}
+		}
+	}
+	deleted := 0
+	for _, id := range unused {
+		gone, err := p.deleteSecurityGroupIfUnused(ctx, id)
+		if err != nil {
+			return deleted, cloudkit.ProviderError("deleting the unused network security group "+resourceName(id), err)
+		}
+		if gone {
+			deleted++
+		}
+	}
+	return deleted, nil
 }
 
 // ListByTag lists this cluster's instances carrying the label key=value:

@@ -367,3 +367,36 @@ func TestRetriedCreateSendsTheSameOSProfile(t *testing.T) {
 		t.Errorf("%d VMs created, want 1", n)
 	}
 }
+
+// A delete whose security-group step failed, retried, finds the NIC gone
+// and with it the group's ID: the group is left behind. Sweep, which the
+// orphan collector calls each pass, deletes the unused groups this cluster
+// owns and keeps another cluster's.
+func TestSweepDeletesTheSecurityGroupADeleteLeftBehind(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	fake := azuretest.New(t)
+	ours, theirs := newProvider(t, fake, clusterID), newProvider(t, fake, "another-cluster")
+	spec := &crawlv1alpha1.AzureProvider{AllowFrom: []crawlv1alpha1.CIDR{"203.0.113.0/24"}}
+	for i, p := range []*azure.Provider{ours, theirs} {
+		inst := createUntilDone(t, p, createRequest(fmt.Sprintf("0000000%d-0000-0000-0000-00000000000d", i), spec))
+		fake.FailNext(azuretest.GetNSG, azuretest.ErrServerError)
+		if err := p.Delete(ctx, inst.ID); err == nil {
+			t.Fatal("delete with its security group's read failing: no error")
+		}
+		if err := p.Delete(ctx, inst.ID); err != nil {
+			t.Fatalf("retried delete: %v", err)
+		}
+	}
+	if diff := cmp.Diff(map[string]int{"networkSecurityGroups": 2}, fake.Resources()); diff != "" {
+		t.Fatalf("before the sweep, want both clusters' groups left (-want +got):\n%s", diff)
+	}
+	if n, err := ours.Sweep(ctx); err != nil || n != 1 {
+		t.Fatalf("Sweep: %d, %v; want our one group deleted", n, err)
+	}
+	if diff := cmp.Diff(map[string]int{"networkSecurityGroups": 1}, fake.Resources()); diff != "" {
+		t.Errorf("after our sweep, want the other cluster's group kept (-want +got):\n%s", diff)
+	}
+	if n, err := theirs.Sweep(ctx); err != nil || n != 1 {
+		t.Errorf("the other cluster's Sweep: %d, %v; want its group deleted", n, err)
+	}
+}

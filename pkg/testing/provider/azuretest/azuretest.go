@@ -89,7 +89,8 @@ const (
 	PutVM, GetVM, ListVMs, DeleteVM Op = "PutVM", "GetVM", "ListVMs", "DeleteVM"
 	PutNIC, GetNIC, DeleteNIC       Op = "PutNIC", "GetNIC", "DeleteNIC"
 	PutIP, GetIP, ListIPs, DeleteIP Op = "PutIP", "GetIP", "ListIPs", "DeleteIP"
-	PutNSG, GetNSG, DeleteNSG       Op = "PutNSG", "GetNSG", "DeleteNSG"
+	PutNSG, GetNSG, ListNSGs        Op = "PutNSG", "GetNSG", "ListNSGs"
+	DeleteNSG                       Op = "DeleteNSG"
 	GetOperation                    Op = "GetOperation"
 )
 

@@ -27,7 +27,7 @@ var (
 	kindVM  = &kind{"virtualMachines", "Microsoft.Compute", PutVM, GetVM, ListVMs, DeleteVM}
 	kindNIC = &kind{"networkInterfaces", "Microsoft.Network", PutNIC, GetNIC, "", DeleteNIC}
 	kindIP  = &kind{"publicIPAddresses", "Microsoft.Network", PutIP, GetIP, ListIPs, DeleteIP}
-	kindNSG = &kind{"networkSecurityGroups", "Microsoft.Network", PutNSG, GetNSG, "", DeleteNSG}
+	kindNSG = &kind{"networkSecurityGroups", "Microsoft.Network", PutNSG, GetNSG, ListNSGs, DeleteNSG}
 	kinds   = []*kind{kindVM, kindNIC, kindIP, kindNSG}
 )
 
