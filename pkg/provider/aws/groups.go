@@ -2,12 +2,9 @@ package aws
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
 
 	awssdk "github.com/aws/aws-sdk-go-v2/aws"
@@ -16,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/cloudkit"
 )
 
 // TagOwnedGroup marks a security group the operator created for
@@ -28,17 +26,7 @@ const TagOwnedGroup = "crawl.proxyfleet.io/owned-security-group"
 // and the old one is swept; docs/decisions/0193-aws-owned-security-group.md).
 // It is pure.
 func ownedGroupName(clusterID, vpc string, port int32, cidrs []crawlv1alpha1.CIDR) string {
-	sorted := make([]string, len(cidrs))
-	for i, c := range cidrs {
-		sorted[i] = string(c)
-	}
-	slices.Sort(sorted)
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%d", clusterID, vpc, port)
-	for _, c := range sorted {
-		fmt.Fprintf(h, "\x00%s", c)
-	}
-	return "proxy-operator-" + hex.EncodeToString(h.Sum(nil)[:8])
+	return "proxy-operator-" + cloudkit.AllowFromKey(port, cidrs, clusterID, vpc)
 }
 
 // ingress is the one rule of an owned group: TCP port from each range.

@@ -25,23 +25,6 @@ import (
 // docs/decisions/0314-digitalocean-owned-firewall-by-tag.md).
 const firewallTagName = "crawl.proxyfleet.io/firewall"
 
-// firewallKey is the key of the firewall that admits port from cidrs for
-// clusterID: the same settings share one firewall, other settings get
-// another. It is pure.
-func firewallKey(clusterID string, port int32, cidrs []crawlv1alpha1.CIDR) string {
-	sorted := make([]string, len(cidrs))
-	for i, c := range cidrs {
-		sorted[i] = string(c)
-	}
-	slices.Sort(sorted)
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%d", clusterID, port)
-	for _, c := range sorted {
-		fmt.Fprintf(h, "\x00%s", c)
-	}
-	return hex.EncodeToString(h.Sum(nil)[:8])
-}
-
 // firewallNamePrefix starts the name of every firewall this cluster owns:
 // firewalls have no tags of their own, so the name is what Sweep scopes by.
 func firewallNamePrefix(clusterID string) string {
@@ -81,7 +64,7 @@ func firewallRequest(clusterID, key, tag string, port int32, cidrs []crawlv1alph
 // create retried after a crash or a lost answer finds the one made before.
 // The caller holds firewallUse (read).
 func (p *Provider) ownedFirewall(ctx context.Context, s settings) (string, error) {
-	key := firewallKey(p.clusterID, s.port, s.allowFrom)
+	key := cloudkit.AllowFromKey(s.port, s.allowFrom, p.clusterID)
 	tag, _ := cloudkit.FlatTag(firewallTagName, key)
 	p.mu.Lock()
 	_, known := p.firewalls[key]

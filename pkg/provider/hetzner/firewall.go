@@ -2,12 +2,9 @@ package hetzner
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strconv"
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud"
@@ -29,24 +26,6 @@ const (
 	// cluster's servers carrying it (a label selector).
 	LabelFirewall = "crawl.proxyfleet.io/firewall"
 )
-
-// firewallKey is the key of the firewall that admits port from cidrs for
-// clusterID: the same settings share one firewall, other settings get
-// another (a changed allowFrom replaces the servers onto a new one, and the
-// old one is swept). It is pure.
-func firewallKey(clusterID string, port int32, cidrs []crawlv1alpha1.CIDR) string {
-	sorted := make([]string, len(cidrs))
-	for i, c := range cidrs {
-		sorted[i] = string(c)
-	}
-	slices.Sort(sorted)
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%d", clusterID, port)
-	for _, c := range sorted {
-		fmt.Fprintf(h, "\x00%s", c)
-	}
-	return hex.EncodeToString(h.Sum(nil)[:8])
-}
 
 // firewallName is the name of the firewall of key (unique in the project,
 // which makes its create idempotent by name).
@@ -92,7 +71,7 @@ func serversOf(clusterID, key string) string {
 // the firewall by name before creating it, so a create retried after a
 // crash or a lost answer finds the one made before.
 func (p *Provider) ownedFirewall(ctx context.Context, s settings) (string, error) {
-	key := firewallKey(p.clusterID, s.port, s.allowFrom)
+	key := cloudkit.AllowFromKey(s.port, s.allowFrom, p.clusterID)
 	p.mu.Lock()
 	known := p.firewalls[key]
 	p.mu.Unlock()
