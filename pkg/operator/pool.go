@@ -26,7 +26,7 @@ func newPoolController(crawl versioned.Interface, kube kubernetes.Interface, fac
 		PoolInformer:     factory.Crawl().V1alpha1().ProxyPools(),
 		ProxyInformer:    proxies,
 		SecretInformer:   secrets,
-		Leases:           leases.Store(),
+		Leases:           pool.StoreLeases{Store: leases.Store()},
 		Burn:             leases.Store(),
 		Outcomes:         leases.Store(), // status.usage
 		Demand:           leases.Store(), // spec.autoscaling: waiting and refused acquires

@@ -39,6 +39,7 @@ import (
 	crawlscheme "github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned/scheme"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	crawllisters "github.com/proxyfleet/proxy-operator/pkg/generated/listers/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/queueworker"
 )
@@ -66,6 +67,14 @@ const (
 // An error (the store is not leading yet) makes every count unknown.
 type LeaseCounter interface {
 	LeasesByProxy(namespace string) (map[string]int, error)
+}
+
+// StoreLeases counts a lease store's live leases per Proxy (store.LeasesByProxy).
+type StoreLeases struct{ Store store.Lister }
+
+// LeasesByProxy is LeaseCounter's.
+func (l StoreLeases) LeasesByProxy(namespace string) (map[string]int, error) {
+	return store.LeasesByProxy(l.Store, namespace)
 }
 
 // Metrics receives the pool measurements; see pkg/metrics.

@@ -52,13 +52,13 @@ func FuzzSessionStatePut(f *testing.F) {
 		if rec.Code == http.StatusNoContent && (err != nil || (domain != "" && domain != "shop.example") || q.get("namespace") != "crawl") {
 			t.Fatalf("query %q (decoded: %v) kept state: only the session's lease's own domain may", rawQuery, err)
 		}
-		if n := ts.store.StateEntries(); n > 1 {
+		if _, n := ts.store.StateUse(); n > 1 {
 			t.Fatalf("%d entries kept: only the lease's (proxy, shop.example) may be", n)
 		}
 		// The entry kept, if any, is crawler's for the session's proxy and
 		// shop.example: the session's next acquire joins its lease and is
 		// handed exactly that entry.
-		if ts.store.StateEntries() == 1 {
+		if _, n := ts.store.StateUse(); n == 1 {
 			if joined := ts.acquire(`{"holder":"w","namespace":"crawl","session":"s1","domain":"shop.example"}`); len(joined.State) == 0 {
 				t.Fatalf("query %q: the state kept is not crawler's for the session's proxy and shop.example", rawQuery)
 			}
@@ -92,7 +92,7 @@ func TestSessionStatePutReadsTheDomainAsAcquireDoes(t *testing.T) {
 			t.Errorf("domain %.20q: the session call's answer differs from acquire's (-acquire +put):\n%s", bad, diff)
 		}
 	}
-	if got := ts.store.StateEntries(); got != 0 {
+	if _, got := ts.store.StateUse(); got != 0 {
 		t.Errorf("%d entries kept after refused puts, want 0", got)
 	}
 	if rec := ts.do(http.MethodPut, "/v1/sessions/s1/state?namespace=crawl&domain=SHOP.Example.", "jar"); rec.Code != http.StatusNoContent {

@@ -38,7 +38,7 @@ func BenchmarkNewDomainAcquire(b *testing.B) {
 						b.Fatal(err)
 					}
 					if i >= store.DefaultMaxDomainBudgets/2 {
-						if err := st.Release(l.ID, store.OutcomeOK, ""); err != nil {
+						if err := st.ReleaseAs("", l.ID, store.OutcomeOK, ""); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -50,7 +50,7 @@ func BenchmarkNewDomainAcquire(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := st.Release(l.ID, store.OutcomeOK, ""); err != nil {
+				if err := st.ReleaseAs("", l.ID, store.OutcomeOK, ""); err != nil {
 					b.Fatal(err)
 				}
 				i++

@@ -28,7 +28,7 @@ func BenchmarkStoreOps(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := st.Release(l.ID, store.OutcomeOK, ""); err != nil {
+		if err := st.ReleaseAs("", l.ID, store.OutcomeOK, ""); err != nil {
 			b.Fatal(err)
 		}
 	}

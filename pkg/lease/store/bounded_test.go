@@ -24,13 +24,13 @@ func TestSessionsAndCooldownsAreBounded(t *testing.T) {
 		}
 	}
 	s.mu.Lock()
-	sessions, lru, cooldowns := len(s.sessions), s.sessionLRU.Len(), len(s.cooldowns)
+	sessions, lru, cooldowns := len(s.st.sessions.byKey), s.st.sessions.lru.Len(), len(s.st.cooldowns.heap)
 	var perProxy, inForce int
-	for _, p := range s.proxies {
-		perProxy += len(p.cooldowns)
-		inForce += p.cooling
+	for _, pc := range s.st.cooldowns.byProxy {
+		perProxy += len(pc.byDomain)
+		inForce += pc.inForce
 	}
-	storeInForce := s.inForce
+	storeInForce := s.st.cooldowns.inForce
 	s.mu.Unlock()
 	if sessions != limit || lru != limit || cooldowns != limit || perProxy != limit {
 		t.Errorf("kept %d sessions (%d in order), %d cool-downs (%d on proxies), want %d each", sessions, lru, cooldowns, perProxy, limit)
@@ -52,8 +52,8 @@ func TestSessionsAndCooldownsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
-	_, newest := s.sessions[sessionKey{owner, testNamespace, fmt.Sprintf("s%d", cycles-1)}]
-	_, oldest := s.sessions[sessionKey{owner, testNamespace, "s0"}]
+	_, newest := s.st.sessions.byKey[sessionKey{owner, testNamespace, fmt.Sprintf("s%d", cycles-1)}]
+	_, oldest := s.st.sessions.byKey[sessionKey{owner, testNamespace, "s0"}]
 	s.mu.Unlock()
 	if !newest || oldest {
 		t.Errorf("newest session kept: %v, oldest kept: %v; want true, false", newest, oldest)

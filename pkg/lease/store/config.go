@@ -48,11 +48,11 @@ type Config struct {
 	SessionIdle time.Duration
 	// MaxSessions and MaxCooldowns bound the sticky sessions and the
 	// (proxy, domain) cool-down entries kept, so that a misbehaving crawler
-	// cannot grow the leader without limit (see bounded.go for what is
+	// cannot grow the leader without limit (see sessions.go and cooldowns.go for what is
 	// evicted). Zero takes the defaults.
 	MaxSessions, MaxCooldowns int
 	// MaxDomainBudgets bounds the crawl policies' default-rule budgets, one
-	// per domain (politeness.go). Zero takes DefaultMaxDomainBudgets.
+	// per domain (budgets.go). Zero takes DefaultMaxDomainBudgets.
 	MaxDomainBudgets int
 	// MaxStateBytes bounds the session state kept (sessionstate.go), each
 	// entry counted as its blob, its key's bytes and StateEntryOverhead;
@@ -71,6 +71,31 @@ type Config struct {
 	// cut off from the API server before a standby can take over
 	// (docs/decisions/0190-lease-store-fences-itself.md). Nil: never fenced.
 	LeadershipValidUntil func() time.Time
+	// Journal, if set, receives every effect the store applies, in order
+	// (effects.go): how the store's state is handed to another.
+	Journal Journal
+	// Follower makes a store that only applies the effects of another
+	// (Store.Apply): its own decisions panic, since they would make its
+	// state differ from the one it follows.
+	Follower bool
+}
+
+// fencedAt says whether a store with this configuration refuses grants
+// and renewals at now (see LeadershipValidUntil).
+func (c Config) fencedAt(now time.Time) bool {
+	return c.LeadershipValidUntil != nil && !now.Before(c.LeadershipValidUntil())
+}
+
+// ttlFor applies the default and the bounds to a requested TTL; field
+// names it in the error.
+func (c Config) ttlFor(ttl time.Duration, field string) (time.Duration, error) {
+	if ttl == 0 {
+		return c.DefaultTTL, nil
+	}
+	if ttl < c.MinTTL || ttl > c.MaxTTL {
+		return 0, &FieldError{Field: field, Message: fmt.Sprintf("must be between %v and %v", c.MinTTL, c.MaxTTL)}
+	}
+	return ttl, nil
 }
 
 func (c Config) withDefaults() Config {

@@ -12,6 +12,9 @@ import (
 // that a pool can count the acquires its members would serve. The grant
 // path pays nothing: a waiter registers only when it is about to sleep, and
 // a refusal is written into a fixed ring without allocating.
+//
+// The refusals are state, changed by KindRefusal. The waiters are not:
+// they are this replica's sleeping acquires, which no other replica has.
 
 // RefusalWindow is how far back Demand counts refused acquires.
 const RefusalWindow = time.Minute
@@ -27,21 +30,24 @@ type demandKey struct {
 	holder    string
 }
 
-type refusal struct {
+type refusedAcquire struct {
 	demandKey
 	at time.Time
 }
 
-// demandState lives in the Store, guarded by its mutex.
-type demandState struct {
-	// waiters are the acquires sleeping in Acquire now, by a serial.
+// demand is the policy.
+type demand struct {
+	noDecision
+	noMemory
+	// refusals is a ring; next is where the next one goes.
+	refusals [refusalRing]refusedAcquire
+	next     int
+
+	// Not state: this replica's waiters by a serial, and whom to tell of
+	// a new waiter or refusal (outside the lock).
 	waiters   map[uint64]demandKey
 	waiterSeq uint64
-	// refusals is a ring; next is where the next one goes.
-	refusals [refusalRing]refusal
-	next     int
-	// notify is told of a new waiter or refusal (outside the lock).
-	notify atomic.Pointer[func(namespace string, sel labels.Selector)]
+	notify    atomic.Pointer[func(namespace string, sel labels.Selector)]
 }
 
 // WaitDemand is the part of a pool's demand the lease store alone knows.
@@ -53,31 +59,23 @@ type WaitDemand struct {
 	Refused int
 }
 
-// Demand counts the waiting and recently refused acquires that a proxy in
-// namespace with labels members would have served. An acquire matches when
-// its namespace is empty or namespace, and its selector matches members.
-// It fails with ErrNotLeader on a store that does not lead.
-func (s *Store) Demand(namespace string, members labels.Labels) (WaitDemand, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.leading {
-		return WaitDemand{}, ErrNotLeader
-	}
-	now := s.clock.Now()
+// of counts the waiting and recently refused acquires at now that a proxy
+// in namespace with labels members would have served.
+func (d *demand) of(namespace string, members labels.Labels, now time.Time) WaitDemand {
 	matches := func(ns string, sel labels.Selector) bool {
 		return (ns == "" || ns == namespace) && (sel == nil || sel.Matches(members))
 	}
-	var d WaitDemand
+	var out WaitDemand
 	waitingHolders := map[string]bool{}
-	for _, w := range s.demand.waiters {
+	for _, w := range d.waiters {
 		if matches(w.namespace, w.selector) {
-			d.Waiting++
+			out.Waiting++
 			waitingHolders[w.holder] = true
 		}
 	}
 	refused := map[string]bool{}
-	for i := range s.demand.refusals {
-		r := &s.demand.refusals[i]
+	for i := range d.refusals {
+		r := &d.refusals[i]
 		if r.at.IsZero() || now.Sub(r.at) > RefusalWindow || waitingHolders[r.holder] || refused[r.holder] {
 			continue
 		}
@@ -85,46 +83,33 @@ func (s *Store) Demand(namespace string, members labels.Labels) (WaitDemand, err
 			refused[r.holder] = true
 		}
 	}
-	d.Refused = len(refused)
-	return d, nil
+	out.Refused = len(refused)
+	return out
 }
 
-// NotifyDemand registers f, called (without the store's lock) when an
-// acquire starts waiting or is refused NoneFree, with its namespace and
-// selector, so that a pool at zero members scales up at once. f must be
-// quick: it runs on the acquiring goroutine.
-func (s *Store) NotifyDemand(f func(namespace string, sel labels.Selector)) {
-	s.demand.notify.Store(&f)
-}
-
-func (s *Store) notifyDemand(namespace string, sel labels.Selector) {
-	if f := s.demand.notify.Load(); f != nil {
+func (d *demand) notifyDemand(namespace string, sel labels.Selector) {
+	if f := d.notify.Load(); f != nil {
 		(*f)(namespace, sel)
 	}
 }
 
-// addWaiterLocked and removeWaiterLocked bracket an acquire's sleep.
-func (s *Store) addWaiterLocked(namespace string, sel labels.Selector, holder string) uint64 {
-	if s.demand.waiters == nil {
-		s.demand.waiters = map[uint64]demandKey{}
+// addWaiter and removeWaiter bracket an acquire's sleep.
+func (d *demand) addWaiter(namespace string, sel labels.Selector, holder string) uint64 {
+	if d.waiters == nil {
+		d.waiters = map[uint64]demandKey{}
 	}
-	s.demand.waiterSeq++
-	s.demand.waiters[s.demand.waiterSeq] = demandKey{namespace: namespace, selector: sel, holder: holder}
-	return s.demand.waiterSeq
+	d.waiterSeq++
+	d.waiters[d.waiterSeq] = demandKey{namespace: namespace, selector: sel, holder: holder}
+	return d.waiterSeq
 }
 
-func (s *Store) removeWaiterLocked(id uint64) {
-	delete(s.demand.waiters, id)
+func (d *demand) removeWaiter(id uint64) {
+	delete(d.waiters, id)
 }
 
-// noteRefusalLocked remembers an acquire refused because nothing matching
-// was free (not a cool-down or a recovery: more members would not help
-// those). It reports whether it counted, so that the caller notifies.
-func (s *Store) noteRefusalLocked(namespace string, sel labels.Selector, holder string, unavailable *UnavailableError, now time.Time) bool {
-	if unavailable == nil || outcomeOf(unavailable.Reason) != AcquireNoneFree {
-		return false
-	}
-	s.demand.refusals[s.demand.next] = refusal{at: now, demandKey: demandKey{namespace: namespace, selector: sel, holder: holder}}
-	s.demand.next = (s.demand.next + 1) % refusalRing
-	return true
+// refused remembers an acquire refused because nothing matching was free
+// (KindRefusal).
+func (d *demand) refused(r Refusal) {
+	d.refusals[d.next] = refusedAcquire{at: r.at, demandKey: demandKey{namespace: r.namespace, selector: r.selector, holder: r.holder}}
+	d.next = (d.next + 1) % refusalRing
 }

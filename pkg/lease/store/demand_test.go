@@ -108,8 +108,8 @@ func waitForDemandWaiters(t *testing.T, s *Store, n int) {
 	waitForWaiters(t, s, n)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.demand.waiters) != n {
-		t.Fatalf("%d waiters registered for demand, %d waiting", len(s.demand.waiters), s.waiting)
+	if len(s.st.demand.waiters) != n {
+		t.Fatalf("%d waiters registered for demand, %d waiting", len(s.st.demand.waiters), s.st.wake.waiting)
 	}
 }
 

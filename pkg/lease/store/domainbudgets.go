@@ -19,9 +19,11 @@ import (
 //     binding; eviction takes the top, so an acquire does O(log n) work
 //     for it, never a walk over pinned budgets.
 //   - A budget is made for a grant only when its namespace has room or an
-//     idle one to evict (admitDomainBudgetLocked); otherwise the acquire is
-//     refused with ErrDomainBudgetsFull (429 DomainLimited), never granted
-//     unbounded. A budget being charged is pinned, so never the one evicted.
+//     idle one to evict (admitDomainBudget, which emits the evictions as
+//     effects: whether a budget is idle depends on the time); otherwise
+//     the acquire is refused with ErrDomainBudgetsFull (429 DomainLimited),
+//     never granted unbounded. A budget being charged is pinned, so never
+//     the one evicted.
 
 // ErrDomainBudgetsFull: a new domain under a namespace's default rule
 // needs a budget, and every budget of the namespace's share is pinned. It
@@ -41,11 +43,6 @@ type namespaceDomains struct {
 	idle idleBudgets
 }
 
-// share is how many default-rule budgets each namespace may keep.
-func (p *politeness) share() int {
-	return max(1, p.maxDomains/max(1, p.withDefault))
-}
-
 // unpinnedAt is when an idle budget stops binding: its intervals since
 // the last grant (fleet-wide and per proxy) have run. lastOn's entries are
 // all at or before last, so none of them pins it past this.
@@ -53,28 +50,26 @@ func (b *budget) unpinnedAt() time.Time {
 	return b.last.Add(max(b.limits.MinInterval, b.limits.MinIntervalPerProxy))
 }
 
-// admitDomainBudgetLocked makes sure a grant for domain on a proxy of ns
-// can be charged within ns's share: nothing to do when a named rule or an
-// existing budget takes it; else it evicts idle budgets of ns (at most
-// maxEvictionsPerAdmit) until there is room, or refuses.
-func (s *Store) admitDomainBudgetLocked(ns, domain string, now time.Time) error {
-	if domain == "" || len(s.polite.policies[ns]) == 0 {
+// admitDomainBudget makes sure a grant for domain on a proxy of ns can be
+// charged within ns's share: nothing to do when a named rule or an
+// existing budget takes it; else it emits the eviction of idle budgets of
+// ns (at most maxEvictionsPerAdmit) until there is room, or refuses.
+func (bs *budgets) admitDomainBudget(ns, domain string, now time.Time, emit func(Effect)) error {
+	key, _, ok := bs.rules.match(ns, domain)
+	if !ok || key.domain == "" || bs.budgets[key] != nil {
 		return nil
 	}
-	policy, rule, _, ok := matchRule(s.polite.policies[ns], domain)
-	if !ok || rule != DefaultRuleHost {
-		return nil
-	}
-	key := budgetKey{namespace: ns, policy: policy, rule: rule, domain: domain}
-	if s.polite.budgets[key] != nil {
-		return nil
-	}
-	nd := s.polite.domains[ns]
+	nd := bs.domains[ns]
 	if nd == nil {
 		return nil
 	}
-	share := s.polite.share()
-	for i := 0; nd.count >= share && i < maxEvictionsPerAdmit && s.evictIdleDomainLocked(nd, now); i++ {
+	share := bs.rules.share()
+	for i := 0; nd.count >= share && i < maxEvictionsPerAdmit; i++ {
+		victim := nd.evictable(now)
+		if victim == nil {
+			break
+		}
+		emit(BudgetEvict{key: victim.key})
 	}
 	if nd.count < share {
 		return nil
@@ -84,103 +79,86 @@ func (s *Store) admitDomainBudgetLocked(ns, domain string, now time.Time) error 
 	if len(nd.idle) > 0 && nd.count == len(nd.idle) {
 		retry = max(nd.idle[0].unpinnedAt().Sub(now), 0)
 	}
-	// Not kept: it names the rule for the counts and metrics of the refusal.
-	limitedBy := &budget{key: key, counts: s.polite.countsOf(key), idleAt: -1}
-	return &UnavailableError{Reason: ErrDomainBudgetsFull, RetryAfter: retry, budget: limitedBy}
+	return &UnavailableError{Reason: ErrDomainBudgetsFull, RetryAfter: retry, rule: key.ruleOf(), limited: true}
 }
 
-// evictIdleDomainLocked drops nd's idle budget that stopped binding first,
-// if it has; false when none may go.
-func (s *Store) evictIdleDomainLocked(nd *namespaceDomains, now time.Time) bool {
+// evictable is nd's idle budget that stopped binding first, if it may go at now.
+func (nd *namespaceDomains) evictable(now time.Time) *budget {
 	if len(nd.idle) == 0 || nd.idle[0].unpinnedAt().After(now) {
-		return false
+		return nil
 	}
-	s.dropBudgetLocked(nd.idle[0])
-	s.observeEviction(StateDomainBudgets)
-	return true
+	return nd.idle[0]
 }
 
-// addDomainBudgetLocked counts a new default-rule budget. It is made to be
+// evict drops the budget key (KindBudgetEvict).
+func (bs *budgets) evict(key budgetKey) {
+	if b := bs.budgets[key]; b != nil {
+		bs.dropBudget(b)
+		observeEviction(bs.metrics, StateDomainBudgets)
+	}
+}
+
+// addDomainBudget counts a new default-rule budget. It is made to be
 // charged, so it starts pinned.
-func (s *Store) addDomainBudgetLocked(b *budget) {
-	nd := s.polite.domains[b.key.namespace]
+func (bs *budgets) addDomainBudget(b *budget) {
+	nd := bs.domains[b.key.namespace]
 	if nd == nil {
 		nd = &namespaceDomains{}
-		s.polite.domains[b.key.namespace] = nd
+		bs.domains[b.key.namespace] = nd
 	}
 	nd.count++
-	s.polite.domainTotal++
-	s.setStateEntries(StateDomainBudgets, s.polite.domainTotal)
+	bs.domainTotal++
+	setStateEntries(bs.metrics, StateDomainBudgets, bs.domainTotal)
 }
 
-// idleDomainBudgetLocked: b's last live lease ended.
-func (s *Store) idleDomainBudgetLocked(b *budget) {
-	if nd := s.polite.domains[b.key.namespace]; b.key.domain != "" && nd != nil && b.idleAt < 0 {
+// idleDomainBudget: b's last live lease ended.
+func (bs *budgets) idleDomainBudget(b *budget) {
+	if nd := bs.domains[b.key.namespace]; b.key.domain != "" && nd != nil && b.idleAt < 0 {
 		heap.Push(&nd.idle, b)
 	}
 }
 
-// busyDomainBudgetLocked: b has a live lease again.
-func (s *Store) busyDomainBudgetLocked(b *budget) {
-	if nd := s.polite.domains[b.key.namespace]; b.idleAt >= 0 && nd != nil {
+// busyDomainBudget: b has a live lease again.
+func (bs *budgets) busyDomainBudget(b *budget) {
+	if nd := bs.domains[b.key.namespace]; b.idleAt >= 0 && nd != nil {
 		heap.Remove(&nd.idle, b.idleAt)
 	}
 }
 
-func (s *Store) dropBudgetLocked(b *budget) {
-	delete(s.polite.budgets, b.key)
+func (bs *budgets) dropBudget(b *budget) {
+	delete(bs.budgets, b.key)
 	if b.key.domain == "" {
 		return
 	}
-	nd := s.polite.domains[b.key.namespace]
+	nd := bs.domains[b.key.namespace]
 	if b.idleAt >= 0 {
 		heap.Remove(&nd.idle, b.idleAt)
 	}
 	nd.count--
-	s.polite.domainTotal--
+	bs.domainTotal--
 	if nd.count == 0 {
-		delete(s.polite.domains, b.key.namespace)
+		delete(bs.domains, b.key.namespace)
 	}
-	s.setStateEntries(StateDomainBudgets, s.polite.domainTotal)
+	setStateEntries(bs.metrics, StateDomainBudgets, bs.domainTotal)
 }
 
-// resharedLocked recounts the namespaces with a default rule after a
-// policy changed. When that shrank the shares, each namespace over its
-// share gives back what idle budgets may go now (a policy change is rare,
-// and its recharge walks every budget anyway); the pinned rest drain at
-// its next acquires.
-func (s *Store) resharedLocked() {
-	n := 0
-	for _, ps := range s.polite.policies {
-		for _, p := range ps {
-			if p.Default != nil {
-				n++
+// reshare gives back, after a policy change at the time at shrank the
+// shares, what idle budgets may go at that time from each namespace over
+// its share (a policy change is rare, and its recharge walks every budget
+// anyway); the pinned rest drain at its next acquires. Which go depends
+// only on at and the state: apply may do it.
+func (bs *budgets) reshare(at time.Time) {
+	share := bs.rules.share()
+	for _, nd := range bs.domains {
+		for nd.count > share {
+			victim := nd.evictable(at)
+			if victim == nil {
 				break
 			}
+			bs.dropBudget(victim)
+			observeEviction(bs.metrics, StateDomainBudgets)
 		}
 	}
-	s.polite.withDefault = n
-	now, share := s.clock.Now(), s.polite.share()
-	for _, nd := range s.polite.domains {
-		for nd.count > share && s.evictIdleDomainLocked(nd, now) {
-		}
-	}
-}
-
-// forgetBudgetsLocked drops every budget when the term ends: the leases
-// they counted are forgotten with it, and a budget left charged would be
-// pinned for good (and counted twice once its lease is relearned).
-func (s *Store) forgetBudgetsLocked() {
-	clear(s.polite.budgets)
-	clear(s.polite.domains)
-	s.polite.domainTotal = 0
-	for k, c := range s.polite.counts {
-		c.inUse = 0
-		if m, ok := s.metrics.(PolicyMetrics); ok {
-			m.SetDomainBudgetInUse(k.namespace, k.policy, k.rule, 0)
-		}
-	}
-	s.setStateEntries(StateDomainBudgets, 0)
 }
 
 // idleBudgets is a heap of idle default-rule budgets by unpinnedAt. A

@@ -17,7 +17,7 @@ func TestDrainingProxyKeepsLeasesAndGrantsNone(t *testing.T) {
 	a.Draining = true
 	s.Upsert(a)
 
-	renewed, err := s.Renew(held.ID, 0)
+	renewed, err := s.RenewAs("", held.ID, 0)
 	if err != nil {
 		t.Fatalf("renewing a lease on a draining proxy: %v", err)
 	}
@@ -26,7 +26,7 @@ func TestDrainingProxyKeepsLeasesAndGrantsNone(t *testing.T) {
 	if !errors.As(err, &unavailable) {
 		t.Fatalf("acquire on a draining proxy: got %v, want UnavailableError", err)
 	}
-	counts, err := s.LeasesByProxy(testNamespace)
+	counts, err := LeasesByProxy(s, testNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestDrainingProxyKeepsLeasesAndGrantsNone(t *testing.T) {
 		t.Errorf("LeasesByProxy (-want +got):\n%s", diff)
 	}
 	release(t, s, renewed)
-	if counts, _ := s.LeasesByProxy(testNamespace); len(counts) != 0 {
+	if counts, _ := LeasesByProxy(s, testNamespace); len(counts) != 0 {
 		t.Errorf("after release: %v, want none", counts)
 	}
 }

@@ -31,6 +31,10 @@ var (
 	// ErrRecovering: a new leader grants nothing until every lease the
 	// previous leader could have granted has expired or been re-learned.
 	ErrRecovering = errors.New("recovering after a leader change: not granting yet")
+
+	// errFiltered: a policy takes the proxy out of an acquire's choice (it
+	// is on another tier); never returned.
+	errFiltered = errors.New("not among the proxies this acquire may have")
 )
 
 // UnavailableError says that nothing can be granted now, why (ErrNoneFree,
@@ -38,9 +42,10 @@ var (
 type UnavailableError struct {
 	Reason     error
 	RetryAfter time.Duration
-	// budget is the crawl policy budget behind ErrDomainLimited, counted
-	// when the acquire waits or is refused.
-	budget *budget
+	// limited: a crawl policy's budget holds the acquire back; rule names
+	// the rule, counted when the acquire waits or is refused.
+	limited bool
+	rule    budgetKey
 }
 
 func (e *UnavailableError) Error() string {

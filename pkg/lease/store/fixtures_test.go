@@ -97,7 +97,7 @@ func acquire(t testing.TB, s *Store, req AcquireRequest) Lease {
 
 func release(t testing.TB, s *Store, l Lease) {
 	t.Helper()
-	if err := s.Release(l.ID, OutcomeOK, ""); err != nil {
+	if err := s.ReleaseAs("", l.ID, OutcomeOK, ""); err != nil {
 		t.Fatalf("Release(%s): %v", l.Proxy.Key, err)
 	}
 }
@@ -191,8 +191,19 @@ func waitForWaiters(t *testing.T, s *Store, n int) {
 	t.Helper()
 	eventually.Check(t, 10*time.Second, time.Millisecond, "waiting acquires", eventually.Holds(func() (bool, string) {
 		s.mu.Lock()
-		waiting := s.waiting
+		waiting := s.st.wake.waiting
 		s.mu.Unlock()
 		return waiting >= n, fmt.Sprintf("%d acquires waiting, want %d", waiting, n)
 	}))
+}
+
+// StateBytes and StateEntries are StateUse's two answers, for the tests.
+func (s *Store) StateBytes() int {
+	n, _ := s.StateUse()
+	return n
+}
+
+func (s *Store) StateEntries() int {
+	_, n := s.StateUse()
+	return n
 }

@@ -68,7 +68,7 @@ func FuzzDomainBudgets(f *testing.F) {
 					if arg%2 == 1 && held[0].Domain != "" {
 						outcome = OutcomeBanned
 					}
-					if err := s.Release(held[0].ID, outcome, ""); err != nil && !errors.Is(err, ErrUnknownLease) {
+					if err := s.ReleaseAs("", held[0].ID, outcome, ""); err != nil && !errors.Is(err, ErrUnknownLease) {
 						t.Fatal(err)
 					}
 					held = held[1:]
@@ -90,12 +90,12 @@ func checkBudgets(t *testing.T, s *Store) {
 	defer s.mu.Unlock()
 	var problems []string
 	counted, inUse := map[string]int{}, map[*budget]int{}
-	for k, b := range s.polite.budgets {
+	for k, b := range s.st.budgets.budgets {
 		if k.domain == "" {
 			continue
 		}
 		counted[k.namespace]++
-		nd := s.polite.domains[k.namespace]
+		nd := s.st.budgets.domains[k.namespace]
 		switch {
 		case nd == nil:
 			problems = append(problems, fmt.Sprintf("%+v: its namespace is not counted", k))
@@ -106,21 +106,21 @@ func checkBudgets(t *testing.T, s *Store) {
 		}
 	}
 	total := 0
-	for ns, nd := range s.polite.domains {
+	for ns, nd := range s.st.budgets.domains {
 		total += nd.count
-		if nd.count != counted[ns] || nd.count > s.polite.share() {
-			problems = append(problems, fmt.Sprintf("%s: counted %d, kept %d, share %d", ns, nd.count, counted[ns], s.polite.share()))
+		if nd.count != counted[ns] || nd.count > s.st.rules.share() {
+			problems = append(problems, fmt.Sprintf("%s: counted %d, kept %d, share %d", ns, nd.count, counted[ns], s.st.rules.share()))
 		}
 	}
-	if total != s.polite.domainTotal || total > s.polite.maxDomains {
-		problems = append(problems, fmt.Sprintf("total %d, counted %d, cap %d", s.polite.domainTotal, total, s.polite.maxDomains))
+	if total != s.st.budgets.domainTotal || total > s.st.rules.maxDomains {
+		problems = append(problems, fmt.Sprintf("total %d, counted %d, cap %d", s.st.budgets.domainTotal, total, s.st.rules.maxDomains))
 	}
-	for _, l := range s.leases {
+	for _, l := range s.st.leases {
 		if l.state != stateLive || l.budget == nil {
 			continue
 		}
 		inUse[l.budget]++
-		if s.polite.budgets[l.budget.key] != l.budget {
+		if s.st.budgets.budgets[l.budget.key] != l.budget {
 			problems = append(problems, fmt.Sprintf("a live lease for %q is charged to a budget the store dropped", l.domain))
 		}
 	}
@@ -129,7 +129,7 @@ func checkBudgets(t *testing.T, s *Store) {
 			problems = append(problems, fmt.Sprintf("%+v: %d in use, %d live leases", b.key, b.inUse, n))
 		}
 	}
-	if err := s.checkTiersLocked(); err != nil {
+	if err := s.st.checkTiers(); err != nil {
 		problems = append(problems, err.Error())
 	}
 	if len(problems) > 0 {

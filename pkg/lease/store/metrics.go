@@ -69,7 +69,7 @@ const (
 	StateSessions  = "sessions"
 	StateCooldowns = "cooldowns"
 	// StateDomainBudgets: the crawl policies' default-rule budgets, one
-	// per domain (politeness.go).
+	// per domain (budgets.go).
 	StateDomainBudgets = "domain_budgets"
 )
 
@@ -85,4 +85,16 @@ type StateMetrics interface {
 	SetStateEntries(kind string, n int)
 	// ObserveStateEviction counts one entry of kind evicted by its cap.
 	ObserveStateEviction(kind string)
+}
+
+func setStateEntries(m Metrics, kind string, n int) {
+	if sm, ok := m.(StateMetrics); ok {
+		sm.SetStateEntries(kind, n)
+	}
+}
+
+func observeEviction(m Metrics, kind string) {
+	if sm, ok := m.(StateMetrics); ok {
+		sm.ObserveStateEviction(kind)
+	}
 }

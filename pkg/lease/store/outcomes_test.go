@@ -37,7 +37,7 @@ func TestOutcomesCountPerPoolAndRule(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acquire %d: %v", i, err)
 		}
-		if err := s.Release(l.ID, r.outcome, r.banDomain); err != nil {
+		if err := s.ReleaseAs("", l.ID, r.outcome, r.banDomain); err != nil {
 			t.Fatalf("release %d: %v", i, err)
 		}
 	}

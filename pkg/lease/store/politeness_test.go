@@ -76,7 +76,7 @@ func TestCrawlPolicyReleaseAndIntervalFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(first.ID, OutcomeOK, ""); err != nil {
+	if err := s.ReleaseAs("", first.ID, OutcomeOK, ""); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.Acquire(ctx, AcquireRequest{Holder: "two", Domain: "shop.example"})
@@ -127,11 +127,11 @@ func TestDefaultRuleBudgetsAreBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Release(l.ID, OutcomeOK, ""); err != nil {
+		if err := s.ReleaseAs("", l.ID, OutcomeOK, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := s.polite.domainTotal; n != 10 {
+	if n := s.st.budgets.domainTotal; n != 10 {
 		t.Errorf("%d default-rule budgets kept, want the cap 10", n)
 	}
 	if got := m.snapshot().evictions[StateDomainBudgets]; got != 40 {

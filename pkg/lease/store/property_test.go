@@ -254,7 +254,7 @@ func (m *model) renew() {
 	}
 	id := l.ids[m.rng.IntN(len(l.ids))] // any ID of the lease names it on this leader
 	ttl := []time.Duration{0, 10 * time.Second, 45 * time.Second, DefaultMaxTTL + time.Second}[m.rng.IntN(4)]
-	got, err := m.s.Renew(id, ttl)
+	got, err := m.s.RenewAs("", id, ttl)
 	m.logf("renew %s@%s ttl=%v: %v", l.holder, l.proxy, ttl, err)
 	now := m.now()
 	var field *FieldError
@@ -294,7 +294,7 @@ func (m *model) release() {
 	}
 	outcome := Outcome(m.pick("ok", "banned", "error"))
 	domain := m.pick("", "d1.example")
-	err := m.s.Release(l.ids[len(l.ids)-1], outcome, domain)
+	err := m.s.ReleaseAs("", l.ids[len(l.ids)-1], outcome, domain)
 	m.logf("release %s@%s %s domain=%q: %v", l.holder, l.proxy, outcome, domain, err)
 	now := m.now()
 	var field *FieldError
@@ -485,23 +485,27 @@ func (m *model) check() {
 func (s *Store) checkConsistency() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.st.checkConsistency()
+}
+
+func (st *state) checkConsistency() error {
 	var errs []error
-	for i, l := range s.expiries {
+	for i, l := range st.expiries {
 		if l.index != i {
 			errs = append(errs, fmt.Errorf("lease %v at heap position %d thinks it is at %d", l.key, i, l.index))
 		}
-		if i > 0 && s.expiries[i].expiresAt.Before(s.expiries[(i-1)/2].expiresAt) {
+		if i > 0 && st.expiries[i].expiresAt.Before(st.expiries[(i-1)/2].expiresAt) {
 			errs = append(errs, fmt.Errorf("heap order broken at %d", i))
 		}
-		if s.leases[l.key] != l {
+		if st.leases[l.key] != l {
 			errs = append(errs, fmt.Errorf("lease %v is in the heap but not the map", l.key))
 		}
 	}
-	if len(s.expiries) != len(s.leases) {
-		errs = append(errs, fmt.Errorf("%d leases in the heap, %d in the map", len(s.expiries), len(s.leases)))
+	if len(st.expiries) != len(st.leases) {
+		errs = append(errs, fmt.Errorf("%d leases in the heap, %d in the map", len(st.expiries), len(st.leases)))
 	}
 	live := 0
-	for _, l := range s.leases {
+	for _, l := range st.leases {
 		if l.state == stateLive {
 			live++
 			if l.proxy == nil || l.proxy.occupant(l.slot) != l {
@@ -509,11 +513,11 @@ func (s *Store) checkConsistency() error {
 			}
 		}
 	}
-	if live != s.live {
-		errs = append(errs, fmt.Errorf("%d live leases, counted %d", live, s.live))
+	if live != st.live {
+		errs = append(errs, fmt.Errorf("%d live leases, counted %d", live, st.live))
 	}
 	ready := 0
-	for key, p := range s.proxies {
+	for key, p := range st.proxies {
 		held := 0
 		for _, l := range p.slots {
 			if l != nil {
@@ -537,14 +541,14 @@ func (s *Store) checkConsistency() error {
 			errs = append(errs, fmt.Errorf("%s is not Ready but holds %d leases", key, held))
 		}
 	}
-	orders := map[string]*selectionOrder{"": s.order}
+	orders := map[string]*selectionOrder{"": st.order}
 	inNamespaces := 0
-	for ns, o := range s.byNamespace {
+	for ns, o := range st.byNamespace {
 		orders[ns] = o
 		inNamespaces += o.n
 	}
-	if s.order.n != ready || inNamespaces != ready {
-		errs = append(errs, fmt.Errorf("%d Ready proxies with a free slot, %d in the order, %d in the namespaces' orders", ready, s.order.n, inNamespaces))
+	if st.order.n != ready || inNamespaces != ready {
+		errs = append(errs, fmt.Errorf("%d Ready proxies with a free slot, %d in the order, %d in the namespaces' orders", ready, st.order.n, inNamespaces))
 	}
 	for ns, o := range orders {
 		n := 0
@@ -561,19 +565,19 @@ func (s *Store) checkConsistency() error {
 			errs = append(errs, fmt.Errorf("the selection order %q links %d proxies, counts %d", ns, n, o.n))
 		}
 	}
-	return errors.Join(append(errs, s.checkTiersLocked())...)
+	return errors.Join(append(errs, st.checkTiers())...)
 }
 
-// checkTiersLocked: the default rule's tier states are each in their
+// checkTiers: the default rule's tier states are each in their
 // namespace's LRU and counted once; none beyond the namespace's share.
-func (s *Store) checkTiersLocked() error {
+func (st *state) checkTiers() error {
 	var errs []error
-	ts := &s.polite.tiers
+	ts := st.tiers
 	inLists := 0
 	for ns, lru := range ts.lru {
 		inLists += lru.Len()
-		if lru.Len() > s.polite.share() {
-			errs = append(errs, fmt.Errorf("namespace %s keeps %d tier states, over its share %d", ns, lru.Len(), s.polite.share()))
+		if lru.Len() > st.rules.share() {
+			errs = append(errs, fmt.Errorf("namespace %s keeps %d tier states, over its share %d", ns, lru.Len(), st.rules.share()))
 		}
 		for e := lru.Front(); e != nil; e = e.Next() {
 			if te := e.Value.(*tierEntry); ts.entries[te.key] != te || te.key.namespace != ns {

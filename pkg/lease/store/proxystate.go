@@ -4,8 +4,9 @@ import (
 	"time"
 )
 
-// proxyState is the store's record of one proxy: its slots, its
-// cool-downs and its place in the selection orders.
+// proxyState is the store's record of one proxy: its slots and its place
+// in the selection orders. What the policies keep of a proxy (cool-downs,
+// burn) they keep themselves, by its key.
 
 type proxyState struct {
 	info ProxyInfo
@@ -15,14 +16,9 @@ type proxyState struct {
 	slots        []*lease
 	held         int
 	lastReleased time.Time
-	// cooldowns by domain; cooling counts those in force.
-	cooldowns map[string]*cooldown
-	cooling   int
-	// burn is the instance's lease and ban record (burn.go).
-	burn burn
 	// isReady: the feed reported it Ready. Its places in the selection
 	// orders, in them exactly while it is Ready with a free slot (see
-	// relistLocked).
+	// state.relist).
 	isReady           bool
 	allLinks, nsLinks orderLinks
 }
@@ -57,17 +53,6 @@ func (p *proxyState) occupy(l *lease) {
 	}
 	p.slots[l.slot] = l
 	p.held++
-}
-
-// coolingFor returns the cool-down in force for domain, if any.
-func (p *proxyState) coolingFor(domain string) *cooldown {
-	if domain == "" || p.cooling == 0 {
-		return nil
-	}
-	if c := p.cooldowns[domain]; c != nil && c.inForce {
-		return c
-	}
-	return nil
 }
 
 // selectedBefore is the selection order: least recently released first

@@ -3,6 +3,7 @@ package store
 import (
 	"container/list"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -76,106 +77,49 @@ type ownerStates struct {
 	lru   *list.List
 }
 
+// sessionStates is the policy.
 type sessionStates struct {
+	noDecision
 	byKey  map[stateKey]*stateEntry
 	lru    *list.List // most recently used first
 	owners map[string]*ownerStates
 	// bytes is the cost of every entry (stateKey.cost).
 	bytes                               int
 	maxBytes, maxEntries, maxOwnerBytes int
+	metrics                             Metrics
 }
 
-func newSessionStates(cfg Config) sessionStates {
-	return sessionStates{byKey: map[stateKey]*stateEntry{}, lru: list.New(), owners: map[string]*ownerStates{},
-		maxBytes: cfg.MaxStateBytes, maxEntries: cfg.MaxStateEntries, maxOwnerBytes: cfg.MaxStateBytesPerOwner}
+func newSessionStates(cfg Config) *sessionStates {
+	return &sessionStates{byKey: map[stateKey]*stateEntry{}, lru: list.New(), owners: map[string]*ownerStates{},
+		maxBytes: cfg.MaxStateBytes, maxEntries: cfg.MaxStateEntries, maxOwnerBytes: cfg.MaxStateBytesPerOwner, metrics: cfg.Metrics}
 }
 
+// stateKeyOf is the key of the state l's holder keeps for l's proxy and domain.
 func stateKeyOf(l *lease) stateKey {
 	return stateKey{owner: l.owner, proxy: l.proxyKey, uid: l.proxyUID, instance: l.proxy.info.ProviderID, domain: l.domain}
 }
 
-// PutStateAs stores blob under the proxy and domain of owner's live lease
-// id (an empty blob drops what is kept). Errors: ErrUnknownLease and the
-// like for the ID, ErrNotLeader when not leading or fenced, a *FieldError
-// when the lease has no domain, a *StateTooLargeError.
-func (s *Store) PutStateAs(owner, id string, blob []byte) error {
-	if len(blob) > MaxStateSize {
-		return &StateTooLargeError{Size: len(blob)}
+// installed: a grant hands the holder the state kept for its proxy and
+// domain (Store.stateFor), which makes that entry the most recently used.
+func (st *sessionStates) installed(l *lease, g *Grant, _ time.Time) {
+	if g != nil {
+		st.touch(l)
 	}
-	tok, err := s.decodeOwned(owner, id)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	s.advanceLocked(now)
-	if !s.grantingLocked(now) {
-		return ErrNotLeader
-	}
-	l, err := s.findLocked(tok, now)
-	if err != nil {
-		return err
-	}
-	if l.domain == "" {
-		return &FieldError{Field: "domain", Message: "the lease was acquired without a domain: session state is kept per proxy and domain"}
-	}
-	s.putStateLocked(stateKeyOf(l), blob)
-	return nil
 }
 
-// PutSessionStateAs stores blob for the live leases owner's session holds
-// in scope (as DELETE /v1/sessions names them), each under its proxy and
-// its own domain. domain, when given, must be that domain: state is kept
-// only for what a lease is for, so no caller plants a jar for a domain it
-// holds no lease for. It is how a crawler that goes through the gateway,
-// and so never sees the lease's ID, keeps its jar. ErrUnknownLease when
-// the session holds none.
-func (s *Store) PutSessionStateAs(owner, scope, session, domain string, blob []byte) error {
-	if len(blob) > MaxStateSize {
-		return &StateTooLargeError{Size: len(blob)}
-	}
-	domain = NormalizeDomain(domain)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	s.advanceLocked(now)
-	if !s.grantingLocked(now) {
-		return ErrNotLeader
-	}
-	held, kept := false, false
-	for _, l := range s.leases {
-		if l.state != stateLive || l.owner != owner || l.session != session || l.sessionScope != scope {
-			continue
-		}
-		held = true
-		if l.domain == "" || (domain != "" && domain != l.domain) {
-			continue
-		}
-		s.putStateLocked(stateKeyOf(l), blob)
-		kept = true
-	}
-	switch {
-	case !held:
-		return ErrUnknownLease
-	case !kept && domain == "":
-		return &FieldError{Field: "domain", Message: "the session's lease was acquired without a domain: session state is kept per proxy and domain"}
-	case !kept:
-		return &FieldError{Field: "domain", Message: fmt.Sprintf("the session holds no lease for %q: state is kept only for a lease's own domain", truncate(domain))}
-	}
-	return nil
-}
+func (*sessionStates) ended(*lease)            {}
+func (*sessionStates) forget(ObjectName, bool) {}
+func (*sessionStates) termEnded()              {}
 
-// putStateLocked keeps blob under k (an empty one drops it), then evicts
+// put keeps blob under k (an empty one drops it), then evicts
 // least recently used entries until the caps hold again: first the
 // owner's own (its cap), then anyone's (the cap in all and on entries).
 // Before the put every cap held, so a put evicts at most one entry plus
 // the entries its cost displaces: at most 1 + cost/StateEntryOverhead
 // (about 150), never a walk of the whole state.
-func (s *Store) putStateLocked(k stateKey, blob []byte) {
-	st := &s.states
+func (st *sessionStates) put(k stateKey, blob []byte) {
 	if e := st.byKey[k]; e != nil {
-		s.dropStateEntryLocked(e)
+		st.dropEntry(e)
 	}
 	if len(blob) > 0 {
 		e := &stateEntry{key: k, blob: append([]byte(nil), blob...), cost: k.cost(blob)}
@@ -191,22 +135,21 @@ func (s *Store) putStateLocked(k stateKey, blob []byte) {
 		// The entry just put is never evicted: a cap below one entry
 		// keeps that one.
 		for own.bytes > st.maxOwnerBytes && own.lru.Back() != e.mine {
-			s.evictStateLocked(own.lru.Back().Value.(*stateEntry))
+			st.evict(own.lru.Back().Value.(*stateEntry))
 		}
 	}
 	for (st.bytes > st.maxBytes || len(st.byKey) > st.maxEntries) && st.lru.Len() > 1 {
-		s.evictStateLocked(st.lru.Back().Value.(*stateEntry))
+		st.evict(st.lru.Back().Value.(*stateEntry))
 	}
-	s.setStateEntries(StateSessionStates, len(st.byKey))
+	setStateEntries(st.metrics, StateSessionStates, len(st.byKey))
 }
 
-func (s *Store) evictStateLocked(e *stateEntry) {
-	s.dropStateEntryLocked(e)
-	s.observeEviction(StateSessionStates)
+func (st *sessionStates) evict(e *stateEntry) {
+	st.dropEntry(e)
+	observeEviction(st.metrics, StateSessionStates)
 }
 
-func (s *Store) dropStateEntryLocked(e *stateEntry) {
-	st := &s.states
+func (st *sessionStates) dropEntry(e *stateEntry) {
 	own := st.owners[e.key.owner]
 	st.lru.Remove(e.all)
 	own.lru.Remove(e.mine)
@@ -217,42 +160,37 @@ func (s *Store) dropStateEntryLocked(e *stateEntry) {
 	}
 }
 
-// stateLocked is a copy of the blob l's owner kept for l's proxy and
-// domain, nil for none.
-func (s *Store) stateLocked(l *lease) []byte {
+// blob is a copy of the blob l's owner kept for l's proxy and domain, nil
+// for none. It changes nothing: the grant's apply made it the most
+// recently used (installed).
+func (st *sessionStates) blob(l *lease) []byte {
 	if l.domain == "" {
 		return nil
 	}
-	e := s.states.byKey[stateKeyOf(l)]
-	if e == nil {
-		return nil
+	if e := st.byKey[stateKeyOf(l)]; e != nil {
+		return append([]byte(nil), e.blob...)
 	}
-	s.states.lru.MoveToFront(e.all)
-	s.states.owners[e.key.owner].lru.MoveToFront(e.mine)
-	return append([]byte(nil), e.blob...)
+	return nil
 }
 
-// dropStateLocked forgets owner's blob of proxy p for domain (after its
-// ban). Other identities' blobs stay: one identity never drops another's.
-func (s *Store) dropStateLocked(owner string, p *proxyState, domain string) {
+// touch makes the entry of l's holder for its proxy and domain the most
+// recently used.
+func (st *sessionStates) touch(l *lease) {
+	if l.domain == "" {
+		return
+	}
+	if e := st.byKey[stateKeyOf(l)]; e != nil {
+		st.lru.MoveToFront(e.all)
+		st.owners[e.key.owner].lru.MoveToFront(e.mine)
+	}
+}
+
+// drop forgets owner's blob of proxy p for domain (after its ban). Other
+// identities' blobs stay: one identity never drops another's.
+func (st *sessionStates) drop(owner string, p *proxyState, domain string) {
 	k := stateKey{owner: owner, proxy: p.info.Key, uid: p.info.UID, instance: p.info.ProviderID, domain: NormalizeDomain(domain)}
-	if e := s.states.byKey[k]; e != nil {
-		s.dropStateEntryLocked(e)
-		s.setStateEntries(StateSessionStates, len(s.states.byKey))
+	if e := st.byKey[k]; e != nil {
+		st.dropEntry(e)
+		setStateEntries(st.metrics, StateSessionStates, len(st.byKey))
 	}
-}
-
-// StateBytes is what the kept state is charged against
-// --lease-max-state-bytes: blobs, keys and StateEntryOverhead per entry.
-func (s *Store) StateBytes() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.states.bytes
-}
-
-// StateEntries is how many blobs the store keeps.
-func (s *Store) StateEntries() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.states.byKey)
 }

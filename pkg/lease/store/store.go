@@ -1,7 +1,6 @@
 package store
 
 import (
-	"container/list"
 	"fmt"
 	"maps"
 	"sync"
@@ -68,131 +67,30 @@ type ProxyInfo struct {
 	ExitCountry string
 }
 
-type leaseState int
-
-const (
-	stateLive leaseState = iota
-	// Tombstones stay until the lease's expiry so that its ID gets a
-	// precise answer: revoked (410), superseded (409), or released (404,
-	// kept only for leases re-learned from a previous leader, whose IDs
-	// could otherwise be re-learned again).
-	stateRevoked
-	stateSuperseded
-	stateReleased
-)
-
-type lease struct {
-	key   leaseKey
-	state leaseState
-	// proxy is set while the lease is live.
-	proxy    *proxyState
-	proxyKey ObjectName
-	proxyUID types.UID
-	slot     int32
-	holder   string
-	// owner is the identity that acquired it: only it may renew, release or read it.
-	owner   string
-	session string
-	// sessionScope is the namespace of the acquire: sessions are per namespace.
-	sessionScope string
-	domain       string
-	grantedAt    time.Time
-	expiresAt    time.Time
-	ttl          time.Duration
-	urlHash      uint64
-	// budget is the crawl policy budget the live lease is charged to, nil
-	// for none (politeness.go).
-	budget *budget
-	// readySince is the proxy's ReadySince at the grant.
-	readySince time.Time
-	index      int // in leaseHeap
-}
-
-// sessionKey names a sticky session: the identity that acquired with it
-// (AcquireRequest.Owner), the acquire's namespace, and the session name. A
-// name is chosen by the client, so another identity using the same one has
-// a session of its own: it neither follows nor moves the first one's
-// (docs/decisions/0220-gateway-session-belongs-to-its-caller.md).
-type sessionKey struct {
-	owner     string
-	namespace string
-	session   string
-}
-
-type session struct {
-	key      sessionKey
-	proxy    ObjectName
-	lastUsed time.Time
-	elem     *list.Element // in Store.sessionLRU
-}
-
-// Store is the lease store: the proxies it may lease, the leases, cool-downs
-// and sticky sessions, all in memory. It is safe for concurrent use. It does
-// no I/O and starts no goroutines; an acquire that waits uses the caller's.
+// Store is the lease store: the proxies it may lease, the leases and the
+// fleet's memory around them (the policies), all in memory. It is safe for
+// concurrent use. It does no I/O and starts no goroutines; an acquire that
+// waits uses the caller's.
+//
+// Every method decides under the one lock, and every change it decides is
+// an effect applied to the state (effects.go, state.go) and handed to the
+// journal, if any, in order.
 type Store struct {
 	// Fixed at New; read without the lock.
 	cfg     Config
 	clock   clock.WithTicker
 	signer  signer
-	metrics Metrics
+	journal Journal
+	// emit is commit as a value, made once, for the policies' confirm.
+	emit func(Effect)
+	// follower: the store only applies the effects of another (Apply); its
+	// decision code panics if called.
+	follower bool
 
-	// mu guards everything below. One mutex, because an acquire reads and
-	// writes every group at once; the groups say what each field is for.
+	// mu guards st: one mutex, because an acquire reads and writes the
+	// proxies, the leases and most policies at once.
 	mu sync.Mutex
-
-	// The fleet: every proxy the feed reported, and the Ready ones in
-	// selection order (order), and per namespace (byNamespace).
-	proxies     map[ObjectName]*proxyState
-	order       *selectionOrder
-	byNamespace map[string]*selectionOrder
-
-	// The leases: live ones and tombstones by key, all by expiry, how many
-	// are live, and how many each owner holds (for MaxLeasesPerOwner).
-	leases   map[leaseKey]*lease
-	expiries leaseHeap
-	live     int
-	owned    map[string]int
-	// lastRelease is the latest time a holder's release was stamped with
-	// (see releaseLiveLocked).
-	lastRelease time.Time
-
-	// Cool-downs: every (proxy, domain) entry by its next event (the
-	// entries themselves hang off their proxies), and how many are in force.
-	cooldowns cooldownHeap
-	inForce   int
-
-	// Sticky sessions, and their order, most recently used first.
-	sessions   map[sessionKey]*session
-	sessionLRU *list.List
-
-	// Waiting acquires: changed is closed (and replaced) when capacity may
-	// have appeared; waiting counts the waiters, so that nobody pays for a
-	// channel when nobody waits.
-	changed chan struct{}
-	waiting int
-
-	// What pools' autoscalers count: waiters and recent refusals (demand.go).
-	demand demandState
-
-	// The crawl policies and their budgets (politeness.go).
-	polite politeness
-	// poolOutcomes count releases per pool (outcomes.go); bounded by the
-	// pools that exist, ForgetPool drops a deleted one's.
-	poolOutcomes map[ObjectName]*Outcomes
-	// Session state blobs by (identity, proxy, domain) (sessionstate.go).
-	states sessionStates
-
-	// The term: whether it leads, the epoch that names the term and the
-	// serial that numbers its grants, the recovery after a leader change
-	// (no grants before recoverUntil, see Lead), and the horizon no lease
-	// is granted or renewed beyond, unless unbounded.
-	leading      bool
-	epoch        uint64
-	serial       uint64
-	recoverUntil time.Time
-	recovering   bool
-	horizon      time.Time
-	unbounded    bool
+	st *state
 }
 
 // New returns an empty store that does not lead: it tracks proxies but
@@ -202,27 +100,46 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("lease store: %w", err)
 	}
-	return &Store{
-		cfg:          cfg,
-		clock:        cfg.Clock,
-		signer:       newSigner(cfg.Key),
-		metrics:      cfg.Metrics,
-		proxies:      map[ObjectName]*proxyState{},
-		order:        &selectionOrder{},
-		byNamespace:  map[string]*selectionOrder{},
-		leases:       map[leaseKey]*lease{},
-		sessions:     map[sessionKey]*session{},
-		sessionLRU:   list.New(),
-		owned:        map[string]int{},
-		changed:      make(chan struct{}),
-		polite:       newPoliteness(cfg.MaxDomainBudgets),
-		poolOutcomes: map[ObjectName]*Outcomes{},
-		states:       newSessionStates(cfg),
-	}, nil
+	s := &Store{cfg: cfg, clock: cfg.Clock, signer: newSigner(cfg.Key), journal: cfg.Journal, follower: cfg.Follower, st: newState(cfg)}
+	s.emit = s.commit
+	return s, nil
 }
 
 // Config returns the store's configuration with defaults filled in.
 func (s *Store) Config() Config { return s.cfg }
+
+// commit applies an effect to the state and hands it to the journal; the
+// caller holds the lock. It is how every decision changes the store.
+func (s *Store) commit(e Effect) {
+	s.st.apply(e)
+	if s.journal != nil {
+		s.journal.Append(e)
+	}
+}
+
+// Apply applies the effects another store decided, in their order. It is
+// for a store that follows another (a replica of the leader's state), made
+// with Config.Follower: its own decisions would break the sameness.
+func (s *Store) Apply(effects ...Effect) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range effects {
+		s.commit(e)
+	}
+}
+
+// locked runs decide under the lock on the state as time has made it at
+// the clock's now: what expired, lapsed or ended by now is applied first.
+func (s *Store) locked(decide func(now time.Time)) {
+	if s.follower {
+		panic("lease store: a follower decides nothing")
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance(now)
+	decide(now)
+}
 
 // Upsert adds or updates a proxy. A proxy that stops being Ready, was not
 // Ready in between (ReadySince moved), or whose UID or URL changes, has its
@@ -230,63 +147,36 @@ func (s *Store) Config() Config { return s.cfg }
 // longer has.
 func (s *Store) Upsert(info ProxyInfo) {
 	info.Labels = maps.Clone(info.Labels)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	s.advanceLocked(now)
-
-	p := s.proxies[info.Key]
-	if p == nil {
-		p = &proxyState{info: info, urlHash: urlHash(info.URL), isReady: info.Ready}
-		s.proxies[info.Key] = p
-		if info.Ready {
-			s.relistLocked(p, false)
-			s.broadcastLocked()
+	s.locked(func(now time.Time) {
+		keep := 0
+		if p := s.st.proxies[info.Key]; p != nil {
+			old := p.info
+			if old.UID == info.UID && old.ProviderID == info.ProviderID && old.URL == info.URL && info.Ready && old.ReadySince.Equal(info.ReadySince) {
+				keep = min(max(1, int(info.MaxLeases)), maxSlots)
+			}
+			revoke(p, keep, now, s.emit)
 		}
-		return
-	}
-	old := p.info
-	switch {
-	case old.UID != info.UID:
-		// Another Proxy object under the same name: nothing carries over.
-		s.revokeLocked(p, 0, now)
-		s.forgetCooldownsLocked(p)
-		p.lastReleased = time.Time{}
-		p.burn = burn{}
-	case old.ProviderID != info.ProviderID:
-		// A new instance of the same Proxy (a new IP): the bans were the
-		// old instance's.
-		s.revokeLocked(p, 0, now)
-		s.forgetCooldownsLocked(p)
-		p.burn = burn{}
-	case old.URL != info.URL || !info.Ready || !old.ReadySince.Equal(info.ReadySince):
-		s.revokeLocked(p, 0, now)
-	default:
-		s.revokeLocked(p, min(max(1, int(info.MaxLeases)), maxSlots), now)
-	}
-	p.info, p.urlHash, p.isReady = info, urlHash(info.URL), info.Ready
-	s.relistLocked(p, old.LatencyMillis != info.LatencyMillis)
-	if info.Ready {
-		// New capacity, labels or a new place in the order may satisfy a waiter.
-		s.broadcastLocked()
-	}
+		s.commit(ProxyPut{info: info})
+	})
 }
 
 // Remove forgets a proxy and revokes its leases.
 func (s *Store) Remove(key ObjectName) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	s.advanceLocked(now)
-	p := s.proxies[key]
-	if p == nil {
-		return
+	s.locked(func(now time.Time) {
+		if p := s.st.proxies[key]; p != nil {
+			revoke(p, 0, now, s.emit)
+			s.commit(ProxyDelete{key: key})
+		}
+	})
+}
+
+// revoke ends the leases of p in slots from keep on (0: all).
+func revoke(p *proxyState, keep int, now time.Time, commit func(Effect)) {
+	for i := keep; i < len(p.slots); i++ {
+		if l := p.slots[i]; l != nil {
+			commit(End{key: l.key, how: EndRevoked, at: now, tombstone: stateRevoked})
+		}
 	}
-	s.revokeLocked(p, 0, now)
-	p.isReady = false
-	s.relistLocked(p, false)
-	s.forgetCooldownsLocked(p)
-	delete(s.proxies, key)
 }
 
 // Lead starts a term: the store grants and renews from now on. Until
@@ -295,84 +185,59 @@ func (s *Store) Remove(key ObjectName) {
 // A zero horizon means unbounded; otherwise nothing is granted or renewed
 // beyond it until SetHorizon moves it.
 func (s *Store) Lead(recoverUntil, horizon time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock.Now()
-	s.leading = true
-	s.epoch = max(uint64(now.UnixNano()), s.epoch+1)
-	s.serial = 0
-	s.recoverUntil = recoverUntil
-	s.recovering = now.Before(recoverUntil)
-	s.metrics.SetRecovering(s.recovering)
-	s.horizon, s.unbounded = horizon, horizon.IsZero()
-	s.broadcastLocked()
+	s.locked(func(now time.Time) {
+		s.commit(TermStart{epoch: max(uint64(now.UnixNano()), s.st.term.epoch+1), recoverUntil: recoverUntil,
+			recovering: now.Before(recoverUntil), horizon: horizon})
+	})
 }
 
 // SetHorizon lets the store grant and renew up to t (it never moves back).
 func (s *Store) SetHorizon(t time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if t.After(s.horizon) {
-		s.horizon = t
-	}
+	s.locked(func(time.Time) {
+		if t.After(s.st.term.horizon) {
+			s.commit(Horizon{at: t})
+		}
+	})
 }
 
 // Abdicate ends the term: every lease is forgotten (the next leader learns
 // the live ones from their renewals). It returns the latest expiry among
 // the leases that were live, zero if none.
 func (s *Store) Abdicate() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.advanceLocked(s.clock.Now())
 	var last time.Time
-	for _, l := range s.expiries {
-		if l.state == stateLive && l.expiresAt.After(last) {
-			last = l.expiresAt
+	s.locked(func(time.Time) {
+		for _, l := range s.st.expiries {
+			if l.state == stateLive && l.expiresAt.After(last) {
+				last = l.expiresAt
+			}
 		}
-	}
-	for _, p := range s.proxies {
-		clear(p.slots)
-		p.slots, p.held = p.slots[:0], 0
-		s.relistLocked(p, false)
-	}
-	s.leases = map[leaseKey]*lease{}
-	s.expiries = nil
-	s.live = 0
-	clear(s.owned)
-	s.forgetBudgetsLocked()
-	s.forgetTiersLocked()
-	s.metrics.SetActiveLeases(0)
-	s.leading, s.recovering = false, false
-	s.metrics.SetRecovering(false)
-	s.broadcastLocked()
+		s.commit(TermEnd{})
+	})
 	return last
-}
-
-// Leading reports whether the store is in a term.
-func (s *Store) Leading() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.leading
 }
 
 // Fenced reports whether the store refuses grants and renewals now because
 // this replica's leadership may have passed to another (see
 // Config.LeadershipValidUntil). It takes no lock.
-func (s *Store) Fenced() bool { return s.fencedAt(s.clock.Now()) }
-
-func (s *Store) fencedAt(now time.Time) bool {
-	return s.cfg.LeadershipValidUntil != nil && !now.Before(s.cfg.LeadershipValidUntil())
-}
-
-// grantingLocked reports whether the store may grant or renew at now: it is
-// in a term and not fenced.
-func (s *Store) grantingLocked(now time.Time) bool { return s.leading && !s.fencedAt(now) }
+func (s *Store) Fenced() bool { return s.cfg.fencedAt(s.clock.Now()) }
 
 // Advance applies what time has done: expiries, ended cool-downs, the end
-// of recovery. Every operation does this first; a janitor calls it so that
-// the gauges stay current when nobody calls.
-func (s *Store) Advance() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.advanceLocked(s.clock.Now())
+// of recovery, idle sessions. Every operation does this first; a janitor
+// calls it so that the gauges stay current when nobody calls.
+func (s *Store) Advance() { s.locked(func(time.Time) {}) }
+
+// SetCrawlPolicy applies a policy (new or changed), recounting the live
+// leases its budgets hold.
+func (s *Store) SetCrawlPolicy(p CrawlPolicy) {
+	s.locked(func(now time.Time) { s.commit(PolicyPut{policy: p, at: now}) })
+}
+
+// DeleteCrawlPolicy stops applying a policy.
+func (s *Store) DeleteCrawlPolicy(key ObjectName) {
+	s.locked(func(now time.Time) { s.commit(PolicyDelete{key: key, at: now}) })
+}
+
+// ForgetPool drops a deleted pool's counts.
+func (s *Store) ForgetPool(pool ObjectName) {
+	s.locked(func(time.Time) { s.commit(PoolForget{pool: pool}) })
 }

@@ -24,7 +24,7 @@ import (
 //     Evicting one is safe: the domain starts again at the first tier.
 //   - It lives in the leader's memory. A new leader relearning a live
 //     lease puts its domain at least at the tier of the lease's proxy
-//     (seedTierLocked), so a domain that escalated stays escalated while
+//     (installed), so a domain that escalated stays escalated while
 //     its leases live; the rest is learnt again from outcomes, within one
 //     window (docs/decisions/0342-tier-state-relearned-from-leases.md).
 
@@ -61,7 +61,10 @@ type tierCounts struct {
 	outcomes Outcomes
 }
 
-type tierStates struct {
+// tiers is the policy: every budget's tier state.
+type tiers struct {
+	rules   *rules
+	metrics Metrics
 	entries map[budgetKey]*tierEntry
 	// lru are each namespace's default-rule entries, most recent first.
 	lru         map[string]*list.List
@@ -69,37 +72,35 @@ type tierStates struct {
 	// tiered counts the policies with tiers: none, and an acquire skips
 	// the whole check.
 	tiered int
+
+	// check is the prepared selection's.
+	check tierCheck
 }
 
-func newTierStates() tierStates {
-	return tierStates{entries: map[budgetKey]*tierEntry{}, lru: map[string]*list.List{}}
+func newTiers(r *rules, m Metrics) *tiers {
+	return &tiers{rules: r, metrics: m, entries: map[budgetKey]*tierEntry{}, lru: map[string]*list.List{}}
 }
 
-// tieringLocked is the tiering of the rule that governs domain in ns, and
-// the key of its tier state; nil when that rule has no tiers.
-func (s *Store) tieringLocked(ns, domain string) (*Tiering, budgetKey) {
-	if domain == "" || s.polite.tiers.tiered == 0 {
+// tiering is the tiering of the rule that governs domain in ns, and the
+// key of its tier state; nil when that rule has no tiers.
+func (ts *tiers) tiering(ns, domain string) (*Tiering, budgetKey) {
+	if domain == "" || ts.tiered == 0 {
 		return nil, budgetKey{}
 	}
-	policy, rule, _, ok := matchRule(s.polite.policies[ns], domain)
+	key, _, ok := ts.rules.match(ns, domain)
 	if !ok {
 		return nil, budgetKey{}
 	}
-	for _, p := range s.polite.policies[ns] {
-		if p.Key.Name == policy {
-			if t := p.Tiers[rule]; t != nil {
-				key := budgetKey{namespace: ns, policy: policy, rule: rule}
-				if rule == DefaultRuleHost {
-					key.domain = domain
-				}
-				return t, key
-			}
+	if p := ts.rules.policy(ObjectName{Namespace: ns, Name: key.policy}); p != nil {
+		if t := p.Tiers[key.rule]; t != nil {
+			return t, key
 		}
 	}
 	return nil, budgetKey{}
 }
 
-// tierChoice is where a grant in one namespace goes: the proxies of sel.
+// tierChoice is where a grant in one namespace goes: the proxies of the
+// tiering's selector of tier.
 type tierChoice struct {
 	tiering *Tiering
 	key     budgetKey
@@ -109,9 +110,7 @@ type tierChoice struct {
 
 // tierCheck answers, for one selection, whether a proxy is on the tier
 // the grant's budget is on. Like politeCheck it looks a namespace up once.
-// Its zero value (an untiered acquire) lets every proxy through.
 type tierCheck struct {
-	s       *Store
 	domain  string
 	now     time.Time
 	noProbe bool
@@ -121,17 +120,22 @@ type tierCheck struct {
 	memo    map[string]tierChoice
 }
 
-// tierCheckLocked is the check for req: none when req names a selector
-// of its own (its caller chose the proxies) or no policy has tiers.
-func (s *Store) tierCheckLocked(req *AcquireRequest, now time.Time, noProbe bool) tierCheck {
-	if req.Domain == "" || s.polite.tiers.tiered == 0 || !req.Selector.Empty() {
-		return tierCheck{}
+// prepare: tiers bind an acquire with a domain under a rule with tiers
+// that names no selector of its own (its caller chose the proxies).
+// relaxed: a probe of a cheaper tier found nothing free there, so the
+// grant goes to the budget's tier as if it were no probe.
+func (ts *tiers) prepare(req *AcquireRequest, now time.Time, relaxed bool) bool {
+	ts.check = tierCheck{}
+	if req.Domain == "" || ts.tiered == 0 || !req.Selector.Empty() {
+		return false
 	}
-	return tierCheck{s: s, domain: req.Domain, now: now, noProbe: noProbe}
+	ts.check = tierCheck{domain: req.Domain, now: now, noProbe: relaxed}
+	return true
 }
 
 // choiceFor is the tier of a grant on a proxy of ns.
-func (c *tierCheck) choiceFor(ns string) tierChoice {
+func (ts *tiers) choiceFor(ns string) tierChoice {
+	c := &ts.check
 	if c.looked && ns == c.ns {
 		return c.choice
 	}
@@ -143,10 +147,10 @@ func (c *tierCheck) choiceFor(ns string) tierChoice {
 	}
 	ch, seen := c.memo[ns]
 	if !seen {
-		ch.tiering, ch.key = c.s.tieringLocked(ns, c.domain)
+		ch.tiering, ch.key = ts.tiering(ns, c.domain)
 		if ch.tiering != nil {
 			var st tier.State
-			if e := c.s.polite.tiers.entries[ch.key]; e != nil {
+			if e := ts.entries[ch.key]; e != nil {
 				st = e.state
 			}
 			ch.tier, ch.probe = st.Choose(ch.tiering.Config, c.now)
@@ -159,21 +163,21 @@ func (c *tierCheck) choiceFor(ns string) tierChoice {
 	return ch
 }
 
-// allows says whether p is on its budget's tier (or is untiered).
-func (c *tierCheck) allows(p *proxyState) bool {
-	if c.s == nil {
-		return true
+// admit lets through the proxies on their budget's tier (or untiered).
+func (ts *tiers) admit(p *proxyState) refusal {
+	ch := ts.choiceFor(p.info.Key.Namespace)
+	if ch.tiering == nil || ch.tiering.Selectors[ch.tier].Matches(labels.Set(p.info.Labels)) {
+		return refusal{}
 	}
-	ch := c.choiceFor(p.info.Key.Namespace)
-	return ch.tiering == nil || ch.tiering.Selectors[ch.tier].Matches(labels.Set(p.info.Labels))
+	return filtered
 }
 
-// probing says whether any namespace's choice so far was a probe.
-func (c *tierCheck) probing() bool {
-	if c.choice.probe {
+// relaxable says whether any namespace's choice so far was a probe.
+func (ts *tiers) relaxable() bool {
+	if ts.check.choice.probe {
 		return true
 	}
-	for _, ch := range c.memo {
+	for _, ch := range ts.check.memo {
 		if ch.probe {
 			return true
 		}
@@ -181,29 +185,55 @@ func (c *tierCheck) probing() bool {
 	return false
 }
 
-// noteTierGrantLocked records a grant on p in its budget's tier state.
-func (s *Store) noteTierGrantLocked(c *tierCheck, p *proxyState, now time.Time) {
-	if c.s == nil {
+// confirm notes the tier the grant on p goes to.
+func (ts *tiers) confirm(p *proxyState, g *Grant, _ time.Time, _ func(Effect)) error {
+	if ch := ts.choiceFor(p.info.Key.Namespace); ch.tiering != nil {
+		g.tier = tierNote{key: ch.key, tier: ch.tier, probe: ch.probe, tiered: true}
+	}
+	return nil
+}
+
+// installed records a grant in its budget's tier state; a lease relearnt
+// by a new leader puts its domain's budget at least on the tier of its
+// proxy (docs/decisions/0342-tier-state-relearned-from-leases.md).
+func (ts *tiers) installed(l *lease, g *Grant, at time.Time) {
+	if g == nil {
+		ts.seed(l, at)
 		return
 	}
-	ch := c.choiceFor(p.info.Key.Namespace)
-	if ch.tiering == nil {
+	note := g.tier
+	if !note.tiered {
 		return
 	}
-	e := s.tierEntryLocked(ch.key)
-	e.state.Granted(ch.tiering.Config, now, ch.probe)
+	t := ts.tieringOfKey(note.key)
+	if t == nil || note.tier >= len(t.Names) {
+		return // the policy changed between the decision and this apply
+	}
+	e := ts.entry(note.key)
+	e.state.Granted(t.Config, at, note.probe)
 	e.grants++
-	s.tierCountsLocked(ch.key, ch.tiering, ch.tier).grants++
-	if m, ok := s.metrics.(TierMetrics); ok {
-		m.ObserveTierGrant(ch.key.namespace, ch.key.policy, ch.key.rule, ch.tier)
+	ts.counts(note.key, t, note.tier).grants++
+	if m, ok := ts.metrics.(TierMetrics); ok {
+		m.ObserveTierGrant(note.key.namespace, note.key.policy, note.key.rule, note.tier)
 	}
 }
 
-// observeTierLocked feeds n outcomes on p for domain to the tier state of
-// its budget, when its rule has tiers and p is on one of them (the first
-// whose selector matches it).
-func (s *Store) observeTierLocked(p *proxyState, outcome Outcome, domain string, n int64) {
-	t, key := s.tieringLocked(p.info.Key.Namespace, domain)
+// tieringOfKey is the tiering of key's rule, nil if it has none (now).
+func (ts *tiers) tieringOfKey(key budgetKey) *Tiering {
+	if p := ts.rules.policy(ObjectName{Namespace: key.namespace, Name: key.policy}); p != nil {
+		return p.Tiers[key.rule]
+	}
+	return nil
+}
+
+func (*tiers) ended(*lease)            {}
+func (*tiers) forget(ObjectName, bool) {}
+
+// observe feeds n outcomes on p for domain at the time at to the tier state
+// of its budget, when its rule has tiers and p is on one of them (the
+// first whose selector matches it).
+func (ts *tiers) observe(p *proxyState, outcome Outcome, domain string, n int64, at time.Time) {
+	t, key := ts.tiering(p.info.Key.Namespace, domain)
 	if t == nil {
 		return
 	}
@@ -211,44 +241,43 @@ func (s *Store) observeTierLocked(p *proxyState, outcome Outcome, domain string,
 	if idx < 0 {
 		return
 	}
-	s.tierCountsLocked(key, t, idx).outcomes.add(outcome, n)
-	if m, ok := s.metrics.(TierMetrics); ok {
+	ts.counts(key, t, idx).outcomes.add(outcome, n)
+	if m, ok := ts.metrics.(TierMetrics); ok {
 		m.ObserveTierOutcomes(key.namespace, key.policy, key.rule, idx, string(outcome), n)
 	}
 	if outcome == OutcomeError {
 		return // the proxy's failure, not the site's verdict
 	}
-	e := s.tierEntryLocked(key)
-	e.state.Observe(t.Config, len(t.Selectors), idx, outcome == OutcomeBanned, n, s.clock.Now())
+	e := ts.entry(key)
+	e.state.Observe(t.Config, len(t.Selectors), idx, outcome == OutcomeBanned, n, at)
 }
 
-// seedTierLocked: a new leader relearned l; its domain's budget is on at
-// least the tier of l's proxy.
-func (s *Store) seedTierLocked(l *lease, now time.Time) {
-	t, key := s.tieringLocked(l.proxyKey.Namespace, l.domain)
+// seed: a new leader relearned l; its domain's budget is on at least the
+// tier of l's proxy.
+func (ts *tiers) seed(l *lease, at time.Time) {
+	t, key := ts.tiering(l.proxyKey.Namespace, l.domain)
 	if t == nil {
 		return
 	}
 	idx := slices.IndexFunc(t.Selectors, func(sel labels.Selector) bool { return sel.Matches(labels.Set(l.proxy.info.Labels)) })
 	if idx > 0 {
-		s.tierEntryLocked(key).state.Seed(idx, now)
+		ts.entry(key).state.Seed(idx, at)
 	}
 }
 
-// tierCountsLocked is tier idx's counts in key's rule counts.
-func (s *Store) tierCountsLocked(key budgetKey, t *Tiering, idx int) *tierCounts {
-	c := s.polite.countsOf(key)
+// counts is tier idx's counts in key's rule counts.
+func (ts *tiers) counts(key budgetKey, t *Tiering, idx int) *tierCounts {
+	c := ts.rules.countsOf(key)
 	if len(c.tiers) != len(t.Names) {
 		c.tiers = make([]tierCounts, len(t.Names))
 	}
 	return &c.tiers[idx]
 }
 
-// tierEntryLocked is key's tier state, made when missing; a new
-// default-rule one evicts its namespace's least recently used at its
-// share, and every use makes it the most recent.
-func (s *Store) tierEntryLocked(key budgetKey) *tierEntry {
-	ts := &s.polite.tiers
+// entry is key's tier state, made when missing; a new default-rule one
+// evicts its namespace's least recently used at its share, and every use
+// makes it the most recent.
+func (ts *tiers) entry(key budgetKey) *tierEntry {
 	e := ts.entries[key]
 	if key.domain == "" {
 		if e == nil {
@@ -257,29 +286,31 @@ func (s *Store) tierEntryLocked(key budgetKey) *tierEntry {
 		}
 		return e
 	}
-	lru := ts.lru[key.namespace]
 	if e != nil {
-		lru.MoveToFront(e.elem)
+		ts.lru[key.namespace].MoveToFront(e.elem)
 		return e
 	}
+	if lru := ts.lru[key.namespace]; lru != nil {
+		for share := ts.rules.share(); lru.Len() >= share && lru.Len() > 0; {
+			ts.drop(lru.Back().Value.(*tierEntry))
+			observeEviction(ts.metrics, StateTiers)
+		}
+	}
+	// Evicting the last one lets the namespace's list go: look it up again.
+	lru := ts.lru[key.namespace]
 	if lru == nil {
 		lru = list.New()
 		ts.lru[key.namespace] = lru
-	}
-	for share := s.polite.share(); lru.Len() >= share; {
-		s.dropTierEntryLocked(lru.Back().Value.(*tierEntry))
-		s.observeEviction(StateTiers)
 	}
 	e = &tierEntry{key: key}
 	e.elem = lru.PushFront(e)
 	ts.entries[key] = e
 	ts.domainTotal++
-	s.setStateEntries(StateTiers, ts.domainTotal)
+	setStateEntries(ts.metrics, StateTiers, ts.domainTotal)
 	return e
 }
 
-func (s *Store) dropTierEntryLocked(e *tierEntry) {
-	ts := &s.polite.tiers
+func (ts *tiers) drop(e *tierEntry) {
 	delete(ts.entries, e.key)
 	if e.elem == nil {
 		return
@@ -290,30 +321,29 @@ func (s *Store) dropTierEntryLocked(e *tierEntry) {
 		delete(ts.lru, e.key.namespace)
 	}
 	ts.domainTotal--
-	s.setStateEntries(StateTiers, ts.domainTotal)
+	setStateEntries(ts.metrics, StateTiers, ts.domainTotal)
 }
 
-// retierLocked drops, when a policy changes from old to new (nil: it is
+// retier drops, when a policy changes from old to new (nil: it is
 // deleted; old nil: it is new), the tier states and per-tier counts of
 // the rules whose tiers changed: their tier indices mean other proxies
 // now. The rest keep their tier. A namespace over its share (the shares
 // shrink when another namespace gets a default rule) gives back its least
 // recently used at once: a policy change is rare.
-func (s *Store) retierLocked(old, new *CrawlPolicy) {
-	ts := &s.polite.tiers
+func (ts *tiers) retier(old, new *CrawlPolicy) {
 	ts.tiered = 0
-	for _, ps := range s.polite.policies {
+	for _, ps := range ts.rules.policies {
 		for _, p := range ps {
 			if len(p.Tiers) > 0 {
 				ts.tiered++
 			}
 		}
 	}
-	share := s.polite.share()
+	share := ts.rules.share()
 	for _, lru := range ts.lru {
 		for lru.Len() > share {
-			s.dropTierEntryLocked(lru.Back().Value.(*tierEntry))
-			s.observeEviction(StateTiers)
+			ts.drop(lru.Back().Value.(*tierEntry))
+			observeEviction(ts.metrics, StateTiers)
 		}
 	}
 	if old == nil || len(old.Tiers) == 0 {
@@ -323,7 +353,7 @@ func (s *Store) retierLocked(old, new *CrawlPolicy) {
 	for rule, t := range old.Tiers {
 		if new == nil || new.Tiers[rule] == nil || !slices.Equal(new.Tiers[rule].Names, t.Names) {
 			changed[rule] = true
-			if c := s.polite.counts[budgetKey{namespace: old.Key.Namespace, policy: old.Key.Name, rule: rule}]; c != nil {
+			if c := ts.rules.counts[budgetKey{namespace: old.Key.Namespace, policy: old.Key.Name, rule: rule}]; c != nil {
 				c.tiers = nil
 			}
 		}
@@ -333,19 +363,18 @@ func (s *Store) retierLocked(old, new *CrawlPolicy) {
 	}
 	for k, e := range ts.entries {
 		if k.namespace == old.Key.Namespace && k.policy == old.Key.Name && changed[k.rule] {
-			s.dropTierEntryLocked(e)
+			ts.drop(e)
 		}
 	}
 }
 
-// forgetTiersLocked drops every tier state when the term ends: a later
-// term learns them afresh rather than from stale ones.
-func (s *Store) forgetTiersLocked() {
-	ts := &s.polite.tiers
+// termEnded drops every tier state when the term ends: a later term
+// learns them afresh rather than from stale ones.
+func (ts *tiers) termEnded() {
 	clear(ts.entries)
 	clear(ts.lru)
 	ts.domainTotal = 0
-	s.setStateEntries(StateTiers, 0)
+	setStateEntries(ts.metrics, StateTiers, 0)
 }
 
 // TierStats is one tier's use in a rule.
@@ -368,15 +397,15 @@ const (
 	busiestScan       = 1024
 )
 
-// tierStatsLocked fills r, a rule of policy p, with its tiers' use, its
-// current tier (a named rule) or its busiest domains' (the default).
-func (s *Store) tierStatsLocked(p *CrawlPolicy, r *RuleStats) {
+// stats fills r, a rule of policy p, with its tiers' use, its current
+// tier (a named rule) or its busiest domains' (the default).
+func (ts *tiers) stats(p *CrawlPolicy, r *RuleStats) {
 	t := p.Tiers[r.Host]
 	if t == nil {
 		return
 	}
 	key := budgetKey{namespace: p.Key.Namespace, policy: p.Key.Name, rule: r.Host}
-	c := s.polite.counts[key]
+	c := ts.rules.counts[key]
 	for i, name := range t.Names {
 		ts := TierStats{Name: name}
 		if c != nil && len(c.tiers) == len(t.Names) {
@@ -386,12 +415,12 @@ func (s *Store) tierStatsLocked(p *CrawlPolicy, r *RuleStats) {
 	}
 	if r.Host != DefaultRuleHost {
 		r.Tier = t.Names[0]
-		if e := s.polite.tiers.entries[key]; e != nil {
+		if e := ts.entries[key]; e != nil {
 			r.Tier = t.Names[e.state.Tier()]
 		}
 		return
 	}
-	lru := s.polite.tiers.lru[p.Key.Namespace]
+	lru := ts.lru[p.Key.Namespace]
 	if lru == nil {
 		return
 	}

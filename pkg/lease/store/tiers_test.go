@@ -61,9 +61,8 @@ func TestTiersEscalateOnlyWhereBanned(t *testing.T) {
 		bucket  = 2 * time.Minute
 	)
 	cfg := tier.Config{}.WithDefaults()
-	s, clk, m0 := newTestStore(t, tieredFleet(testNamespace, 20))
-	m := &tierTestMetrics{testMetrics: m0, grants: map[string]int64{}}
-	s.metrics = m
+	m := &tierTestMetrics{testMetrics: newTestMetrics(), grants: map[string]int64{}}
+	s, clk, _ := newTestStore(t, tieredFleet(testNamespace, 20), withStoreConfig(func(c *Config) { c.Metrics = m }))
 	s.SetCrawlPolicy(tieredDefault(testNamespace))
 
 	type grant struct {
@@ -82,7 +81,7 @@ func TestTiersEscalateOnlyWhereBanned(t *testing.T) {
 			if site == "bans.example" && at < banning && l.Proxy.Pool == "own-vms" {
 				outcome = OutcomeBanned
 			}
-			if err := s.Release(l.ID, outcome, ""); err != nil {
+			if err := s.ReleaseAs("", l.ID, outcome, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -184,7 +183,7 @@ func escalate(t *testing.T, s *Store, ns, domain string) {
 	t.Helper()
 	for range tier.DefaultMinOutcomes {
 		l := acquire(t, s, AcquireRequest{Namespace: ns, Domain: domain})
-		if err := s.Release(l.ID, OutcomeBanned, ""); err != nil {
+		if err := s.ReleaseAs("", l.ID, OutcomeBanned, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -237,7 +236,7 @@ func TestTierStateCapEvictsOnlyWithinTheNamespace(t *testing.T) {
 		release(t, s, acquire(t, s, AcquireRequest{Namespace: "flood", Domain: fmt.Sprintf("junk-%d.example", i)}))
 	}
 	s.mu.Lock()
-	got := map[string]int{"flood": s.polite.tiers.lru["flood"].Len(), "victim": s.polite.tiers.lru["victim"].Len(), "total": s.polite.tiers.domainTotal}
+	got := map[string]int{"flood": s.st.tiers.lru["flood"].Len(), "victim": s.st.tiers.lru["victim"].Len(), "total": s.st.tiers.domainTotal}
 	s.mu.Unlock()
 	if diff := cmp.Diff(map[string]int{"flood": 50, "victim": 1, "total": 51}, got); diff != "" {
 		t.Errorf("tier states kept (-want +got):\n%s", diff)
@@ -255,7 +254,7 @@ func TestTierStateCapEvictsOnlyWithinTheNamespace(t *testing.T) {
 	// flood gives back its least recently used at once; victim keeps its.
 	s.SetCrawlPolicy(tieredDefault("third"))
 	s.mu.Lock()
-	got = map[string]int{"flood": s.polite.tiers.lru["flood"].Len(), "victim": s.polite.tiers.lru["victim"].Len(), "total": s.polite.tiers.domainTotal}
+	got = map[string]int{"flood": s.st.tiers.lru["flood"].Len(), "victim": s.st.tiers.lru["victim"].Len(), "total": s.st.tiers.domainTotal}
 	s.mu.Unlock()
 	if diff := cmp.Diff(map[string]int{"flood": 33, "victim": 1, "total": 34}, got); diff != "" {
 		t.Errorf("tier states kept after the shares shrank (-want +got):\n%s", diff)
@@ -276,7 +275,7 @@ func TestNewLeaderKeepsTheTierOfRelearnedLeases(t *testing.T) {
 	held := acquire(t, tl.old, AcquireRequest{Namespace: testNamespace, Domain: "bans.example"})
 	tl.lead(DefaultTTL)
 	tl.clk.Step(10 * time.Second)
-	if _, err := tl.new.Renew(held.ID, 0); err != nil {
+	if _, err := tl.new.RenewAs("", held.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	tl.clk.Step(DefaultTTL) // the recovery is over

@@ -287,3 +287,21 @@ func (r *tokenReader) string() string {
 	r.b = r.b[n:]
 	return out
 }
+
+// decodeOwned decodes a lease ID that owner may use: an ID that is not
+// ours, and one of another owner, are both ErrUnknownLease, so that nobody
+// learns whether another's lease exists.
+func (s signer) decodeOwned(owner, id string) (token, error) {
+	tok, err := s.decode(id)
+	if err != nil || tok.owner != owner {
+		return token{}, ErrUnknownLease
+	}
+	return tok, nil
+}
+
+// withID is view with the ID of tok. Sign after unlocking the store: the
+// lock is held only for the store's own work.
+func (s signer) withID(view Lease, tok token) Lease {
+	view.ID = s.encode(tok)
+	return view
+}

@@ -120,7 +120,7 @@ func TestDecodeChecksTheMACOfItsVersion(t *testing.T) {
 	s := &Store{signer: sg}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			decoded, err := s.decodeOwned(tt.owner, tt.id)
+			decoded, err := s.signer.decodeOwned(tt.owner, tt.id)
 			if ok := err == nil; ok != tt.want {
 				t.Fatalf("decodeOwned: %v, want ok %v", err, tt.want)
 			}

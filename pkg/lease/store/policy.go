@@ -1,0 +1,72 @@
+package store
+
+import "time"
+
+// policy is one component of the fleet's memory: cool-downs, budgets,
+// tiers, the tally, sticky sessions, session state. It owns its state and
+// neither holds nor receives the Store; the Store keeps the proxies, the
+// leases and the term, and calls every policy in turn, in the order of
+// state.policies, at its decision points (may this proxy be granted for
+// this acquire) and at its apply points (a lease became live, ended, a
+// proxy or instance is gone, the term ended). A policy with a say on only
+// some of them embeds noDecision or noMemory. The next policy is a new type
+// and one line in newState that registers it
+// (docs/decisions/0370-lease-store-components-and-effects.md).
+type policy interface {
+	// Decision points: on the store that decides, under its lock.
+
+	// prepare readies the policy's checks of one selection for req at
+	// now, and says whether it has any (false: the selection skips it).
+	// relaxed: the second selection after a first that found nothing,
+	// for a policy that said it would then admit more (relaxable).
+	prepare(req *AcquireRequest, now time.Time, relaxed bool) bool
+	// admit is zero when the prepared acquire may have p, else why not.
+	admit(p *proxyState) refusal
+	// relaxable: a relaxed selection would admit more than this one.
+	relaxable() bool
+	// confirm has the last word on the proxy a selection chose: it may
+	// refuse it, note in g what the grant's apply needs of its decision,
+	// and emit the effects that must come before the grant.
+	confirm(p *proxyState, g *Grant, now time.Time, emit func(Effect)) error
+
+	// Apply points: on every store that applies the effects.
+
+	// installed: l became live, by the grant g or (g nil) relearnt at.
+	installed(l *lease, g *Grant, at time.Time)
+	// ended: l stopped being live.
+	ended(l *lease)
+	// forget: the proxy is gone (instance false), or only its instance
+	// was replaced under it (instance true).
+	forget(key ObjectName, instance bool)
+	// termEnded: the term ended and its leases are forgotten.
+	termEnded()
+}
+
+// refusal is a policy's answer that a proxy may not be granted: reason is
+// nil when it may. until is when it may (zero: unknown, or never for this
+// acquire), rule the crawl-policy rule that holds it back (budgets).
+type refusal struct {
+	reason error
+	until  time.Time
+	rule   budgetKey
+}
+
+// filtered: the proxy is not one the acquire may have at all (another
+// tier); it is skipped without a reason to report.
+var filtered = refusal{reason: errFiltered}
+
+// noDecision is embedded by a policy that never refuses a proxy.
+type noDecision struct{}
+
+func (noDecision) prepare(*AcquireRequest, time.Time, bool) bool              { return false }
+func (noDecision) admit(*proxyState) refusal                                  { return refusal{} }
+func (noDecision) relaxable() bool                                            { return false }
+func (noDecision) confirm(*proxyState, *Grant, time.Time, func(Effect)) error { return nil }
+
+// noMemory is embedded by a policy that keeps nothing per lease or proxy.
+type noMemory struct{}
+
+func (noMemory) installed(*lease, *Grant, time.Time) {}
+func (noMemory) ended(*lease)                        {}
+func (noMemory) forget(ObjectName, bool)             {}
+func (noMemory) termEnded()                          {}
