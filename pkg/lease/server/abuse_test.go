@@ -18,6 +18,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/storetest"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
@@ -32,7 +33,7 @@ type liveServer struct {
 	srv     *Server
 	store   *store.Store
 	clk     *clocktesting.FakeClock
-	metrics *testMetrics
+	metrics *storetest.Metrics
 	url     string
 	addr    string
 }
@@ -42,7 +43,7 @@ type liveServer struct {
 func serveLive(t *testing.T, storeCfg func(*store.Config), srvCfg func(*Server)) *liveServer {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
-	m := newTestMetrics()
+	m := storetest.NewMetrics()
 	cfg := store.Config{Clock: clk, Key: testKey, Metrics: m}
 	if storeCfg != nil {
 		storeCfg(&cfg)
@@ -174,7 +175,7 @@ func TestAbuseRevokedLeaseCountsOneBan(t *testing.T) {
 	if code != http.StatusServiceUnavailable || e.Code != codeCoolingDown {
 		t.Fatalf("acquire for the banned domain: %d %+v, want 503 CoolingDown", code, e)
 	}
-	if got := ls.metrics.snapshot().ends[store.EndReleasedBanned]; got != 0 {
+	if got := ls.metrics.Snapshot().Ends[store.EndReleasedBanned]; got != 0 {
 		t.Errorf("%d banned lease ends counted; the lease ended as revoked", got)
 	}
 	req, _ := http.NewRequest(http.MethodPost, ls.url+"/v1/leases", strings.NewReader(`{"holder":"w3","domain":"example.com"}`))
@@ -225,7 +226,7 @@ func TestAbuseQueriesThatDoNotParse(t *testing.T) {
 	if code, e, _ := ls.call(http.MethodGet, "/v1/leases/"+l.ID, ""); code != http.StatusOK {
 		t.Errorf("the lease after refused releases: %d %+v", code, e)
 	}
-	if got := ls.metrics.snapshot().cooldowns; got != 0 {
+	if got := ls.metrics.Snapshot().Cooldowns; got != 0 {
 		t.Errorf("%d cool-downs after refused releases, want 0", got)
 	}
 }
@@ -366,12 +367,12 @@ func TestAbuseStateIsBounded(t *testing.T) {
 			t.Fatalf("release %d: %d %+v", i, code, e)
 		}
 	}
-	snap := ls.metrics.snapshot()
+	snap := ls.metrics.Snapshot()
 	want := map[string]int{store.StateSessions: cycles - limit, store.StateCooldowns: cycles - limit}
-	if diff := cmp.Diff(want, snap.evictions); diff != "" {
+	if diff := cmp.Diff(want, snap.Evictions); diff != "" {
 		t.Errorf("evictions (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]int{store.StateSessions: limit, store.StateCooldowns: limit}, snap.entries); diff != "" {
+	if diff := cmp.Diff(map[string]int{store.StateSessions: limit, store.StateCooldowns: limit}, snap.Entries); diff != "" {
 		t.Errorf("entries (-want +got):\n%s", diff)
 	}
 }
@@ -403,7 +404,7 @@ func TestLeaseBoundToItsOwner(t *testing.T) {
 	if code, e, _ := ls.call(http.MethodDelete, "/v1/leases/"+l.ID, ""); code != http.StatusNoContent {
 		t.Errorf("release by the owner: %d %+v", code, e)
 	}
-	if got := ls.metrics.snapshot().cooldowns; got != 0 {
+	if got := ls.metrics.Snapshot().Cooldowns; got != 0 {
 		t.Errorf("%d cool-downs: another identity's banned release counted", got)
 	}
 	ls.acquire(`{"holder":"w"}`) // room again after the release

@@ -1,10 +1,8 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -14,17 +12,18 @@ import (
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/storetest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
 // Fixtures of the server's tests: proxies, a recording store Metrics, and
 // an in-memory failover.HorizonStore shared by replicas.
 
-const testNamespace = "crawl"
+const testNamespace = storetest.Namespace
 
 var (
-	t0      = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	testKey = bytes.Repeat([]byte("0123456789abcdef"), 2)
+	t0      = storetest.T0
+	testKey = storetest.Key
 )
 
 // proxyOption shapes a test store.ProxyInfo.
@@ -60,81 +59,6 @@ func withLabels(kv ...string) proxyOption {
 			p.Labels[kv[i]] = kv[i+1]
 		}
 	}
-}
-
-// testMetrics records what the store reports.
-type testMetrics struct {
-	mu         sync.Mutex
-	acquires   map[string]int
-	ends       map[string]int
-	active     int
-	cooldowns  int
-	recovering bool
-	// entries and evictions are the StateMetrics, by kind.
-	entries, evictions map[string]int
-}
-
-func newTestMetrics() *testMetrics {
-	return &testMetrics{acquires: map[string]int{}, ends: map[string]int{}}
-}
-
-func (m *testMetrics) ObserveAcquire(outcome string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.acquires[outcome]++
-}
-func (m *testMetrics) SetActiveLeases(n int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.active = n
-}
-func (m *testMetrics) ObserveLeaseEnd(end string, _ time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.ends[end]++
-}
-func (m *testMetrics) SetCooldowns(n int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.cooldowns = n
-}
-func (m *testMetrics) SetRecovering(r bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.recovering = r
-}
-
-func (m *testMetrics) SetStateEntries(kind string, n int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.entries == nil {
-		m.entries = map[string]int{}
-	}
-	m.entries[kind] = n
-}
-func (m *testMetrics) ObserveStateEviction(kind string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.evictions == nil {
-		m.evictions = map[string]int{}
-	}
-	m.evictions[kind]++
-}
-
-type metricsSnapshot struct {
-	acquires           map[string]int
-	ends               map[string]int
-	active             int
-	cooldowns          int
-	recovering         bool
-	entries, evictions map[string]int
-}
-
-func (m *testMetrics) snapshot() metricsSnapshot {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return metricsSnapshot{acquires: maps.Clone(m.acquires), ends: maps.Clone(m.ends), active: m.active, cooldowns: m.cooldowns, recovering: m.recovering,
-		entries: maps.Clone(m.entries), evictions: maps.Clone(m.evictions)}
 }
 
 // waitForWaiters polls until n acquires wait in the store (its demand

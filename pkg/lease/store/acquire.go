@@ -271,8 +271,8 @@ func outcomeOf(reason error) string {
 // session's live lease, or selects a proxy and commits the grant.
 func (s *Store) tryAcquire(req *AcquireRequest, ttl time.Duration, now time.Time) (*lease, error) {
 	st := s.st
-	if !st.term.leading || s.cfg.fencedAt(now) {
-		return nil, ErrNotLeader
+	if err := st.term.grants(s.cfg, now); err != nil {
+		return nil, err
 	}
 	// Joining takes no capacity, so it needs no recovery: a session's next
 	// connection through the gateway goes on during a failover.

@@ -38,12 +38,12 @@ func TestSessionsAndCooldownsAreBounded(t *testing.T) {
 	if inForce != storeInForce {
 		t.Errorf("cool-downs in force: %d on the proxies, %d in the store", inForce, storeInForce)
 	}
-	snap := m.snapshot()
+	snap := m.Snapshot()
 	want := map[string]int{StateSessions: cycles - limit, StateCooldowns: cycles - limit}
-	if diff := cmp.Diff(want, snap.evictions); diff != "" {
+	if diff := cmp.Diff(want, snap.Evictions); diff != "" {
 		t.Errorf("evictions (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]int{StateSessions: limit, StateCooldowns: limit}, snap.entries); diff != "" {
+	if diff := cmp.Diff(map[string]int{StateSessions: limit, StateCooldowns: limit}, snap.Entries); diff != "" {
 		t.Errorf("entries (-want +got):\n%s", diff)
 	}
 	// The newest session is remembered; the oldest forgotten.

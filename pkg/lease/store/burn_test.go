@@ -135,7 +135,7 @@ func TestNewInstanceForgetsCooldowns(t *testing.T) {
 	if again.Proxy.URL != "http://127.0.0.1:3999" {
 		t.Errorf("leased %s, want the new instance", again.Proxy.URL)
 	}
-	if got := m.snapshot().cooldowns; got != 0 {
+	if got := m.Snapshot().Cooldowns; got != 0 {
 		t.Errorf("%d cool-downs in force after the instance changed, want 0", got)
 	}
 }

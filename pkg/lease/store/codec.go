@@ -34,7 +34,7 @@ var ErrUnknownEffect = errors.New("not an effect this release knows")
 
 // EncodeEffect appends e's encoding to b.
 func EncodeEffect(b []byte, e Effect) []byte {
-	w := effectWriter{b: append(b, EffectFormat, byte(e.Kind()))}
+	w := fieldWriter{b: append(b, EffectFormat, byte(e.Kind()))}
 	switch e := e.(type) {
 	case ProxyPut:
 		w.proxyInfo(e.info)
@@ -137,7 +137,7 @@ func DecodeEffect(b []byte) (Effect, error) {
 	if len(b) < 2 || len(b) > maxEffectBytes || b[0] != EffectFormat {
 		return nil, fmt.Errorf("%w: format %v, %d bytes", ErrUnknownEffect, b[:min(1, len(b))], len(b))
 	}
-	r := effectReader{b: b[2:]}
+	r := fieldReader{b: b[2:]}
 	var e Effect
 	switch Kind(b[1]) {
 	case KindProxyPut:
@@ -212,44 +212,44 @@ func selectorString(sel labels.Selector) string {
 	return sel.String()
 }
 
-type effectWriter struct{ b []byte }
+type fieldWriter struct{ b []byte }
 
-func (w *effectWriter) uint(v uint64) { w.b = binary.AppendUvarint(w.b, v) }
-func (w *effectWriter) int(v int64)   { w.b = binary.AppendVarint(w.b, v) }
-func (w *effectWriter) time(t time.Time) {
+func (w *fieldWriter) uint(v uint64) { w.b = binary.AppendUvarint(w.b, v) }
+func (w *fieldWriter) int(v int64)   { w.b = binary.AppendVarint(w.b, v) }
+func (w *fieldWriter) time(t time.Time) {
 	w.int(unixNano(t))
 }
-func (w *effectWriter) bool(v bool) {
+func (w *fieldWriter) bool(v bool) {
 	if v {
 		w.b = append(w.b, 1)
 	} else {
 		w.b = append(w.b, 0)
 	}
 }
-func (w *effectWriter) string(s string) {
+func (w *fieldWriter) string(s string) {
 	w.uint(uint64(len(s)))
 	w.b = append(w.b, s...)
 }
-func (w *effectWriter) name(n ObjectName) {
+func (w *fieldWriter) name(n ObjectName) {
 	w.string(n.Namespace)
 	w.string(n.Name)
 }
-func (w *effectWriter) leaseKey(k leaseKey) {
+func (w *fieldWriter) leaseKey(k leaseKey) {
 	w.uint(k.epoch)
 	w.uint(k.serial)
 }
-func (w *effectWriter) budgetKey(k budgetKey) {
+func (w *fieldWriter) budgetKey(k budgetKey) {
 	w.string(k.namespace)
 	w.string(k.policy)
 	w.string(k.rule)
 	w.string(k.domain)
 }
-func (w *effectWriter) sessionKey(k sessionKey) {
+func (w *fieldWriter) sessionKey(k sessionKey) {
 	w.string(k.owner)
 	w.string(k.namespace)
 	w.string(k.session)
 }
-func (w *effectWriter) token(t token) {
+func (w *fieldWriter) token(t token) {
 	w.leaseKey(t.key)
 	w.int(int64(t.slot))
 	w.time(t.grantedAt)
@@ -265,7 +265,7 @@ func (w *effectWriter) token(t token) {
 	w.string(t.session)
 	w.string(t.sessionScope)
 }
-func (w *effectWriter) stringMap(m map[string]string) {
+func (w *fieldWriter) stringMap(m map[string]string) {
 	keys := slices.Sorted(maps.Keys(m))
 	w.uint(uint64(len(keys)))
 	for _, k := range keys {
@@ -273,7 +273,7 @@ func (w *effectWriter) stringMap(m map[string]string) {
 		w.string(m[k])
 	}
 }
-func (w *effectWriter) proxyInfo(p ProxyInfo) {
+func (w *fieldWriter) proxyInfo(p ProxyInfo) {
 	w.name(p.Key)
 	w.string(string(p.UID))
 	w.string(p.ProviderID)
@@ -288,12 +288,12 @@ func (w *effectWriter) proxyInfo(p ProxyInfo) {
 	w.string(p.CredentialsSecret)
 	w.string(p.ExitCountry)
 }
-func (w *effectWriter) limits(l DomainLimits) {
+func (w *fieldWriter) limits(l DomainLimits) {
 	w.int(int64(l.MaxConcurrent))
 	w.int(int64(l.MinInterval))
 	w.int(int64(l.MinIntervalPerProxy))
 }
-func (w *effectWriter) crawlPolicy(p CrawlPolicy) {
+func (w *fieldWriter) crawlPolicy(p CrawlPolicy) {
 	w.name(p.Key)
 	hosts := slices.Sorted(maps.Keys(p.Rules))
 	w.uint(uint64(len(hosts)))
@@ -323,18 +323,19 @@ func (w *effectWriter) crawlPolicy(p CrawlPolicy) {
 	}
 }
 
-// effectReader reads what effectWriter wrote, remembering the first error.
-type effectReader struct {
+// fieldReader reads what fieldWriter wrote (and a lease ID's payload),
+// remembering the first error.
+type fieldReader struct {
 	b   []byte
 	err error
 }
 
-func (r *effectReader) fail(what string) {
+func (r *fieldReader) fail(what string) {
 	if r.err == nil {
 		r.err = fmt.Errorf("bad %s", what)
 	}
 }
-func (r *effectReader) uint() uint64 {
+func (r *fieldReader) uint() uint64 {
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
 		r.fail("uvarint")
@@ -343,7 +344,7 @@ func (r *effectReader) uint() uint64 {
 	r.b = r.b[n:]
 	return v
 }
-func (r *effectReader) int() int64 {
+func (r *fieldReader) int() int64 {
 	v, n := binary.Varint(r.b)
 	if n <= 0 {
 		r.fail("varint")
@@ -352,8 +353,8 @@ func (r *effectReader) int() int64 {
 	r.b = r.b[n:]
 	return v
 }
-func (r *effectReader) time() time.Time { return fromUnixNano(r.int()) }
-func (r *effectReader) bool() bool {
+func (r *fieldReader) time() time.Time { return fromUnixNano(r.int()) }
+func (r *fieldReader) bool() bool {
 	if len(r.b) == 0 || r.b[0] > 1 {
 		r.fail("bool")
 		return false
@@ -362,7 +363,7 @@ func (r *effectReader) bool() bool {
 	r.b = r.b[1:]
 	return v
 }
-func (r *effectReader) string() string {
+func (r *fieldReader) string() string {
 	n := r.uint()
 	if r.err != nil || n > uint64(len(r.b)) {
 		r.fail("string")
@@ -372,7 +373,7 @@ func (r *effectReader) string() string {
 	r.b = r.b[n:]
 	return s
 }
-func (r *effectReader) count() int {
+func (r *fieldReader) count() int {
 	n := r.uint()
 	if n > uint64(len(r.b)) { // every item takes at least a byte
 		r.fail("count")
@@ -380,22 +381,22 @@ func (r *effectReader) count() int {
 	}
 	return int(n)
 }
-func (r *effectReader) name() ObjectName {
+func (r *fieldReader) name() ObjectName {
 	return ObjectName{Namespace: r.string(), Name: r.string()}
 }
-func (r *effectReader) leaseKey() leaseKey { return leaseKey{epoch: r.uint(), serial: r.uint()} }
-func (r *effectReader) budgetKey() budgetKey {
+func (r *fieldReader) leaseKey() leaseKey { return leaseKey{epoch: r.uint(), serial: r.uint()} }
+func (r *fieldReader) budgetKey() budgetKey {
 	return budgetKey{namespace: r.string(), policy: r.string(), rule: r.string(), domain: r.string()}
 }
-func (r *effectReader) sessionKey() sessionKey {
+func (r *fieldReader) sessionKey() sessionKey {
 	return sessionKey{owner: r.string(), namespace: r.string(), session: r.string()}
 }
-func (r *effectReader) token() token {
+func (r *fieldReader) token() token {
 	return token{key: r.leaseKey(), slot: int32(r.int()), grantedAt: r.time(), expiresAt: r.time(), ttl: time.Duration(r.int()),
 		urlHash: r.uint(), readySince: r.time(), proxy: r.name(), proxyUID: types.UID(r.string()), holder: r.string(),
 		domain: r.string(), owner: r.string(), session: r.string(), sessionScope: r.string()}
 }
-func (r *effectReader) stringMap() map[string]string {
+func (r *fieldReader) stringMap() map[string]string {
 	n := r.count()
 	if n == 0 {
 		return nil
@@ -407,7 +408,7 @@ func (r *effectReader) stringMap() map[string]string {
 	}
 	return m
 }
-func (r *effectReader) selector() labels.Selector {
+func (r *fieldReader) selector() labels.Selector {
 	s := r.string()
 	sel, err := labels.Parse(s)
 	if err != nil {
@@ -416,15 +417,15 @@ func (r *effectReader) selector() labels.Selector {
 	}
 	return sel
 }
-func (r *effectReader) proxyInfo() ProxyInfo {
+func (r *fieldReader) proxyInfo() ProxyInfo {
 	return ProxyInfo{Key: r.name(), UID: types.UID(r.string()), ProviderID: r.string(), Ready: r.bool(), URL: r.string(),
 		Labels: r.stringMap(), Pool: r.string(), LatencyMillis: r.int(), MaxLeases: int32(r.int()), ReadySince: r.time(),
 		Draining: r.bool(), CredentialsSecret: r.string(), ExitCountry: r.string()}
 }
-func (r *effectReader) limits() DomainLimits {
+func (r *fieldReader) limits() DomainLimits {
 	return DomainLimits{MaxConcurrent: int(r.int()), MinInterval: time.Duration(r.int()), MinIntervalPerProxy: time.Duration(r.int())}
 }
-func (r *effectReader) crawlPolicy() CrawlPolicy {
+func (r *fieldReader) crawlPolicy() CrawlPolicy {
 	p := CrawlPolicy{Key: r.name()}
 	if n := r.count(); n > 0 {
 		p.Rules = make(map[string]DomainLimits, n)

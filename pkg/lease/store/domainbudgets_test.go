@@ -69,7 +69,7 @@ func TestDefaultBudgetIsNeverGrantedUnbound(t *testing.T) {
 			t.Errorf("c.example, grant %d after the intervals ended (-want +got):\n%s", i+1, diff)
 		}
 	}
-	if got := m.snapshot().evictions[StateDomainBudgets]; got != 1 {
+	if got := m.Snapshot().Evictions[StateDomainBudgets]; got != 1 {
 		t.Errorf("%d budgets evicted, want 1 (one idle one made room for c)", got)
 	}
 }
@@ -125,7 +125,7 @@ func TestDefaultBudgetsReshareWhenANamespaceJoins(t *testing.T) {
 		}
 	}
 	s.SetCrawlPolicy(defaultPolicy("tenant-b", DomainLimits{MaxConcurrent: 1}))
-	if got := m.snapshot().entries[StateDomainBudgets]; got != 2 {
+	if got := m.Snapshot().Entries[StateDomainBudgets]; got != 2 {
 		t.Errorf("%d budgets after tenant-b joined, want tenant-a's 2 held ones", got)
 	}
 	if r, _ := tryDomain(t, s, "tenant-a", "new.example"); r != "full" {

@@ -1,25 +1,23 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"maps"
-	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/proxyfleet/proxy-operator/pkg/lease/storetest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
 
-const testNamespace = "crawl"
+const testNamespace = storetest.Namespace
 
 var (
-	t0      = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	testKey = bytes.Repeat([]byte("0123456789abcdef"), 2)
+	t0      = storetest.T0
+	testKey = storetest.Key
 )
 
 // proxyOption shapes a test ProxyInfo.
@@ -63,10 +61,10 @@ func withStoreConfig(f func(*Config)) storeOption { return storeOption(f) }
 
 // newTestStore is a leading store on a fake clock at t0, with no recovery
 // and no horizon, holding proxies.
-func newTestStore(t testing.TB, proxies []ProxyInfo, opts ...storeOption) (*Store, *clocktesting.FakeClock, *testMetrics) {
+func newTestStore(t testing.TB, proxies []ProxyInfo, opts ...storeOption) (*Store, *clocktesting.FakeClock, *storetest.Metrics) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
-	m := newTestMetrics()
+	m := storetest.NewMetrics()
 	cfg := Config{Clock: clk, Key: testKey, Metrics: m}
 	for _, opt := range opts {
 		opt(&cfg)
@@ -100,81 +98,6 @@ func release(t testing.TB, s *Store, l Lease) {
 	if err := s.ReleaseAs("", l.ID, OutcomeOK, ""); err != nil {
 		t.Fatalf("Release(%s): %v", l.Proxy.Key, err)
 	}
-}
-
-// testMetrics records what the store reports.
-type testMetrics struct {
-	mu         sync.Mutex
-	acquires   map[string]int
-	ends       map[string]int
-	active     int
-	cooldowns  int
-	recovering bool
-	// entries and evictions are the StateMetrics, by kind.
-	entries, evictions map[string]int
-}
-
-func newTestMetrics() *testMetrics {
-	return &testMetrics{acquires: map[string]int{}, ends: map[string]int{}}
-}
-
-func (m *testMetrics) ObserveAcquire(outcome string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.acquires[outcome]++
-}
-func (m *testMetrics) SetActiveLeases(n int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.active = n
-}
-func (m *testMetrics) ObserveLeaseEnd(end string, _ time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.ends[end]++
-}
-func (m *testMetrics) SetCooldowns(n int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.cooldowns = n
-}
-func (m *testMetrics) SetRecovering(r bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.recovering = r
-}
-
-func (m *testMetrics) SetStateEntries(kind string, n int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.entries == nil {
-		m.entries = map[string]int{}
-	}
-	m.entries[kind] = n
-}
-func (m *testMetrics) ObserveStateEviction(kind string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.evictions == nil {
-		m.evictions = map[string]int{}
-	}
-	m.evictions[kind]++
-}
-
-type metricsSnapshot struct {
-	acquires           map[string]int
-	ends               map[string]int
-	active             int
-	cooldowns          int
-	recovering         bool
-	entries, evictions map[string]int
-}
-
-func (m *testMetrics) snapshot() metricsSnapshot {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return metricsSnapshot{acquires: maps.Clone(m.acquires), ends: maps.Clone(m.ends), active: m.active, cooldowns: m.cooldowns, recovering: m.recovering,
-		entries: maps.Clone(m.entries), evictions: maps.Clone(m.evictions)}
 }
 
 // waitForTimer polls until a goroutine sleeps on the fake clock, so that a

@@ -27,12 +27,11 @@ func (s *Store) RenewAs(owner, id string, ttl time.Duration) (Lease, error) {
 	}
 	var view Lease
 	s.locked(func(now time.Time) {
-		if !s.st.term.leading || s.cfg.fencedAt(now) {
-			err = ErrNotLeader
-			return
-		}
 		var l *lease
-		if l, err = s.find(tok, now); err != nil {
+		if err = s.st.term.grants(s.cfg, now); err == nil {
+			l, err = s.find(tok, now)
+		}
+		if err != nil {
 			return
 		}
 		if ttl == 0 {
@@ -226,12 +225,11 @@ func (s *Store) PutStateAs(owner, id string, blob []byte) error {
 		return err
 	}
 	s.locked(func(now time.Time) {
-		if !s.st.term.leading || s.cfg.fencedAt(now) {
-			err = ErrNotLeader
-			return
-		}
 		var l *lease
-		if l, err = s.find(tok, now); err != nil {
+		if err = s.st.term.grants(s.cfg, now); err == nil {
+			l, err = s.find(tok, now)
+		}
+		if err != nil {
 			return
 		}
 		if l.domain == "" {
@@ -257,8 +255,7 @@ func (s *Store) PutSessionStateAs(owner, scope, session, domain string, blob []b
 	domain = NormalizeDomain(domain)
 	var err error
 	s.locked(func(now time.Time) {
-		if !s.st.term.leading || s.cfg.fencedAt(now) {
-			err = ErrNotLeader
+		if err = s.st.term.grants(s.cfg, now); err != nil {
 			return
 		}
 		held, kept := false, false

@@ -134,7 +134,7 @@ func TestDefaultRuleBudgetsAreBounded(t *testing.T) {
 	if n := s.st.budgets.domainTotal; n != 10 {
 		t.Errorf("%d default-rule budgets kept, want the cap 10", n)
 	}
-	if got := m.snapshot().evictions[StateDomainBudgets]; got != 40 {
+	if got := m.Snapshot().Evictions[StateDomainBudgets]; got != 40 {
 		t.Errorf("%d evictions counted, want 40", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/storetest"
 	"k8s.io/apimachinery/pkg/labels"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -73,7 +74,7 @@ type model struct {
 	rng     *rand.Rand
 	clk     *clocktesting.FakeClock
 	s       *Store
-	metrics *testMetrics
+	metrics *storetest.Metrics
 	proxies map[ObjectName]*ProxyInfo // nil value: removed
 	leases  []*modelLease
 	holders int
@@ -473,7 +474,7 @@ func (m *model) check() {
 	if diff := gocmp.Diff(want, got); diff != "" {
 		m.t.Errorf("live leases (-model +store):\n%s", diff)
 	}
-	if active := m.metrics.snapshot().active; active != len(want) {
+	if active := m.metrics.Snapshot().Active; active != len(want) {
 		m.t.Errorf("active leases metric = %d, want %d", active, len(want))
 	}
 	if err := m.s.checkConsistency(); err != nil {

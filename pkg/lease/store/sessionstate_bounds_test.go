@@ -50,7 +50,7 @@ func TestSessionStateCapChargesEveryEntry(t *testing.T) {
 	for i := range 2000 {
 		keepState(t, s, "o", fmt.Sprintf("d%d.example", i), []byte("x"))
 	}
-	kept := m.snapshot().entries[StateSessionStates]
+	kept := m.Snapshot().Entries[StateSessionStates]
 	// Each entry costs the heap about 450 bytes (TestStateCapCountsWhatTheHeapHolds).
 	if kept*256 > limit || s.StateBytes() > limit {
 		t.Errorf("%d one-byte states kept, charged %d bytes, under a cap of %d bytes: want at most %d", kept, s.StateBytes(), limit, limit/256)

@@ -133,11 +133,11 @@ func TestSessionStatesAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	snap := m.snapshot()
-	if diff := cmp.Diff(map[string]int{StateSessionStates: 10}, map[string]int{StateSessionStates: snap.entries[StateSessionStates]}); diff != "" {
+	snap := m.Snapshot()
+	if diff := cmp.Diff(map[string]int{StateSessionStates: 10}, map[string]int{StateSessionStates: snap.Entries[StateSessionStates]}); diff != "" {
 		t.Errorf("entries (-want +got):\n%s", diff)
 	}
-	if got := snap.evictions[StateSessionStates]; got != 10 {
+	if got := snap.Evictions[StateSessionStates]; got != 10 {
 		t.Errorf("%d evictions, want 10", got)
 	}
 	if got := s.StateBytes(); got != 10*entry {

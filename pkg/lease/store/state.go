@@ -70,6 +70,15 @@ func (t *term) mayRelearn(tok token, now time.Time) bool {
 	return t.recovering && tok.key.epoch < t.epoch && now.Before(tok.expiresAt)
 }
 
+// grants says whether the term grants and renews at now: it leads and
+// cfg's fence has not closed (Config.LeadershipValidUntil).
+func (t *term) grants(cfg Config, now time.Time) error {
+	if !t.leading || cfg.fencedAt(now) {
+		return ErrNotLeader
+	}
+	return nil
+}
+
 // allows says whether a lease may expire at expiresAt within the horizon.
 func (t *term) allows(expiresAt time.Time) error {
 	if !t.unbounded && expiresAt.After(t.horizon) {

@@ -324,9 +324,9 @@ func TestExpiry(t *testing.T) {
 	if got := live(); len(got) != 0 {
 		t.Errorf("after every expiry: live leases %v", got)
 	}
-	got := m.snapshot()
-	if got.ends[EndExpired] != 3 || got.active != 0 {
-		t.Errorf("metrics: expired = %d, active = %d; want 3, 0", got.ends[EndExpired], got.active)
+	got := m.Snapshot()
+	if got.Ends[EndExpired] != 3 || got.Active != 0 {
+		t.Errorf("metrics: expired = %d, active = %d; want 3, 0", got.Ends[EndExpired], got.Active)
 	}
 }
 
@@ -365,7 +365,7 @@ func TestRevocation(t *testing.T) {
 					t.Errorf("Renew of the lease in slot %d: %v", l.Slot, err)
 				}
 			}
-			if got := m.snapshot().ends[EndRevoked]; got != len(tc.wantRevoked) {
+			if got := m.Snapshot().Ends[EndRevoked]; got != len(tc.wantRevoked) {
 				t.Errorf("revoked leases in metrics = %d, want %d", got, len(tc.wantRevoked))
 			}
 			if len(tc.wantRevoked) == 0 {
@@ -459,8 +459,8 @@ func TestCooldownGrowsAndCaps(t *testing.T) {
 			t.Fatalf("Acquire after a ban: err = %v, want ErrCoolingDown", err)
 		}
 		got = append(got, unavailable.RetryAfter)
-		if m.snapshot().cooldowns != 1 {
-			t.Fatalf("cool-downs in force = %d, want 1", m.snapshot().cooldowns)
+		if m.Snapshot().Cooldowns != 1 {
+			t.Fatalf("cool-downs in force = %d, want 1", m.Snapshot().Cooldowns)
 		}
 		// Other domains, and no domain, are not affected.
 		release(t, s, acquire(t, s, AcquireRequest{Domain: "other.example"}))
@@ -471,8 +471,8 @@ func TestCooldownGrowsAndCaps(t *testing.T) {
 		t.Errorf("cool-downs (-want +got):\n%s", diff)
 	}
 	acquire(t, s, AcquireRequest{Domain: domain})
-	if m.snapshot().cooldowns != 0 {
-		t.Errorf("cool-downs in force after the last one ended = %d, want 0", m.snapshot().cooldowns)
+	if m.Snapshot().Cooldowns != 0 {
+		t.Errorf("cool-downs in force after the last one ended = %d, want 0", m.Snapshot().Cooldowns)
 	}
 }
 

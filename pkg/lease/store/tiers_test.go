@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/proxyfleet/proxy-operator/pkg/lease/storetest"
 	"github.com/proxyfleet/proxy-operator/pkg/tier"
 )
 
@@ -61,7 +63,7 @@ func TestTiersEscalateOnlyWhereBanned(t *testing.T) {
 		bucket  = 2 * time.Minute
 	)
 	cfg := tier.Config{}.WithDefaults()
-	m := &tierTestMetrics{testMetrics: newTestMetrics(), grants: map[string]int64{}}
+	m := &tierTestMetrics{Metrics: storetest.NewMetrics(), grants: map[string]int64{}}
 	s, clk, _ := newTestStore(t, tieredFleet(testNamespace, 20), withStoreConfig(func(c *Config) { c.Metrics = m }))
 	s.SetCrawlPolicy(tieredDefault(testNamespace))
 
@@ -247,8 +249,8 @@ func TestTierStateCapEvictsOnlyWithinTheNamespace(t *testing.T) {
 	if err := s.checkConsistency(); err != nil {
 		t.Error(err)
 	}
-	if snap := m.snapshot(); snap.evictions[StateTiers] != 950 || snap.entries[StateTiers] != 51 {
-		t.Errorf("state metrics: %d evictions, %d entries of %s; want 950 and 51", snap.evictions[StateTiers], snap.entries[StateTiers], StateTiers)
+	if snap := m.Snapshot(); snap.Evictions[StateTiers] != 950 || snap.Entries[StateTiers] != 51 {
+		t.Errorf("state metrics: %d evictions, %d entries of %s; want 950 and 51", snap.Evictions[StateTiers], snap.Entries[StateTiers], StateTiers)
 	}
 	// A third namespace with a default rule: the shares shrink to 33, and
 	// flood gives back its least recently used at once; victim keeps its.
@@ -313,7 +315,8 @@ func TestPolicyChangeKeepsTiersOnlyWhereTheyStayTheSame(t *testing.T) {
 
 // tierTestMetrics adds the TierMetrics to testMetrics.
 type tierTestMetrics struct {
-	*testMetrics
+	*storetest.Metrics
+	mu     sync.Mutex
 	grants map[string]int64 // by tier index, for the default rule of "polite"
 }
 

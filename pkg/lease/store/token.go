@@ -196,16 +196,16 @@ func (s signer) decode(id string) (token, error) {
 	if !ok {
 		return token{}, errBadToken
 	}
-	r := tokenReader{b: payload[1:]}
+	r := fieldReader{b: payload[1:]}
 	var t token
-	t.key.epoch = r.uvarint()
-	t.key.serial = r.uvarint()
-	slot := r.uvarint()
-	t.grantedAt = time.Unix(0, r.varint())
-	t.expiresAt = time.Unix(0, r.varint())
-	t.ttl = time.Duration(r.varint())
-	t.urlHash = r.uvarint()
-	t.readySince = fromUnixNano(r.varint())
+	t.key.epoch = r.uint()
+	t.key.serial = r.uint()
+	slot := r.uint()
+	t.grantedAt = time.Unix(0, r.int())
+	t.expiresAt = time.Unix(0, r.int())
+	t.ttl = time.Duration(r.int())
+	t.urlHash = r.uint()
+	t.readySince = fromUnixNano(r.int())
 	t.proxy.Namespace = r.string()
 	t.proxy.Name = r.string()
 	t.proxyUID = types.UID(r.string())
@@ -217,7 +217,7 @@ func (s signer) decode(id string) (token, error) {
 	}
 	// A valid MAC means we wrote it, so these only fail for a key shared
 	// with a different program; still, never trust lengths blindly.
-	if r.err || len(r.b) != 0 || slot > maxSlots {
+	if r.err != nil || len(r.b) != 0 || slot > maxSlots {
 		return token{}, errBadToken
 	}
 	t.slot = int32(slot)
@@ -248,44 +248,6 @@ func fromUnixNano(n int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, n)
-}
-
-// tokenReader reads the fields of a payload, remembering the first error.
-type tokenReader struct {
-	b   []byte
-	err bool
-}
-
-func (r *tokenReader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = true
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *tokenReader) varint() int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = true
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-// string reads a length-prefixed string.
-func (r *tokenReader) string() string {
-	n := r.uvarint()
-	if r.err || n > uint64(len(r.b)) {
-		r.err = true
-		return ""
-	}
-	out := string(r.b[:n])
-	r.b = r.b[n:]
-	return out
 }
 
 // decodeOwned decodes a lease ID that owner may use: an ID that is not

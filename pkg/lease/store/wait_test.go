@@ -103,7 +103,7 @@ func TestWaitIsWoken(t *testing.T) {
 			if r.lease.Proxy.Key.Name != tc.want {
 				t.Errorf("waiting acquire got %s, want %s", r.lease.Proxy.Key.Name, tc.want)
 			}
-			if got := m.snapshot().acquires[AcquireWaited]; got != 1 {
+			if got := m.Snapshot().Acquires[AcquireWaited]; got != 1 {
 				t.Errorf("waited acquires = %d, want 1", got)
 			}
 		})
@@ -129,7 +129,7 @@ func TestWaitTimesOut(t *testing.T) {
 	if !errors.As(r.err, &unavailable) || !errors.Is(r.err, ErrNoneFree) {
 		t.Fatalf("err = %v, want ErrNoneFree", r.err)
 	}
-	if got := m.snapshot().acquires[AcquireNoneFree]; got != 1 {
+	if got := m.Snapshot().Acquires[AcquireNoneFree]; got != 1 {
 		t.Errorf("none_free acquires = %d, want 1", got)
 	}
 }
@@ -143,7 +143,7 @@ func TestWaitHonoursTheContext(t *testing.T) {
 	if r := result(t, done); !errors.Is(r.err, context.Canceled) {
 		t.Errorf("err = %v, want context.Canceled", r.err)
 	}
-	if got := m.snapshot().acquires[AcquireCanceled]; got != 1 {
+	if got := m.Snapshot().Acquires[AcquireCanceled]; got != 1 {
 		t.Errorf("canceled acquires = %d, want 1", got)
 	}
 }
