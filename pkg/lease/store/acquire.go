@@ -206,9 +206,10 @@ func (s *Store) prepareWait(ctx context.Context, req *AcquireRequest, unavailabl
 	if demand {
 		waiter = s.st.demand.addWaiter(req.Namespace, req.Selector, req.Holder)
 	}
+	namespace, selector := req.Namespace, req.Selector // not req: it would escape with the sleep
 	return func() error {
 		if first && demand {
-			s.st.demand.notifyDemand(req.Namespace, req.Selector)
+			s.st.demand.notifyDemand(namespace, selector)
 		}
 		timer := s.clock.NewTimer(wake.Sub(now))
 		select {
@@ -304,8 +305,12 @@ func (s *Store) tryAcquire(req *AcquireRequest, ttl time.Duration, now time.Time
 		session: req.Session, sessionScope: req.Namespace,
 	}}
 	for _, pol := range st.policies {
-		if err := pol.confirm(p, &g, now, s.emit); err != nil {
+		note, err := pol.confirm(p, now, s.emit)
+		if err != nil {
 			return nil, err
+		}
+		if note.tiered {
+			g.tier = note
 		}
 	}
 	if err := st.term.allows(g.lease.expiresAt); err != nil {
@@ -356,7 +361,7 @@ func selectProxy(st *state, req *AcquireRequest, now time.Time) (*proxyState, er
 // prepareGates is the policies that have a say on req's selection.
 func prepareGates(policies []policy, req *AcquireRequest, now time.Time, relaxed bool, out []policy) []policy {
 	for _, pol := range policies {
-		if pol.prepare(req, now, relaxed) {
+		if pol.prepare(*req, now, relaxed) {
 			out = append(out, pol)
 		}
 	}

@@ -67,7 +67,7 @@ type politeCheck struct {
 	memo   map[string]*budget // the others, once a second namespace shows up
 }
 
-func (bs *budgets) prepare(req *AcquireRequest, now time.Time, _ bool) bool {
+func (bs *budgets) prepare(req AcquireRequest, now time.Time, _ bool) bool {
 	bs.check = politeCheck{}
 	if req.Domain == "" || len(bs.rules.policies) == 0 {
 		return false
@@ -105,8 +105,8 @@ func (*budgets) relaxable() bool { return false }
 
 // confirm makes sure the grant's default-rule budget has room in its
 // namespace's share (domainbudgets.go).
-func (bs *budgets) confirm(p *proxyState, _ *Grant, now time.Time, emit func(Effect)) error {
-	return bs.admitDomainBudget(p.info.Key.Namespace, bs.check.domain, now, emit)
+func (bs *budgets) confirm(p *proxyState, now time.Time, emit func(Effect)) (tierNote, error) {
+	return tierNote{}, bs.admitDomainBudget(p.info.Key.Namespace, bs.check.domain, now, emit)
 }
 
 // lookup is the budget a grant for domain on a proxy of ns falls under,
@@ -142,10 +142,10 @@ func politeUntil(b *budget, proxy ObjectName, now time.Time) time.Time {
 
 // installed charges a live lease to its budget, made when missing, and a
 // grant's time to it.
-func (bs *budgets) installed(l *lease, g *Grant, at time.Time) {
+func (bs *budgets) installed(l *lease, how install) {
 	bs.charge(l)
-	if g != nil && l.budget != nil {
-		noteGrant(l.budget, l.proxyKey, at)
+	if how.grant && l.budget != nil {
+		noteGrant(l.budget, l.proxyKey, how.at)
 	}
 }
 

@@ -66,7 +66,7 @@ func newCooldowns(cfg Config) *cooldowns {
 		metrics: cfg.Metrics, byProxy: map[ObjectName]*proxyCooldowns{}}
 }
 
-func (c *cooldowns) prepare(req *AcquireRequest, _ time.Time, _ bool) bool {
+func (c *cooldowns) prepare(req AcquireRequest, _ time.Time, _ bool) bool {
 	c.check = req.Domain
 	return req.Domain != "" && c.inForce > 0
 }
@@ -80,7 +80,9 @@ func (c *cooldowns) admit(p *proxyState) refusal {
 
 func (*cooldowns) relaxable() bool { return false }
 
-func (*cooldowns) confirm(*proxyState, *Grant, time.Time, func(Effect)) error { return nil }
+func (*cooldowns) confirm(*proxyState, time.Time, func(Effect)) (tierNote, error) {
+	return tierNote{}, nil
+}
 
 // coolingFor returns the cool-down of proxy in force for domain, if any.
 func (c *cooldowns) coolingFor(proxy ObjectName, domain string) *cooldown {

@@ -37,12 +37,12 @@ func TestCooldownsPolicy(t *testing.T) {
 	p1, p2 := testProxyState("p1"), testProxyState("p2")
 	key := cooldownKey{proxy: p1.info.Key, domain: "shop.example"}
 
-	if c.prepare(&AcquireRequest{Domain: "shop.example"}, t0, false) {
+	if c.prepare(AcquireRequest{Domain: "shop.example"}, t0, false) {
 		t.Errorf("prepared with no cool-down in force: it would ask every proxy for nothing")
 	}
 	c.ban(key, t0)
 	c.ban(key, t0.Add(time.Second)) // a second strike within the memory: two minutes
-	if !c.prepare(&AcquireRequest{Domain: "shop.example"}, t0, false) {
+	if !c.prepare(AcquireRequest{Domain: "shop.example"}, t0, false) {
 		t.Fatal("not prepared with a cool-down in force")
 	}
 	if got, want := c.admit(p1), (refusal{reason: ErrCoolingDown, until: t0.Add(time.Second + 2*time.Minute)}); got != want {
@@ -92,25 +92,25 @@ func TestBudgetsPolicy(t *testing.T) {
 	p1, p2 := testProxyState("p1"), testProxyState("p2")
 	req := &AcquireRequest{Domain: "shop.example"}
 
-	if !b.prepare(req, t0, false) || b.admit(p1).reason != nil {
+	if !b.prepare(*req, t0, false) || b.admit(p1).reason != nil {
 		t.Fatal("an unused budget refused a grant")
 	}
 	l := testLease(p1, 1, "shop.example")
-	b.installed(l, &Grant{}, t0)
-	b.prepare(req, t0.Add(time.Second), false)
+	b.installed(l, install{grant: true, at: t0})
+	b.prepare(*req, t0.Add(time.Second), false)
 	rule := budgetKey{namespace: testNamespace, policy: "polite", rule: "shop.example"}
 	// Both bind; the concurrent lease says "a second", since a release may come first.
 	if got, want := b.admit(p2), (refusal{reason: ErrDomainLimited, until: t0.Add(2 * time.Second), rule: rule}); got != want {
 		t.Errorf("admit inside the interval = %+v, want %+v", got, want)
 	}
 	b.ended(l)
-	b.prepare(req, t0.Add(time.Second), false)
+	b.prepare(*req, t0.Add(time.Second), false)
 	if got, want := b.admit(p2), (refusal{reason: ErrDomainLimited, until: t0.Add(10 * time.Second), rule: rule}); got != want {
 		t.Errorf("admit inside the interval, released = %+v, want %+v", got, want)
 	}
 	l = testLease(p1, 2, "shop.example")
-	b.installed(l, nil, t0) // relearnt: charged, no grant time
-	b.prepare(req, t0.Add(11*time.Second), false)
+	b.installed(l, install{at: t0}) // relearnt: charged, no grant time
+	b.prepare(*req, t0.Add(11*time.Second), false)
 	if got := b.admit(p2); got.reason != ErrDomainLimited || got.until != t0.Add(12*time.Second) {
 		t.Errorf("admit with the one concurrent lease held = %+v, want limited for a second", got)
 	}
@@ -122,7 +122,7 @@ func TestBudgetsPolicy(t *testing.T) {
 		t.Errorf("the rule counts %d in use after the release", c.inUse)
 	}
 	// Another domain no rule matches is not this policy's business.
-	if b.prepare(&AcquireRequest{Domain: "news.example"}, t0, false) && b.admit(p2).reason != nil {
+	if b.prepare(AcquireRequest{Domain: "news.example"}, t0, false) && b.admit(p2).reason != nil {
 		t.Errorf("an unmatched domain was refused")
 	}
 }
@@ -134,7 +134,7 @@ func TestDomainBudgetsEvictIdleOnes(t *testing.T) {
 	p := testProxyState("p1")
 	for i, d := range []string{"a.example", "b.example"} {
 		l := testLease(p, uint64(i+1), d)
-		b.installed(l, &Grant{}, t0)
+		b.installed(l, install{grant: true, at: t0})
 		b.ended(l)
 	}
 	var emitted []Effect
@@ -167,7 +167,7 @@ func TestTiersPolicy(t *testing.T) {
 	cheap, dear := testProxyState("c", withLabels("tier", "cheap")), testProxyState("d", withLabels("tier", "dear"))
 	req := &AcquireRequest{Domain: "shop.example", Selector: labels.Everything()}
 
-	if !ts.prepare(req, t0, false) {
+	if !ts.prepare(*req, t0, false) {
 		t.Fatal("not prepared for a domain under a tiered rule")
 	}
 	if ts.admit(cheap).reason != nil || ts.admit(dear) != filtered {
@@ -175,24 +175,24 @@ func TestTiersPolicy(t *testing.T) {
 	}
 	// Bans on the cheap tier escalate the budget to the dear one.
 	ts.observe(cheap, OutcomeBanned, "shop.example", 3, t0)
-	ts.prepare(req, t0.Add(time.Second), false)
+	ts.prepare(*req, t0.Add(time.Second), false)
 	if ts.admit(cheap) != filtered || ts.admit(dear).reason != nil {
 		t.Errorf("after the bans: cheap %+v, dear %+v; want dear only", ts.admit(cheap), ts.admit(dear))
 	}
-	var g Grant
-	if err := ts.confirm(dear, &g, t0.Add(time.Second), nil); err != nil {
+	note, err := ts.confirm(dear, t0.Add(time.Second), nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	key := budgetKey{namespace: testNamespace, policy: "tiered", rule: "shop.example"}
-	if want := (tierNote{key: key, tier: 1, tiered: true}); g.tier != want {
-		t.Errorf("the grant's tier note = %+v, want %+v", g.tier, want)
+	if want := (tierNote{key: key, tier: 1, tiered: true}); note != want {
+		t.Errorf("the grant's tier note = %+v, want %+v", note, want)
 	}
-	ts.installed(testLease(dear, 1, "shop.example"), &g, t0.Add(time.Second))
+	ts.installed(testLease(dear, 1, "shop.example"), install{grant: true, tier: note, at: t0.Add(time.Second)})
 	if got := r.counts[key].tiers[1].grants; got != 1 {
 		t.Errorf("grants counted on the dear tier: %d, want 1", got)
 	}
 	// An acquire that names a selector of its own is not tiered.
-	if ts.prepare(&AcquireRequest{Domain: "shop.example", Selector: labels.SelectorFromSet(labels.Set{"tier": "cheap"})}, t0, false) {
+	if ts.prepare(AcquireRequest{Domain: "shop.example", Selector: labels.SelectorFromSet(labels.Set{"tier": "cheap"})}, t0, false) {
 		t.Error("prepared for an acquire with its own selector")
 	}
 	ts.termEnded()
@@ -204,8 +204,8 @@ func TestTiersPolicy(t *testing.T) {
 func TestTallyPolicy(t *testing.T) {
 	ta := newTally(NoMetrics{})
 	p := testProxyState("p1", func(i *ProxyInfo) { i.Pool = "pool" })
-	ta.installed(testLease(p, 1, ""), &Grant{}, t0)
-	ta.installed(testLease(p, 2, ""), nil, t0) // relearnt: not served here
+	ta.installed(testLease(p, 1, ""), install{grant: true, at: t0})
+	ta.installed(testLease(p, 2, ""), install{at: t0}) // relearnt: not served here
 	ta.count(p, OutcomeBanned, 1, 0)
 	ta.count(p, OutcomeOK, 5, 1000)
 	pool := ObjectName{Namespace: testNamespace, Name: "pool"}
@@ -236,7 +236,7 @@ func TestSessionsPolicy(t *testing.T) {
 	p1, p2 := testProxyState("p1"), testProxyState("p2")
 	l := testLease(p1, 1, "")
 	l.session, l.sessionScope = "s1", testNamespace
-	ss.installed(l, &Grant{}, t0)
+	ss.installed(l, install{grant: true, at: t0})
 	k1 := sessionKey{"alice", testNamespace, "s1"}
 	if got, ok := ss.chosen(k1); !ok || got != p1.info.Key {
 		t.Fatalf("chosen = %v %v, want %s", got, ok, p1.info.Key)
@@ -244,7 +244,7 @@ func TestSessionsPolicy(t *testing.T) {
 	// A lease relearnt on another proxy does not move a session that chose on this leader.
 	other := testLease(p2, 2, "")
 	other.session, other.sessionScope = "s1", testNamespace
-	ss.installed(other, nil, t0)
+	ss.installed(other, install{at: t0})
 	if got, _ := ss.chosen(k1); got != p1.info.Key {
 		t.Errorf("a relearnt lease moved the session to %s", got)
 	}

@@ -19,20 +19,21 @@ type policy interface {
 	// now, and says whether it has any (false: the selection skips it).
 	// relaxed: the second selection after a first that found nothing,
 	// for a policy that said it would then admit more (relaxable).
-	prepare(req *AcquireRequest, now time.Time, relaxed bool) bool
+	prepare(req AcquireRequest, now time.Time, relaxed bool) bool
 	// admit is zero when the prepared acquire may have p, else why not.
 	admit(p *proxyState) refusal
 	// relaxable: a relaxed selection would admit more than this one.
 	relaxable() bool
 	// confirm has the last word on the proxy a selection chose: it may
-	// refuse it, note in g what the grant's apply needs of its decision,
-	// and emit the effects that must come before the grant.
-	confirm(p *proxyState, g *Grant, now time.Time, emit func(Effect)) error
+	// refuse it, emit the effects that must come before the grant, and
+	// note what the grant's apply needs of its decision (only tiers note
+	// anything: the tier the grant goes to).
+	confirm(p *proxyState, now time.Time, emit func(Effect)) (tierNote, error)
 
 	// Apply points: on every store that applies the effects.
 
-	// installed: l became live, by the grant g or (g nil) relearnt at.
-	installed(l *lease, g *Grant, at time.Time)
+	// installed: l became live, by a grant or relearnt (how says).
+	installed(l *lease, how install)
 	// ended: l stopped being live.
 	ended(l *lease)
 	// forget: the proxy is gone (instance false), or only its instance
@@ -55,18 +56,28 @@ type refusal struct {
 // tier); it is skipped without a reason to report.
 var filtered = refusal{reason: errFiltered}
 
+// install is how a lease became live: granted (with what its decision
+// noted) or, grant false, relearnt from its ID by a new leader; at when.
+type install struct {
+	grant bool
+	tier  tierNote
+	at    time.Time
+}
+
 // noDecision is embedded by a policy that never refuses a proxy.
 type noDecision struct{}
 
-func (noDecision) prepare(*AcquireRequest, time.Time, bool) bool              { return false }
-func (noDecision) admit(*proxyState) refusal                                  { return refusal{} }
-func (noDecision) relaxable() bool                                            { return false }
-func (noDecision) confirm(*proxyState, *Grant, time.Time, func(Effect)) error { return nil }
+func (noDecision) prepare(AcquireRequest, time.Time, bool) bool { return false }
+func (noDecision) admit(*proxyState) refusal                    { return refusal{} }
+func (noDecision) relaxable() bool                              { return false }
+func (noDecision) confirm(*proxyState, time.Time, func(Effect)) (tierNote, error) {
+	return tierNote{}, nil
+}
 
 // noMemory is embedded by a policy that keeps nothing per lease or proxy.
 type noMemory struct{}
 
-func (noMemory) installed(*lease, *Grant, time.Time) {}
-func (noMemory) ended(*lease)                        {}
-func (noMemory) forget(ObjectName, bool)             {}
-func (noMemory) termEnded()                          {}
+func (noMemory) installed(*lease, install) {}
+func (noMemory) ended(*lease)              {}
+func (noMemory) forget(ObjectName, bool)   {}
+func (noMemory) termEnded()                {}

@@ -57,15 +57,15 @@ func (ss *sessions) chosen(key sessionKey) (ObjectName, bool) {
 // installed: a grant with a session makes its proxy the session's choice;
 // a lease relearnt by a new leader does when the session has chosen
 // nothing on this leader yet, so that its next acquire joins it.
-func (ss *sessions) installed(l *lease, g *Grant, at time.Time) {
+func (ss *sessions) installed(l *lease, how install) {
 	if l.session == "" {
 		return
 	}
 	key := sessionKey{l.owner, l.sessionScope, l.session}
-	if g == nil && ss.byKey[key] != nil {
+	if !how.grant && ss.byKey[key] != nil {
 		return
 	}
-	ss.use(key, l.proxyKey, at)
+	ss.use(key, l.proxyKey, how.at)
 }
 
 func (*sessions) ended(*lease)            {}

@@ -3,7 +3,6 @@ package store
 import (
 	"container/list"
 	"fmt"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -101,8 +100,8 @@ func stateKeyOf(l *lease) stateKey {
 
 // installed: a grant hands the holder the state kept for its proxy and
 // domain (Store.stateFor), which makes that entry the most recently used.
-func (st *sessionStates) installed(l *lease, g *Grant, _ time.Time) {
-	if g != nil {
+func (st *sessionStates) installed(l *lease, how install) {
+	if how.grant {
 		st.touch(l)
 	}
 }

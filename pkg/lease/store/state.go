@@ -118,9 +118,9 @@ func (st *state) apply(e Effect) {
 		st.deleteProxy(e.key)
 	case Grant:
 		st.term.serial = max(st.term.serial, e.lease.key.serial)
-		st.install(leaseOf(e.lease), &e, e.lease.grantedAt)
+		st.install(leaseOf(e.lease), install{grant: true, tier: e.tier, at: e.lease.grantedAt})
 	case Relearn:
-		st.install(leaseOf(e.lease), nil, e.at)
+		st.install(leaseOf(e.lease), install{at: e.at})
 	case Join:
 		l := st.leases[e.key]
 		l.expiresAt, l.ttl = e.expiresAt, e.ttl
@@ -268,9 +268,8 @@ func forget(policies []policy, key ObjectName, instance bool) {
 	}
 }
 
-// install makes l live on its proxy's slot: granted by g, or (g nil)
-// relearnt at the time at.
-func (st *state) install(l *lease, g *Grant, at time.Time) {
+// install makes l live on its proxy's slot, as how says.
+func (st *state) install(l *lease, how install) {
 	l.proxy = st.proxies[l.proxyKey]
 	l.proxy.occupy(l)
 	st.relist(l.proxy, false)
@@ -281,7 +280,7 @@ func (st *state) install(l *lease, g *Grant, at time.Time) {
 		st.owned[l.owner]++
 	}
 	for _, pol := range st.policies {
-		pol.installed(l, g, at)
+		pol.installed(l, how)
 	}
 	st.metrics.SetActiveLeases(st.live)
 }

@@ -118,8 +118,8 @@ func newTally(m Metrics) *tally {
 	return &tally{pools: map[ObjectName]*Outcomes{}, burns: map[ObjectName]*burn{}, metrics: m}
 }
 
-func (t *tally) installed(l *lease, g *Grant, _ time.Time) {
-	if g != nil {
+func (t *tally) installed(l *lease, how install) {
+	if how.grant {
 		t.burnOf(l.proxyKey).served++
 	}
 }

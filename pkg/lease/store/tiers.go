@@ -124,7 +124,7 @@ type tierCheck struct {
 // that names no selector of its own (its caller chose the proxies).
 // relaxed: a probe of a cheaper tier found nothing free there, so the
 // grant goes to the budget's tier as if it were no probe.
-func (ts *tiers) prepare(req *AcquireRequest, now time.Time, relaxed bool) bool {
+func (ts *tiers) prepare(req AcquireRequest, now time.Time, relaxed bool) bool {
 	ts.check = tierCheck{}
 	if req.Domain == "" || ts.tiered == 0 || !req.Selector.Empty() {
 		return false
@@ -186,22 +186,25 @@ func (ts *tiers) relaxable() bool {
 }
 
 // confirm notes the tier the grant on p goes to.
-func (ts *tiers) confirm(p *proxyState, g *Grant, _ time.Time, _ func(Effect)) error {
-	if ch := ts.choiceFor(p.info.Key.Namespace); ch.tiering != nil {
-		g.tier = tierNote{key: ch.key, tier: ch.tier, probe: ch.probe, tiered: true}
+func (ts *tiers) confirm(p *proxyState, _ time.Time, _ func(Effect)) (tierNote, error) {
+	if ts.check.domain == "" {
+		return tierNote{}, nil // not prepared: an untiered acquire
 	}
-	return nil
+	if ch := ts.choiceFor(p.info.Key.Namespace); ch.tiering != nil {
+		return tierNote{key: ch.key, tier: ch.tier, probe: ch.probe, tiered: true}, nil
+	}
+	return tierNote{}, nil
 }
 
 // installed records a grant in its budget's tier state; a lease relearnt
 // by a new leader puts its domain's budget at least on the tier of its
 // proxy (docs/decisions/0342-tier-state-relearned-from-leases.md).
-func (ts *tiers) installed(l *lease, g *Grant, at time.Time) {
-	if g == nil {
-		ts.seed(l, at)
+func (ts *tiers) installed(l *lease, how install) {
+	if !how.grant {
+		ts.seed(l, how.at)
 		return
 	}
-	note := g.tier
+	note, at := how.tier, how.at
 	if !note.tiered {
 		return
 	}
