@@ -56,7 +56,7 @@ func BenchmarkLeaseAPI(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			return st.ReleaseAs("", l.ID, store.OutcomeOK, "")
+			return st.ReleaseAs("", l.ID, store.OutcomeOK, "", store.Report{})
 		})
 	})
 	b.Run("http-lease", func(b *testing.B) {

@@ -58,7 +58,7 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, decodeErr error, 
 func (ts *testServer) releaseAll() {
 	leases, _ := ts.store.List(store.LeaseFilter{})
 	for _, l := range leases {
-		_ = ts.store.ReleaseAs(l.Owner, l.ID, store.OutcomeOK, "")
+		_ = ts.store.ReleaseAs(l.Owner, l.ID, store.OutcomeOK, "", store.Report{})
 	}
 }
 
@@ -200,11 +200,11 @@ func FuzzLeaseID(f *testing.F) {
 		if _, err := ts.store.GetAs(owner, mutated); err != store.ErrUnknownLease {
 			t.Fatalf("GetAs(%q), a mutation of %q: err = %v, want ErrUnknownLease", mutated, l.ID, err)
 		}
-		if _, err := ts.store.RenewAs(owner, mutated, 0); err != store.ErrUnknownLease {
+		if _, err := ts.store.RenewAs(owner, mutated, 0, store.Report{}); err != store.ErrUnknownLease {
 			t.Fatalf("RenewAs(%q): err = %v, want ErrUnknownLease", mutated, err)
 		}
 		for _, outcome := range []store.Outcome{store.OutcomeBanned, store.OutcomeOK} { // the whole ID, and its head
-			if err := ts.store.ReleaseAs(owner, mutated, outcome, ""); err != store.ErrUnknownLease {
+			if err := ts.store.ReleaseAs(owner, mutated, outcome, "", store.Report{}); err != store.ErrUnknownLease {
 				t.Fatalf("ReleaseAs(%q, %s): err = %v, want ErrUnknownLease", mutated, outcome, err)
 			}
 		}

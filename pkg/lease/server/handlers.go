@@ -44,7 +44,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	if s.credentials != nil {
 		if creds, err = s.credentials(r.Context(), l.Proxy); err != nil {
 			// A lease without the credentials it needs is useless: give it back.
-			if relErr := s.store.ReleaseAs(req.Owner, l.ID, store.OutcomeError, ""); relErr != nil && !errors.Is(relErr, store.ErrUnknownLease) {
+			if relErr := s.store.ReleaseAs(req.Owner, l.ID, store.OutcomeError, "", store.Report{}); relErr != nil && !errors.Is(relErr, store.ErrUnknownLease) {
 				klog.FromContext(r.Context()).Error(relErr, "Returning a lease whose credentials are unavailable", "proxy", l.Proxy.Key)
 			}
 			klog.FromContext(r.Context()).Error(err, "Proxy credentials unavailable", "proxy", l.Proxy.Key)
@@ -78,13 +78,8 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 	if !s.authorizeLease(w, r, user, auth.VerbUpdate, id) {
 		return
 	}
-	// Counted before the renewal: what happened while the lease was live,
-	// whatever the renewal answers.
-	err = s.store.ReportAs(user.Identity(), id, req.report)
-	var l store.Lease
-	if err == nil {
-		l, err = s.renewWithinHorizon(r.Context(), user.Identity(), id, req.ttl)
-	}
+	// The report counts as part of the renewal: only if it succeeds.
+	l, err := s.renewWithinHorizon(r.Context(), user.Identity(), id, req.ttl, req.report)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -109,10 +104,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if !s.authorizeLease(w, r, user, auth.VerbDelete, id) {
 		return
 	}
-	err = s.store.ReportAs(user.Identity(), id, store.Report{TransferredBytes: q.transferred})
-	if err == nil {
-		err = s.store.ReleaseAs(user.Identity(), id, q.outcome, q.domain)
-	}
+	err = s.store.ReleaseAs(user.Identity(), id, q.outcome, q.domain, store.Report{TransferredBytes: q.transferred})
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -223,9 +215,9 @@ func (s *Server) acquireWithinHorizon(ctx context.Context, req store.AcquireRequ
 	}
 }
 
-func (s *Server) renewWithinHorizon(ctx context.Context, owner, id string, ttl time.Duration) (store.Lease, error) {
+func (s *Server) renewWithinHorizon(ctx context.Context, owner, id string, ttl time.Duration, report store.Report) (store.Lease, error) {
 	for {
-		l, err := s.store.RenewAs(owner, id, ttl)
+		l, err := s.store.RenewAs(owner, id, ttl, report)
 		need, beyond := s.beyondHorizon(ctx, l, err)
 		if !beyond {
 			return l, err

@@ -68,7 +68,7 @@ func (s *Server) releaseSession(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, l := range leases {
-		if err := s.store.ReleaseAs(user.Identity(), l.ID, q.release.outcome, q.release.domain); err != nil && !errors.Is(err, store.ErrUnknownLease) {
+		if err := s.store.ReleaseAs(user.Identity(), l.ID, q.release.outcome, q.release.domain, store.Report{}); err != nil && !errors.Is(err, store.ErrUnknownLease) {
 			s.writeStoreError(w, r, err)
 			return
 		}

@@ -38,7 +38,7 @@ func BenchmarkNewDomainAcquire(b *testing.B) {
 						b.Fatal(err)
 					}
 					if i >= store.DefaultMaxDomainBudgets/2 {
-						if err := st.ReleaseAs("", l.ID, store.OutcomeOK, ""); err != nil {
+						if err := st.ReleaseAs("", l.ID, store.OutcomeOK, "", store.Report{}); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -50,7 +50,7 @@ func BenchmarkNewDomainAcquire(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := st.ReleaseAs("", l.ID, store.OutcomeOK, ""); err != nil {
+				if err := st.ReleaseAs("", l.ID, store.OutcomeOK, "", store.Report{}); err != nil {
 					b.Fatal(err)
 				}
 				i++
@@ -100,7 +100,7 @@ func BenchmarkSessionStateMemory(b *testing.B) {
 					if err := st.PutStateAs("crawler", l.ID, state); err != nil {
 						b.Fatal(err)
 					}
-					if err := st.ReleaseAs("crawler", l.ID, store.OutcomeOK, ""); err != nil {
+					if err := st.ReleaseAs("crawler", l.ID, store.OutcomeOK, "", store.Report{}); err != nil {
 						b.Fatal(err)
 					}
 				}

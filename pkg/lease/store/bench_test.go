@@ -28,7 +28,7 @@ func BenchmarkStoreOps(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := st.ReleaseAs("", l.ID, store.OutcomeOK, ""); err != nil {
+		if err := st.ReleaseAs("", l.ID, store.OutcomeOK, "", store.Report{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -74,7 +74,7 @@ func BenchmarkStoreMemoryPer10kDomains(b *testing.B) {
 							b.Fatal(err)
 						}
 					}
-					if err := st.ReleaseAs("o", l.ID, store.OutcomeOK, ""); err != nil {
+					if err := st.ReleaseAs("o", l.ID, store.OutcomeOK, "", store.Report{}); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -54,7 +54,7 @@ func acquireDomains(b *testing.B, st *store.Store, from, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := st.ReleaseAs("", l.ID, store.OutcomeOK, ""); err != nil {
+		if err := st.ReleaseAs("", l.ID, store.OutcomeOK, "", store.Report{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -115,7 +115,7 @@ func BenchmarkTieredAcquire(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := st.ReleaseAs("", l.ID, store.OutcomeOK, ""); err != nil {
+				if err := st.ReleaseAs("", l.ID, store.OutcomeOK, "", store.Report{}); err != nil {
 					b.Fatal(err)
 				}
 				i++

@@ -19,7 +19,7 @@ func TestSessionsAndCooldownsAreBounded(t *testing.T) {
 	for i := range cycles {
 		l := acquire(t, s, AcquireRequest{Holder: "w", Owner: owner, Namespace: testNamespace,
 			Session: fmt.Sprintf("s%d", i), Domain: fmt.Sprintf("d%d.example", i)})
-		if err := s.ReleaseAs(owner, l.ID, OutcomeBanned, ""); err != nil {
+		if err := s.ReleaseAs(owner, l.ID, OutcomeBanned, "", Report{}); err != nil {
 			t.Fatalf("release %d: %v", i, err)
 		}
 	}
@@ -48,7 +48,7 @@ func TestSessionsAndCooldownsAreBounded(t *testing.T) {
 	}
 	// The newest session is remembered; the oldest forgotten.
 	last := acquire(t, s, AcquireRequest{Holder: "w", Owner: owner, Namespace: testNamespace, Session: fmt.Sprintf("s%d", cycles-1)})
-	if err := s.ReleaseAs(owner, last.ID, OutcomeOK, ""); err != nil {
+	if err := s.ReleaseAs(owner, last.ID, OutcomeOK, "", Report{}); err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()

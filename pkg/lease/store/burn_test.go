@@ -97,7 +97,7 @@ func TestBurnCountsPerInstance(t *testing.T) {
 			opts := base
 			for i, st := range tc.steps {
 				l := acquire(t, s, AcquireRequest{Namespace: testNamespace, Domain: st.domain})
-				if err := s.ReleaseAs("", l.ID, st.release.outcome, st.release.domain); err != nil {
+				if err := s.ReleaseAs("", l.ID, st.release.outcome, st.release.domain, Report{}); err != nil {
 					t.Fatalf("step %d: release: %v", i, err)
 				}
 				clk.Step(st.advance)
@@ -123,7 +123,7 @@ func TestBurnCountsPerInstance(t *testing.T) {
 func TestNewInstanceForgetsCooldowns(t *testing.T) {
 	s, _, m := newTestStore(t, []ProxyInfo{newProxy("a", withProviderID("local://a-1"))})
 	l := acquire(t, s, AcquireRequest{Domain: "shop.example"})
-	if err := s.ReleaseAs("", l.ID, OutcomeBanned, ""); err != nil {
+	if err := s.ReleaseAs("", l.ID, OutcomeBanned, "", Report{}); err != nil {
 		t.Fatal(err)
 	}
 	var unavailable *UnavailableError
@@ -146,7 +146,7 @@ func TestBurnDomainsAreBounded(t *testing.T) {
 	s, clk, _ := newTestStore(t, []ProxyInfo{newProxy("a")}, withStoreConfig(func(c *Config) { c.MaxCooldowns = 1000 }))
 	for i := range maxBurnDomains + 20 {
 		l := acquire(t, s, AcquireRequest{})
-		if err := s.ReleaseAs("", l.ID, OutcomeBanned, fmt.Sprintf("d%d.example", i)); err != nil {
+		if err := s.ReleaseAs("", l.ID, OutcomeBanned, fmt.Sprintf("d%d.example", i), Report{}); err != nil {
 			t.Fatal(err)
 		}
 		clk.Step(time.Second)

@@ -60,7 +60,7 @@ func TestConcurrentCallsKeepTheInvariants(t *testing.T) {
 				}
 				id := l.ID
 				if rng.IntN(2) == 0 {
-					renewed, err := s.RenewAs(owner, id, 0)
+					renewed, err := s.RenewAs(owner, id, 0, Report{})
 					switch {
 					case gone(err):
 						continue
@@ -78,7 +78,7 @@ func TestConcurrentCallsKeepTheInvariants(t *testing.T) {
 					fail("LeaseNamespace: %q", ns)
 					return
 				}
-				switch err := s.ReleaseAs(owner, id, OutcomeOK, ""); {
+				switch err := s.ReleaseAs(owner, id, OutcomeOK, "", Report{}); {
 				case err == nil:
 					released.Add(1)
 				case !gone(err):

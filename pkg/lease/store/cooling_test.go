@@ -13,7 +13,7 @@ func TestCoolingDownListsTheDomainsInForce(t *testing.T) {
 	banAt := func(domain string) ObjectName {
 		t.Helper()
 		l := acquire(t, s, AcquireRequest{Domain: domain})
-		if err := s.ReleaseAs("", l.ID, OutcomeBanned, ""); err != nil {
+		if err := s.ReleaseAs("", l.ID, OutcomeBanned, "", Report{}); err != nil {
 			t.Fatal(err)
 		}
 		return l.Proxy.Key

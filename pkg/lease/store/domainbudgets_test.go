@@ -23,7 +23,7 @@ func tryDomain(t *testing.T, s *Store, ns, domain string) (string, time.Duration
 	var unavailable *UnavailableError
 	switch {
 	case err == nil:
-		if err := s.ReleaseAs("", l.ID, OutcomeOK, ""); err != nil {
+		if err := s.ReleaseAs("", l.ID, OutcomeOK, "", Report{}); err != nil {
 			t.Fatal(err)
 		}
 		return "granted", 0
@@ -158,7 +158,7 @@ func TestAbdicateForgetsBudgetCharges(t *testing.T) {
 	t.Run("relearned", func(t *testing.T) {
 		s, clk, held := newStore(t)
 		s.Lead(clk.Now().Add(10*time.Second), time.Time{})
-		held, err := s.RenewAs("", held.ID, 0) // relearned while recovering: charged again
+		held, err := s.RenewAs("", held.ID, 0, Report{}) // relearned while recovering: charged again
 		if err != nil {
 			t.Fatal(err)
 		}

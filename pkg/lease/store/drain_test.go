@@ -17,7 +17,7 @@ func TestDrainingProxyKeepsLeasesAndGrantsNone(t *testing.T) {
 	a.Draining = true
 	s.Upsert(a)
 
-	renewed, err := s.RenewAs("", held.ID, 0)
+	renewed, err := s.RenewAs("", held.ID, 0, Report{})
 	if err != nil {
 		t.Fatalf("renewing a lease on a draining proxy: %v", err)
 	}

@@ -95,7 +95,7 @@ func acquire(t testing.TB, s *Store, req AcquireRequest) Lease {
 
 func release(t testing.TB, s *Store, l Lease) {
 	t.Helper()
-	if err := s.ReleaseAs("", l.ID, OutcomeOK, ""); err != nil {
+	if err := s.ReleaseAs("", l.ID, OutcomeOK, "", Report{}); err != nil {
 		t.Fatalf("Release(%s): %v", l.Proxy.Key, err)
 	}
 }

@@ -68,7 +68,7 @@ func FuzzDomainBudgets(f *testing.F) {
 					if arg%2 == 1 && held[0].Domain != "" {
 						outcome = OutcomeBanned
 					}
-					if err := s.ReleaseAs("", held[0].ID, outcome, ""); err != nil && !errors.Is(err, ErrUnknownLease) {
+					if err := s.ReleaseAs("", held[0].ID, outcome, "", Report{}); err != nil && !errors.Is(err, ErrUnknownLease) {
 						t.Fatal(err)
 					}
 					held = held[1:]

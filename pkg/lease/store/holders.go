@@ -11,11 +11,15 @@ import (
 // its session's choice.
 
 // RenewAs extends a live lease of owner ("" for one acquired without an
-// owner, by an in-process caller) by ttl from now (0: its current
-// TTL) and returns it with a new ID. Errors: ErrUnknownLease (404, also for
-// another owner's lease), ErrRevoked (410), ErrSuperseded (409),
-// ErrNotLeader, *FieldError, *HorizonError.
-func (s *Store) RenewAs(owner, id string, ttl time.Duration) (Lease, error) {
+// owner, by an in-process caller) by ttl from now (0: its current TTL) and
+// returns it with a new ID; r is what the holder reports with it, counted
+// as part of the renewal, so only if it succeeds (see Report). Errors:
+// ErrUnknownLease (404, also for another owner's lease), ErrRevoked (410),
+// ErrSuperseded (409), ErrNotLeader, *FieldError, *HorizonError.
+func (s *Store) RenewAs(owner, id string, ttl time.Duration, r Report) (Lease, error) {
+	if err := r.validate(); err != nil {
+		return Lease{}, err
+	}
 	tok, err := s.signer.decodeOwned(owner, id)
 	if err != nil {
 		return Lease{}, err
@@ -39,11 +43,18 @@ func (s *Store) RenewAs(owner, id string, ttl time.Duration) (Lease, error) {
 			ttl = min(max(l.ttl, s.cfg.MinTTL), s.cfg.MaxTTL)
 		}
 		expiresAt := now.Add(ttl)
-		if err = s.st.term.allows(expiresAt); err != nil {
+		if err = s.st.term.allows(expiresAt); err == nil {
+			err = r.within(l, now)
+		}
+		if err != nil {
 			return
 		}
 		if !expiresAt.Equal(l.expiresAt) || ttl != l.ttl || l.session != "" {
 			s.commit(Renew{key: l.key, expiresAt: expiresAt, ttl: ttl, at: now})
+		}
+		if r != (Report{}) {
+			s.commit(OutcomeCount{proxy: l.proxyKey, uid: l.proxyUID, lease: l.key, outcome: OutcomeOK, domain: l.domain,
+				n: r.OKRequests, bytes: r.TransferredBytes, at: now})
 		}
 		view, tok = viewOf(l)
 	})
@@ -57,8 +68,13 @@ func (s *Store) RenewAs(owner, id string, ttl time.Duration) (Lease, error) {
 // extends a cool-down of the proxy for domain (default: the lease's
 // domain). Releasing a revoked lease is not an error and its ban counts,
 // once: one grant counts at most one outcome, so every later release of it
-// is ErrUnknownLease, like a second release of a live one.
-func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) error {
+// is ErrUnknownLease, like a second release of a live one. r is what the
+// holder reports with the release, counted only for a lease that was
+// live (see Report).
+func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string, r Report) error {
+	if err := r.validate(); err != nil {
+		return err
+	}
 	tok, err := s.signer.decodeOwned(owner, id)
 	if err != nil {
 		return err
@@ -80,6 +96,13 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) erro
 		}
 		switch l := s.st.leases[tok.key]; {
 		case l != nil && l.state == stateLive:
+			if err = r.within(l, now); err != nil {
+				return
+			}
+			if r != (Report{}) {
+				s.commit(OutcomeCount{proxy: l.proxyKey, uid: l.proxyUID, lease: l.key, outcome: OutcomeOK, domain: l.domain,
+					n: r.OKRequests, bytes: r.TransferredBytes, at: now})
+			}
 			// Stamped no earlier than the release before it
 			// (docs/decisions/0163-release-stamped-no-earlier-than-release.md),
 			// so that the selection order is the order the releases were
@@ -167,49 +190,58 @@ func (s *Store) find(tok token, now time.Time) (*lease, error) {
 	return st.leases[tok.key], nil
 }
 
-// The bounds of one report: what happened since the holder's last one,
-// never a running total.
+// The bounds of reports: one report tells what happened since the
+// holder's last one, never a running total; all of a lease's reports
+// together are bounded by what its life allows: MaxOKRequestsPerSecond
+// and MaxBytesPerSecond for every second since its grant, and one second
+// more. A report beyond either is refused whole with the renewal or
+// release that carries it (docs/api.md).
 const (
-	MaxTransferredReport = 1 << 40 // bytes: 1 TiB
-	MaxOKRequestsReport  = 1 << 20
+	MaxTransferredReport   = 1 << 40 // bytes: 1 TiB
+	MaxOKRequestsReport    = 1 << 20
+	MaxOKRequestsPerSecond = 10_000
+	MaxBytesPerSecond      = 10 << 30 // 10 GiB/s: above what one proxy moves
 )
 
-// Report is what a holder tells of a lease it keeps: the requests that
-// went well on it and the bytes moved, since its last report.
+// Report is what a holder tells of a lease it keeps, with a renewal or the
+// release: the requests that went well on it and the bytes moved, since
+// its last report. It counts towards the leased proxy's pool's usage
+// (status.usage.transferredGiB, priced by spec.cost.perGiB) and the
+// requests as ok outcomes for the pool and for the rule of the lease's
+// domain, as releases count, so that a sticky session counts each request
+// (its lease counts an outcome only when a ban or an error ends it). It is
+// counted as part of the renewal or release, so only when that succeeds
+// and only for a live lease: a report on an ended lease counts nothing.
 type Report struct {
 	OKRequests, TransferredBytes int64
 }
 
-// ReportAs counts what the holder of owner's lease id reports: the bytes
-// towards the leased proxy's pool's usage (status.usage.transferredGiB,
-// priced by spec.cost.perGiB) and the requests as ok outcomes for the pool
-// and for the rule of the lease's domain, as releases count. The gateway
-// reports with each renewal and release, so that a sticky session counts
-// each request (its lease counts an outcome only when a ban or an error
-// ends it). A report for a lease that has ended still counts (what
-// happened while it was live); a proxy in no pool counts for no pool.
-func (s *Store) ReportAs(owner, id string, r Report) error {
+// validate checks one report's own bounds.
+func (r Report) validate() error {
 	if r.TransferredBytes < 0 || r.TransferredBytes > MaxTransferredReport {
 		return &FieldError{Field: "transferredBytes", Message: fmt.Sprintf("must be between 0 and %d (the bytes moved since the last report); got %d", int64(MaxTransferredReport), r.TransferredBytes)}
 	}
 	if r.OKRequests < 0 || r.OKRequests > MaxOKRequestsReport {
 		return &FieldError{Field: "okRequests", Message: fmt.Sprintf("must be between 0 and %d (the requests since the last report); got %d", int64(MaxOKRequestsReport), r.OKRequests)}
 	}
+	return nil
+}
+
+// within checks that l's reports with r stay within what its life allows
+// at now.
+func (r Report) within(l *lease, now time.Time) error {
 	if r == (Report{}) {
 		return nil
 	}
-	tok, err := s.signer.decodeOwned(owner, id)
-	if err != nil {
-		return err
+	life := now.Sub(l.grantedAt) + time.Second
+	maxOK, maxBytes := int64(life.Seconds()*MaxOKRequestsPerSecond), int64(life.Seconds()*MaxBytesPerSecond)
+	if l.reportedOK+r.OKRequests > maxOK {
+		return &FieldError{Field: "okRequests", Message: fmt.Sprintf("the lease's reports would come to %d requests in the %v since its grant; at most %d a second are counted", l.reportedOK+r.OKRequests, life.Round(time.Second), MaxOKRequestsPerSecond)}
 	}
-	s.locked(func(now time.Time) {
-		if !s.st.term.leading {
-			err = ErrNotLeader
-			return
-		}
-		s.commit(OutcomeCount{proxy: tok.proxy, uid: tok.proxyUID, outcome: OutcomeOK, domain: tok.domain, n: r.OKRequests, bytes: r.TransferredBytes, at: now})
-	})
-	return err
+	if l.reportedBytes+r.TransferredBytes > maxBytes {
+		return &FieldError{Field: "transferredBytes", Message: fmt.Sprintf("the lease's reports would come to %d bytes in the %v since its grant; at most %d a second are counted", l.reportedBytes+r.TransferredBytes, life.Round(time.Second), int64(MaxBytesPerSecond))}
+	}
+	return nil
 }
 
 // PutStateAs stores blob under the proxy and domain of owner's live lease

@@ -45,6 +45,9 @@ type lease struct {
 	budget *budget
 	// readySince is the proxy's ReadySince at the grant.
 	readySince time.Time
+	// reportedOK and reportedBytes sum the holder's reports on the live
+	// lease, which its life bounds (Report).
+	reportedOK, reportedBytes int64
 	index      int // in leaseHeap
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -37,7 +38,7 @@ func TestOutcomesCountPerPoolAndRule(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acquire %d: %v", i, err)
 		}
-		if err := s.ReleaseAs("", l.ID, r.outcome, r.banDomain); err != nil {
+		if err := s.ReleaseAs("", l.ID, r.outcome, r.banDomain, Report{}); err != nil {
 			t.Fatalf("release %d: %v", i, err)
 		}
 	}
@@ -59,9 +60,11 @@ func TestOutcomesCountPerPoolAndRule(t *testing.T) {
 
 // TestReportsCountForTheLeasesPoolAndRule: reports on renewals and
 // releases add up for the leased proxy's pool (bytes and ok requests) and
-// for the rule of the lease's domain (ok requests), whatever the lease's
-// state; another identity's lease, a negative or oversized report and a
-// proxy in no pool count for no pool.
+// for the rule of the lease's domain (ok requests), as part of the renewal
+// or release: only when it succeeds and only for a live lease, within what
+// the lease's life allows. Another identity's lease, a negative or
+// oversized report, a report on an ended lease and a proxy in no pool
+// count for no pool.
 func TestReportsCountForTheLeasesPoolAndRule(t *testing.T) {
 	inPool := func(pool string) proxyOption { return func(p *ProxyInfo) { p.Pool = pool } }
 	s, _, _ := newTestStore(t, []ProxyInfo{
@@ -78,6 +81,10 @@ func TestReportsCountForTheLeasesPoolAndRule(t *testing.T) {
 		return l.ID
 	}
 	a, b := acquire("alice", "a"), acquire("alice", "b")
+	renew := func(owner, id string, r Report) error {
+		_, err := s.RenewAs(owner, id, 0, r)
+		return err
+	}
 	for _, r := range []struct {
 		owner, id string
 		report    Report
@@ -90,17 +97,22 @@ func TestReportsCountForTheLeasesPoolAndRule(t *testing.T) {
 		{"alice", a, Report{TransferredBytes: -1}, "transferredBytes"},
 		{"alice", a, Report{TransferredBytes: MaxTransferredReport + 1}, "transferredBytes"},
 		{"alice", a, Report{OKRequests: MaxOKRequestsReport + 1}, "okRequests"},
+		// Within one report's bounds, beyond what a second of life allows.
+		{"alice", a, Report{OKRequests: MaxOKRequestsPerSecond * 2}, "at most 10000 a second"},
 	} {
-		err := s.ReportAs(r.owner, r.id, r.report)
+		err := renew(r.owner, r.id, r.report)
 		if got := fmt.Sprint(err); (r.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(got, r.wantErr)) {
-			t.Errorf("ReportAs(%s, %+v) = %v, want an error holding %q", r.owner, r.report, err, r.wantErr)
+			t.Errorf("RenewAs(%s, %+v) = %v, want an error holding %q", r.owner, r.report, err, r.wantErr)
 		}
 	}
-	if err := s.ReleaseAs("alice", a, OutcomeBanned, ""); err != nil {
+	if err := s.ReleaseAs("alice", a, OutcomeBanned, "", Report{TransferredBytes: 24}); err != nil { // the release's own report
 		t.Fatal(err)
 	}
-	if err := s.ReportAs("alice", a, Report{TransferredBytes: 24}); err != nil { // the release's own report
-		t.Errorf("a report for a released lease: %v", err)
+	// Renewals of the released lease are refused, and their reports count nothing.
+	for range 5 {
+		if err := renew("alice", a, Report{TransferredBytes: 1 << 30, OKRequests: 1 << 20}); !errors.Is(err, ErrUnknownLease) {
+			t.Errorf("renewing a released lease: %v, want ErrUnknownLease", err)
+		}
 	}
 	if diff := cmp.Diff(Outcomes{OK: 4, Banned: 1, TransferredBytes: 1024}, s.PoolOutcomes(ObjectName{testNamespace, "fast"})); diff != "" {
 		t.Errorf("pool fast (-want +got):\n%s", diff)

@@ -76,7 +76,7 @@ func TestCrawlPolicyReleaseAndIntervalFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReleaseAs("", first.ID, OutcomeOK, ""); err != nil {
+	if err := s.ReleaseAs("", first.ID, OutcomeOK, "", Report{}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.Acquire(ctx, AcquireRequest{Holder: "two", Domain: "shop.example"})
@@ -127,7 +127,7 @@ func TestDefaultRuleBudgetsAreBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.ReleaseAs("", l.ID, OutcomeOK, ""); err != nil {
+		if err := s.ReleaseAs("", l.ID, OutcomeOK, "", Report{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -255,7 +255,7 @@ func (m *model) renew() {
 	}
 	id := l.ids[m.rng.IntN(len(l.ids))] // any ID of the lease names it on this leader
 	ttl := []time.Duration{0, 10 * time.Second, 45 * time.Second, DefaultMaxTTL + time.Second}[m.rng.IntN(4)]
-	got, err := m.s.RenewAs("", id, ttl)
+	got, err := m.s.RenewAs("", id, ttl, Report{})
 	m.logf("renew %s@%s ttl=%v: %v", l.holder, l.proxy, ttl, err)
 	now := m.now()
 	var field *FieldError
@@ -295,7 +295,7 @@ func (m *model) release() {
 	}
 	outcome := Outcome(m.pick("ok", "banned", "error"))
 	domain := m.pick("", "d1.example")
-	err := m.s.ReleaseAs("", l.ids[len(l.ids)-1], outcome, domain)
+	err := m.s.ReleaseAs("", l.ids[len(l.ids)-1], outcome, domain, Report{})
 	m.logf("release %s@%s %s domain=%q: %v", l.holder, l.proxy, outcome, domain, err)
 	now := m.now()
 	var field *FieldError

@@ -65,7 +65,7 @@ func TestNewLeaderRefusesGrantsWhileRecovering(t *testing.T) {
 	}
 	// The old leader's lease renews on the new leader, on the same proxy and slot.
 	tl.clk.Step(10 * time.Second)
-	renewed, err := tl.new.RenewAs("", held.ID, 0)
+	renewed, err := tl.new.RenewAs("", held.ID, 0, Report{})
 	if err != nil {
 		t.Fatalf("Renew on the new leader: %v", err)
 	}
@@ -85,10 +85,10 @@ func TestNewLeaderRefusesGrantsWhileRecovering(t *testing.T) {
 		t.Errorf("third acquire: err = %v, want ErrNoneFree", err)
 	}
 	// Both the first and the latest ID of the re-learned lease name it.
-	if _, err := tl.new.RenewAs("", renewed.ID, 0); err != nil {
+	if _, err := tl.new.RenewAs("", renewed.ID, 0, Report{}); err != nil {
 		t.Errorf("Renew with the new ID: %v", err)
 	}
-	if _, err := tl.new.RenewAs("", held.ID, 0); err != nil {
+	if _, err := tl.new.RenewAs("", held.ID, 0, Report{}); err != nil {
 		t.Errorf("Renew with the first ID: %v", err)
 	}
 }
@@ -120,7 +120,7 @@ func TestRelearning(t *testing.T) {
 		},
 		"it expired":            {before: func(tl *twoLeaders) { tl.clk.Step(DefaultTTL) }, wantErr: ErrUnknownLease},
 		"no recovery":           {before: func(tl *twoLeaders) { tl.new.Lead(time.Time{}, time.Time{}) }, wantErr: ErrUnknownLease},
-		"it was released first": {before: func(tl *twoLeaders) { _ = tl.new.ReleaseAs("", tl.victim(), OutcomeOK, "") }, wantErr: ErrUnknownLease},
+		"it was released first": {before: func(tl *twoLeaders) { _ = tl.new.ReleaseAs("", tl.victim(), OutcomeOK, "", Report{}) }, wantErr: ErrUnknownLease},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tl := newTwoLeaders(t, newProxy("p1", withMaxLeases(2)))
@@ -131,12 +131,12 @@ func TestRelearning(t *testing.T) {
 			if tc.before != nil {
 				tc.before(tl)
 			}
-			_, err := tl.new.RenewAs("", second.ID, DefaultTTL)
+			_, err := tl.new.RenewAs("", second.ID, DefaultTTL, Report{})
 			if !errors.Is(err, tc.wantErr) || (err != nil) != (tc.wantErr != nil) {
 				t.Fatalf("Renew: err = %v, want %v", err, tc.wantErr)
 			}
 			// The answer is stable.
-			if _, again := tl.new.RenewAs("", second.ID, DefaultTTL); !errors.Is(again, tc.wantErr) || (again != nil) != (tc.wantErr != nil) {
+			if _, again := tl.new.RenewAs("", second.ID, DefaultTTL, Report{}); !errors.Is(again, tc.wantErr) || (again != nil) != (tc.wantErr != nil) {
 				t.Errorf("second Renew: err = %v, want %v", again, tc.wantErr)
 			}
 		})
@@ -163,15 +163,15 @@ func TestLaterGrantSupersedes(t *testing.T) {
 
 			if firstRenewed == "earlier" {
 				// Nothing proves yet that it ended: it is re-learned...
-				if _, err := tl.new.RenewAs("", earlier.ID, 0); err != nil {
+				if _, err := tl.new.RenewAs("", earlier.ID, 0, Report{}); err != nil {
 					t.Fatalf("Renew of the earlier lease: %v", err)
 				}
 			}
-			if _, err := tl.new.RenewAs("", later.ID, 0); err != nil {
+			if _, err := tl.new.RenewAs("", later.ID, 0, Report{}); err != nil {
 				t.Fatalf("Renew of the later lease: %v", err)
 			}
 			// ...until the later lease shows up: one slot, one lease.
-			if _, err := tl.new.RenewAs("", earlier.ID, 0); !errors.Is(err, ErrSuperseded) {
+			if _, err := tl.new.RenewAs("", earlier.ID, 0, Report{}); !errors.Is(err, ErrSuperseded) {
 				t.Errorf("Renew of the earlier lease: err = %v, want ErrSuperseded", err)
 			}
 			leases, err := tl.new.List(LeaseFilter{})
@@ -189,10 +189,10 @@ func TestReleaseOfAnUnmetLeaseWhileRecovering(t *testing.T) {
 	tl := newTwoLeaders(t, newProxy("p1"))
 	l := acquire(t, tl.old, AcquireRequest{Holder: "a", Domain: "example.com"})
 	tl.lead(10 * time.Second)
-	if err := tl.new.ReleaseAs("", l.ID, OutcomeBanned, ""); err != nil {
+	if err := tl.new.ReleaseAs("", l.ID, OutcomeBanned, "", Report{}); err != nil {
 		t.Fatalf("Release on the new leader: %v", err)
 	}
-	if _, err := tl.new.RenewAs("", l.ID, 0); !errors.Is(err, ErrUnknownLease) {
+	if _, err := tl.new.RenewAs("", l.ID, 0, Report{}); !errors.Is(err, ErrUnknownLease) {
 		t.Errorf("Renew after the release: err = %v, want ErrUnknownLease", err)
 	}
 	// The ban counted (a short recovery, to look before the cool-down ends).
@@ -206,15 +206,15 @@ func TestReleasedRelearnedLeaseStaysReleased(t *testing.T) {
 	tl := newTwoLeaders(t, newProxy("p1"))
 	l := acquire(t, tl.old, AcquireRequest{Holder: "a"})
 	tl.lead(DefaultTTL)
-	renewed, err := tl.new.RenewAs("", l.ID, 0)
+	renewed, err := tl.new.RenewAs("", l.ID, 0, Report{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tl.new.ReleaseAs("", renewed.ID, OutcomeOK, ""); err != nil {
+	if err := tl.new.ReleaseAs("", renewed.ID, OutcomeOK, "", Report{}); err != nil {
 		t.Fatal(err)
 	}
 	// The old leader's ID is still unexpired, but the lease ended here.
-	if _, err := tl.new.RenewAs("", l.ID, 0); !errors.Is(err, ErrUnknownLease) {
+	if _, err := tl.new.RenewAs("", l.ID, 0, Report{}); !errors.Is(err, ErrUnknownLease) {
 		t.Errorf("Renew with the old ID after release: err = %v, want ErrUnknownLease", err)
 	}
 }
@@ -225,7 +225,7 @@ func TestALeaseFromANewerTermIsNotRelearned(t *testing.T) {
 	tl.clk.Step(time.Second)
 	tl.old.Lead(time.Time{}, time.Time{}) // a later term than new's: a split brain
 	l := acquire(t, tl.old, AcquireRequest{Holder: "a"})
-	if _, err := tl.new.RenewAs("", l.ID, 0); !errors.Is(err, ErrUnknownLease) {
+	if _, err := tl.new.RenewAs("", l.ID, 0, Report{}); !errors.Is(err, ErrUnknownLease) {
 		t.Errorf("Renew: err = %v, want ErrUnknownLease", err)
 	}
 }

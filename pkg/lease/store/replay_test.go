@@ -403,7 +403,7 @@ func (w *workload) renew() {
 	if w.pick(3) == 0 {
 		ttl = time.Duration(5+w.pick(50)) * time.Second
 	}
-	l, err := w.s.RenewAs(ref.owner, ref.id, ttl)
+	l, err := w.s.RenewAs(ref.owner, ref.id, ttl, Report{})
 	w.note("renew: %v", err)
 	if err == nil {
 		w.ids = append(w.ids, leaseRef{l.ID, l.Owner})
@@ -420,7 +420,7 @@ func (w *workload) release() {
 	if w.pick(2) == 0 {
 		domain = replayDomains[w.pick(len(replayDomains))]
 	}
-	err := w.s.ReleaseAs(ref.owner, ref.id, outcome, domain)
+	err := w.s.ReleaseAs(ref.owner, ref.id, outcome, domain, Report{})
 	w.note("release %s %s: %v", outcome, domain, err)
 }
 
@@ -429,8 +429,17 @@ func (w *workload) report() {
 	if !ok {
 		return
 	}
-	err := w.s.ReportAs(ref.owner, ref.id, Report{OKRequests: int64(w.pick(20)), TransferredBytes: int64(w.pick(1 << 20))})
-	w.note("report: %v", err)
+	r := Report{OKRequests: int64(w.pick(20)), TransferredBytes: int64(w.pick(1 << 20))}
+	if w.pick(2) == 0 {
+		err := w.s.ReleaseAs(ref.owner, ref.id, OutcomeOK, "", r)
+		w.note("release with a report: %v", err)
+		return
+	}
+	l, err := w.s.RenewAs(ref.owner, ref.id, 0, r)
+	w.note("renew with a report: %v", err)
+	if err == nil {
+		w.ids = append(w.ids, leaseRef{l.ID, l.Owner})
+	}
 }
 
 func (w *workload) putState() {
@@ -592,11 +601,11 @@ func (w *workload) relearn() {
 	}
 	ref := w.prevIDs[w.pick(len(w.prevIDs))]
 	if w.pick(4) == 0 {
-		err := w.s.ReleaseAs(ref.owner, ref.id, []Outcome{OutcomeOK, OutcomeBanned}[w.pick(2)], "")
+		err := w.s.ReleaseAs(ref.owner, ref.id, []Outcome{OutcomeOK, OutcomeBanned}[w.pick(2)], "", Report{})
 		w.note("release previous: %v", err)
 		return
 	}
-	l, err := w.s.RenewAs(ref.owner, ref.id, 0)
+	l, err := w.s.RenewAs(ref.owner, ref.id, 0, Report{})
 	w.note("renew previous: %v", err)
 	if err == nil {
 		w.ids = append(w.ids, leaseRef{l.ID, l.Owner})

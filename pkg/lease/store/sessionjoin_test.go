@@ -60,11 +60,11 @@ func TestSessionAcquireJoinsTheSessionsLiveLease(t *testing.T) {
 			if want := clk.Now().Add(10 * time.Second); !second.ExpiresAt.Equal(want) {
 				t.Errorf("joined lease expires at %v, want %v", second.ExpiresAt, want)
 			}
-			renewed, err := s.RenewAs("alice", first.ID, 0)
+			renewed, err := s.RenewAs("alice", first.ID, 0, Report{})
 			if err != nil || identityOf(renewed) != identityOf(first) {
 				t.Fatalf("renewing the first ID after the join: %+v, %v", renewed, err)
 			}
-			if err := s.ReleaseAs("alice", second.ID, OutcomeOK, ""); err != nil {
+			if err := s.ReleaseAs("alice", second.ID, OutcomeOK, "", Report{}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.GetAs("alice", first.ID); err == nil {
@@ -84,7 +84,7 @@ func TestStickySessionIsPerIdentity(t *testing.T) {
 	use := func(owner, session string) string {
 		l := acquire(t, s, AcquireRequest{Owner: owner, Session: session, Namespace: "crawl"})
 		clk.Step(time.Second)
-		if err := s.ReleaseAs(owner, l.ID, OutcomeOK, ""); err != nil {
+		if err := s.ReleaseAs(owner, l.ID, OutcomeOK, "", Report{}); err != nil {
 			t.Fatal(err)
 		}
 		return l.Proxy.Key.Name
@@ -114,7 +114,7 @@ func TestNewLeaderRelearnsTheSessionOfALease(t *testing.T) {
 	held := acquire(t, tl.old, AcquireRequest{Owner: "alice", Session: "s1"})
 	tl.lead(DefaultTTL)
 	tl.clk.Step(time.Second)
-	renewed, err := tl.new.RenewAs("alice", held.ID, 0)
+	renewed, err := tl.new.RenewAs("alice", held.ID, 0, Report{})
 	if err != nil {
 		t.Fatalf("Renew on the new leader: %v", err)
 	}

@@ -24,7 +24,7 @@ func keepState(t *testing.T, s *Store, owner, domain string, blob []byte) {
 	if err := s.PutStateAs(owner, l.ID, blob); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReleaseAs(owner, l.ID, OutcomeOK, ""); err != nil {
+	if err := s.ReleaseAs(owner, l.ID, OutcomeOK, "", Report{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -36,7 +36,7 @@ func stateFor(t *testing.T, s *Store, owner, domain string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReleaseAs(owner, l.ID, OutcomeOK, ""); err != nil {
+	if err := s.ReleaseAs(owner, l.ID, OutcomeOK, "", Report{}); err != nil {
 		t.Fatal(err)
 	}
 	return l.State
@@ -110,7 +110,7 @@ func TestSessionStateBelongsToItsIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReleaseAs("bob", l.ID, OutcomeBanned, ""); err != nil {
+	if err := s.ReleaseAs("bob", l.ID, OutcomeBanned, "", Report{}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Step(s.cfg.CooldownMax) // past the cool-down
@@ -146,7 +146,7 @@ func TestSessionStatePutOnlyForTheLeasesOwnDomain(t *testing.T) {
 		t.Errorf("the lease's own domain: %v", err)
 	}
 	for _, l := range []Lease{withDomain, noDomain} {
-		if err := s.ReleaseAs("mallory", l.ID, OutcomeOK, ""); err != nil {
+		if err := s.ReleaseAs("mallory", l.ID, OutcomeOK, "", Report{}); err != nil {
 			t.Fatal(err)
 		}
 	}

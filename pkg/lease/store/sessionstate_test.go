@@ -30,7 +30,7 @@ func TestSessionStateTravelsWithTheProxy(t *testing.T) {
 		if err := s.PutStateAs("crawler", l.ID, jar); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.ReleaseAs("crawler", l.ID, OutcomeOK, ""); err != nil {
+		if err := s.ReleaseAs("crawler", l.ID, OutcomeOK, "", Report{}); err != nil {
 			t.Fatal(err)
 		}
 		return l
@@ -58,7 +58,7 @@ func TestSessionStateTravelsWithTheProxy(t *testing.T) {
 		if h1.Proxy.Key == first.Proxy.Key {
 			other = h2
 		}
-		if err := s.ReleaseAs("crawler", other.ID, OutcomeOK, ""); err != nil {
+		if err := s.ReleaseAs("crawler", other.ID, OutcomeOK, "", Report{}); err != nil {
 			t.Fatal(err)
 		}
 		if got := acquire(t, s, "second", "shop.example"); got.State != nil || got.Proxy.Key == first.Proxy.Key {
@@ -71,7 +71,7 @@ func TestSessionStateTravelsWithTheProxy(t *testing.T) {
 		if err := s.PutStateAs("crawler", l.ID, jar); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.ReleaseAs("crawler", l.ID, OutcomeBanned, ""); err != nil {
+		if err := s.ReleaseAs("crawler", l.ID, OutcomeBanned, "", Report{}); err != nil {
 			t.Fatal(err)
 		}
 		clk.Step(s.cfg.CooldownMax) // past the cool-down

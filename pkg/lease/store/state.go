@@ -153,6 +153,9 @@ func (st *state) apply(e Effect) {
 		// For the pool of the proxy leased (when it is still that Proxy
 		// and a member of one), for the rule of the domain and its tier.
 		p := proxyOf(st.proxies, e.proxy, e.uid)
+		if l := st.leases[e.lease]; l != nil && l.state == stateLive {
+			l.reportedOK, l.reportedBytes = l.reportedOK+e.n, l.reportedBytes+e.bytes
+		}
 		outcome := cmp.Or(e.outcome, OutcomeOK)
 		st.tally.count(p, outcome, e.n, e.bytes)
 		if p != nil && e.domain != "" && e.n > 0 {

@@ -229,7 +229,7 @@ func TestStickySessions(t *testing.T) {
 		"the session's proxy cools down for the domain": {
 			between: func(t *testing.T, s *Store, _ *clocktesting.FakeClock) {
 				l := acquire(t, s, AcquireRequest{Session: "s1", Namespace: testNamespace})
-				if err := s.ReleaseAs("", l.ID, OutcomeBanned, "example.com"); err != nil {
+				if err := s.ReleaseAs("", l.ID, OutcomeBanned, "example.com", Report{}); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -297,14 +297,14 @@ func TestExpiry(t *testing.T) {
 			t.Fatalf("after %v more: live leases (-want +got):\n%s", st.step, diff)
 		}
 	}
-	if _, err := s.RenewAs("", l10.ID, 0); !errors.Is(err, ErrUnknownLease) {
+	if _, err := s.RenewAs("", l10.ID, 0, Report{}); !errors.Is(err, ErrUnknownLease) {
 		t.Errorf("Renew of an expired lease: err = %v, want ErrUnknownLease", err)
 	}
-	if err := s.ReleaseAs("", l20.ID, OutcomeOK, ""); !errors.Is(err, ErrUnknownLease) {
+	if err := s.ReleaseAs("", l20.ID, OutcomeOK, "", Report{}); !errors.Is(err, ErrUnknownLease) {
 		t.Errorf("Release of an expired lease: err = %v, want ErrUnknownLease", err)
 	}
 	// A renewal moves the lease in the heap: it outlives its first expiry.
-	renewed, err := s.RenewAs("", l30.ID, time.Minute)
+	renewed, err := s.RenewAs("", l30.ID, time.Minute, Report{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +316,7 @@ func TestExpiry(t *testing.T) {
 		t.Errorf("after the first expiry: live leases (-want +got):\n%s", diff)
 	}
 	// The old ID names the same lease (on the same leader).
-	if _, err := s.RenewAs("", l30.ID, 0); err != nil {
+	if _, err := s.RenewAs("", l30.ID, 0, Report{}); err != nil {
 		t.Errorf("Renew with the first ID: %v", err)
 	}
 	clk.Step(time.Minute)
@@ -357,7 +357,7 @@ func TestRevocation(t *testing.T) {
 				revoked[slot] = true
 			}
 			for _, l := range leases {
-				_, err := s.RenewAs("", l.ID, 0)
+				_, err := s.RenewAs("", l.ID, 0, Report{})
 				if revoked[l.Slot] && !errors.Is(err, ErrRevoked) {
 					t.Errorf("Renew of the lease in slot %d: err = %v, want ErrRevoked", l.Slot, err)
 				}
@@ -373,12 +373,12 @@ func TestRevocation(t *testing.T) {
 			}
 			victim := leases[tc.wantRevoked[0]]
 			// Releasing a revoked lease is fine: it is over either way.
-			if err := s.ReleaseAs("", victim.ID, OutcomeOK, ""); err != nil {
+			if err := s.ReleaseAs("", victim.ID, OutcomeOK, "", Report{}); err != nil {
 				t.Errorf("Release of a revoked lease: %v", err)
 			}
 			// The tombstone lasts until the lease would have expired.
 			clk.Step(DefaultTTL)
-			if _, err := s.RenewAs("", victim.ID, 0); !errors.Is(err, ErrUnknownLease) {
+			if _, err := s.RenewAs("", victim.ID, 0, Report{}); !errors.Is(err, ErrUnknownLease) {
 				t.Errorf("Renew after the revoked lease's expiry: err = %v, want ErrUnknownLease", err)
 			}
 		})
@@ -397,7 +397,7 @@ func TestRevocationFreesCapacityWhenReadyAgain(t *testing.T) {
 	if second.Slot != 0 || second.ID == first.ID {
 		t.Errorf("second lease: slot %d, same ID %v; want slot 0, a new ID", second.Slot, second.ID == first.ID)
 	}
-	if _, err := s.RenewAs("", first.ID, 0); !errors.Is(err, ErrRevoked) {
+	if _, err := s.RenewAs("", first.ID, 0, Report{}); !errors.Is(err, ErrRevoked) {
 		t.Errorf("Renew of the first lease: err = %v, want ErrRevoked", err)
 	}
 }
@@ -450,7 +450,7 @@ func TestCooldownGrowsAndCaps(t *testing.T) {
 	var got []time.Duration
 	for range want {
 		l := acquire(t, s, AcquireRequest{Domain: domain})
-		if err := s.ReleaseAs("", l.ID, OutcomeBanned, ""); err != nil { // the lease's domain
+		if err := s.ReleaseAs("", l.ID, OutcomeBanned, "", Report{}); err != nil { // the lease's domain
 			t.Fatal(err)
 		}
 		_, err := s.Acquire(context.Background(), AcquireRequest{Holder: "w", Domain: "EXAMPLE.com."})
@@ -481,7 +481,7 @@ func TestCooldownDecays(t *testing.T) {
 	banFor := func(t *testing.T, s *Store) time.Duration {
 		t.Helper()
 		l := acquire(t, s, AcquireRequest{})
-		if err := s.ReleaseAs("", l.ID, OutcomeBanned, domain); err != nil {
+		if err := s.ReleaseAs("", l.ID, OutcomeBanned, domain, Report{}); err != nil {
 			t.Fatal(err)
 		}
 		_, err := s.Acquire(context.Background(), AcquireRequest{Holder: "w", Domain: domain})
@@ -516,14 +516,14 @@ func TestBannedReleaseNeedsADomain(t *testing.T) {
 	s, _, _ := newTestStore(t, []ProxyInfo{newProxy("p1")})
 	l := acquire(t, s, AcquireRequest{})
 	var field *FieldError
-	if err := s.ReleaseAs("", l.ID, OutcomeBanned, ""); !errors.As(err, &field) || field.Field != "domain" {
+	if err := s.ReleaseAs("", l.ID, OutcomeBanned, "", Report{}); !errors.As(err, &field) || field.Field != "domain" {
 		t.Errorf("banned release without a domain: err = %v, want a FieldError on domain", err)
 	}
-	if err := s.ReleaseAs("", l.ID, "weird", ""); !errors.As(err, &field) || field.Field != "outcome" {
+	if err := s.ReleaseAs("", l.ID, "weird", "", Report{}); !errors.As(err, &field) || field.Field != "outcome" {
 		t.Errorf("release with an unknown outcome: err = %v, want a FieldError on outcome", err)
 	}
 	// The failed releases left the lease alone.
-	if _, err := s.RenewAs("", l.ID, 0); err != nil {
+	if _, err := s.RenewAs("", l.ID, 0, Report{}); err != nil {
 		t.Errorf("Renew: %v", err)
 	}
 }
@@ -560,11 +560,11 @@ func TestTTLBounds(t *testing.T) {
 				t.Errorf("TTL %v, expires %v; want %v from now", l.TTL, l.ExpiresAt, tc.wantTTL)
 			}
 			// Renewals keep to the same bounds, and 0 keeps the lease's TTL.
-			if _, err := s.RenewAs("", l.ID, DefaultMaxTTL+time.Second); !errors.As(err, &field) || field.Field != "ttl" {
+			if _, err := s.RenewAs("", l.ID, DefaultMaxTTL+time.Second, Report{}); !errors.As(err, &field) || field.Field != "ttl" {
 				t.Errorf("Renew above the maximum: err = %v, want a FieldError on ttl", err)
 			}
 			clk.Step(time.Second)
-			renewed, err := s.RenewAs("", l.ID, 0)
+			renewed, err := s.RenewAs("", l.ID, 0, Report{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -587,8 +587,8 @@ func TestAcquireNeedsAHolderAndALeader(t *testing.T) {
 	}
 	for name, err := range map[string]error{
 		"Acquire": func() error { _, err := s.Acquire(context.Background(), AcquireRequest{Holder: "w"}); return err }(),
-		"Renew":   func() error { _, err := s.RenewAs("", l.ID, 0); return err }(),
-		"Release": s.ReleaseAs("", l.ID, OutcomeOK, ""),
+		"Renew":   func() error { _, err := s.RenewAs("", l.ID, 0, Report{}); return err }(),
+		"Release": s.ReleaseAs("", l.ID, OutcomeOK, "", Report{}),
 		"Get":     func() error { _, err := s.GetAs("", l.ID); return err }(),
 		"List":    func() error { _, err := s.List(LeaseFilter{}); return err }(),
 	} {
@@ -615,7 +615,7 @@ func TestForgedAndForeignIDs(t *testing.T) {
 		"not base64 url": l.ID + "==",
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := s.RenewAs("", id, 0); !errors.Is(err, ErrUnknownLease) {
+			if _, err := s.RenewAs("", id, 0, Report{}); !errors.Is(err, ErrUnknownLease) {
 				t.Errorf("Renew: err = %v, want ErrUnknownLease", err)
 			}
 			if _, err := s.LeaseNamespace("", id); !errors.Is(err, ErrUnknownLease) {
@@ -624,7 +624,7 @@ func TestForgedAndForeignIDs(t *testing.T) {
 		})
 	}
 	t.Run("signed with another key", func(t *testing.T) {
-		if _, err := other.RenewAs("", l.ID, 0); !errors.Is(err, ErrUnknownLease) {
+		if _, err := other.RenewAs("", l.ID, 0, Report{}); !errors.Is(err, ErrUnknownLease) {
 			t.Errorf("Renew: err = %v, want ErrUnknownLease", err)
 		}
 	})

@@ -17,7 +17,7 @@ import "time"
 type Outcomes struct {
 	OK, Banned, Error int64
 	// TransferredBytes went through the pool's members, as the gateway (or
-	// a crawler) reported with renewals and releases (ReportAs).
+	// a crawler) reported with renewals and releases (Report).
 	TransferredBytes int64
 }
 

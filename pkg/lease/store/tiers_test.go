@@ -83,7 +83,7 @@ func TestTiersEscalateOnlyWhereBanned(t *testing.T) {
 			if site == "bans.example" && at < banning && l.Proxy.Pool == "own-vms" {
 				outcome = OutcomeBanned
 			}
-			if err := s.ReleaseAs("", l.ID, outcome, ""); err != nil {
+			if err := s.ReleaseAs("", l.ID, outcome, "", Report{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -185,7 +185,7 @@ func escalate(t *testing.T, s *Store, ns, domain string) {
 	t.Helper()
 	for range tier.DefaultMinOutcomes {
 		l := acquire(t, s, AcquireRequest{Namespace: ns, Domain: domain})
-		if err := s.ReleaseAs("", l.ID, OutcomeBanned, ""); err != nil {
+		if err := s.ReleaseAs("", l.ID, OutcomeBanned, "", Report{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -277,7 +277,7 @@ func TestNewLeaderKeepsTheTierOfRelearnedLeases(t *testing.T) {
 	held := acquire(t, tl.old, AcquireRequest{Namespace: testNamespace, Domain: "bans.example"})
 	tl.lead(DefaultTTL)
 	tl.clk.Step(10 * time.Second)
-	if _, err := tl.new.RenewAs("", held.ID, 0); err != nil {
+	if _, err := tl.new.RenewAs("", held.ID, 0, Report{}); err != nil {
 		t.Fatal(err)
 	}
 	tl.clk.Step(DefaultTTL) // the recovery is over

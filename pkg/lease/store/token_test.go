@@ -40,7 +40,7 @@ func TestReleaseAndAuthorizationCheckTheMAC(t *testing.T) {
 			s, clk, _ := newTestStore(t, []ProxyInfo{newProxy("p1")})
 			older := acquire(t, s, AcquireRequest{Owner: "alice"})
 			clk.Step(time.Second)
-			current, err := s.RenewAs("alice", older.ID, 0)
+			current, err := s.RenewAs("alice", older.ID, 0, Report{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +52,7 @@ func TestReleaseAndAuthorizationCheckTheMAC(t *testing.T) {
 			if !errors.Is(err, tt.want) || (err == nil && ns != "crawl") {
 				t.Errorf("LeaseNamespace: %q, %v; want crawl, %v", ns, err, tt.want)
 			}
-			if err := s.ReleaseAs(owner, id, OutcomeOK, ""); !errors.Is(err, tt.want) {
+			if err := s.ReleaseAs(owner, id, OutcomeOK, "", Report{}); !errors.Is(err, tt.want) {
 				t.Errorf("ReleaseAs: %v, want %v", err, tt.want)
 			}
 			live, _ := s.List(LeaseFilter{})
@@ -61,7 +61,7 @@ func TestReleaseAndAuthorizationCheckTheMAC(t *testing.T) {
 			}
 			// A second release of the same grant is unknown, whichever ID.
 			if tt.want == nil {
-				if err := s.ReleaseAs("alice", current.ID, OutcomeOK, ""); !errors.Is(err, ErrUnknownLease) {
+				if err := s.ReleaseAs("alice", current.ID, OutcomeOK, "", Report{}); !errors.Is(err, ErrUnknownLease) {
 					t.Errorf("second release: %v, want ErrUnknownLease", err)
 				}
 			}

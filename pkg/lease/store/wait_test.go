@@ -74,7 +74,7 @@ func TestWaitIsWoken(t *testing.T) {
 		"by the end of a cool-down": {
 			hold: func(t *testing.T, s *Store) Lease {
 				l := acquire(t, s, AcquireRequest{})
-				if err := s.ReleaseAs("", l.ID, OutcomeBanned, domain); err != nil {
+				if err := s.ReleaseAs("", l.ID, OutcomeBanned, domain, Report{}); err != nil {
 					t.Fatal(err)
 				}
 				return l

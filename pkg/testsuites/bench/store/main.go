@@ -179,7 +179,7 @@ func measure(st *store.Store, p placement, d time.Duration) (result, error) {
 				}
 				l, err := st.Acquire(ctx, req)
 				if err == nil {
-					err = st.ReleaseAs("", l.ID, store.OutcomeOK, "")
+					err = st.ReleaseAs("", l.ID, store.OutcomeOK, "", store.Report{})
 				}
 				if err != nil {
 					// A copy: taking err's own address would move it to the

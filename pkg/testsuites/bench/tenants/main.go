@@ -183,7 +183,7 @@ func (r *run) attempt(owner, ns string, i int) error {
 	if r.store.PutSessionStateAs(owner, ns, session, "planted-"+domain, r.blob) == nil {
 		t.planted++
 	}
-	return r.store.ReleaseAs(owner, l.ID, store.OutcomeOK, "")
+	return r.store.ReleaseAs(owner, l.ID, store.OutcomeOK, "", store.Report{})
 }
 
 // probe checks in every namespace that its limits bind.
@@ -192,7 +192,7 @@ func (r *run) probe() error {
 	for _, ns := range append(attacked, quiet) {
 		t := r.tallies[ns]
 		t.probes++
-		v, err := r.store.RenewAs("victim-"+ns, r.victims[ns].ID, 10*time.Minute)
+		v, err := r.store.RenewAs("victim-"+ns, r.victims[ns].ID, 10*time.Minute, store.Report{})
 		if err != nil {
 			return fmt.Errorf("renewing the victim's lease in %s: %w", ns, err)
 		}
@@ -203,7 +203,7 @@ func (r *run) probe() error {
 		}
 		if granted != nil {
 			t.guardedGranted++
-			_ = r.store.ReleaseAs(granted.Owner, granted.ID, store.OutcomeOK, "")
+			_ = r.store.ReleaseAs(granted.Owner, granted.ID, store.OutcomeOK, "", store.Report{})
 		}
 		fresh := fmt.Sprintf("probe-%d.example", r.probeN)
 		first, err := r.tryHold(ns, fresh)
@@ -217,9 +217,9 @@ func (r *run) probe() error {
 		}
 		if second != nil {
 			t.freshTwice++
-			_ = r.store.ReleaseAs(second.Owner, second.ID, store.OutcomeOK, "")
+			_ = r.store.ReleaseAs(second.Owner, second.ID, store.OutcomeOK, "", store.Report{})
 		}
-		_ = r.store.ReleaseAs(first.Owner, first.ID, store.OutcomeOK, "")
+		_ = r.store.ReleaseAs(first.Owner, first.ID, store.OutcomeOK, "", store.Report{})
 	}
 	return nil
 }
