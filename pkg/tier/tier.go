@@ -13,6 +13,7 @@
 package tier
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"time"
@@ -213,4 +214,38 @@ func (s *State) Seed(tier int, now time.Time) {
 	if tier > int(s.tier) {
 		s.moveTo(tier, now.UnixNano())
 	}
+}
+
+// stateBytes is the length of a State's binary form.
+const stateBytes = 8 + 8 + 4*5 + 1 + 1
+
+// AppendBinary appends s's binary form to b: every field, fixed width, so
+// that a store's snapshot carries a budget's tier state whole.
+func (s State) AppendBinary(b []byte) ([]byte, error) {
+	b = binary.BigEndian.AppendUint64(b, uint64(s.since))
+	b = binary.BigEndian.AppendUint64(b, uint64(s.windowStart))
+	for _, v := range []int32{s.ok, s.banned, s.probeOK, s.probeBanned, s.credit} {
+		b = binary.BigEndian.AppendUint32(b, uint32(v))
+	}
+	started := byte(0)
+	if s.probeStarted {
+		started = 1
+	}
+	return append(b, started, byte(s.tier)), nil
+}
+
+// UnmarshalBinary reads what AppendBinary wrote.
+func (s *State) UnmarshalBinary(b []byte) error {
+	if len(b) != stateBytes || b[stateBytes-2] > 1 {
+		return fmt.Errorf("tier state: %d bytes, want %d", len(b), stateBytes)
+	}
+	s.since = int64(binary.BigEndian.Uint64(b))
+	s.windowStart = int64(binary.BigEndian.Uint64(b[8:]))
+	v := make([]int32, 5)
+	for i := range v {
+		v[i] = int32(binary.BigEndian.Uint32(b[16+4*i:]))
+	}
+	s.ok, s.banned, s.probeOK, s.probeBanned, s.credit = v[0], v[1], v[2], v[3], v[4]
+	s.probeStarted, s.tier = b[36] == 1, int8(b[37])
+	return nil
 }

@@ -175,3 +175,26 @@ func TestSeedRaisesOnly(t *testing.T) {
 		t.Errorf("a quiet period after a seed: tier %d probe %v, want a probe of 0", got, probe)
 	}
 }
+
+func TestStateBinaryRoundTrip(t *testing.T) {
+	var s State
+	c := Config{MinOutcomes: 2}.WithDefaults()
+	now := time.Unix(1_800_000_000, 0)
+	s.Observe(c, 3, 0, true, 5, now)
+	s.Granted(c, now.Add(time.Minute), false)
+	s.Observe(c, 3, 1, false, 1, now.Add(2*time.Minute))
+	b, err := s.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got State
+	if err := got.UnmarshalBinary(b); err != nil {
+		t.Fatal(err)
+	}
+	if got != s {
+		t.Errorf("round trip: %+v, want %+v", got, s)
+	}
+	if err := got.UnmarshalBinary(b[1:]); err == nil {
+		t.Error("a short state decoded")
+	}
+}

@@ -2,6 +2,8 @@ package store
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -229,9 +231,10 @@ func (bs *budgets) termEnded() {
 // The counts of rules that remain are kept; their live leases are counted
 // again.
 func (bs *budgets) recharge(namespace string, forEachLive func(func(*lease))) {
-	for k, b := range bs.budgets {
+	// In the keys' order, not the map's: the idle heaps' layout is state too.
+	for _, k := range slices.SortedFunc(maps.Keys(bs.budgets), compareBudgetKeys) {
 		if k.namespace == namespace {
-			bs.dropBudget(b)
+			bs.dropBudget(bs.budgets[k])
 		}
 	}
 	for k, c := range bs.rules.counts {

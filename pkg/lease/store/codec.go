@@ -94,11 +94,7 @@ func EncodeEffect(b []byte, e Effect) []byte {
 		w.sessionKey(e.key)
 		w.bool(e.idle)
 	case StatePut:
-		w.string(e.key.owner)
-		w.name(e.key.proxy)
-		w.string(string(e.key.uid))
-		w.string(e.key.instance)
-		w.string(e.key.domain)
+		w.stateKey(e.key)
 		w.string(string(e.blob))
 	case PolicyPut:
 		w.crawlPolicy(e.policy)
@@ -170,8 +166,7 @@ func DecodeEffect(b []byte) (Effect, error) {
 	case KindSessionDrop:
 		e = SessionDrop{key: r.sessionKey(), idle: r.bool()}
 	case KindStatePut:
-		e = StatePut{key: stateKey{owner: r.string(), proxy: r.name(), uid: types.UID(r.string()), instance: r.string(), domain: r.string()},
-			blob: []byte(r.string())}
+		e = StatePut{key: r.stateKey(), blob: []byte(r.string())}
 	case KindPolicyPut:
 		e = PolicyPut{policy: r.crawlPolicy(), at: r.time()}
 	case KindPolicyDelete:
@@ -287,6 +282,19 @@ func (w *fieldWriter) proxyInfo(p ProxyInfo) {
 	w.bool(p.Draining)
 	w.string(p.CredentialsSecret)
 	w.string(p.ExitCountry)
+}
+func (w *fieldWriter) stateKey(k stateKey) {
+	w.string(k.owner)
+	w.name(k.proxy)
+	w.string(string(k.uid))
+	w.string(k.instance)
+	w.string(k.domain)
+}
+func (w *fieldWriter) outcomes(o Outcomes) {
+	w.int(o.OK)
+	w.int(o.Banned)
+	w.int(o.Error)
+	w.int(o.TransferredBytes)
 }
 func (w *fieldWriter) limits(l DomainLimits) {
 	w.int(int64(l.MaxConcurrent))
@@ -421,6 +429,12 @@ func (r *fieldReader) proxyInfo() ProxyInfo {
 	return ProxyInfo{Key: r.name(), UID: types.UID(r.string()), ProviderID: r.string(), Ready: r.bool(), URL: r.string(),
 		Labels: r.stringMap(), Pool: r.string(), LatencyMillis: r.int(), MaxLeases: int32(r.int()), ReadySince: r.time(),
 		Draining: r.bool(), CredentialsSecret: r.string(), ExitCountry: r.string()}
+}
+func (r *fieldReader) stateKey() stateKey {
+	return stateKey{owner: r.string(), proxy: r.name(), uid: types.UID(r.string()), instance: r.string(), domain: r.string()}
+}
+func (r *fieldReader) outcomes() Outcomes {
+	return Outcomes{OK: r.int(), Banned: r.int(), Error: r.int(), TransferredBytes: r.int()}
 }
 func (r *fieldReader) limits() DomainLimits {
 	return DomainLimits{MaxConcurrent: int(r.int()), MinInterval: time.Duration(r.int()), MinIntervalPerProxy: time.Duration(r.int())}

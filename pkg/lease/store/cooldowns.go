@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"container/heap"
+	"maps"
 	"slices"
 	"time"
 )
@@ -106,8 +107,9 @@ func (c *cooldowns) forget(key ObjectName, _ bool) {
 	if pc == nil {
 		return
 	}
-	for _, cd := range pc.byDomain {
-		heap.Remove(&c.heap, cd.index)
+	// In the domains' order, not the map's: the heap's layout is state too.
+	for _, domain := range slices.Sorted(maps.Keys(pc.byDomain)) {
+		heap.Remove(&c.heap, pc.byDomain[domain].index)
 	}
 	c.inForce -= pc.inForce
 	delete(c.byProxy, key)

@@ -15,7 +15,7 @@
 //     (sessionstate.go). The store asks each in turn at its decision points
 //     and tells each at its apply points.
 //   - The decisions (selection in acquire.go, renewals and releases in
-//     holders.go, time in advance.go) produce effects (effects.go); one
+//     holders.go, time in store.go's advance) produce effects (effects.go); one
 //     apply per effect changes the state (state.go), reading no clock and
 //     deciding nothing by map order, so that a store made with
 //     Config.Follower reaches the same state from the same effects

@@ -15,7 +15,7 @@ import (
 // dumpState writes every field of st, canonically: maps sorted by their
 // keys' dump, times as Unix nanoseconds, selectors as their String(),
 // pointers followed once (numbered in the order the walk meets them, so
-// that sharing and cycles show). It ignores no field but those that are
+// that sharing and cycles show), a nil slice as an empty one. It ignores no field but those that are
 // not state (notState), and returns the paths of the ones it skipped, so
 // that a test can hold that list to what the docs say.
 func dumpState(st *state) (string, []string) {
@@ -110,10 +110,7 @@ func (d *dumper) value(path string, v reflect.Value) {
 			d.value(path+"["+strings.ReplaceAll(strings.TrimSpace(e.key), "\n", ",")+"]", e.v)
 		}
 	case reflect.Slice, reflect.Array:
-		if v.Kind() == reflect.Slice && v.IsNil() {
-			fmt.Fprintf(&d.b, "%s=nil[]\n", path)
-			return
-		}
+		// A nil slice and an empty one hold the same: neither is more state.
 		fmt.Fprintf(&d.b, "%s=[%d]\n", path, v.Len())
 		if v.Type().Elem().Kind() == reflect.Uint8 {
 			fmt.Fprintf(&d.b, "%s=%x\n", path, bytesOf(v))

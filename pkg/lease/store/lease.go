@@ -48,7 +48,7 @@ type lease struct {
 	// reportedOK and reportedBytes sum the holder's reports on the live
 	// lease, which its life bounds (Report).
 	reportedOK, reportedBytes int64
-	index      int // in leaseHeap
+	index                     int // in leaseHeap
 }
 
 // leaseOf is the lease a token describes, not yet installed.

@@ -233,7 +233,7 @@ func (st *state) putProxy(info ProxyInfo) {
 		}
 		return
 	}
-	old := p.info
+	old, wasReleased := p.info, p.lastReleased
 	switch {
 	case old.UID != info.UID:
 		forget(st.policies, info.Key, false)
@@ -245,7 +245,8 @@ func (st *state) putProxy(info ProxyInfo) {
 		p.slots = p.slots[:capacity]
 	}
 	p.info, p.urlHash, p.isReady = info, urlHash(info.URL), info.Ready
-	st.relist(p, old.LatencyMillis != info.LatencyMillis)
+	// Its place moves with its latency, and with a new Proxy's forgotten release.
+	st.relist(p, old.LatencyMillis != info.LatencyMillis || !wasReleased.Equal(p.lastReleased))
 	if info.Ready {
 		// New capacity, labels or a new place in the order may satisfy a waiter.
 		st.wake.broadcast()
@@ -354,10 +355,8 @@ func (st *state) relist(p *proxyState, moved bool) {
 // rules whose tiers changed are dropped.
 func (st *state) rechargePolicy(namespace string, old, new *CrawlPolicy, at time.Time) {
 	st.budgets.recharge(namespace, func(charge func(*lease)) {
-		for _, l := range st.leases {
-			if l.state == stateLive {
-				charge(l)
-			}
+		for _, l := range sortedLeases(st.leases, func(l *lease) bool { return l.state == stateLive }) {
+			charge(l)
 		}
 	})
 	st.budgets.reshare(at)
