@@ -47,6 +47,10 @@ type AcquireRequest struct {
 	// Country restricts the choice to proxies whose ExitCountry it is: an
 	// ISO 3166-1 alpha-2 code in upper case; empty: any.
 	Country string
+	// RequestID names this acquire so that sending it again (its answer
+	// was lost) gets the lease it got, while that lease lives, not a second
+	// one (requests.go); empty: every acquire is a new one.
+	RequestID string
 }
 
 // suits says whether p is what req asks for: its selector and its country
@@ -123,7 +127,7 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 			wait      func() error
 			refusedBy bool
 		)
-		s.locked(func(now time.Time) {
+		p, ok := s.locked(func(now time.Time) {
 			if attempt == 0 {
 				deadline = now.Add(req.Wait) // the wait counts from the first attempt
 			}
@@ -147,6 +151,9 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 			}
 			wait = s.prepareWait(ctx, &req, unavailable, now, deadline, attempt == 0)
 		})
+		if err == nil {
+			err = settle(p, ok)
+		}
 		switch {
 		case err == nil:
 			return s.signer.withID(view, tok), nil
@@ -251,6 +258,9 @@ func normalizeAcquire(cfg Config, req *AcquireRequest) (time.Duration, error) {
 	if req.Country != "" && !IsCountryCode(req.Country) {
 		return 0, &FieldError{Field: "country", Message: fmt.Sprintf("%q is not an ISO 3166-1 alpha-2 code in upper case (such as DE)", req.Country)}
 	}
+	if len(req.RequestID) > MaxRequestIDLen {
+		return 0, &FieldError{Field: "requestId", Message: fmt.Sprintf("at most %d bytes; got %d", MaxRequestIDLen, len(req.RequestID))}
+	}
 	req.Domain = NormalizeDomain(req.Domain)
 	return ttl, nil
 }
@@ -275,6 +285,10 @@ func (s *Store) tryAcquire(req *AcquireRequest, ttl time.Duration, now time.Time
 	if err := st.term.grants(s.cfg, now); err != nil {
 		return nil, err
 	}
+	// The same acquire again gets what it got.
+	if l := st.requests.leaseOf(req.Owner, req.RequestID, st.leases); l != nil {
+		return l, nil
+	}
 	// Joining takes no capacity, so it needs no recovery: a session's next
 	// connection through the gateway goes on during a failover.
 	if l := sessionLease(st.sessions, st.proxies, st.cooldowns, req); l != nil {
@@ -298,7 +312,7 @@ func (s *Store) tryAcquire(req *AcquireRequest, ttl time.Duration, now time.Time
 	if err != nil {
 		return nil, err
 	}
-	g := Grant{lease: token{
+	g := Grant{requestID: req.RequestID, lease: token{
 		key: leaseKey{epoch: st.term.epoch, serial: st.term.serial + 1}, slot: p.freeSlot(),
 		grantedAt: now, expiresAt: now.Add(ttl), ttl: ttl, urlHash: p.urlHash, readySince: p.info.ReadySince,
 		proxy: p.info.Key, proxyUID: p.info.UID, holder: req.Holder, domain: req.Domain, owner: req.Owner,

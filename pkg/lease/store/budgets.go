@@ -226,6 +226,19 @@ func (bs *budgets) termEnded() {
 	setStateEntries(bs.metrics, StateDomainBudgets, 0)
 }
 
+// promoted moves every budget's last grants on by skew, so that no
+// interval ends earlier on this clock than on the previous leader's.
+func (bs *budgets) promoted(skew time.Duration) {
+	for _, b := range bs.budgets {
+		if !b.last.IsZero() {
+			b.last = b.last.Add(skew)
+		}
+		for p, t := range b.lastOn {
+			b.lastOn[p] = t.Add(skew)
+		}
+	}
+}
+
 // recharge drops the namespace's budgets and charges its live leases
 // (forEachLive calls back with each) to the budgets the policies name now.
 // The counts of rules that remain are kept; their live leases are counted

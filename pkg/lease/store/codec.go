@@ -46,6 +46,7 @@ func EncodeEffect(b []byte, e Effect) []byte {
 		w.int(int64(e.tier.tier))
 		w.bool(e.tier.probe)
 		w.bool(e.tier.tiered)
+		w.string(e.requestID)
 	case Join:
 		w.leaseKey(e.key)
 		w.time(e.expiresAt)
@@ -121,6 +122,9 @@ func EncodeEffect(b []byte, e Effect) []byte {
 		w.time(e.horizon)
 	case Horizon:
 		w.time(e.at)
+	case Promoted:
+		w.time(e.at)
+		w.int(int64(e.skew))
 	case TermEnd, Recovered:
 	default:
 		panic(fmt.Sprintf("lease store: no encoding for effect %T", e))
@@ -141,7 +145,7 @@ func DecodeEffect(b []byte) (Effect, error) {
 	case KindProxyDelete:
 		e = ProxyDelete{key: r.name()}
 	case KindGrant:
-		e = Grant{lease: r.token(), tier: tierNote{key: r.budgetKey(), tier: int(r.int()), probe: r.bool(), tiered: r.bool()}}
+		e = Grant{lease: r.token(), tier: tierNote{key: r.budgetKey(), tier: int(r.int()), probe: r.bool(), tiered: r.bool()}, requestID: r.string()}
 	case KindJoin:
 		e = Join{key: r.leaseKey(), expiresAt: r.time(), ttl: time.Duration(r.int()), at: r.time()}
 	case KindRenew:
@@ -187,6 +191,8 @@ func DecodeEffect(b []byte) (Effect, error) {
 		e = Horizon{at: r.time()}
 	case KindRecovered:
 		e = Recovered{}
+	case KindPromoted:
+		e = Promoted{at: r.time(), skew: time.Duration(r.int())}
 	default:
 		return nil, fmt.Errorf("%w: kind %d", ErrUnknownEffect, b[1])
 	}

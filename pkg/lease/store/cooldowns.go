@@ -117,6 +117,15 @@ func (c *cooldowns) forget(key ObjectName, _ bool) {
 	setStateEntries(c.metrics, StateCooldowns, len(c.heap))
 }
 
+// promoted moves every entry's end and memory on by skew, so that no
+// cool-down ends earlier on this clock than on the previous leader's. A
+// move of every entry keeps the heap's order.
+func (c *cooldowns) promoted(skew time.Duration) {
+	for _, cd := range c.heap {
+		cd.until, cd.forgetAt = cd.until.Add(skew), cd.forgetAt.Add(skew)
+	}
+}
+
 // ban applies one more strike to proxy for domain at the time at.
 func (c *cooldowns) ban(key cooldownKey, at time.Time) {
 	pc := c.byProxy[key.proxy]

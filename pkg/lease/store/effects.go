@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -77,6 +78,8 @@ const (
 	KindHorizon
 	// KindRecovered: the recovery after a leader change is over.
 	KindRecovered
+	// KindPromoted: a follower became the store that decides.
+	KindPromoted
 
 	// kindCount is one past the last kind.
 	kindCount
@@ -89,7 +92,7 @@ var kindNames = [kindCount]string{
 	KindSessionDrop: "SessionDrop", KindStatePut: "StatePut", KindPolicyPut: "PolicyPut",
 	KindPolicyDelete: "PolicyDelete", KindBudgetEvict: "BudgetEvict", KindPoliteNote: "PoliteNote",
 	KindRefusal: "Refusal", KindPoolForget: "PoolForget", KindTermStart: "TermStart", KindTermEnd: "TermEnd",
-	KindHorizon: "Horizon", KindRecovered: "Recovered",
+	KindHorizon: "Horizon", KindRecovered: "Recovered", KindPromoted: "Promoted",
 }
 
 func (k Kind) String() string {
@@ -113,10 +116,25 @@ type Effect interface {
 	Kind() Kind
 }
 
-// Journal receives every effect the store applies, in order, under its
-// lock: it must be quick and must not call back into the store. Nil: none.
+// Journal receives every effect the store applies, encoded, in order,
+// under its lock: it must be quick and must not call back into the store.
+// Nil: none.
 type Journal interface {
-	Append(Effect)
+	// Append takes one effect's encoding; b is valid only during the call.
+	// renewal marks a renewal that keeps its lease's TTL: it only moves the
+	// expiry, which a new leader makes up for (Store.Promote), so a replica
+	// may leave it out of its log.
+	Append(b []byte, renewal bool)
+	// Seal ends one decision's effects and returns what the decision's
+	// caller waits on before it answers: nil when there is nothing to wait
+	// for.
+	Seal() Pending
+}
+
+// Pending is one decision's effects on their way to being kept.
+type Pending interface {
+	// Wait returns once they are kept, or an error when they may not be.
+	Wait(ctx context.Context) error
 }
 
 // ProxyPut sets a proxy's info. Apply starts the proxy afresh where the
@@ -133,6 +151,8 @@ type ProxyDelete struct{ key ObjectName }
 type Grant struct {
 	lease token
 	tier  tierNote
+	// requestID is the acquire's (AcquireRequest.RequestID), "" for none.
+	requestID string
 }
 
 // tierNote is the tier a grant was made on, for the tier state of its
@@ -280,6 +300,18 @@ type Horizon struct{ at time.Time }
 // Recovered ends the recovery after a leader change.
 type Recovered struct{}
 
+// Promoted: a follower became the store that decides, at the time at of
+// its clock, which may be up to skew behind the previous leader's. No
+// lease ends early for it: every live lease is extended to at least its
+// TTL plus skew from at (its renewals on the previous leader need not have
+// been logged), the sessions of live leases are fresh, and the ends of
+// cool-downs and the budgets' last grants move on by skew, so politeness
+// only gets stricter across the change.
+type Promoted struct {
+	at   time.Time
+	skew time.Duration
+}
+
 func (ProxyPut) Kind() Kind      { return KindProxyPut }
 func (ProxyDelete) Kind() Kind   { return KindProxyDelete }
 func (Grant) Kind() Kind         { return KindGrant }
@@ -305,3 +337,4 @@ func (TermStart) Kind() Kind     { return KindTermStart }
 func (TermEnd) Kind() Kind       { return KindTermEnd }
 func (Horizon) Kind() Kind       { return KindHorizon }
 func (Recovered) Kind() Kind     { return KindRecovered }
+func (Promoted) Kind() Kind      { return KindPromoted }

@@ -30,7 +30,7 @@ func (s *Store) RenewAs(owner, id string, ttl time.Duration, r Report) (Lease, e
 		}
 	}
 	var view Lease
-	s.locked(func(now time.Time) {
+	p, ok := s.locked(func(now time.Time) {
 		var l *lease
 		if err = s.st.term.grants(s.cfg, now); err == nil {
 			l, err = s.find(tok, now)
@@ -58,6 +58,9 @@ func (s *Store) RenewAs(owner, id string, ttl time.Duration, r Report) (Lease, e
 		}
 		view, tok = viewOf(l)
 	})
+	if err == nil {
+		err = settle(p, ok)
+	}
 	if err != nil {
 		return Lease{}, err
 	}
@@ -89,7 +92,7 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string, r Re
 	if outcome == OutcomeBanned && domain == "" {
 		return &FieldError{Field: "domain", Message: "is required when outcome is banned and the lease was acquired without a domain"}
 	}
-	s.locked(func(now time.Time) {
+	p, ok := s.locked(func(now time.Time) {
 		if !s.st.term.leading {
 			err = ErrNotLeader
 			return
@@ -129,6 +132,9 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string, r Re
 			s.commit(Ban{proxy: tok.proxy, uid: tok.proxyUID, domain: domain, owner: tok.owner, at: now})
 		}
 	})
+	if err == nil {
+		err = settle(p, ok)
+	}
 	return err
 }
 
@@ -256,7 +262,7 @@ func (s *Store) PutStateAs(owner, id string, blob []byte) error {
 	if err != nil {
 		return err
 	}
-	s.locked(func(now time.Time) {
+	p, ok := s.locked(func(now time.Time) {
 		var l *lease
 		if err = s.st.term.grants(s.cfg, now); err == nil {
 			l, err = s.find(tok, now)
@@ -270,6 +276,9 @@ func (s *Store) PutStateAs(owner, id string, blob []byte) error {
 		}
 		s.commit(StatePut{key: stateKeyOf(l), blob: blob})
 	})
+	if err == nil {
+		err = settle(p, ok)
+	}
 	return err
 }
 
@@ -286,7 +295,7 @@ func (s *Store) PutSessionStateAs(owner, scope, session, domain string, blob []b
 	}
 	domain = NormalizeDomain(domain)
 	var err error
-	s.locked(func(now time.Time) {
+	p, ok := s.locked(func(now time.Time) {
 		if err = s.st.term.grants(s.cfg, now); err != nil {
 			return
 		}
@@ -310,6 +319,9 @@ func (s *Store) PutSessionStateAs(owner, scope, session, domain string, blob []b
 			err = &FieldError{Field: "domain", Message: fmt.Sprintf("the session holds no lease for %q: state is kept only for a lease's own domain", truncate(domain))}
 		}
 	})
+	if err == nil {
+		err = settle(p, ok)
+	}
 	return err
 }
 
@@ -317,10 +329,11 @@ func (s *Store) PutSessionStateAs(owner, scope, session, domain string, blob []b
 // its next acquire chooses afresh. Another identity's session of the same
 // name is not touched.
 func (s *Store) ForgetSession(owner, scope, session string) {
-	s.locked(func(time.Time) {
+	p, ok := s.locked(func(time.Time) {
 		key := sessionKey{owner, scope, session}
 		if _, ok := s.st.sessions.chosen(key); ok {
 			s.commit(SessionDrop{key: key})
 		}
 	})
+	_ = settle(p, ok)
 }

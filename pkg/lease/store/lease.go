@@ -45,6 +45,8 @@ type lease struct {
 	budget *budget
 	// readySince is the proxy's ReadySince at the grant.
 	readySince time.Time
+	// requestID is the acquire's that granted it (requests.go).
+	requestID string
 	// reportedOK and reportedBytes sum the holder's reports on the live
 	// lease, which its life bounds (Report).
 	reportedOK, reportedBytes int64

@@ -41,6 +41,10 @@ type policy interface {
 	forget(key ObjectName, instance bool)
 	// termEnded: the term ended and its leases are forgotten.
 	termEnded()
+	// promoted: a follower became the store that decides, its clock up to
+	// skew behind the previous leader's: times the policy keeps of the
+	// previous leader's clock that hold back grants move on by skew.
+	promoted(skew time.Duration)
 }
 
 // refusal is a policy's answer that a proxy may not be granted: reason is
@@ -81,3 +85,4 @@ func (noMemory) installed(*lease, install) {}
 func (noMemory) ended(*lease)              {}
 func (noMemory) forget(ObjectName, bool)   {}
 func (noMemory) termEnded()                {}
+func (noMemory) promoted(time.Duration)    {}

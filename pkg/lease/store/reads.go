@@ -35,7 +35,7 @@ func (s *Store) GetAs(owner, id string) (Lease, error) {
 		return Lease{}, err
 	}
 	var view Lease
-	s.locked(func(now time.Time) {
+	p, ok := s.locked(func(now time.Time) {
 		if !s.st.term.leading {
 			err = ErrNotLeader
 			return
@@ -45,6 +45,9 @@ func (s *Store) GetAs(owner, id string) (Lease, error) {
 			view, tok = viewOf(l)
 		}
 	})
+	if err == nil {
+		err = settle(p, ok)
+	}
 	if err != nil {
 		return Lease{}, err
 	}
@@ -89,7 +92,7 @@ func (s *Store) leasesWhere(match func(*lease) bool, leading bool) ([]Lease, err
 		err  error
 	)
 	s.read(func(time.Time) {
-		if leading && !s.st.term.leading {
+		if leading && (s.follower || !s.st.term.leading) {
 			err = ErrNotLeader
 			return
 		}
@@ -158,7 +161,7 @@ func (s *Store) Proxies(namespace string, sel labels.Selector) []ProxyStatus {
 // leader's.
 func (s *Store) CoolingDown(perProxy int) (out map[ObjectName]Cooling, err error) {
 	s.read(func(time.Time) {
-		if !s.st.term.leading {
+		if s.follower || !s.st.term.leading {
 			err = ErrNotLeader
 			return
 		}
@@ -173,7 +176,7 @@ func (s *Store) CoolingDown(perProxy int) (out map[ObjectName]Cooling, err error
 // that does not lead (it has seen no grant or release).
 func (s *Store) BurnByProxy(namespace string, window time.Duration) (out map[string]Burn, err error) {
 	s.read(func(now time.Time) {
-		if !s.st.term.leading {
+		if s.follower || !s.st.term.leading {
 			err = ErrNotLeader
 			return
 		}
@@ -195,7 +198,7 @@ func (s *Store) BurnByProxy(namespace string, window time.Duration) (out map[str
 // It fails with ErrNotLeader on a store that does not lead.
 func (s *Store) Demand(namespace string, members labels.Labels) (out WaitDemand, err error) {
 	s.read(func(now time.Time) {
-		if !s.st.term.leading {
+		if s.follower || !s.st.term.leading {
 			err = ErrNotLeader
 			return
 		}

@@ -60,6 +60,22 @@ func TestReplayReachesTheSameState(t *testing.T) {
 		t.Errorf("fields the dump skips (-documented +skipped):\n%s", diff)
 	}
 
+	// The follower decides nothing: its lease calls answer that it does
+	// not lead, and what time would do is the leader's to say.
+	if _, err := r.follower.Acquire(t.Context(), AcquireRequest{Holder: "w"}); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("the follower's Acquire: %v, want ErrNotLeader", err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the follower's expiry ran")
+			}
+		}()
+		r.follower.mu.Lock()
+		defer r.follower.mu.Unlock()
+		r.follower.advance(t0.Add(time.Hour))
+	}()
+
 	again := runReplay(t, seed, ops, nil)
 	if !slices.EqualFunc(r.encoded, again.encoded, slices.Equal) {
 		t.Errorf("the same seed gave other effects: %d and %d effects", len(r.encoded), len(again.encoded))
@@ -96,11 +112,11 @@ func TestReplayCatchesALostOrDoubledEffect(t *testing.T) {
 		"a cool-down lapse dropped": {kind: KindCooldownLapse},
 	} {
 		t.Run(name, func(t *testing.T) {
-			// The 20th of its kind: an early one can be a no-op, such as
-			// a session's renewal at the instant of its grant.
+			// The 20th of its kind that changes something: an effect can be
+			// a no-op, such as a renewal at the instant of its grant.
 			seen, done := 0, false
-			tamper := func(e Effect) []Effect {
-				if done || e.Kind() != tc.kind {
+			tamper := func(e Effect, follower *Store) []Effect {
+				if done || e.Kind() != tc.kind || noChange(e, follower) {
 					return []Effect{e}
 				}
 				if seen++; seen < 20 {
@@ -124,7 +140,19 @@ func TestReplayCatchesALostOrDoubledEffect(t *testing.T) {
 	}
 }
 
+// noChange says whether e would leave follower as it is: a renewal to the
+// expiry and TTL its lease has.
+func noChange(e Effect, follower *Store) bool {
+	r, ok := e.(Renew)
+	if !ok {
+		return false
+	}
+	l := follower.st.leases[r.key]
+	return l != nil && l.expiresAt.Equal(r.expiresAt) && l.ttl == r.ttl
+}
+
 type replayResult struct {
+	follower    *Store
 	encoded     [][]byte
 	bytes       int
 	counts      map[Kind]int
@@ -142,17 +170,18 @@ type effectLog struct {
 	bytes   int
 }
 
-func (j *effectLog) Append(e Effect) {
-	b := EncodeEffect(nil, e)
-	j.encoded = append(j.encoded, b)
-	j.counts[e.Kind()]++
+func (j *effectLog) Append(b []byte, _ bool) {
+	j.encoded = append(j.encoded, slices.Clone(b))
+	j.counts[Kind(b[1])]++
 	j.bytes += len(b)
 }
+
+func (j *effectLog) Seal() Pending { return nil }
 
 // runReplay runs ops operations of the seeded workload on A and replays its
 // effects, decoded, on B (through tamper when set). Unless tamper is set,
 // a difference fails the test; with it, the difference is the result.
-func runReplay(t *testing.T, seed uint64, ops int, tamper func(Effect) []Effect) replayResult {
+func runReplay(t *testing.T, seed uint64, ops int, tamper func(Effect, *Store) []Effect) replayResult {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
 	log := &effectLog{counts: map[Kind]int{}}
@@ -169,7 +198,7 @@ func runReplay(t *testing.T, seed uint64, ops int, tamper func(Effect) []Effect)
 		t.Fatal(err)
 	}
 	w := newWorkload(seed, a, clk)
-	res := replayResult{counts: log.counts}
+	res := replayResult{counts: log.counts, follower: b}
 	applied := 0
 	every := max(1, ops/replayCheckpoints)
 	for i := 1; i <= ops; i++ {
@@ -182,7 +211,7 @@ func runReplay(t *testing.T, seed uint64, ops int, tamper func(Effect) []Effect)
 			}
 			batch := []Effect{e}
 			if tamper != nil {
-				batch = tamper(e)
+				batch = tamper(e, b)
 				tampered = tampered || len(batch) != 1
 			}
 			if msg := applyOrPanic(b, batch); msg != "" {
@@ -333,7 +362,7 @@ func (w *workload) step() {
 	ops := [...]op{
 		{60, w.acquire}, {16, w.renew}, {34, w.release}, {8, w.report}, {14, w.putState},
 		{4, w.forgetSession}, {24, w.tick}, {12, w.changeProxy}, {7, w.changePolicy},
-		{4, w.forgetPool}, {4, w.changeTerm}, {4, w.setHorizon}, {11, w.relearn},
+		{4, w.forgetPool}, {7, w.changeTerm}, {4, w.setHorizon}, {11, w.relearn},
 	}
 	total := 0
 	for _, o := range ops {
@@ -367,6 +396,9 @@ func (w *workload) acquire() {
 	}
 	if req.Domain == "shop.example" && req.Namespace == "" {
 		req.Namespace = replayNamespaces[w.pick(len(replayNamespaces))] // a budget binds within a namespace
+	}
+	if w.pick(4) == 0 {
+		req.RequestID = "r" + strconv.Itoa(w.pick(40)) // some sent again
 	}
 	if w.pick(8) == 0 {
 		req.Country = replayCountries[w.pick(len(replayCountries))]
@@ -574,6 +606,13 @@ func (w *workload) forgetPool() {
 // changeTerm ends the term and starts the next, mostly with a recovery in
 // which the previous term's leases are relearnt from their IDs.
 func (w *workload) changeTerm() {
+	if w.pick(3) == 0 {
+		// A follower promoted (here the store that already decides): a
+		// new term with nothing to recover, no lease ending early.
+		err := w.s.Promote(time.Duration(w.pick(3)) * time.Second)
+		w.note("promote: %v", err)
+		return
+	}
 	live, _ := w.s.List(LeaseFilter{})
 	w.prevIDs = w.prevIDs[:0]
 	for _, l := range live {

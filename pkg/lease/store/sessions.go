@@ -71,6 +71,7 @@ func (ss *sessions) installed(l *lease, how install) {
 func (*sessions) ended(*lease)            {}
 func (*sessions) forget(ObjectName, bool) {}
 func (*sessions) termEnded()              {}
+func (*sessions) promoted(time.Duration)  {}
 
 // renewed: a renewal of a session's lease on the proxy it chose uses it.
 func (ss *sessions) renewed(l *lease, at time.Time) {

@@ -3,6 +3,7 @@ package store
 import (
 	"container/list"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -109,6 +110,7 @@ func (st *sessionStates) installed(l *lease, how install) {
 func (*sessionStates) ended(*lease)            {}
 func (*sessionStates) forget(ObjectName, bool) {}
 func (*sessionStates) termEnded()              {}
+func (*sessionStates) promoted(time.Duration)  {}
 
 // put keeps blob under k (an empty one drops it), then evicts
 // least recently used entries until the caps hold again: first the

@@ -96,6 +96,7 @@ func (st *state) encode(b []byte) []byte {
 	w.uint(uint64(len(st.expiries)))
 	for _, l := range st.expiries {
 		w.token(tokenOf(l))
+		w.string(l.requestID)
 		w.int(int64(l.state))
 		w.int(l.reportedOK)
 		w.int(l.reportedBytes)
@@ -343,6 +344,7 @@ func (st *state) decode(b []byte) error {
 func (st *state) decodeLeases(r *fieldReader) {
 	for range r.count() {
 		l := leaseOf(r.token())
+		l.requestID = r.string()
 		l.state, l.reportedOK, l.reportedBytes = leaseState(r.int()), r.int(), r.int()
 		l.index = len(st.expiries)
 		st.expiries = append(st.expiries, l)
@@ -357,6 +359,9 @@ func (st *state) decodeLeases(r *fieldReader) {
 		}
 		l.proxy = p
 		p.slots[l.slot] = l
+		if l.requestID != "" {
+			st.requests.byID[requestKey{l.owner, l.requestID}] = l.key
+		}
 		p.held++
 		st.live++
 		if l.owner != "" {

@@ -39,6 +39,7 @@ type state struct {
 	cooldowns *cooldowns
 	budgets   *budgets
 	tally     *tally
+	requests  *requests
 	demand    *demand
 	sessions  *sessions
 	states    *sessionStates
@@ -97,6 +98,7 @@ func newState(cfg Config) *state {
 		rules:       newRules(cfg),
 		cooldowns:   newCooldowns(cfg),
 		tally:       newTally(cfg.Metrics),
+		requests:    &requests{byID: map[requestKey]leaseKey{}},
 		demand:      &demand{},
 		sessions:    newSessions(cfg),
 		states:      newSessionStates(cfg),
@@ -105,7 +107,7 @@ func newState(cfg Config) *state {
 	}
 	st.tiers = newTiers(st.rules, cfg.Metrics)
 	st.budgets = newBudgets(st.rules, cfg.Metrics)
-	st.policies = []policy{st.tiers, st.cooldowns, st.budgets, st.tally, st.demand, st.sessions, st.states}
+	st.policies = []policy{st.tiers, st.cooldowns, st.budgets, st.tally, st.requests, st.demand, st.sessions, st.states}
 	return st
 }
 
@@ -118,7 +120,9 @@ func (st *state) apply(e Effect) {
 		st.deleteProxy(e.key)
 	case Grant:
 		st.term.serial = max(st.term.serial, e.lease.key.serial)
-		st.install(leaseOf(e.lease), install{grant: true, tier: e.tier, at: e.lease.grantedAt})
+		l := leaseOf(e.lease)
+		l.requestID = e.requestID
+		st.install(l, install{grant: true, tier: e.tier, at: e.lease.grantedAt})
 	case Relearn:
 		st.install(leaseOf(e.lease), install{at: e.at})
 	case Join:
@@ -205,6 +209,15 @@ func (st *state) apply(e Effect) {
 		st.term.recovering = false
 		st.metrics.SetRecovering(false)
 		st.wake.broadcast()
+	case Promoted:
+		for _, l := range sortedLeases(st.leases, func(l *lease) bool { return l.state == stateLive }) {
+			l.expiresAt = later(l.expiresAt, e.at.Add(l.ttl+e.skew))
+			st.sessions.renewed(l, e.at)
+		}
+		heap.Init(&st.expiries)
+		for _, pol := range st.policies {
+			pol.promoted(e.skew)
+		}
 	}
 }
 

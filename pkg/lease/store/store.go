@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"sync"
@@ -83,14 +84,17 @@ type Store struct {
 	journal Journal
 	// emit is commit as a value, made once, for the policies' confirm.
 	emit func(Effect)
-	// follower: the store only applies the effects of another (Apply); its
-	// decision code panics if called.
-	follower bool
 
-	// mu guards st: one mutex, because an acquire reads and writes the
-	// proxies, the leases and most policies at once.
+	// mu guards everything below: one mutex, because an acquire reads and
+	// writes the proxies, the leases and most policies at once.
 	mu sync.Mutex
 	st *state
+	// follower: the store only applies the effects of another (Apply)
+	// until Promote; its lease calls answer ErrNotLeader, its feed calls
+	// do nothing, and its selection and expiry panic if reached.
+	follower bool
+	// encoded is the journal's buffer, reused for every effect.
+	encoded []byte
 }
 
 // New returns an empty store that does not lead: it tracks proxies but
@@ -111,35 +115,71 @@ func (s *Store) Config() Config { return s.cfg }
 // commit applies an effect to the state and hands it to the journal; the
 // caller holds the lock. It is how every decision changes the store.
 func (s *Store) commit(e Effect) {
-	s.st.apply(e)
 	if s.journal != nil {
-		s.journal.Append(e)
+		// A renewal that keeps its lease's TTL only moves its expiry, which
+		// a new leader makes up for (Promote): a replica may leave it out.
+		renewal := false
+		if r, ok := e.(Renew); ok {
+			l := s.st.leases[r.key]
+			renewal = l != nil && l.ttl == r.ttl
+		}
+		s.encoded = EncodeEffect(s.encoded[:0], e)
+		s.journal.Append(s.encoded, renewal)
 	}
+	s.st.apply(e)
 }
 
-// Apply applies the effects another store decided, in their order. It is
-// for a store that follows another (a replica of the leader's state), made
-// with Config.Follower: its own decisions would break the sameness.
+// Apply applies the effects another store decided, in their order, on a
+// store made with Config.Follower: its own decisions would break the
+// sameness. The journal is not told: they are the other store's.
 func (s *Store) Apply(effects ...Effect) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range effects {
-		s.commit(e)
+		s.st.apply(e)
 	}
 }
 
 // locked runs decide under the lock on the state as time has made it at
-// the clock's now: what expired, lapsed or ended by now is applied first.
-func (s *Store) locked(decide func(now time.Time)) {
-	if s.follower {
-		panic("lease store: a follower decides nothing")
-	}
+// the clock's now (what expired, lapsed or ended by now is applied first),
+// and seals its effects in the journal. It returns what the caller waits
+// on before it answers (nil: nothing), and false on a follower, which
+// decides nothing.
+func (s *Store) locked(decide func(now time.Time)) (Pending, bool) {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.follower {
+		return nil, false
+	}
 	s.advance(now)
 	decide(now)
+	if s.journal == nil {
+		return nil, true
+	}
+	return s.journal.Seal(), true
 }
+
+// settle waits for a decision's effects to be kept; an error means they
+// may not be (this replica may have stopped leading): the caller answers
+// ErrNotLeader, and the client tries again (with the same request ID).
+func settle(p Pending, ok bool) error {
+	if !ok {
+		return ErrNotLeader
+	}
+	if p == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	if err := p.Wait(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return nil
+}
+
+// settleTimeout bounds the wait for a decision's effects to be kept.
+const settleTimeout = 10 * time.Second
 
 // Upsert adds or updates a proxy. A proxy that stops being Ready, was not
 // Ready in between (ReadySince moved), or whose UID or URL changes, has its
@@ -216,6 +256,28 @@ func (s *Store) Abdicate() time.Time {
 	return last
 }
 
+// Promote makes a follower the store that decides, from now on: it starts
+// a new term, in which lease IDs carry a new epoch and nothing is to be
+// recovered (the state is whole), and commits Promoted, so that no lease
+// ends early and no politeness loosens because this replica's clock may be
+// up to skew behind the previous leader's. A store that decides already
+// only starts the new term.
+func (s *Store) Promote(skew time.Duration) error {
+	now := s.clock.Now()
+	s.mu.Lock()
+	// Not locked: what time has done is for the new term to say, once its
+	// leases are extended; a lease must not expire on the way in.
+	s.follower = false
+	s.commit(TermStart{epoch: max(uint64(now.UnixNano()), s.st.term.epoch+1)})
+	s.commit(Promoted{at: now, skew: skew})
+	var p Pending
+	if s.journal != nil {
+		p = s.journal.Seal()
+	}
+	s.mu.Unlock()
+	return settle(p, true)
+}
+
 // Fenced reports whether the store refuses grants and renewals now because
 // this replica's leadership may have passed to another (see
 // Config.LeadershipValidUntil). It takes no lock.
@@ -250,6 +312,9 @@ func (s *Store) ForgetPool(pool ObjectName) {
 
 // advance applies what time has done up to now; the caller holds the lock.
 func (s *Store) advance(now time.Time) {
+	if s.follower {
+		panic("lease store: a follower's time is its leader's to tell")
+	}
 	st := s.st
 	for len(st.expiries) > 0 && !now.Before(st.expiries[0].expiresAt) {
 		s.commit(Expire{key: st.expiries[0].key})

@@ -129,7 +129,8 @@ func (*tally) ended(*lease) {}
 // forget drops the burn of a gone proxy or replaced instance.
 func (t *tally) forget(key ObjectName, _ bool) { delete(t.burns, key) }
 
-func (*tally) termEnded() {}
+func (*tally) termEnded()             {}
+func (*tally) promoted(time.Duration) {}
 
 func (t *tally) burnOf(key ObjectName) *burn {
 	b := t.burns[key]

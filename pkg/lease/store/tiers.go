@@ -371,6 +371,11 @@ func (ts *tiers) retier(old, new *CrawlPolicy) {
 	}
 }
 
+// promoted keeps the tier states as they are: a quiet period counted on
+// another clock ends a little early or late, and either way the budget
+// only probes the cheaper tier, it does not lose its place.
+func (*tiers) promoted(time.Duration) {}
+
 // termEnded drops every tier state when the term ends: a later term
 // learns them afresh rather than from stale ones.
 func (ts *tiers) termEnded() {
