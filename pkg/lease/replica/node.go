@@ -71,8 +71,12 @@ type Node struct {
 	peers     *peerListener
 	transport *raft.NetworkTransport
 	bolt      *raftboltdb.BoltStore
-	// working is the store that decides, set once this replica leads.
-	working atomic.Pointer[store.Store]
+	// working is the store that decides once this replica leads: one
+	// object from the start (a follower, empty), so that whoever holds it
+	// (the feed, the controllers) holds it across the promotion.
+	working *store.Store
+	// promoted: working is a copy of the committed store and decides.
+	promoted atomic.Bool
 	// journal is the working store's.
 	journal *journal
 }
@@ -88,7 +92,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, logger: logger, fsm: &fsm{store: committed}}
+	n := &Node{cfg: cfg, logger: logger, fsm: &fsm{store: committed}, journal: &journal{}}
+	sc.Journal = n.journal
+	if n.working, err = store.New(sc); err != nil {
+		return nil, err
+	}
 	if n.peers, err = listenPeers(cfg.Listen, cfg.Advertise, cfg.TLS); err != nil {
 		return nil, err
 	}
@@ -96,6 +104,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.peers.Close()
 		return nil, err
 	}
+	go func() {
+		if err := servePeerHTTP(n.peers, n.PeerHandler()); err != nil {
+			logger.Error(err, "Serving the peer port")
+		}
+	}()
 	return n, nil
 }
 
@@ -155,7 +168,7 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("starting raft: %w", err)
 	}
 	n.raft, n.bolt = r, bolt
-	n.journal = &journal{raft: r}
+	n.journal.raft = r
 	return nil
 }
 
@@ -202,7 +215,8 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 }
 
-// lead makes this replica's working store.
+// lead makes the working store a copy of the committed one, once the
+// log's earlier entries are applied, and promotes it.
 func (n *Node) lead() error {
 	start := time.Now()
 	if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
@@ -212,28 +226,28 @@ func (n *Node) lead() error {
 	if err := n.fsm.store.Snapshot(&snap); err != nil {
 		return err
 	}
-	sc := n.cfg.Store
-	sc.Follower, sc.Journal = true, n.journal
-	working, err := store.New(sc)
-	if err != nil {
+	size := snap.Len()
+	if err := n.working.Restore(&snap); err != nil {
 		return err
 	}
-	if err := working.Restore(&snap); err != nil {
-		return err
-	}
-	if err := working.Promote(n.cfg.MaxClockSkew); err != nil {
+	if err := n.working.Promote(n.cfg.MaxClockSkew); err != nil {
 		return fmt.Errorf("promoting the working store: %w", err)
 	}
-	n.working.Store(working)
-	n.logger.Info("Leading the lease store's replicas", "term", n.raft.CurrentTerm(), "took", time.Since(start), "snapshotBytes", snap.Len())
+	n.promoted.Store(true)
+	n.logger.Info("Leading the lease store's replicas", "term", n.raft.CurrentTerm(), "took", time.Since(start), "snapshotBytes", size)
 	if n.cfg.OnLead != nil {
-		go n.cfg.OnLead(working)
+		go n.cfg.OnLead(n.working)
 	}
 	return nil
 }
 
-// Working is the store that decides, nil unless this replica leads.
-func (n *Node) Working() *store.Store { return n.working.Load() }
+// Working is the store that decides while this replica leads; before, a
+// follower that answers ErrNotLeader and takes no feed.
+func (n *Node) Working() *store.Store { return n.working }
+
+// Deciding says whether the working store decides now: this replica leads
+// and has promoted it.
+func (n *Node) Deciding() bool { return n.promoted.Load() && n.IsLeader() }
 
 // Committed is the store that follows the log, on every replica.
 func (n *Node) Committed() *store.Store { return n.fsm.store }

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
 	"testing"
@@ -86,7 +87,7 @@ func (g *group) waitLeader(exclude ...int) int {
 	leader := -1
 	eventually.Check(g.t, 10*time.Second, 10*time.Millisecond, "a working store", eventually.Holds(func() (bool, string) {
 		for i, n := range g.nodes {
-			if n.Working() != nil && n.IsLeader() && !contains(exclude, i) {
+			if n.Deciding() && !contains(exclude, i) {
 				leader = i
 				return true, ""
 			}
@@ -170,5 +171,53 @@ func TestFailoverKeepsLeasesBansAndState(t *testing.T) {
 	}
 	if got.ExpiresAt.Before(held.ExpiresAt) {
 		t.Errorf("the lease now expires at %v, before %v", got.ExpiresAt, held.ExpiresAt)
+	}
+}
+
+// TestFollowersForwardToTheLeader: a replica that does not lead runs each
+// lease call on the leader, as the identity it vouches for, and the answers
+// (errors included) are the store's own; when the leader goes, the calls
+// go to the next one.
+func TestFollowersForwardToTheLeader(t *testing.T) {
+	g := newGroup(t, 3)
+	l0 := g.waitLeader()
+	for i := range 3 {
+		g.nodes[l0].Working().Upsert(proxy("p" + strconv.Itoa(i)))
+	}
+	f1, f2 := g.nodes[(l0+1)%3].Router(), g.nodes[(l0+2)%3].Router()
+	held, err := f1.Acquire(t.Context(), store.AcquireRequest{Holder: "w", Owner: "alice"})
+	if err != nil {
+		t.Fatalf("an acquire through a follower: %v", err)
+	}
+	if _, err := f2.RenewAs("alice", held.ID, 0, store.Report{OKRequests: 3}); err != nil {
+		t.Fatalf("a renewal through the other follower: %v", err)
+	}
+	if _, err := f2.RenewAs("mallory", held.ID, 0, store.Report{}); !errors.Is(err, store.ErrUnknownLease) {
+		t.Errorf("another identity's renewal: %v, want ErrUnknownLease", err)
+	}
+	if _, err := f1.Acquire(t.Context(), store.AcquireRequest{Holder: "w", Owner: "bob", TTL: time.Hour}); err == nil {
+		t.Errorf("an out-of-bounds TTL went through")
+	} else if field := new(store.FieldError); !errors.As(err, &field) || field.Field != "ttl" {
+		t.Errorf("an out-of-bounds TTL: %v, want a FieldError naming ttl", err)
+	}
+	if got, err := f1.List(store.LeaseFilter{}); err != nil || len(got) != 1 {
+		t.Errorf("List through a follower: %d leases, %v; want 1", len(got), err)
+	}
+	// The leader goes; a follower's acquire waits for the next one.
+	g.stop[l0]()
+	if err := g.nodes[l0].Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	next, err := f1.Acquire(ctx, store.AcquireRequest{Holder: "w", Owner: "bob", Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("an acquire through a follower across the change of leader: %v", err)
+	}
+	if next.Proxy.Key == held.Proxy.Key {
+		t.Errorf("the new leader granted %s, which alice holds", held.Proxy.Key)
+	}
+	if err := f2.ReleaseAs("alice", held.ID, store.OutcomeOK, "", store.Report{}); err != nil {
+		t.Errorf("alice's release after the change: %v", err)
 	}
 }
