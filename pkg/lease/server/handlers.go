@@ -44,7 +44,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	if s.credentials != nil {
 		if creds, err = s.credentials(r.Context(), l.Proxy); err != nil {
 			// A lease without the credentials it needs is useless: give it back.
-			if relErr := s.store.ReleaseAs(req.Owner, l.ID, store.OutcomeError, "", store.Report{}); relErr != nil && !errors.Is(relErr, store.ErrUnknownLease) {
+			if relErr := s.leases.ReleaseAs(req.Owner, l.ID, store.OutcomeError, "", store.Report{}); relErr != nil && !errors.Is(relErr, store.ErrUnknownLease) {
 				klog.FromContext(r.Context()).Error(relErr, "Returning a lease whose credentials are unavailable", "proxy", l.Proxy.Key)
 			}
 			klog.FromContext(r.Context()).Error(err, "Proxy credentials unavailable", "proxy", l.Proxy.Key)
@@ -104,7 +104,7 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	if !s.authorizeLease(w, r, user, auth.VerbDelete, id) {
 		return
 	}
-	err = s.store.ReleaseAs(user.Identity(), id, q.outcome, q.domain, store.Report{TransferredBytes: q.transferred})
+	err = s.leases.ReleaseAs(user.Identity(), id, q.outcome, q.domain, store.Report{TransferredBytes: q.transferred})
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -129,7 +129,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	if !s.authorizeLease(w, r, user, auth.VerbGet, id) {
 		return
 	}
-	l, err := s.store.GetAs(user.Identity(), id)
+	l, err := s.leases.GetAs(user.Identity(), id)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -153,7 +153,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	if !s.authorize(w, r, user, auth.Attributes{Verb: auth.VerbList, Namespace: f.Namespace}) {
 		return
 	}
-	leases, err := s.store.List(f)
+	leases, err := s.leases.List(f)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return
@@ -181,7 +181,7 @@ func (s *Server) proxies(w http.ResponseWriter, r *http.Request) {
 	if !s.authorize(w, r, user, auth.Attributes{Verb: auth.VerbList, Namespace: q.namespace}) {
 		return
 	}
-	proxies := s.store.Proxies(q.namespace, q.selector)
+	proxies := s.leases.Proxies(q.namespace, q.selector)
 	items := make([]wire.Proxy, 0, len(proxies))
 	for _, p := range proxies {
 		items = append(items, wire.Proxy{
@@ -201,7 +201,7 @@ func (s *Server) acquireWithinHorizon(ctx context.Context, req store.AcquireRequ
 		deadline = s.clock.Now().Add(req.Wait)
 	}
 	for {
-		l, err := s.store.Acquire(ctx, req)
+		l, err := s.leases.Acquire(ctx, req)
 		need, beyond := s.beyondHorizon(ctx, l, err)
 		if !beyond {
 			return l, err
@@ -217,7 +217,7 @@ func (s *Server) acquireWithinHorizon(ctx context.Context, req store.AcquireRequ
 
 func (s *Server) renewWithinHorizon(ctx context.Context, owner, id string, ttl time.Duration, report store.Report) (store.Lease, error) {
 	for {
-		l, err := s.store.RenewAs(owner, id, ttl, report)
+		l, err := s.leases.RenewAs(owner, id, ttl, report)
 		need, beyond := s.beyondHorizon(ctx, l, err)
 		if !beyond {
 			return l, err

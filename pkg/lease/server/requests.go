@@ -106,7 +106,7 @@ func (s *Server) actFor(w http.ResponseWriter, r *http.Request, caller auth.User
 // authorizeLease authorizes a call on one lease in the namespace of its
 // proxy; an ID that is not one of ours (or is another owner's) is 404.
 func (s *Server) authorizeLease(w http.ResponseWriter, r *http.Request, user auth.User, verb, id string) bool {
-	ns, err := s.store.LeaseNamespace(user.Identity(), id)
+	ns, err := s.leases.LeaseNamespace(user.Identity(), id)
 	if err != nil {
 		s.writeStoreError(w, r, err)
 		return false

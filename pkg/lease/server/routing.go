@@ -29,7 +29,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		// Fenced, it is unready too, so that the Service stops routing
 		// here before a standby leads.
-		if !s.leading.Load() || s.store.Fenced() {
+		if s.replicated != nil && !s.replicated.Ready() || s.replicated == nil && (!s.leading.Load() || s.store.Fenced()) {
 			writeNotLeading(w)
 			return
 		}

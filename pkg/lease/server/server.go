@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -51,10 +52,33 @@ const (
 // feed.SecretCredentials is the operator's.
 type CredentialsFunc func(ctx context.Context, proxy store.LeasedProxy) (*proxyaccess.Credentials, error)
 
+// Leases is what the handlers ask of the store: *store.Store itself, or
+// the store's replication (replica.Router), which runs each call on the
+// Raft leader's working store.
+type Leases interface {
+	Acquire(ctx context.Context, req store.AcquireRequest) (store.Lease, error)
+	RenewAs(owner, id string, ttl time.Duration, r store.Report) (store.Lease, error)
+	ReleaseAs(owner, id string, outcome store.Outcome, domain string, r store.Report) error
+	GetAs(owner, id string) (store.Lease, error)
+	List(f store.LeaseFilter) ([]store.Lease, error)
+	Proxies(namespace string, sel labels.Selector) []store.ProxyStatus
+	LeaseNamespace(owner, id string) (string, error)
+	PutStateAs(owner, id string, blob []byte) error
+	PutSessionStateAs(owner, scope, session, domain string, blob []byte) error
+	SessionLeases(owner, scope, session string) []store.Lease
+	ForgetSession(owner, scope, session string)
+}
+
 // Config configures a Server.
 type Config struct {
 	// Store holds the leases. Required.
 	Store *store.Store
+	// Replicated, when set, is the store's replication across the
+	// operator's replicas (pkg/lease/replica): every replica answers the
+	// /v1 calls, which Replicated.Leases runs on the leader's store; the
+	// store leads by the replication (Raft), not by StartLeading, and
+	// keeps no horizon. Nil: the store is this process's alone.
+	Replicated *Replication
 	// Authenticator and Authorizer check every /v1 call. Required: use
 	// auth.NewKubernetes, or auth.NewNone for local development.
 	Authenticator auth.Authenticator
@@ -76,11 +100,22 @@ type Config struct {
 	MaxBodyBytes int64
 }
 
+// Replication is what the server needs of the store's replication.
+type Replication struct {
+	// Leases runs the calls on the leader's store.
+	Leases Leases
+	// Ready says whether this replica may take lease calls: it is a
+	// voting member that has caught up with the log.
+	Ready func() bool
+}
+
 // Server is the lease API over HTTP (docs/api.md). Every replica may serve
 // it; only the leader (between StartLeading and StopLeading) answers /v1
 // calls and /readyz, the others answer 503 NotLeader.
 type Server struct {
 	store       *store.Store
+	leases      Leases
+	replicated  *Replication
 	clock       clock.WithTicker
 	authn       auth.Authenticator
 	authz       auth.Authorizer
@@ -111,6 +146,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		store:       cfg.Store,
+		leases:      cfg.Store,
+		replicated:  cfg.Replicated,
 		clock:       cfg.Store.Config().Clock,
 		authn:       cfg.Authenticator,
 		authz:       cfg.Authorizer,
@@ -119,6 +156,11 @@ func New(cfg Config) (*Server, error) {
 		skew:        cfg.MaxClockSkew,
 		mux:         http.NewServeMux(),
 		readTimeout: readTimeout,
+	}
+	if s.replicated != nil {
+		// Every replica answers; the replication says who decides.
+		s.leases = s.replicated.Leases
+		s.leading.Store(true)
 	}
 	if s.maxBody == 0 {
 		s.maxBody = DefaultMaxBodyBytes
@@ -148,6 +190,9 @@ func (s *Server) Store() *store.Store { return s.store }
 // re-learns that leader's leases from their renewals meanwhile. Without a
 // HorizonStore the refusal lasts MaxTTL.
 func (s *Server) StartLeading(ctx context.Context) error {
+	if s.replicated != nil {
+		return nil // the replication leads the store
+	}
 	logger := klog.FromContext(ctx)
 	if s.horizon == nil {
 		recoverUntil := s.clock.Now().Add(s.store.Config().MaxTTL + s.skew)
@@ -184,6 +229,9 @@ func (s *Server) StartLeading(ctx context.Context) error {
 // HorizonStore it persists the latest expiry among the live leases, so that a
 // graceful handover makes the successor wait only that long.
 func (s *Server) StopLeading(ctx context.Context) error {
+	if s.replicated != nil {
+		return nil // the replication leads the store
+	}
 	s.leading.Store(false)
 	last := s.store.Abdicate()
 	expireBy := "" // none live

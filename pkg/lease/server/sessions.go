@@ -57,7 +57,7 @@ func (s *Server) releaseSession(w http.ResponseWriter, r *http.Request) {
 	if q.namespace != "" && !s.authorize(w, r, user, auth.Attributes{Verb: auth.VerbDelete, Namespace: q.namespace}) {
 		return
 	}
-	leases := s.store.SessionLeases(user.Identity(), q.namespace, session)
+	leases := s.leases.SessionLeases(user.Identity(), q.namespace, session)
 	authorized := map[string]bool{q.namespace: q.namespace != ""}
 	for _, l := range leases {
 		if ns := l.Proxy.Key.Namespace; !authorized[ns] {
@@ -68,12 +68,12 @@ func (s *Server) releaseSession(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, l := range leases {
-		if err := s.store.ReleaseAs(user.Identity(), l.ID, q.release.outcome, q.release.domain, store.Report{}); err != nil && !errors.Is(err, store.ErrUnknownLease) {
+		if err := s.leases.ReleaseAs(user.Identity(), l.ID, q.release.outcome, q.release.domain, store.Report{}); err != nil && !errors.Is(err, store.ErrUnknownLease) {
 			s.writeStoreError(w, r, err)
 			return
 		}
 	}
-	s.store.ForgetSession(user.Identity(), q.namespace, session)
+	s.leases.ForgetSession(user.Identity(), q.namespace, session)
 	klog.FromContext(r.Context()).V(4).Info("Session released", "session", session, "namespace", q.namespace,
 		"outcome", q.release.outcome, "leases", len(leases), "user", user.Name)
 	w.WriteHeader(http.StatusNoContent)

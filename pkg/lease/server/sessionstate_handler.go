@@ -61,7 +61,7 @@ func (s *Server) putSessionState(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.store.PutSessionStateAs(user.Identity(), q.get("namespace"), session, domain, blob); err != nil {
+	if err := s.leases.PutSessionStateAs(user.Identity(), q.get("namespace"), session, domain, blob); err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}
@@ -89,7 +89,7 @@ func (s *Server) putState(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.store.PutStateAs(user.Identity(), id, blob); err != nil {
+	if err := s.leases.PutStateAs(user.Identity(), id, blob); err != nil {
 		s.writeStoreError(w, r, err)
 		return
 	}
