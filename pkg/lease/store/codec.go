@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -203,6 +204,12 @@ func DecodeEffect(b []byte) (Effect, error) {
 		return nil, fmt.Errorf("%w: %s: %d bytes left over", ErrUnknownEffect, Kind(b[1]), len(r.b))
 	}
 	return e, nil
+}
+
+// sameEffect says whether a and b encode the same: the codec writes maps
+// sorted and selectors as their String(), so equal values encode equally.
+func sameEffect(a, b Effect) bool {
+	return bytes.Equal(EncodeEffect(nil, a), EncodeEffect(nil, b))
 }
 
 // selectorString is sel as labels.Parse reads it back; nil is everything.

@@ -117,3 +117,31 @@ func TestAcquireSentAgainGetsTheSameLease(t *testing.T) {
 		t.Error("an overlong request ID was accepted")
 	}
 }
+
+// countingJournal counts the effects a store logs.
+type countingJournal struct{ effects int }
+
+func (j *countingJournal) Append([]byte, bool) { j.effects++ }
+func (j *countingJournal) Seal() Pending       { return nil }
+
+// TestUnchangedPutsLogNothing: the feed's resync puts every proxy and
+// policy again; one that changed nothing must not become a log entry.
+func TestUnchangedPutsLogNothing(t *testing.T) {
+	j := &countingJournal{}
+	p := newProxy("p1")
+	st, _, _ := newTestStore(t, []ProxyInfo{p}, withStoreConfig(func(c *Config) { c.Journal = j }))
+	policy := CrawlPolicy{Key: ObjectName{testNamespace, "polite"}, Default: &DomainLimits{MaxConcurrent: 2}}
+	st.SetCrawlPolicy(policy)
+	before := j.effects
+	st.Upsert(p)
+	st.SetCrawlPolicy(CrawlPolicy{Key: ObjectName{testNamespace, "polite"}, Default: &DomainLimits{MaxConcurrent: 2}})
+	if j.effects != before {
+		t.Errorf("putting an unchanged proxy and policy logged %d effects, want none", j.effects-before)
+	}
+	p.Labels = map[string]string{"tier": "b"}
+	st.Upsert(p)
+	st.SetCrawlPolicy(CrawlPolicy{Key: ObjectName{testNamespace, "polite"}, Default: &DomainLimits{MaxConcurrent: 3}})
+	if got := j.effects - before; got < 2 {
+		t.Errorf("changing a proxy and a policy logged %d effects, want at least 2", got)
+	}
+}

@@ -191,6 +191,9 @@ func (s *Store) Upsert(info ProxyInfo) {
 		keep := 0
 		if p := s.st.proxies[info.Key]; p != nil {
 			old := p.info
+			if sameEffect(ProxyPut{info: old}, ProxyPut{info: info}) {
+				return // nothing changed: no effect to log
+			}
 			if old.UID == info.UID && old.ProviderID == info.ProviderID && old.URL == info.URL && info.Ready && old.ReadySince.Equal(info.ReadySince) {
 				keep = min(max(1, int(info.MaxLeases)), maxSlots)
 			}
@@ -291,7 +294,12 @@ func (s *Store) Advance() { s.locked(func(time.Time) {}) }
 // SetCrawlPolicy applies a policy (new or changed), recounting the live
 // leases its budgets hold.
 func (s *Store) SetCrawlPolicy(p CrawlPolicy) {
-	s.locked(func(now time.Time) { s.commit(PolicyPut{policy: p, at: now}) })
+	s.locked(func(now time.Time) {
+		if old := s.st.rules.policy(p.Key); old != nil && sameEffect(PolicyPut{policy: *old}, PolicyPut{policy: p}) {
+			return // nothing changed: its budgets keep their last grants
+		}
+		s.commit(PolicyPut{policy: p, at: now})
+	})
 }
 
 // DeleteCrawlPolicy stops applying a policy.
