@@ -56,6 +56,7 @@ type Metrics struct {
 	tiers             tierMetrics
 	pool              poolMetrics
 	poolDemand        poolDemandMetrics
+	replica           replicaMetrics
 	leader            prometheus.Gauge
 	buildInfo         *prometheus.GaugeVec
 	proxies           *proxyCollector
@@ -124,6 +125,7 @@ func New(labels Labels) *Metrics {
 		tiers:      newTierMetrics(),
 		pool:       newPoolMetrics(),
 		poolDemand: newPoolDemandMetrics(),
+		replica:    newReplicaMetrics(),
 		proxies:    &proxyCollector{desc: proxiesDesc},
 		workqueue:  newWorkqueueProvider(),
 	}
@@ -147,6 +149,7 @@ func New(labels Labels) *Metrics {
 	m.registry.MustRegister(m.leaseState.collectors()...)
 	m.registry.MustRegister(m.pool.collectors()...)
 	m.registry.MustRegister(m.poolDemand.collectors()...)
+	m.registry.MustRegister(m.replica.collectors()...)
 	m.workqueue.mustRegister(m.registry)
 	return m
 }

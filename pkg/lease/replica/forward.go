@@ -35,6 +35,7 @@ const (
 	// a lease's fields.
 	maxForwardedBody = 1 << 20
 	peerCallPath     = "/peer/v1/call"
+	peerProgressPath = "/peer/v1/progress"
 )
 
 // Router is the store the lease API calls (server.Leases).
@@ -44,7 +45,7 @@ type Router struct {
 }
 
 // Router routes lease calls to the leader's working store.
-func (n *Node) Router() *Router { return &Router{node: n, client: peerClient(n.cfg.TLS)} }
+func (n *Node) Router() *Router { return n.router }
 
 // call is one forwarded lease call: the method and its arguments.
 type call struct {
@@ -264,7 +265,38 @@ func (n *Node) PeerHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(res)
 	})
+	mux.HandleFunc("GET "+peerProgressPath, func(w http.ResponseWriter, _ *http.Request) {
+		applied, committed := n.Progress()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(progress{Applied: applied, Committed: committed})
+	})
 	return mux
+}
+
+// progress is how far a replica has followed the log.
+type progress struct {
+	Applied, Committed uint64
+}
+
+// PeerProgress asks the replica at address (its peer port) how far its
+// committed store has followed the log.
+func (n *Node) PeerProgress(ctx context.Context, address string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+address+peerProgressPath, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := n.router.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var p progress
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&p); err != nil {
+		return 0, err
+	}
+	return p.Applied, nil
 }
 
 // serveCall runs a forwarded call on st and returns its answer, the error

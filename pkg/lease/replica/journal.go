@@ -25,9 +25,10 @@ const applyTimeout = 5 * time.Second
 
 // journal is the working store's store.Journal.
 type journal struct {
-	raft  *raft.Raft
-	batch []byte
-	count int
+	raft    *raft.Raft
+	metrics Metrics
+	batch   []byte
+	count   int
 	// logged counts the effects handed to the log, skipped the renewals
 	// left out (for the metrics).
 	logged, skipped int
@@ -55,18 +56,28 @@ func (j *journal) Seal() store.Pending {
 	entry := make([]byte, len(j.batch))
 	copy(entry, j.batch)
 	j.count = 0
-	return pending{j.raft.Apply(entry, applyTimeout)}
+	return pending{f: j.raft.Apply(entry, applyTimeout), sealed: time.Now(), metrics: j.metrics}
 }
 
 // pending is a decision's log entry on its way to being committed.
-type pending struct{ f raft.ApplyFuture }
+type pending struct {
+	f       raft.ApplyFuture
+	sealed  time.Time
+	metrics Metrics
+}
 
 // Wait returns once the entry is committed and applied to the committed
 // store, or with raft's error (this replica stopped leading, or shut
 // down). Raft's future ends on its own in either case, so ctx is not
 // watched: a goroutine per decision to watch it would cost more than the
 // wait.
-func (p pending) Wait(context.Context) error { return p.f.Error() }
+func (p pending) Wait(context.Context) error {
+	err := p.f.Error()
+	if err == nil {
+		p.metrics.ObserveRaftCommit(time.Since(p.sealed))
+	}
+	return err
+}
 
 // errBadEntry: a log entry this release cannot read (a newer release's).
 var errBadEntry = errors.New("a log entry this release cannot read")

@@ -60,7 +60,26 @@ type Config struct {
 	// OnLead, if set, is told (on its own goroutine) of the working store
 	// once this replica decides: the operator feeds it its informers' view.
 	OnLead func(*store.Store)
+	// Metrics receives the replication's measurements; nil: none.
+	Metrics Metrics
 }
+
+// Metrics receives the replication's measurements; pkg/metrics implements it.
+type Metrics interface {
+	SetRaftLeader(leading bool)
+	ObserveRaftLeaderChange()
+	ObserveRaftCommit(time.Duration)
+	SetRaftProgress(applied, committed uint64)
+	SetRaftMembers(voters, followers int)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) SetRaftLeader(bool)              {}
+func (noMetrics) ObserveRaftLeaderChange()        {}
+func (noMetrics) ObserveRaftCommit(time.Duration) {}
+func (noMetrics) SetRaftProgress(uint64, uint64)  {}
+func (noMetrics) SetRaftMembers(int, int)         {}
 
 // Node is one replica of the lease store.
 type Node struct {
@@ -79,6 +98,9 @@ type Node struct {
 	promoted atomic.Bool
 	// journal is the working store's.
 	journal *journal
+	// router sends lease calls to the leader; its client also asks peers
+	// for their progress.
+	router *Router
 }
 
 // New opens the replica's log and snapshots in cfg.Dir, listens on the
@@ -92,7 +114,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, logger: logger, fsm: &fsm{store: committed}, journal: &journal{}}
+	n := &Node{cfg: cfg, logger: logger, fsm: &fsm{store: committed}, journal: &journal{metrics: cfg.Metrics}}
+	n.router = &Router{node: n, client: peerClient(cfg.TLS)}
 	sc.Journal = n.journal
 	if n.working, err = store.New(sc); err != nil {
 		return nil, err
@@ -127,6 +150,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
 	}
 	return c
 }
@@ -193,11 +219,22 @@ func (n *Node) Run(ctx context.Context) error {
 	led := false
 	check := time.NewTicker(time.Second)
 	defer check.Stop()
+	changes := make(chan raft.Observation, 8)
+	observer := raft.NewObserver(changes, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.raft.RegisterObserver(observer)
+	defer n.raft.DeregisterObserver(observer)
+	defer n.cfg.Metrics.SetRaftLeader(false)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-changes:
+			n.cfg.Metrics.ObserveRaftLeaderChange()
 		case <-check.C:
+			n.observe()
 		case leading := <-n.raft.LeaderCh():
 			switch {
 			case leading && !led:
@@ -234,11 +271,28 @@ func (n *Node) lead() error {
 		return fmt.Errorf("promoting the working store: %w", err)
 	}
 	n.promoted.Store(true)
+	n.cfg.Metrics.SetRaftLeader(true)
 	n.logger.Info("Leading the lease store's replicas", "term", n.raft.CurrentTerm(), "took", time.Since(start), "snapshotBytes", size)
 	if n.cfg.OnLead != nil {
 		go n.cfg.OnLead(n.working)
 	}
 	return nil
+}
+
+// observe publishes the replica's progress and the group's members.
+func (n *Node) observe() {
+	n.cfg.Metrics.SetRaftProgress(n.Progress())
+	members, err := n.Members()
+	if err != nil {
+		return
+	}
+	voters := 0
+	for _, m := range members {
+		if m.Voter {
+			voters++
+		}
+	}
+	n.cfg.Metrics.SetRaftMembers(voters, len(members)-voters)
 }
 
 // Working is the store that decides while this replica leads; before, a
