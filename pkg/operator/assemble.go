@@ -29,6 +29,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/kubeconfig"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/feed"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
@@ -200,7 +201,15 @@ func (op *operator) addLeaseServer(ctx context.Context, o Options, c clients, pr
 	}
 	callers := newLeaseCallers(ctx, o, authKube)
 	var feedSynced cache.InformerSynced
-	if op.leases, feedSynced, err = newLeaseServer(ctx, o, c.kube, callers, proxyInformer, secretInformer.Lister(), op.metrics, op.fence); err != nil {
+	// A replica promoted to lead the store's Raft group feeds it what its
+	// informers show (the policies' informer exists by then).
+	onLead := func(st *store.Store) {
+		policies := op.crawlInformers.Crawl().V1alpha1().CrawlPolicies().Lister()
+		if err := feed.Resync(st, proxyInformer.Lister(), policies); err != nil {
+			klog.FromContext(ctx).Error(err, "Feeding the lease store on taking the lead")
+		}
+	}
+	if op.leases, op.replica, feedSynced, err = newLeaseServer(ctx, o, c.kube, callers, proxyInformer, secretInformer.Lister(), op.metrics, op.fence, onLead); err != nil {
 		return err
 	}
 	op.synced = append(op.synced, feedSynced)

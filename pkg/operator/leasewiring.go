@@ -14,6 +14,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/feed"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/replica"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
@@ -37,7 +38,7 @@ func newLeaseCallers(ctx context.Context, o Options, authKube kubernetes.Interfa
 // callers' authentication, credentials from the spec.auth Secrets,
 // the horizon a successor reads after a leader change, and the fence of the
 // leader election (nil without one).
-func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, callers leaseCallers, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics, fence *leadershipFence) (*server.Server, cache.InformerSynced, error) {
+func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, callers leaseCallers, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics, fence *leadershipFence, onLead func(*store.Store)) (*server.Server, *replica.Node, cache.InformerSynced, error) {
 	// Every replica signs and verifies lease IDs with one key, created by
 	// the first replica to start.
 	var key []byte
@@ -46,9 +47,9 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, c
 		return err
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("lease signing key: %w", err)
+		return nil, nil, nil, fmt.Errorf("lease signing key: %w", err)
 	}
-	st, err := store.New(store.Config{
+	sc := store.Config{
 		Key:        key,
 		DefaultTTL: o.LeaseDefaultTTL,
 		MinTTL:     o.LeaseMinTTL,
@@ -65,21 +66,38 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, c
 		MaxStateBytesPerOwner: o.LeaseMaxStateBytesPerIdentity,
 
 		LeadershipValidUntil: fence.validUntilFunc(),
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("lease store: %w", err)
+	}
+	var (
+		st   *store.Store
+		node *replica.Node
+		repl *server.Replication
+	)
+	if o.Replication.Mode == ReplicationRaft {
+		// Raft's leadership fences the store, not the Kubernetes Lease's.
+		sc.LeadershipValidUntil = nil
+		if node, err = newReplicaNode(ctx, o, kube, sc, onLead, m); err != nil {
+			return nil, nil, nil, fmt.Errorf("lease store's replication: %w", err)
+		}
+		st = node.Working()
+		repl = &server.Replication{Leases: node.Router(), Ready: func() bool { return replicaReady(node, o.Replication.ReplicaID) }}
+	} else if st, err = store.New(sc); err != nil {
+		return nil, nil, nil, fmt.Errorf("lease store: %w", err)
 	}
 	proxiesSynced, err := feed.Proxies(st, proxies)
 	if err != nil {
-		return nil, nil, fmt.Errorf("lease feed: %w", err)
+		return nil, nil, nil, fmt.Errorf("lease feed: %w", err)
 	}
-	hostname, _ := os.Hostname()
-	srv, err := server.New(server.Config{
+	cfg := server.Config{
 		Store:         st,
+		Replicated:    repl,
 		Authenticator: callers,
 		Authorizer:    callers,
 		Credentials:   feed.SecretCredentials(secrets),
-		Horizon:       failover.NewConfigMapHorizon(kube, o.LeaderElectNamespace, LeaseHorizonConfigMap, hostname),
-	})
-	return srv, proxiesSynced, err
+	}
+	if repl == nil {
+		hostname, _ := os.Hostname()
+		cfg.Horizon = failover.NewConfigMapHorizon(kube, o.LeaderElectNamespace, LeaseHorizonConfigMap, hostname)
+	}
+	srv, err := server.New(cfg)
+	return srv, node, proxiesSynced, err
 }

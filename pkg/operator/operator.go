@@ -39,6 +39,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/replica"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 	"github.com/proxyfleet/proxy-operator/pkg/pool"
@@ -141,6 +142,9 @@ type operator struct {
 	// only while leading.
 	leases        *server.Server
 	leaseListener net.Listener
+	// replica is the lease store's replication (--lease-replication=raft);
+	// nil without.
+	replica *replica.Node
 	// health probes every proxy through itself, on the leader.
 	health *health.Engine
 	// collector collects orphans on the leader.
@@ -212,17 +216,55 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 		// scrapes see the shutdown; it goes last.
 		return op.serveMetrics(gctx, metricsListener, leaderDone)
 	})
+	leasesDone := make(chan struct{})
 	g.Go(func() error {
-		// Non-leaders answer 503 NotLeader; the leader answers once runLeader
-		// has called StartLeading. Shutdown wakes long polls with a 503.
+		// Non-leaders answer 503 NotLeader (or forward, with a replicated
+		// store); the leader answers once runLeader has called
+		// StartLeading. Shutdown wakes long polls with a 503.
+		defer close(leasesDone)
 		return op.leases.Serve(gctx, op.leaseListener)
 	})
+	if op.replica != nil {
+		g.Go(func() error { return op.runReplica(gctx, leasesDone) })
+	}
 	g.Go(func() error { return op.dashboard.Run(gctx) })
 	g.Go(func() error { return op.dashboardHistory.Run(gctx) })
 	err := g.Wait()
 	op.events.Shutdown() // after the drain, whose events it still takes
 	if err == nil {
 		logger.Info("Stopped")
+	}
+	return err
+}
+
+// runReplica runs the lease store's replica and its membership until ctx
+// ends, then hands the lead on (a planned stop: the successor grants at
+// once) and stops Raft once the lease API has drained: its last calls
+// still reach the new leader. Losing the lead otherwise ends the process.
+func (op *operator) runReplica(ctx context.Context, leasesDone <-chan struct{}) error {
+	logger := klog.FromContext(ctx)
+	o := op.opts.Replication
+	advertise, _ := o.advertise()
+	m := &membership{node: op.replica, kube: op.kube, namespace: op.opts.PodNamespace, pod: op.opts.PodName,
+		selector: o.ReplicaSelector, advertise: advertise, id: o.ReplicaID, markerNamespace: op.opts.LeaderElectNamespace}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return m.run(gctx) })
+	g.Go(func() error { return op.replica.Run(gctx) })
+	err := g.Wait()
+	if ctx.Err() != nil {
+		err = nil // a planned stop; losing the lead on the way is expected
+		if op.replica.Deciding() {
+			start := time.Now()
+			if terr := op.replica.TransferLeadership(); terr != nil {
+				logger.Error(terr, "Handing the lease store's lead on")
+			} else {
+				logger.Info("Handed the lease store's lead on", "took", time.Since(start))
+			}
+		}
+	}
+	<-leasesDone
+	if serr := op.replica.Shutdown(); serr != nil {
+		logger.Error(serr, "Stopping the lease store's replica")
 	}
 	return err
 }
@@ -297,6 +339,13 @@ func (op *operator) runElected(ctx context.Context) error {
 	// RunOrDie would do this; Run does not.
 	op.electionWatchdog.SetLeaderElection(elector)
 
+	if op.replica != nil {
+		// With a replicated lease store, the controllers run where it is
+		// decided: campaign only while this replica leads the Raft group.
+		if err := op.waitToDecide(ctx); err != nil {
+			return nil
+		}
+	}
 	electorDone := make(chan struct{})
 	go func() {
 		defer close(electorDone)
@@ -314,6 +363,14 @@ func (op *operator) runElected(ctx context.Context) error {
 		stopElection()
 		return nil
 	case <-started:
+	}
+	if op.replica != nil && !op.replica.Deciding() {
+		// Controllers lead where the lease store leads; this replica won
+		// the Lease while another leads the store: step back.
+		logger.Info("Won the leader Lease while another replica leads the lease store; stepping back")
+		endTerm(nil)
+		stopElection()
+		return errLostLease
 	}
 	logger.Info("Started leading", "identity", identity)
 

@@ -158,6 +158,9 @@ type Options struct {
 	PodName      string
 	PodNamespace string
 
+	// Replication is the lease store's across the replicas (replication.go).
+	Replication ReplicationOptions
+
 	// Profiling serves /debug/pprof/ on MetricsAddr (profiling.go).
 	Profiling bool
 
@@ -224,6 +227,7 @@ func DefaultOptions() Options {
 		GCInterval:             10 * time.Minute,
 		PodName:                os.Getenv("POD_NAME"),
 		PodNamespace:           os.Getenv("POD_NAMESPACE"),
+		Replication:            defaultReplicationOptions(),
 	}
 }
 
@@ -300,6 +304,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.GCInterval, "gc-interval", o.GCInterval, "How often provider instances whose Proxy is gone are collected.")
 	fs.StringVar(&o.PodName, "pod-name", o.PodName, "The operator's own Pod (default $POD_NAME); the leader labels it "+LeaderLabel+"=true for the lease Service.")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "The namespace of the operator's own Pod (default $POD_NAMESPACE).")
+	o.Replication.AddFlags(fs)
 	fs.StringVar(&o.InspectionCANamespace, "inspection-ca-namespace", o.InspectionCANamespace, "Namespace where the CAs of the namespaces that opted into TLS inspection are kept (the operator's own; docs/inspection.md); the gateway reads them from there. Empty: no CA is issued and nothing is inspected.")
 	o.addProfilingFlags(fs)
 }
@@ -352,6 +357,7 @@ func (o *Options) Validate() error {
 	o.validateLeases(bad)
 	o.validateHealth(bad)
 	o.validateProviders(bad)
+	errs = append(errs, o.Replication.validate(o.PodNamespace)...)
 	return errors.Join(errs...)
 }
 
