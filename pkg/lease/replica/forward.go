@@ -116,7 +116,7 @@ func (r *Router) ReleaseAs(owner, id string, outcome store.Outcome, domain strin
 }
 
 func (r *Router) GetAs(owner, id string) (store.Lease, error) {
-	if st := r.leading(); st != nil {
+	if st := r.reading(); st != nil {
 		return st.GetAs(owner, id)
 	}
 	res, err := r.forwardBounded(call{Op: "get", Owner: owner, ID: id})
@@ -124,7 +124,7 @@ func (r *Router) GetAs(owner, id string) (store.Lease, error) {
 }
 
 func (r *Router) List(f store.LeaseFilter) ([]store.Lease, error) {
-	if st := r.leading(); st != nil {
+	if st := r.reading(); st != nil {
 		return st.List(f)
 	}
 	res, err := r.forwardBounded(call{Op: "list", Filter: f})
@@ -148,7 +148,7 @@ func (r *Router) PutSessionStateAs(owner, scope, session, domain string, blob []
 }
 
 func (r *Router) SessionLeases(owner, scope, session string) []store.Lease {
-	if st := r.leading(); st != nil {
+	if st := r.reading(); st != nil {
 		return st.SessionLeases(owner, scope, session)
 	}
 	res, _ := r.forwardBounded(call{Op: "sessionLeases", Owner: owner, Scope: scope, Session: session})
@@ -185,6 +185,26 @@ func (r *Router) leading() *store.Store {
 	return r.node.Working()
 }
 
+// reading is the working store when it decides now and a quorum still
+// follows this leader, else nil. A leader cut from its peers decides
+// nothing (its decisions cannot commit), but until its leader lease ends
+// it would still answer reads from a state a new leader may have moved
+// past; the round of heartbeats rules that out.
+func (r *Router) reading() *store.Store {
+	if st := r.leading(); st != nil && r.node.confirmLeading() == nil {
+		return st
+	}
+	return nil
+}
+
+// confirmLeading checks with a quorum that this replica still leads.
+func (n *Node) confirmLeading() error {
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return fmt.Errorf("%w: %w", store.ErrNotLeader, err)
+	}
+	return nil
+}
+
 func (r *Router) forwardBounded(c call) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
 	defer cancel()
@@ -212,7 +232,7 @@ func (r *Router) forward(ctx context.Context, c call) (result, error) {
 		}
 		if st := r.leading(); st != nil {
 			// This replica leads now: run the call here.
-			return serveCall(ctx, st, body)
+			return serveCall(ctx, r.node, st, body)
 		}
 	}
 }
@@ -258,7 +278,7 @@ func (n *Node) PeerHandler() http.Handler {
 		}
 		var res result
 		if n.Deciding() {
-			res, _ = serveCall(r.Context(), n.Working(), body)
+			res, _ = serveCall(r.Context(), n, n.Working(), body)
 		} else {
 			res.Err = errorOf(store.ErrNotLeader)
 		}
@@ -299,9 +319,10 @@ func (n *Node) PeerProgress(ctx context.Context, address string) (uint64, error)
 	return p.Applied, nil
 }
 
-// serveCall runs a forwarded call on st and returns its answer, the error
-// both in it and beside it.
-func serveCall(ctx context.Context, st *store.Store, body []byte) (result, error) {
+// serveCall runs a forwarded call on st, the working store of n, and
+// returns its answer, the error both in it and beside it. Reads confirm
+// first that n still leads (see Router.reading).
+func serveCall(ctx context.Context, n *Node, st *store.Store, body []byte) (result, error) {
 	var c call
 	if err := json.Unmarshal(body, &c); err != nil {
 		return result{Err: errorOf(err)}, err
@@ -335,16 +356,22 @@ func serveCall(ctx context.Context, st *store.Store, body []byte) (result, error
 	case "release":
 		err = st.ReleaseAs(c.Owner, c.ID, c.Outcome, c.Domain, c.Report)
 	case "get":
-		l, err = st.GetAs(c.Owner, c.ID)
-		res.Lease = &l
+		if err = n.confirmLeading(); err == nil {
+			l, err = st.GetAs(c.Owner, c.ID)
+			res.Lease = &l
+		}
 	case "list":
-		res.Leases, err = st.List(c.Filter)
+		if err = n.confirmLeading(); err == nil {
+			res.Leases, err = st.List(c.Filter)
+		}
 	case "putState":
 		err = st.PutStateAs(c.Owner, c.ID, c.Blob)
 	case "putSessionState":
 		err = st.PutSessionStateAs(c.Owner, c.Scope, c.Session, c.Domain, c.Blob)
 	case "sessionLeases":
-		res.Leases = st.SessionLeases(c.Owner, c.Scope, c.Session)
+		if err = n.confirmLeading(); err == nil {
+			res.Leases = st.SessionLeases(c.Owner, c.Scope, c.Session)
+		}
 	case "forgetSession":
 		st.ForgetSession(c.Owner, c.Scope, c.Session)
 	default:
