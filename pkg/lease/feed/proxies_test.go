@@ -151,7 +151,10 @@ func TestFeedKeepsTheStoreInStep(t *testing.T) {
 	if _, err := client.CrawlV1alpha1().Proxies(testNamespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool { _, err := st.RenewAs("", l.ID, 0, store.Report{}); return errors.Is(err, store.ErrRevoked) })
+	waitUntil(t, func() bool {
+		_, err := st.RenewAs("", l.ID, 0, store.Report{})
+		return errors.Is(err, store.ErrRevoked)
+	})
 
 	// A new proxy is added; a deleted one goes.
 	if _, err := client.CrawlV1alpha1().Proxies(testNamespace).Create(ctx, newCrawlProxy("p2"), metav1.CreateOptions{}); err != nil {
