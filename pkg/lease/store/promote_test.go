@@ -145,3 +145,26 @@ func TestUnchangedPutsLogNothing(t *testing.T) {
 		t.Errorf("changing a proxy and a policy logged %d effects, want at least 2", got)
 	}
 }
+
+// TestPromotionKeepsARecoveryGoing: a group regrouped after a lost quorum
+// recovers until its horizon has passed; a leader that takes over in the
+// meantime goes on recovering to the same end, then grants.
+func TestPromotionKeepsARecoveryGoing(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	follower, _, _ := newTestStore(t, nil, withStoreConfig(func(c *Config) { c.Follower, c.Clock = true, clk }))
+	j := &followerJournal{follower: follower}
+	leader, _, _ := newTestStore(t, []ProxyInfo{newProxy("p1")}, withStoreConfig(func(c *Config) { c.Journal, c.Clock = j, clk }))
+	follower.Apply(ProxyPut{info: newProxy("p1")})
+	recoverUntil := t0.Add(time.Minute)
+	leader.Lead(recoverUntil, time.Time{})
+
+	clk.Step(10 * time.Second)
+	if err := follower.Promote(2 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := follower.Acquire(t.Context(), AcquireRequest{Holder: "w"}); !errors.Is(err, ErrRecovering) {
+		t.Fatalf("acquire on the promoted follower during the recovery: %v, want ErrRecovering", err)
+	}
+	clk.SetTime(recoverUntil.Add(time.Millisecond))
+	acquire(t, follower, AcquireRequest{})
+}

@@ -271,7 +271,11 @@ func (s *Store) Promote(skew time.Duration) error {
 	// Not locked: what time has done is for the new term to say, once its
 	// leases are extended; a lease must not expire on the way in.
 	s.follower = false
-	s.commit(TermStart{epoch: max(uint64(now.UnixNano()), s.st.term.epoch+1)})
+	// A recovery the last leader began (a group regrouped after a lost
+	// quorum) goes on to its end, and a horizon stays where it was.
+	t := s.st.term
+	s.commit(TermStart{epoch: max(uint64(now.UnixNano()), t.epoch+1), recoverUntil: t.recoverUntil,
+		recovering: t.recovering && now.Before(t.recoverUntil), horizon: t.horizon})
 	s.commit(Promoted{at: now, skew: skew})
 	var p Pending
 	if s.journal != nil {
