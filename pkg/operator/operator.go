@@ -246,27 +246,35 @@ func (op *operator) runReplica(ctx context.Context, leasesDone <-chan struct{}) 
 	o := op.opts.Replication
 	advertise, _ := o.advertise()
 	m := &membership{node: op.replica, kube: op.kube, namespace: op.opts.PodNamespace, pod: op.opts.PodName,
-		selector: o.ReplicaSelector, advertise: advertise, id: o.ReplicaID, markerNamespace: op.opts.LeaderElectNamespace}
+		selector: o.ReplicaSelector, advertise: advertise, id: o.ReplicaID, dir: o.RaftDir, markerNamespace: op.opts.LeaderElectNamespace}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return m.run(gctx) })
 	g.Go(func() error { return op.replica.Run(gctx) })
 	err := g.Wait()
-	if ctx.Err() != nil {
-		err = nil // a planned stop; losing the lead on the way is expected
-		if op.replica.Deciding() {
-			start := time.Now()
-			if terr := op.replica.TransferLeadership(); terr != nil {
-				logger.Error(terr, "Handing the lease store's lead on")
-			} else {
-				logger.Info("Handed the lease store's lead on", "took", time.Since(start))
-			}
+	shutdown := func() {
+		<-leasesDone
+		if serr := op.replica.Shutdown(); serr != nil {
+			logger.Error(serr, "Stopping the lease store's replica")
 		}
 	}
-	<-leasesDone
-	if serr := op.replica.Shutdown(); serr != nil {
-		logger.Error(serr, "Stopping the lease store's replica")
+	if ctx.Err() == nil {
+		// The replica stopped on its own (it lost the lead, or the group
+		// regrouped): the process stops, and the replica with it once the
+		// lease API has drained.
+		go shutdown()
+		return err
 	}
-	return err
+	// A planned stop; losing the lead on the way is expected.
+	if op.replica.Deciding() {
+		start := time.Now()
+		if terr := op.replica.TransferLeadership(); terr != nil {
+			logger.Error(terr, "Handing the lease store's lead on")
+		} else {
+			logger.Info("Handed the lease store's lead on", "took", time.Since(start))
+		}
+	}
+	shutdown()
+	return nil
 }
 
 // runUnelected runs the leader path without an election (--leader-elect=false).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -132,7 +133,8 @@ func (o ReplicationOptions) advertise() (string, error) {
 }
 
 // newReplicaNode starts this replica's node: the peers' CA from its Secret
-// (made by the first replica), a certificate of this replica's, Raft.
+// (made by the first replica), a certificate of this replica's, its
+// directory as the group's generation has it (planStart), Raft.
 func newReplicaNode(ctx context.Context, o Options, kube kubernetes.Interface, sc store.Config, onLead func(*store.Store), m replica.Metrics) (*replica.Node, error) {
 	var ca replica.CA
 	err := untilAPIAnswers(ctx, "peers CA", func(ctx context.Context) (err error) {
@@ -154,11 +156,76 @@ func newReplicaNode(ctx context.Context, o Options, kube kubernetes.Interface, s
 	if err := os.MkdirAll(r.RaftDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--raft-dir: %w", err)
 	}
-	return replica.New(ctx, replica.Config{
+	cfg := replica.Config{
 		ID: r.ReplicaID, Listen: r.PeerAddr, Advertise: advertise, Dir: r.RaftDir, TLS: tlsConfig, Store: sc,
 		HeartbeatTimeout: r.HeartbeatTimeout, ElectionTimeout: r.ElectionTimeout, LeaderLeaseTimeout: r.LeaderLeaseTimeout,
 		MaxClockSkew: r.MaxClockSkew, OnLead: onLead, Metrics: m,
-	})
+	}
+	bootstrap, err := prepareDir(ctx, kube, o.LeaderElectNamespace, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	node, err := replica.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if bootstrap {
+		if err := node.Bootstrap(); err != nil {
+			node.Shutdown()
+			return nil, fmt.Errorf("bootstrapping the new generation: %w", err)
+		}
+	}
+	return node, nil
+}
+
+// prepareDir readies the replica's directory for the group's generation
+// the marker names (planStart) and records the generation in it. It says
+// whether the node must bootstrap a new generation alone, and sets
+// cfg.RecoverUntil on the replica that starts one.
+func prepareDir(ctx context.Context, kube kubernetes.Interface, namespace string, cfg *replica.Config) (bootstrap bool, err error) {
+	var (
+		m      marker
+		exists bool
+	)
+	if err := untilAPIAnswers(ctx, "replicas marker", func(ctx context.Context) (err error) {
+		m, exists, err = readMarker(ctx, kube, namespace)
+		return err
+	}); err != nil {
+		return false, fmt.Errorf("reading ConfigMap %s: %w", ReplicasConfigMap, err)
+	}
+	if !exists {
+		return false, nil // the first replicas: membership's bootstrap decides
+	}
+	dirGen, err := replica.DirGeneration(cfg.Dir)
+	if err != nil {
+		return false, err
+	}
+	hasState, err := replica.HasState(cfg.Dir)
+	if err != nil {
+		return false, fmt.Errorf("reading the raft log in %s: %w", cfg.Dir, err)
+	}
+	action := planStart(cfg.ID, m, dirGen, hasState)
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting the lease store's replica", "generation", m.Generation, "directoryGeneration", dirGen, "hasLog", hasState, "action", action)
+	switch action {
+	case startWipe:
+		if err := replica.Wipe(cfg.Dir); err != nil {
+			return false, fmt.Errorf("emptying %s: %w", cfg.Dir, err)
+		}
+	case startRecoverAlone:
+		if err := replica.RecoverAlone(*cfg); err != nil {
+			return false, err
+		}
+	}
+	if action == startRecoverAlone || action == startBootstrapAlone {
+		cfg.RecoverUntil = m.BootstrappedAt.Add(cfg.Store.MaxTTL + cfg.MaxClockSkew)
+	}
+	if dirGen < m.Generation {
+		if err := replica.SetDirGeneration(cfg.Dir, m.Generation); err != nil {
+			return false, err
+		}
+	}
+	return action == startBootstrapAlone, nil
 }
 
 // membership keeps the Raft group the operator's Pods.
@@ -170,13 +237,19 @@ type membership struct {
 	selector  string
 	advertise string
 	id        string
+	dir       string
 	// markerNamespace holds ReplicasConfigMap.
 	markerNamespace string
+	// lostSince is when this replica first saw the group without a quorum
+	// (zero: it has one, or it was not looked at).
+	lostSince time.Time
 }
 
 // run publishes this replica's peer address on its Pod, bootstraps the
 // group if no replica has (the marker's create decides who), and then,
-// whenever this replica leads, plans and applies the group's changes.
+// every second: while this replica leads, it plans and applies the
+// group's changes; while it knows no leader, it looks for a lost quorum
+// and a regroup (errRegroup ends the process).
 func (m *membership) run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("membership")
 	if err := untilAPIAnswers(ctx, "peer address", m.publish); err != nil {
@@ -193,10 +266,19 @@ func (m *membership) run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		if !m.node.Deciding() {
-			continue
+		var err error
+		switch leader, _ := m.node.Leader(); {
+		case m.node.Deciding():
+			err = m.reconcile(ctx, logger)
+		case leader == "":
+			err = m.watchQuorum(ctx, logger)
+		default:
+			m.lostSince = time.Time{}
 		}
-		if err := m.reconcile(ctx, logger); err != nil {
+		if errors.Is(err, errRegroup) {
+			return err
+		}
+		if err != nil {
 			logger.Error(err, "Keeping the lease store's replicas")
 		}
 	}
@@ -214,33 +296,30 @@ func (m *membership) publish(ctx context.Context) error {
 // bootstrapIfFirst bootstraps a group of this replica alone if it creates
 // the marker; any other replica waits for the leader to add it.
 func (m *membership) bootstrapIfFirst(ctx context.Context) error {
-	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: m.markerNamespace, Name: ReplicasConfigMap},
-		Data:       map[string]string{"bootstrappedBy": m.id, "bootstrappedAt": time.Now().UTC().Format(time.RFC3339)},
+	if _, exists, err := readMarker(ctx, m.kube, m.markerNamespace); err != nil || exists {
+		return err
 	}
-	_, err := m.kube.CoreV1().ConfigMaps(m.markerNamespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: "proxy-operator"})
-	switch {
-	case apierrors.IsAlreadyExists(err):
+	mk := marker{Generation: 1, Voters: []string{m.id}, BootstrappedBy: m.id, BootstrappedAt: time.Now()}
+	if err := writeMarker(ctx, m.kube, m.markerNamespace, mk); apierrors.IsAlreadyExists(err) {
 		return nil
-	case err != nil:
+	} else if err != nil {
+		return err
+	}
+	if err := replica.SetDirGeneration(m.dir, 1); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).Info("Bootstrapping the lease store's Raft group", "replica", m.id)
+	m.event(ctx, corev1.EventTypeNormal, "Bootstrapped", fmt.Sprintf("Replica %s (Pod %s) started the lease store's Raft group alone", m.id, m.pod))
 	return m.node.Bootstrap()
 }
 
-// reconcile applies one plan of the group's changes.
+// reconcile applies one plan of the group's changes, and writes the
+// voters into the marker when they changed.
 func (m *membership) reconcile(ctx context.Context, logger klog.Logger) error {
-	pods, err := m.kube.CoreV1().Pods(m.namespace).List(ctx, metav1.ListOptions{LabelSelector: m.selector})
+	m.lostSince = time.Time{}
+	replicas, _, err := m.replicaPods(ctx)
 	if err != nil {
 		return err
-	}
-	var replicas []replicaPod
-	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodPending {
-			continue
-		}
-		replicas = append(replicas, replicaPod{UID: string(p.UID), Address: p.Annotations[PeerAddressAnnotation], Gone: p.DeletionTimestamp != nil})
 	}
 	raftMembers, err := m.node.Members()
 	if err != nil {
@@ -251,8 +330,8 @@ func (m *membership) reconcile(ctx context.Context, logger klog.Logger) error {
 	for _, rm := range raftMembers {
 		mb := member{ID: rm.ID, Address: rm.Address, Voter: rm.Voter, Applied: -1}
 		if !rm.Voter {
-			if a, err := m.node.PeerProgress(ctx, rm.Address); err == nil {
-				mb.Applied = int64(a)
+			if st, err := m.node.PeerStatus(ctx, rm.Address); err == nil {
+				mb.Applied = int64(st.Applied)
 			}
 		}
 		members = append(members, mb)
@@ -270,8 +349,124 @@ func (m *membership) reconcile(ctx context.Context, logger klog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", a.Kind, a.ID, err)
 		}
+		m.event(ctx, corev1.EventTypeNormal, memberEventReasons[a.Kind], fmt.Sprintf("Replica %s at %s: %s", a.ID, a.Address, a.Kind))
 	}
-	return nil
+	return m.publishVoters(ctx)
+}
+
+// memberEventReasons are the events' reasons for the changes of members.
+var memberEventReasons = map[string]string{addFollower: "ReplicaAdded", addVoter: "ReplicaVoting", remove: "ReplicaRemoved"}
+
+// publishVoters writes the voters into the marker when they changed there,
+// so that kubectl shows them and a replica can judge a lost quorum.
+func (m *membership) publishVoters(ctx context.Context) error {
+	st := m.node.Status()
+	mk, exists, err := readMarker(ctx, m.kube, m.markerNamespace)
+	if err != nil || !exists || sameVoters(mk.Voters, st.Voters) {
+		return err
+	}
+	mk.Voters = st.Voters
+	return writeMarker(ctx, m.kube, m.markerNamespace, mk)
+}
+
+// replicaPods are the operator's Pods as membership sees them, and the
+// UIDs of those that exist (running, or about to).
+func (m *membership) replicaPods(ctx context.Context) ([]replicaPod, map[string]bool, error) {
+	pods, err := m.kube.CoreV1().Pods(m.namespace).List(ctx, metav1.ListOptions{LabelSelector: m.selector})
+	if err != nil {
+		return nil, nil, err
+	}
+	var replicas []replicaPod
+	alive := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodPending {
+			continue
+		}
+		alive[string(p.UID)] = true
+		replicas = append(replicas, replicaPod{UID: string(p.UID), Address: p.Annotations[PeerAddressAnnotation], Gone: p.DeletionTimestamp != nil})
+	}
+	return replicas, alive, nil
+}
+
+// watchQuorum runs while this replica knows no leader. It returns
+// errRegroup once the group has regrouped past this replica's generation,
+// or once this replica has won the regroup of a group whose quorum has
+// been lost for regroupAfter.
+func (m *membership) watchQuorum(ctx context.Context, logger klog.Logger) error {
+	mk, exists, err := readMarker(ctx, m.kube, m.markerNamespace)
+	if err != nil || !exists {
+		return err
+	}
+	dirGen, err := replica.DirGeneration(m.dir)
+	if err != nil {
+		return err
+	}
+	if mk.Generation > max(dirGen, 1) {
+		logger.Info("The lease store's replicas regrouped; restarting to join", "generation", mk.Generation, "by", mk.BootstrappedBy)
+		return errRegroup
+	}
+	replicas, alive, err := m.replicaPods(ctx)
+	if err != nil {
+		return err
+	}
+	self := m.node.Status()
+	views, unreachable := []peerView{{Leader: self.Leader, Voters: self.Voters}}, 0
+	for _, p := range replicas {
+		if p.UID == m.id || p.Address == "" {
+			continue
+		}
+		st, err := m.node.PeerStatus(ctx, p.Address)
+		if err != nil {
+			unreachable++
+			continue
+		}
+		views = append(views, peerView{Leader: st.Leader, Voters: st.Voters})
+	}
+	if !quorumLost(mk.Voters, alive, views, unreachable) {
+		m.lostSince = time.Time{}
+		return nil
+	}
+	now := time.Now()
+	if m.lostSince.IsZero() {
+		m.lostSince = now
+		logger.Info("The lease store's Raft group has lost its quorum: most voters' Pods are gone", "voters", mk.Voters)
+	}
+	wait := regroupAfter
+	if self.Applied == 0 {
+		wait += regroupFreshDelay
+	}
+	if now.Sub(m.lostSince) < wait {
+		return nil
+	}
+	next := regrouped(mk, m.id, now)
+	if err := writeMarker(ctx, m.kube, m.markerNamespace, next); apierrors.IsConflict(err) {
+		return nil // another replica regrouped first: the next look sees it
+	} else if err != nil {
+		return err
+	}
+	m.event(ctx, corev1.EventTypeWarning, "Regrouped", fmt.Sprintf(
+		"The lease store's Raft group lost its quorum (voters %s; most of their Pods are gone). Replica %s (Pod %s) starts generation %d from its log; no grants until every lease of the old group has ended",
+		strings.Join(mk.Voters, ","), m.id, m.pod, next.Generation))
+	return errRegroup
+}
+
+// event records an event on the marker, where `kubectl describe configmap
+// proxy-operator-replicas` shows the group's story. It is written directly
+// (not through the process's broadcaster, which only the controllers'
+// leader starts), and a failure to write it is only logged.
+func (m *membership) event(ctx context.Context, eventType, reason, message string) {
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: ReplicasConfigMap + ".", Namespace: m.markerNamespace},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: m.markerNamespace, Name: ReplicasConfigMap},
+		Reason:         reason, Message: message, Type: eventType, Count: 1,
+		FirstTimestamp: now, LastTimestamp: now,
+		Source:              corev1.EventSource{Component: "proxy-operator", Host: m.pod},
+		ReportingController: "proxyfleet.io/proxy-operator", ReportingInstance: m.pod,
+	}
+	if _, err := m.kube.CoreV1().Events(m.markerNamespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		klog.FromContext(ctx).Error(err, "Recording an event of the lease store's replicas", "reason", reason)
+	}
 }
 
 // replicaReady says whether this replica may take lease calls: it leads,

@@ -35,7 +35,7 @@ const (
 	// a lease's fields.
 	maxForwardedBody = 1 << 20
 	peerCallPath     = "/peer/v1/call"
-	peerProgressPath = "/peer/v1/progress"
+	peerStatusPath   = "/peer/v1/status"
 )
 
 // Router is the store the lease API calls (server.Leases).
@@ -285,38 +285,58 @@ func (n *Node) PeerHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(res)
 	})
-	mux.HandleFunc("GET "+peerProgressPath, func(w http.ResponseWriter, _ *http.Request) {
-		applied, committed := n.Progress()
+	mux.HandleFunc("GET "+peerStatusPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(progress{Applied: applied, Committed: committed})
+		_ = json.NewEncoder(w).Encode(n.Status())
 	})
 	return mux
 }
 
-// progress is how far a replica has followed the log.
-type progress struct {
+// Status is what a replica knows of the group: how far it has followed
+// the log, who leads, who votes. Another replica asks for it on the peer
+// port, to give a new member its vote once it has caught up, and to tell a
+// group that lost its quorum from one that is only electing.
+type Status struct {
 	Applied, Committed uint64
+	// Leader is the leader's ID, empty when this replica knows none.
+	Leader string
+	// Voters are the voting members' IDs in this replica's configuration.
+	Voters []string
 }
 
-// PeerProgress asks the replica at address (its peer port) how far its
-// committed store has followed the log.
-func (n *Node) PeerProgress(ctx context.Context, address string) (uint64, error) {
+// Status is this replica's.
+func (n *Node) Status() Status {
+	applied, committed := n.Progress()
+	leader, _ := n.Leader()
+	s := Status{Applied: applied, Committed: committed, Leader: leader}
+	if members, err := n.Members(); err == nil {
+		for _, m := range members {
+			if m.Voter {
+				s.Voters = append(s.Voters, m.ID)
+			}
+		}
+	}
+	return s
+}
+
+// PeerStatus asks the replica at address (its peer port) for its Status.
+func (n *Node) PeerStatus(ctx context.Context, address string) (Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+address+peerProgressPath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+address+peerStatusPath, nil)
 	if err != nil {
-		return 0, err
+		return Status{}, err
 	}
 	resp, err := n.router.client.Do(req)
 	if err != nil {
-		return 0, err
+		return Status{}, err
 	}
 	defer resp.Body.Close()
-	var p progress
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&p); err != nil {
-		return 0, err
+	var s Status
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&s); err != nil {
+		return Status{}, err
 	}
-	return p.Applied, nil
+	return s, nil
 }
 
 // serveCall runs a forwarded call on st, the working store of n, and

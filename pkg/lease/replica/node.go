@@ -62,6 +62,11 @@ type Config struct {
 	OnLead func(*store.Store)
 	// Metrics receives the replication's measurements; nil: none.
 	Metrics Metrics
+	// RecoverUntil, on the replica that regrouped a group which had lost
+	// its quorum, is when every lease the old group could have granted
+	// has ended: its working store grants nothing before (it re-learns
+	// the live leases from their renewals). Zero: no recovery.
+	RecoverUntil time.Time
 }
 
 // Metrics receives the replication's measurements; pkg/metrics implements it.
@@ -269,6 +274,10 @@ func (n *Node) lead() error {
 	}
 	if err := n.working.Promote(n.cfg.MaxClockSkew); err != nil {
 		return fmt.Errorf("promoting the working store: %w", err)
+	}
+	if time.Now().Before(n.cfg.RecoverUntil) {
+		n.working.Lead(n.cfg.RecoverUntil, time.Time{})
+		n.logger.Info("Recovering after the group was regrouped: no grants until every lease of the old group has ended", "recoverUntil", n.cfg.RecoverUntil)
 	}
 	n.promoted.Store(true)
 	n.cfg.Metrics.SetRaftLeader(true)
