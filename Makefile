@@ -108,7 +108,8 @@ verify-decisions:
 	hack/verify-decisions.sh
 
 # Every --flag, make target and proxy_operator_* metric that README.md and
-# docs/*.md name exists (docs/docs_test.go).
+# docs/*.md name exists, and README.md's Layout names every package under
+# pkg/ and nothing that is gone (docs/docs_test.go, docs/layout_test.go).
 verify-docs:
 	$(call step,docs name what exists,$(GO) test -count=1 ./docs/)
 
