@@ -54,6 +54,10 @@ func report(args []string, dir string) int {
 	}
 	total := time.Since(time.Unix(0, int64(*start*1e9))).Round(time.Second)
 	printTable(os.Stdout, steps, pkgs, total, *budget)
+	// The machine is shared: the load says how much of it this run had.
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Printf("== timetable: load average at the end (1, 5, 15 min): %s\n", strings.Join(strings.Fields(string(load))[:3], " "))
+	}
 	if total > *budget {
 		return 1
 	}
