@@ -76,9 +76,13 @@ CLUSTER_IMAGES := proxy-operator,forward-proxy,pause,echo,netcheck,coredns,crawl
 cluster-images: cluster-tools
 	$(call step,the images,env GOWORK=off $(GO) run -C hack/image . --repo $(CURDIR) --out $(CURDIR)/.local/cluster-images --images $(CLUSTER_IMAGES))
 
-## chaos: the failure suite's long variant (more rounds, larger fleets, longer storms; about 15 min)
+# The packages whose tests have a long variant (integration.Scaled): CI runs
+# them at CI scale, make chaos at full size.
+CHAOS_PKGS := ./pkg/testsuites/chaos/ ./pkg/testsuites/sharedendpoint/ ./pkg/inspection/
+
+## chaos: the long variants (CHAOS=long): the failure suite's larger fleets and longer storms, the 5-minute shared-endpoint soak, the leaf cache under 100,000 hosts; timed. Run it before a stop that touches what they cover
 chaos: testenv testpeers
-	CHAOS=long $(GO) test -race -count=1 -timeout 60m -v ./pkg/testsuites/chaos/
+	$(call step,the long variants,env CHAOS=long $(GOTEST) -race -count=1 -timeout 60m -v $(CHAOS_PKGS))
 
 ## fuzz: every go test -fuzz target for FUZZTIME (default 10s) each
 fuzz:
