@@ -1,6 +1,8 @@
 // Package docs_test checks that the docs name only what exists: every
 // --flag of the project's programs, every `make target` and every metric
-// (proxy_operator_*, forward_proxy_*) that README.md and docs/*.md mention.
+// (proxy_operator_*, forward_proxy_*) that README.md and docs/*.md mention,
+// and the README's Layout every package under pkg/ and no path that is not
+// there (layout_test.go).
 // docs/decisions and docs/benchmarks-runs.md are history and are not
 // checked. `make verify` runs it (make verify-docs); it starts nothing.
 package docs_test

@@ -16,7 +16,8 @@ go build -o bin/cluster ./hack/cluster
 if [ -f .cluster/kubeconfig ]; then
     echo "e2e: using the node that is already up (make cluster-down removes it)"
 else
-    trap 'bin/cluster down' EXIT
+    trap 'hack/step.sh "make e2e: node down" bin/cluster down' EXIT
 fi
-bin/cluster up
-go test -tags realnode -count=1 -v -timeout 20m ./pkg/testsuites/realnode/
+hack/step.sh "make e2e: node up" bin/cluster up
+# GOTEST: .ci/run's hack/timetable go-test, which times the suite as a package.
+hack/step.sh "make e2e: the suite" ${GOTEST:-go test} -tags realnode -count=1 -v -timeout 20m ./pkg/testsuites/realnode/

@@ -42,7 +42,9 @@ kube::codegen::gen_openapi \
 # generated fake clientset can serve Apply for Proxy (structured merge needs it).
 schema=$(mktemp)
 trap 'rm -f "$schema"' EXIT
-go run ./hack/openapi-schema >"$schema"
+# -trimpath: verify-codegen.sh runs this in a new temporary copy each time,
+# and without it the copy's directory is part of every build cache key.
+go run -trimpath ./hack/openapi-schema >"$schema"
 
 kube::codegen::gen_client \
     --with-watch \

@@ -59,6 +59,10 @@ promtool)
 	pkgs=(github.com/prometheus/prometheus/cmd/promtool)
 	version="$(go list -C "${module_dir}" -m -f '{{.Version}}' "${mod}")"
 	ldflags="-s -w -X github.com/prometheus/common/version.Version=${version}"
+	# The tests run `promtool check rules` and `promtool test rules`, which
+	# need no service discovery: Prometheus's own tag leaves out every
+	# discovery plugin (and the cloud SDKs and client-go they pull in).
+	tags="remove_all_sd"
 	;;
 containerd)
 	mod=github.com/containerd/containerd/v2

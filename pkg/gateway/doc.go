@@ -7,9 +7,11 @@
 // session is used (sticky, renewed, released when idle), or one per
 // connection in rotating mode.
 //
-// It is not a MITM: CONNECT tunnels are spliced bytes, never decrypted; ban
-// feedback goes through the lease API's session call instead of anything
-// the gateway would have to read. It is not a lease store either: it calls
+// It is no MITM by default: CONNECT tunnels are spliced bytes, and ban
+// feedback for them goes through the lease API's session call. Only a
+// namespace that opts into TLS inspection has its tunnels' TLS ended here
+// (inspect.go, docs/inspection.md), so that responses are judged as plain
+// HTTP's are. It is not a lease store either: it calls
 // the lease API over HTTP for its callers (Remote, act-for), and the API
 // keeps the horizon and the credentials. pkg/gatewaycmd runs it as a
 // replica of the gateway tier; docs/gateway.md is the user's view.

@@ -3,8 +3,8 @@
 // with an overlap) and the leaf certificates the gateway presents to a
 // crawler for each host it inspects, minted on demand from the current CA
 // and kept in a bounded cache. It holds no Kubernetes I/O and no network
-// I/O: the operator keeps the CAs in Secrets (pkg/inspection/castore) and
-// the gateway reads them (docs/inspection.md).
+// I/O: the operator keeps the CAs in Secrets (pkg/inspectionca) and the
+// gateway reads them (docs/inspection.md).
 package inspection
 
 import (

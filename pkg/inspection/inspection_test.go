@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 )
 
 var t0 = time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
@@ -230,19 +232,24 @@ func TestCASetRotatesWithAnOverlap(t *testing.T) {
 	}
 }
 
-// TestLeafCacheStaysBoundedUnder100000Hosts: a crawl of 100,000 distinct
-// hosts through one namespace keeps the default cache at its bound.
-func TestLeafCacheStaysBoundedUnder100000Hosts(t *testing.T) {
+// TestLeafCacheStaysBoundedUnderManyHosts: a crawl of many distinct hosts
+// through one namespace keeps the default cache at its bound. CI crawls
+// twice the bound, so that every leaf of the first pass is evicted; the
+// long variant (`make chaos`) 100,000 hosts, as docs/inspection.md says
+// (issue 65: each host mints a leaf, 200 s under -race on a busy CI
+// machine).
+func TestLeafCacheStaysBoundedUnderManyHosts(t *testing.T) {
 	m, err := NewMinter(newTestCA(t), 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 100_000 {
+	hosts := integration.Scaled(2*DefaultMaxLeaves, 100_000)
+	for i := range hosts {
 		if _, err := m.Leaf(fmt.Sprintf("h%d.example", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if n := m.Len(); n != DefaultMaxLeaves {
-		t.Errorf("cache holds %d leaves after 100,000 hosts, want the bound %d", n, DefaultMaxLeaves)
+		t.Errorf("cache holds %d leaves after %d hosts, want the bound %d", n, hosts, DefaultMaxLeaves)
 	}
 }

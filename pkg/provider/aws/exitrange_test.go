@@ -14,6 +14,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/cloudkit"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 )
 
 func TestRunInputAsksForAPrefixOnlyWhenTheSpecOptsIn(t *testing.T) {
@@ -86,6 +87,7 @@ esac
 	if err := os.WriteFile(filepath.Join(bin, "curl"), []byte(curl), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	integration.Needs(t, "sh run as a process")
 	cmd := exec.Command("sh", "-c", exitRangeBoot.Discover)
 	cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
 	out, err := cmd.Output()

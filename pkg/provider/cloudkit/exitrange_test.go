@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proxyfleet/proxy-operator/pkg/provider/cloudkit"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 )
 
 func TestExitRanges(t *testing.T) {
@@ -99,6 +100,7 @@ func TestExitRangeBootScript(t *testing.T) {
 			}
 			stub(t, bin, "systemctl", `echo "$*" >> `+dir+`/systemctl.log`)
 			script := strings.ReplaceAll(doc.BootCmd[0][2], "/etc/", dir+"/etc/")
+			integration.Needs(t, "sh run as a process")
 			cmd := exec.Command("sh", "-c", script)
 			cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
 			out, err := cmd.CombinedOutput()

@@ -14,6 +14,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/cloudkit"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/gce/compute"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/gcetest"
 )
 
@@ -89,6 +90,7 @@ func TestExitRangeDiscoverReadsTheMetadataServer(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "curl"), []byte(curl), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	integration.Needs(t, "sh run as a process")
 	cmd := exec.Command("sh", "-c", exitRangeBoot.Discover)
 	cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin"}
 	out, err := cmd.Output()

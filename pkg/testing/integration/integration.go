@@ -9,6 +9,10 @@
 // installs it. The helpers that start such things (testenv.Shared.Get,
 // proxytest's Start functions, operatortest) call Needs, so a test that
 // uses them needs no line of its own.
+//
+// It also tells a CI run from a long one (Long, Scaled): `make chaos` runs
+// the suites' soaks and long variants at full size, CI at a scale that
+// fits its budget.
 package integration
 
 import "testing"

@@ -29,3 +29,13 @@ func TestNeedsSkipsOnlyUnderShort(t *testing.T) {
 		t.Errorf("Needs with testing.Short()=%t: skip messages (-want +got):\n%s", testing.Short(), diff)
 	}
 }
+
+// Scaled picks the CI value unless CHAOS=long asks for the long variant.
+func TestScaledPicksTheLongVariantOnlyWhenAsked(t *testing.T) {
+	for value, want := range map[string]int{"": 10, "short": 10, "long": 1000} {
+		t.Setenv(LongEnv, value)
+		if got := Scaled(10, 1000); got != want {
+			t.Errorf("%s=%q: Scaled(10, 1000) = %d, want %d", LongEnv, value, got, want)
+		}
+	}
+}

@@ -28,7 +28,7 @@ func TestOperatorKilledMidRollout(t *testing.T) {
 	const replicas, surge = 4, 1
 	ns := newNamespace(t)
 	stateDir := t.TempDir()
-	t.Cleanup(func() { killForwardProxies(t) })
+	t.Cleanup(func() { killForwardProxies(t, stateDir) })
 	_, crawl := clients(t)
 	flags := append([]string{"--providers=local", "--local-state-dir=" + stateDir}, shortLeaderElection...)
 	op := startOperator(t, "operator-0", ns, flags...)

@@ -64,12 +64,14 @@ func localInstances(t *testing.T, stateDir string) []localInstance {
 }
 
 // forwardProxyProcesses lists the live processes of the forward-proxy built
-// beside the operator: a process that no state file names is a leaked
-// instance.
-func forwardProxyProcesses(t *testing.T) []int {
-	return operatortest.ForwardProxyProcesses(t, shared.Get(t).Binary)
+// beside the operator that the local provider started for stateDir: a
+// process that no state file names is a leaked instance.
+func forwardProxyProcesses(t *testing.T, stateDir string) []int {
+	return operatortest.ForwardProxyProcesses(t, shared.Get(t).Binary, stateDir)
 }
 
-// killForwardProxies ends every local instance, which would outlive a failed
-// test.
-func killForwardProxies(t *testing.T) { operatortest.KillForwardProxies(t, shared.Get(t).Binary) }
+// killForwardProxies ends every local instance of stateDir, which would
+// outlive a failed test.
+func killForwardProxies(t *testing.T, stateDir string) {
+	operatortest.KillForwardProxies(t, shared.Get(t).Binary, stateDir)
+}

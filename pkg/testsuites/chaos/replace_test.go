@@ -17,6 +17,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
@@ -67,8 +68,8 @@ var killPoints = []killPoint{
 func TestOperatorKilledMidReplace(t *testing.T) {
 	ns := newNamespace(t)
 	stateDir := t.TempDir()
-	t.Cleanup(func() { killForwardProxies(t) })
-	if pids := forwardProxyProcesses(t); len(pids) != 0 {
+	t.Cleanup(func() { killForwardProxies(t, stateDir) })
+	if pids := forwardProxyProcesses(t, stateDir); len(pids) != 0 {
 		t.Fatalf("forward-proxy processes %v run before the test", pids)
 	}
 	_, crawl := clients(t)
@@ -89,7 +90,7 @@ func TestOperatorKilledMidReplace(t *testing.T) {
 	waitReplaced(t, ns, "replaced", "")
 
 	round := 0
-	for rep := range scaled(1, 5) {
+	for rep := range integration.Scaled(1, 5) {
 		for _, point := range killPoints {
 			round++
 			t.Logf("round %d (repetition %d): kill at %q", round, rep+1, point.name)
@@ -120,7 +121,7 @@ func TestOperatorKilledMidReplace(t *testing.T) {
 			if got.Status.IP != after.Host || got.Status.Port != after.Port {
 				t.Errorf("round %d: status says %s:%d, the instance listens on %s:%d", round, got.Status.IP, got.Status.Port, after.Host, after.Port)
 			}
-			if pids := forwardProxyProcesses(t); !slices.Equal(pids, []int{after.PID}) {
+			if pids := forwardProxyProcesses(t, stateDir); !slices.Equal(pids, []int{after.PID}) {
 				t.Errorf("round %d: forward-proxy processes %v, want only the instance's %d", round, pids, after.PID)
 			}
 		}
@@ -134,7 +135,7 @@ func TestOperatorKilledMidReplace(t *testing.T) {
 		if _, err := proxies.Get(ctx, "replaced", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("the Proxy is still there (%v)", err)
 		}
-		if n, pids := len(localInstances(t, stateDir)), forwardProxyProcesses(t); n != 0 || len(pids) != 0 {
+		if n, pids := len(localInstances(t, stateDir)), forwardProxyProcesses(t, stateDir); n != 0 || len(pids) != 0 {
 			return fmt.Errorf("%d state files and processes %v left", n, pids)
 		}
 		return nil

@@ -14,6 +14,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -47,7 +48,7 @@ func TestAPIServerRestartMidFlow(t *testing.T) {
 		{createExternal: 20, createManaged: 3},
 		{createExternal: 5, moveExternal: 5, deleteExternal: 5, deleteManaged: 1, createManaged: 1},
 	}
-	for range scaled(0, 4) {
+	for range integration.Scaled(0, 4) {
 		rounds = append(rounds, fleetChange{createExternal: 5, moveExternal: 5, deleteExternal: 3, deleteManaged: 1, createManaged: 1})
 	}
 
@@ -168,7 +169,7 @@ func (f *fleet) waitConverged(stateDir string, within time.Duration) {
 		if n := len(localInstances(f.t, stateDir)); n != managed {
 			problems = append(problems, fmt.Sprintf("%d local instances for %d Managed Proxies", n, managed))
 		}
-		if pids := forwardProxyProcesses(f.t); len(pids) != managed {
+		if pids := forwardProxyProcesses(f.t, stateDir); len(pids) != managed {
 			problems = append(problems, fmt.Sprintf("%d forward-proxy processes for %d Managed Proxies", len(pids), managed))
 		}
 		if len(problems) > 0 {
@@ -186,11 +187,12 @@ func (f *fleet) waitConverged(stateDir string, within time.Duration) {
 func newFleet(t *testing.T) (f *fleet, stateDir string) {
 	t.Helper()
 	f = &fleet{t: t, ns: newNamespace(t), target: proxytest.StartHTTPTarget(t).URL, want: map[string]string{}}
-	t.Cleanup(func() { killForwardProxies(t) })
+	stateDir = t.TempDir()
+	t.Cleanup(func() { killForwardProxies(t, stateDir) })
 	for range 3 {
 		f.upstreams = append(f.upstreams, proxytest.StartInProcess(t, proxytest.Options{Verbosity: 1}).Addr)
 	}
-	return f, t.TempDir()
+	return f, stateDir
 }
 
 // names lists the wanted External and Managed Proxies, sorted.

@@ -24,6 +24,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 )
 
 // scaleBasePort is the port of proxy 0; proxy i listens (nominally: nothing
@@ -52,13 +53,15 @@ func (h scaleHealth) Verdict(key cache.ObjectName) (health.Verdict, bool) {
 	}, true
 }
 
-// TestTenThousandProxiesAtOnce: ten thousand External Proxies created at
+// TestThousandsOfProxiesAtOnce: thousands of External Proxies created at
 // once, as fast as the API server takes them, all converge (Ready, their
 // generation observed) with none missing and at most two controller writes
 // each. External mode keeps the provider out of it: this measures the
-// queue, the informers, the mutation cache and the status writes.
-func TestTenThousandProxiesAtOnce(t *testing.T) {
-	n := scaled(10000, 20000)
+// queue, the informers, the mutation cache and the status writes. CI runs
+// 2,000, about 60 for each of the 32 workers; the long variant 20,000
+// (issue 65: at 10,000 it took 366 s of CI's 45 minutes).
+func TestThousandsOfProxiesAtOnce(t *testing.T) {
+	n := integration.Scaled(2000, 20000)
 	// A fleet this size wants more workers than the default 3: with the
 	// API server this busy, a sync spends most of its time waiting for its
 	// status write.
@@ -78,7 +81,7 @@ func TestTenThousandProxiesAtOnce(t *testing.T) {
 	defer cancel()
 
 	// The test watches the fleet through an informer of its own: listing
-	// ten thousand proxies every few seconds would cost more than the
+	// thousands of proxies every few seconds would cost more than the
 	// controller's work, and slow it down.
 	factory := crawlinformers.NewSharedInformerFactoryWithOptions(client, 0, crawlinformers.WithNamespace(h.NS))
 	lister := factory.Crawl().V1alpha1().Proxies().Lister()

@@ -29,6 +29,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/fake"
 )
 
@@ -222,8 +223,8 @@ type stormStats struct {
 // acted on after their proxies were gone collected by one GC round, so that
 // deleting the rest leaves no instance at all.
 func TestProviderFaultStorm(t *testing.T) {
-	n := scaled(200, 1000)
-	stormFor := scaled(20*time.Second, 2*time.Minute)
+	n := integration.Scaled(200, 1000)
+	stormFor := integration.Scaled(20*time.Second, 2*time.Minute)
 	const faultRate, faultSeed, testSeed = 0.1, 9, 20251130
 	rng := rand.New(rand.NewPCG(testSeed, 1))
 
@@ -243,8 +244,8 @@ func TestProviderFaultStorm(t *testing.T) {
 	h := controllertest.Start(t, shared.Get(t).Env.Config, controllertest.Options{
 		Providers:       map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderLocal: fp},
 		NamespacePrefix: "storm-",
-		Workers:         scaled(8, 16),
-		DriftPoll:       scaled(time.Second, 3*time.Second),
+		Workers:         integration.Scaled(8, 16),
+		DriftPoll:       integration.Scaled(time.Second, 3*time.Second),
 	})
 	var stats stormStats
 	uids := map[string]types.UID{} // every proxy created, by name
@@ -366,7 +367,7 @@ func TestProviderFaultStorm(t *testing.T) {
 
 	// Then the fleet converges, the user still tending it.
 	var converged stormProgress
-	convergeCtx, stopConverging := context.WithTimeout(t.Context(), scaled(3*time.Minute, 10*time.Minute))
+	convergeCtx, stopConverging := context.WithTimeout(t.Context(), integration.Scaled(3*time.Minute, 10*time.Minute))
 	defer stopConverging()
 	_ = eventually.Poll(convergeCtx, 250*time.Millisecond, func(context.Context) error { // judged below
 		proxies := stormList(t, h)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 )
 
@@ -36,7 +37,7 @@ func TestWatchExpiryStorm(t *testing.T) {
 	op := startOperatorVia(t, partition.Kubeconfig, "operator", f.ns, "-v=4", "--providers=local", "--local-state-dir="+stateDir,
 		"--leader-elect-lease-duration=2m", "--leader-elect-renew-deadline=90s")
 
-	f.apply(fleetChange{createExternal: scaled(20, 100), createManaged: 3})
+	f.apply(fleetChange{createExternal: integration.Scaled(20, 100), createManaged: 3})
 	f.waitConverged(stateDir, 2*time.Minute)
 	before := f.histories()
 

@@ -165,7 +165,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	stateDir := t.TempDir()
-	t.Cleanup(func() { operatortest.KillForwardProxies(t, shared.Get(t).Binary) })
+	t.Cleanup(func() { operatortest.KillForwardProxies(t, shared.Get(t).Binary, stateDir) })
 	f.op = operatortest.Start(t, operatortest.ProcessOptions{
 		Binary: shared.Get(t).Binary, Name: "operator", LogsEnv: "DASHBOARD_LOGS",
 		Args: []string{"--kubeconfig=" + kubeconfig, "--leader-elect-namespace=" + f.visible, "-v=2",

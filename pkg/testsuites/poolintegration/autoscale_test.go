@@ -54,6 +54,7 @@ func (pt *poolTest) autoscaledEvents(ctx context.Context, pool string) ([]string
 // targetUtilization is 100 here, so that three slots wanted is three
 // members; at the default 80 the same demand asks for ceil(3/0.8) = 4.
 func TestScaleFromZero(t *testing.T) {
+	t.Parallel()
 	pt := newPoolTest(t)
 	target := proxytest.StartHTTPTarget(t)
 	pt.create(newPool("zero", 0, target.URL, autoscaled(crawlv1alpha1.PoolAutoscaling{
@@ -168,6 +169,7 @@ func TestScaleFromZero(t *testing.T) {
 // spec.replicas and the pool's generation do not move, no Autoscaled event
 // is added, and every worker keeps its lease.
 func TestSteadyDemandSettles(t *testing.T) {
+	t.Parallel()
 	pt := newPoolTest(t)
 	target := proxytest.StartHTTPTarget(t)
 	pt.create(newPool("steady", 1, target.URL, func(p *crawlv1alpha1.ProxyPool) {
@@ -386,6 +388,7 @@ func conditionReason(p *crawlv1alpha1.ProxyPool) string {
 // pool scales up, and curl gets the target's 204 through the new member;
 // once the connection is done the pool goes back to zero.
 func TestGatewayConnectionScalesFromZero(t *testing.T) {
+	t.Parallel()
 	const curlPath = "/usr/bin/curl"
 	if _, err := os.Stat(curlPath); err != nil {
 		t.Fatalf("%s: %v (install the test peers: make deps)", curlPath, err)

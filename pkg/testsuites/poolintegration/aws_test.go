@@ -34,6 +34,7 @@ import (
 // unavailability bounds, scales down, and is deleted, leaving no instance.
 // Its members sit in the security group the operator owns for allowFrom.
 func TestAWSPoolScalesAndRotates(t *testing.T) {
+	t.Parallel()
 	fake := ec2test.New(t, ec2test.WithInvisibleCalls(1), ec2test.WithBoot(bootForwardProxy(t)))
 	kube, crawl := kubernetes.NewForConfigOrDie(shared.Get(t).Env.Config), versioned.NewForConfigOrDie(shared.Get(t).Env.Config)
 	pt := &poolTest{t: t, kube: kube, crawl: crawl, stateDir: t.TempDir(), env: fake.SDKEnv()}

@@ -30,6 +30,7 @@ import (
 // size within its surge and unavailability bounds, scales down, and is
 // deleted, leaving no VM, NIC or public IP.
 func TestAzurePoolScalesAndRotates(t *testing.T) {
+	t.Parallel()
 	fake := azuretest.New(t, azuretest.WithSteps(1), azuretest.WithGetLag(1),
 		azuretest.WithBoot(azuretest.BootForwardProxy(t, proxytest.Loopback)))
 	kube, crawl := kubernetes.NewForConfigOrDie(shared.Get(t).Env.Config), versioned.NewForConfigOrDie(shared.Get(t).Env.Config)

@@ -30,6 +30,7 @@ import (
 // surge and unavailability bounds, scales down, and is deleted, leaving no
 // droplet.
 func TestDigitalOceanPoolScalesAndRotates(t *testing.T) {
+	t.Parallel()
 	fake := dotest.New(t, dotest.WithSteps(1), dotest.WithListLag(1),
 		dotest.WithPublicIP(func(n int) string { return fmt.Sprintf("127.0.106.%d", n) }),
 		dotest.WithBoot(dotest.BootForwardProxy(t, proxytest.Loopback)))

@@ -107,6 +107,7 @@ func (pt *poolTest) readyWithExitIPs(ctx context.Context, pool string, n int) ([
 // network session measured in another country than its {country} asked is
 // re-rolled, with an ExitCountryMismatch event on it.
 func TestExitGeography(t *testing.T) {
+	t.Parallel()
 	integration.Needs(t, "kube-apiserver and etcd from `make testenv`, squid from `make deps`")
 	vendor := proxytest.StartVendorSquid(t, proxytest.VendorOptions{UsernamePattern: geoPattern, Password: vendorPassword, ExitIPs: 12})
 	echo := startCountryEcho(t)
@@ -225,6 +226,7 @@ func TestExitGeography(t *testing.T) {
 // proxy whose echo answers only its address; a JSON echo that names a
 // country wins over the database.
 func TestExitCountryFromGeoIPDatabase(t *testing.T) {
+	t.Parallel()
 	integration.Needs(t, "kube-apiserver and etcd from `make testenv`, squid from `make deps`")
 	vendor := proxytest.StartVendorSquid(t, proxytest.VendorOptions{UsernamePattern: geoPattern, Password: vendorPassword, ExitIPs: 4})
 	db := geoiptest.WriteCountryDB(t, map[string]string{"127.0.9.0/24": "NL"})

@@ -29,6 +29,7 @@ import (
 // The pool scales up, rotates onto another server type within its surge
 // and unavailability bounds, scales down, and is deleted, leaving no server.
 func TestHetznerPoolScalesAndRotates(t *testing.T) {
+	t.Parallel()
 	fake := hcloudtest.New(t, hcloudtest.WithSteps(1), hcloudtest.WithListLag(1),
 		hcloudtest.WithPublicIP(func(n int) string { return fmt.Sprintf("127.0.104.%d", n) }),
 		hcloudtest.WithBoot(hcloudtest.BootForwardProxy(t, proxytest.Loopback)))

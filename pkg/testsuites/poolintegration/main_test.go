@@ -243,13 +243,15 @@ func (pt *poolTest) instances() []operatortest.LocalInstance {
 	return operatortest.LocalInstances(pt.t, pt.stateDir)
 }
 
-// processes are the live forward-proxy processes of this test binary's build.
-func processes(t testing.TB) []int {
-	return operatortest.ForwardProxyProcesses(t, shared.Get(t).Binary)
+// processes are the live forward-proxy processes the local provider
+// started for this test's state directory.
+func (pt *poolTest) processes() []int {
+	return operatortest.ForwardProxyProcesses(pt.t, shared.Get(pt.t).Binary, pt.stateDir)
 }
 
 // noLeak is nil when the instances are exactly the members' instances, each
-// with its process, and no other forward-proxy process runs.
+// with its process, and no other forward-proxy process runs for the test's
+// state directory.
 func (pt *poolTest) noLeak(ctx context.Context, pool string) error {
 	ms, err := pt.members(ctx, pool)
 	if err != nil {
@@ -258,7 +260,9 @@ func (pt *poolTest) noLeak(ctx context.Context, pool string) error {
 	return operatortest.LocalLeaks(pt.t, ms, pt.stateDir, shared.Get(pt.t).Binary)
 }
 
-func (pt *poolTest) killInstances() { operatortest.KillForwardProxies(pt.t, shared.Get(pt.t).Binary) }
+func (pt *poolTest) killInstances() {
+	operatortest.KillForwardProxies(pt.t, shared.Get(pt.t).Binary, pt.stateDir)
+}
 
 // sampler lists the members every 100ms until stopped, keeping the lowest
 // Ready count and the highest member count it saw.

@@ -48,6 +48,7 @@ const (
 // recycles its burned members (new instances, new loopback exits); status
 // and metrics tell the success rate and the cost per 1,000.
 func TestCrawlThroughBans(t *testing.T) {
+	t.Parallel()
 	c := startBanCrawl(t)
 	gw := c.pt.startGateway("--gateway-wait=60s")
 	c.crawl(t, c.client(gw, nil), c.site.HTTP.URL)
@@ -61,6 +62,7 @@ func TestCrawlThroughBans(t *testing.T) {
 // namespace; curl, Python requests and Scrapy get their pages through it
 // too. The CA key stays in the operator's namespace, in no log.
 func TestInspectedHTTPSCrawl(t *testing.T) {
+	t.Parallel()
 	kube := kubernetes.NewForConfigOrDie(shared.Get(t).Env.Config)
 	operatorNS := operatortest.NewNamespace(t, kube)
 	c := startBanCrawl(t, "--inspection-ca-namespace="+operatorNS)

@@ -29,6 +29,7 @@ import (
 // below 5 and members never exceed 7; it ends with 6 Ready members of the
 // new revision and exactly their instances running.
 func TestRotatingASecretRollsThePool(t *testing.T) {
+	t.Parallel()
 	pt := newPoolTest(t)
 	target := proxytest.StartHTTPTarget(t)
 	pt.createSecret("cloud-init", map[string]string{"user-data": "#cloud-config\n# v1\n"})
@@ -78,7 +79,7 @@ func TestRotatingASecretRollsThePool(t *testing.T) {
 		if err != nil || len(ms) > 0 {
 			return fmt.Errorf("%d members left (%v)", len(ms), err)
 		}
-		if n, pids := len(pt.instances()), processes(t); n > 0 || len(pids) > 0 {
+		if n, pids := len(pt.instances()), pt.processes(); n > 0 || len(pids) > 0 {
 			return fmt.Errorf("%d instances, processes %v", n, pids)
 		}
 		return nil
@@ -89,6 +90,7 @@ func TestRotatingASecretRollsThePool(t *testing.T) {
 // keeps renewing, takes no new lease while it drains, and goes once the
 // lease is released.
 func TestDrainingMemberKeepsItsLease(t *testing.T) {
+	t.Parallel()
 	pt := newPoolTest(t)
 	target := proxytest.StartHTTPTarget(t)
 	pt.create(newPool("drain", 1, target.URL, func(p *crawlv1alpha1.ProxyPool) {
@@ -186,6 +188,7 @@ func pollUntil(t *testing.T, d time.Duration) {
 // stopped (every member Unhealthy) nothing is replaced and the condition
 // says why.
 func TestRemediation(t *testing.T) {
+	t.Parallel()
 	pt := newPoolTest(t)
 	target := proxytest.StartHTTPTarget(t)
 	const unhealthyTimeout = 8 * time.Second
@@ -330,6 +333,7 @@ func TestRemediation(t *testing.T) {
 // within its budget; no member lives longer than maxAge plus one rollout
 // step, and Ready members never fall below replicas - maxUnavailable.
 func TestMaxAgeRecycles(t *testing.T) {
+	t.Parallel()
 	pt := newPoolTest(t)
 	target := proxytest.StartHTTPTarget(t)
 	const maxAge = 20 * time.Second

@@ -28,6 +28,7 @@ import (
 // their instances. Status, events, the printer columns and the removal
 // metric say why.
 func TestBurnedMemberIsRecycled(t *testing.T) {
+	t.Parallel()
 	pt := newPoolTest(t)
 	target := proxytest.StartHTTPTarget(t)
 	domains := []string{"shop.example", "news.example", "maps.example"}
@@ -171,6 +172,7 @@ func TestBurnedMemberIsRecycled(t *testing.T) {
 // it carries the Recycled condition), a successor takes its place, and it
 // goes when the lease is released. The other member keeps its instance.
 func TestUsedUpMemberIsRecycled(t *testing.T) {
+	t.Parallel()
 	pt := newPoolTest(t)
 	target := proxytest.StartHTTPTarget(t)
 	pt.create(newPool("use", 2, target.URL, func(p *crawlv1alpha1.ProxyPool) {

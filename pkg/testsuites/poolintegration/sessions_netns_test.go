@@ -224,6 +224,7 @@ func (pt *poolTest) sessionsReady(ctx context.Context, pool string, n int) (map[
 // destinations through a member's username; and scaled to zero, the
 // sessions go and then the instance.
 func TestSessionPoolOnOneRangedInstance(t *testing.T) {
+	t.Parallel()
 	pt := newPoolTest(t, "--providers=session")
 	rig := startSessionRig(t, filepath.Join(filepath.Dir(shared.Get(t).Binary), "forward-proxy"))
 	pt.createCredentialsSecret("instance-auth", map[string]string{"username": sessUser, "password": sessPassword})

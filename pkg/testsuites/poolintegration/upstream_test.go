@@ -126,6 +126,7 @@ func sessionOf(p *crawlv1alpha1.Proxy) string {
 // a new IP; a member forced onto another's exit IP is re-rolled; the
 // vendor's password appears in no status, event or log.
 func TestUpstreamPoolIsOneExitIPPerMember(t *testing.T) {
+	t.Parallel()
 	vendor := proxytest.StartVendorSquid(t, proxytest.VendorOptions{UsernamePattern: vendorPattern, Password: vendorPassword, ExitIPs: 12})
 	echo := echoServer(t)
 	pt := newPoolTest(t, "--providers=upstream")
@@ -240,6 +241,7 @@ func TestUpstreamPoolIsOneExitIPPerMember(t *testing.T) {
 // shape keeps the session from Ready with a condition that names the
 // fields to check, never the password; fixing the Secret heals it.
 func TestUpstreamRefusalSaysWhy(t *testing.T) {
+	t.Parallel()
 	vendor := proxytest.StartVendorSquid(t, proxytest.VendorOptions{UsernamePattern: vendorPattern, Password: vendorPassword, ExitIPs: 4})
 	echo := echoServer(t)
 	pt := newPoolTest(t, "--providers=upstream")
@@ -334,6 +336,7 @@ func (pt *poolTest) noPasswordShown(t *testing.T, password string, events []core
 // (examples/pool-mixed.yaml's setup): its four download slots (four target
 // hosts) take the four members, so the target sees both kinds of exit IP.
 func TestScrapyCrawlsOwnAndNetworkIPs(t *testing.T) {
+	t.Parallel()
 	const scrapyBin = "/usr/bin/scrapy"
 	integration.Needs(t, "scrapy from Debian (`make deps`)")
 	if _, err := exec.LookPath(scrapyBin); err != nil {
