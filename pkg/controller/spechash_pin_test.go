@@ -10,12 +10,14 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
+	"github.com/proxyfleet/proxy-operator/pkg/operator"
 )
 
 // pinnedHash is the spec-hash annotation the operator writes for a spec,
-// a resolved cloud-init and a credentials digest.
+// a resolved cloud-init and a credentials digest: with the providers
+// compiled in.
 func pinnedHash(spec crawlv1alpha1.ProxySpec, cloudInit []byte, credentialsDigest string) string {
-	return controller.SpecHash(spec, cloudInit, credentialsDigest)
+	return controller.SpecHash(operator.BuiltinProviders(), spec, cloudInit, credentialsDigest)
 }
 
 // TestSpecHashesArePinned: the spec hash of an existing Proxy never
