@@ -1,6 +1,8 @@
 package controller_test
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -14,7 +16,8 @@ import (
 
 // TestSpecHashCoversEachProvidersBlock: with the operator's registry, a
 // change of a provider's block is a new instance, except for upstream,
-// whose block makes no instance (a session is a new Proxy).
+// whose block makes no instance (a session is a new Proxy). A provider
+// added later is covered by TestSpecHashHasEveryRegisteredBlock.
 func TestSpecHashCoversEachProvidersBlock(t *testing.T) {
 	type spec = crawlv1alpha1.ProxySpec
 	managed := func(p crawlv1alpha1.ProviderName, block func(*spec)) spec {
@@ -56,9 +59,6 @@ func TestSpecHashCoversEachProvidersBlock(t *testing.T) {
 			managed("upstream", func(s *spec) { s.Upstream = &crawlv1alpha1.UpstreamProvider{UsernameTemplate: "b-{session}"} })},
 	}
 	registry := operator.BuiltinProviders()
-	if got, want := len(tests), len(registry); got != want {
-		t.Errorf("%d providers tested, %d registered: test every one", got, want)
-	}
 	replaces, want := map[crawlv1alpha1.ProviderName]bool{}, map[crawlv1alpha1.ProviderName]bool{}
 	for name, tc := range tests {
 		replaces[name] = controller.SpecHash(registry, tc.before, nil, "") != controller.SpecHash(registry, tc.after, nil, "")
@@ -66,6 +66,32 @@ func TestSpecHashCoversEachProvidersBlock(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, replaces); diff != "" {
 		t.Errorf("a change of the provider's block replaces the instance (-want +got):\n%s", diff)
+	}
+}
+
+// TestSpecHashHasEveryRegisteredBlock: for every provider of the
+// operator's registry, whichever comes, a spec with its block (empty, as
+// the API server may store it) hashes unlike one without, unless the
+// provider hashes nothing of its block.
+func TestSpecHashHasEveryRegisteredBlock(t *testing.T) {
+	registry := operator.BuiltinProviders()
+	blocks := map[string]reflect.StructField{}
+	for f := range reflect.TypeFor[crawlv1alpha1.ProxySpec]().Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		blocks[name] = f
+	}
+	for _, reg := range registry {
+		field, ok := blocks[reg.Block.Field]
+		if !ok || field.Type.Kind() != reflect.Pointer {
+			continue // no block, or not a pointer: registry.Check and the operator's tests refuse those
+		}
+		without := crawlv1alpha1.ProxySpec{Mode: crawlv1alpha1.ModeManaged, Provider: reg.Name}
+		with := without
+		reflect.ValueOf(&with).Elem().FieldByIndex(field.Index).Set(reflect.New(field.Type.Elem()))
+		differ := controller.SpecHash(registry, with, nil, "") != controller.SpecHash(registry, without, nil, "")
+		if want := reg.Block.Hashed != nil; differ != want {
+			t.Errorf("provider %s: a spec with spec.%s hashes unlike one without: %v, want %v", reg.Name, reg.Block.Field, differ, want)
+		}
 	}
 }
 

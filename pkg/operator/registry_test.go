@@ -140,6 +140,9 @@ func TestMadeUpProviderRegistersItself(t *testing.T) {
 	})
 
 	t.Run("validation", func(t *testing.T) {
+		if names := registry.Names(); slices.Contains(names, "gce") || names[len(names)-1] != "madeup" {
+			t.Fatalf("the test's registry is %v: want madeup last and no gce", names)
+		}
 		for name, tc := range map[string]struct {
 			args    []string
 			wantErr string
@@ -150,7 +153,7 @@ func TestMadeUpProviderRegistersItself(t *testing.T) {
 			"a flag checked while not enabled": {args: []string{"--madeup-token-secret=madeup"},
 				wantErr: `--madeup-token-secret: must be namespace/name, got "madeup"`},
 			"gce is not known": {args: []string{"--providers=gce"},
-				wantErr: `--providers: unknown provider "gce" (known: kubernetes, local, aws, hetzner, digitalocean, azure, upstream, session, madeup)`},
+				wantErr: `--providers: unknown provider "gce" (known: ` + strings.Join(registry.Names(), ", ") + ")"},
 		} {
 			t.Run(name, func(t *testing.T) {
 				o, _ := parse(t, tc.args...)
