@@ -104,6 +104,21 @@ type Env struct {
 	ReadSecret func(ctx context.Context, flag, ref string) (*corev1.Secret, error)
 }
 
+// ReadToken reads the Secret a flag names (ReadSecret) and returns its key,
+// trimmed of white space: an API token. A Secret without it fails naming
+// the flag, the Secret and the key, never a value.
+func (e Env) ReadToken(ctx context.Context, flag, ref, key string) (string, error) {
+	secret, err := e.ReadSecret(ctx, flag, ref)
+	if err != nil {
+		return "", err
+	}
+	token := strings.TrimSpace(string(secret.Data[key]))
+	if token == "" {
+		return "", fmt.Errorf("--%s %s: no key %q", flag, ref, key)
+	}
+	return token, nil
+}
+
 // Secrets reads a Secret of a Proxy's namespace, live: what providers that
 // configure an instance with its Proxy's credentials read them with.
 func (e Env) Secrets(ctx context.Context, namespace, name string) (*corev1.Secret, error) {

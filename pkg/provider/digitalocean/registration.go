@@ -3,9 +3,7 @@ package digitalocean
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
-	"strings"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
@@ -71,13 +69,9 @@ func (s *Settings) Validate(enabled bool) []error {
 // New reads the API token from the Secret --digitalocean-token-secret
 // names (once, never logged).
 func (s *Settings) New(ctx context.Context, env provider.Env) (provider.Provider, error) {
-	secret, err := env.ReadSecret(ctx, tokenSecretFlag, s.TokenSecret)
+	token, err := env.ReadToken(ctx, tokenSecretFlag, s.TokenSecret, TokenSecretKey)
 	if err != nil {
 		return nil, err
-	}
-	token := strings.TrimSpace(string(secret.Data[TokenSecretKey]))
-	if token == "" {
-		return nil, fmt.Errorf("--%s %s: no key %q", tokenSecretFlag, s.TokenSecret, TokenSecretKey)
 	}
 	p, err := New(Options{
 		Token: token, ClusterID: s.ClusterID, Region: s.Region,

@@ -3,9 +3,7 @@ package hetzner
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
-	"strings"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
@@ -65,13 +63,9 @@ func (s *Settings) Validate(enabled bool) []error {
 // names (once, never logged); $HCLOUD_ENDPOINT, as for Hetzner's CLI,
 // replaces the API's address (tests, an egress proxy).
 func (s *Settings) New(ctx context.Context, env provider.Env) (provider.Provider, error) {
-	secret, err := env.ReadSecret(ctx, tokenSecretFlag, s.TokenSecret)
+	token, err := env.ReadToken(ctx, tokenSecretFlag, s.TokenSecret, TokenSecretKey)
 	if err != nil {
 		return nil, err
-	}
-	token := strings.TrimSpace(string(secret.Data[TokenSecretKey]))
-	if token == "" {
-		return nil, fmt.Errorf("--%s %s: no key %q", tokenSecretFlag, s.TokenSecret, TokenSecretKey)
 	}
 	p, err := New(Options{
 		Token: token, ClusterID: s.ClusterID, Location: s.Location,

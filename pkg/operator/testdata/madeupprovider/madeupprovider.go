@@ -22,8 +22,6 @@ package madeupprovider
 import (
 	"context"
 	"flag"
-	"fmt"
-	"strings"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
@@ -108,13 +106,9 @@ type Provider struct {
 
 // New reads the API token from the Secret --madeup-token-secret names.
 func (s *Settings) New(ctx context.Context, env provider.Env) (provider.Provider, error) {
-	secret, err := env.ReadSecret(ctx, tokenSecretFlag, s.TokenSecret)
+	token, err := env.ReadToken(ctx, tokenSecretFlag, s.TokenSecret, TokenSecretKey)
 	if err != nil {
 		return nil, err
-	}
-	token := strings.TrimSpace(string(secret.Data[TokenSecretKey]))
-	if token == "" {
-		return nil, fmt.Errorf("--%s %s: no key %q", tokenSecretFlag, s.TokenSecret, TokenSecretKey)
 	}
 	return &Provider{Provider: fake.New(), Region: s.Region, ClusterID: s.ClusterID, TokenLength: len(token)}, nil
 }
