@@ -50,8 +50,8 @@ func main() {
 	var cfg config
 	fs := options.NewFlagSet(&cfg)
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: exits 2 on a bad flag, 0 after -help
-	if local := cfg.LocalProvider(); local.StateDir == "" {
-		local.StateDir = filepath.Join(cfg.Dir, "instances")
+	if settings := cfg.LocalProvider(); settings.StateDir == "" {
+		settings.StateDir = filepath.Join(cfg.Dir, "instances")
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
