@@ -56,9 +56,7 @@ func run() int {
 	ctx, stop := signalContext()
 	defer stop()
 
-	providers := operator.BuiltinProviders()
-
-	if err := operator.Run(ctx, opts, providers); err != nil {
+	if err := operator.Run(ctx, opts); err != nil {
 		klog.Background().Error(err, "proxy-operator failed")
 		return 1
 	}

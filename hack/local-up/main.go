@@ -50,8 +50,8 @@ func main() {
 	var cfg config
 	fs := options.NewFlagSet(&cfg)
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: exits 2 on a bad flag, 0 after -help
-	if cfg.Operator.LocalStateDir == "" {
-		cfg.Operator.LocalStateDir = filepath.Join(cfg.Dir, "instances")
+	if settings := cfg.LocalProvider(); settings.StateDir == "" {
+		settings.StateDir = filepath.Join(cfg.Dir, "instances")
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -178,9 +178,9 @@ func runOperator(ctx context.Context, cfg config) error {
 	} else {
 		gatewayDone <- nil
 	}
-	err := operator.Run(ctx, cfg.Operator, operator.BuiltinProviders())
+	err := operator.Run(ctx, cfg.Operator)
 	err = errors.Join(err, <-gatewayDone)
-	if stopErr := stopLocalInstances(context.WithoutCancel(ctx), cfg.Operator.LocalStateDir); stopErr != nil {
+	if stopErr := stopLocalInstances(context.WithoutCancel(ctx), cfg.LocalProvider().StateDir); stopErr != nil {
 		err = errors.Join(err, stopErr)
 	}
 	return err

@@ -92,6 +92,10 @@ type Config struct {
 	// fails. The controller also asks them what their instances differ in
 	// (rendered credentials, whether an instance is configured with them).
 	Providers provider.Set
+	// Registry is every provider compiled in, with what of its spec block
+	// makes an instance: the spec hash encodes those blocks. nil hashes no
+	// provider's block, for tests whose Proxies' blocks do not matter.
+	Registry provider.Registry
 	// Health reports probe verdicts; nil means none yet (no Healthy condition).
 	Health HealthSource
 	// Recorder records events; nil starts a broadcaster to the API in Run.
@@ -127,6 +131,7 @@ type Controller struct {
 	indexer   cache.Indexer
 	synced    []cache.InformerSynced
 	providers provider.Set
+	registry  provider.Registry
 	health    HealthSource
 	recorder  record.EventRecorder
 	clock     clock.PassiveClock
@@ -146,6 +151,7 @@ func NewController(cfg Config) (*Controller, error) {
 		secrets:          cfg.SecretInformer.Lister(),
 		indexer:          cfg.ProxyInformer.Informer().GetIndexer(),
 		providers:        cfg.Providers,
+		registry:         cfg.Registry,
 		health:           cfg.Health,
 		recorder:         cfg.Recorder,
 		clock:            cfg.Clock,

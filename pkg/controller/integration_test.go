@@ -19,6 +19,8 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/controller"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/fake"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
@@ -53,7 +55,9 @@ func startController(t *testing.T, opts harnessOptions) *harness {
 		providers[crawlv1alpha1.ProviderKubernetes] = opts.kubernetes
 	}
 	return &harness{
-		Harness:  controllertest.Start(t, env.Config, controllertest.Options{Providers: providers, Workers: opts.workers}),
+		Harness: controllertest.Start(t, env.Config, controllertest.Options{Providers: providers, Workers: opts.workers,
+			// The fakes stand in for these two: their blocks hash as in production.
+			Registry: provider.Registry{local.Registration(), kubernetes.Registration()}}),
 		provider: opts.provider,
 	}
 }

@@ -69,7 +69,7 @@ func (c *Controller) reconcileManaged(ctx context.Context, p *crawlv1alpha1.Prox
 		c.refuseCredentials(p, err)
 		return done, err
 	}
-	hash := instanceHash(p, cloudInit, credentials)
+	hash := instanceHash(c.registry, p, cloudInit, credentials)
 	recorded := p.Annotations[crawlv1alpha1.SpecHashAnnotation]
 
 	if p.Status.ProviderID == "" {

@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -16,9 +17,9 @@ import (
 // its budget), so the Proxy controller must not replace every member at
 // the same moment. Changes to the member's own spec still replace it, but
 // the pool never edits a member's spec.
-func instanceHash(p *crawlv1alpha1.Proxy, cloudInit []byte, credentialsDigest string) string {
+func instanceHash(registry provider.Registry, p *crawlv1alpha1.Proxy, cloudInit []byte, credentialsDigest string) string {
 	if !isPoolMember(p) {
-		return specHash(p.Spec, cloudInit, credentialsDigest)
+		return specHash(registry, p.Spec, cloudInit, credentialsDigest)
 	}
 	if p.Spec.CloudInit == nil || p.Spec.CloudInit.Inline == nil {
 		cloudInit = nil // the Secret's content, pinned at creation
@@ -29,7 +30,7 @@ func instanceHash(p *crawlv1alpha1.Proxy, cloudInit []byte, credentialsDigest st
 	// Generated credentials are the member's own (never shared, never
 	// rotated by the pool): an instance without them, from before they
 	// existed, or after the Secret was deleted and generated anew, must go.
-	return specHash(p.Spec, cloudInit, credentialsDigest)
+	return specHash(registry, p.Spec, cloudInit, credentialsDigest)
 }
 
 // isPoolMember says whether a ProxyPool of our group controls p (the kind

@@ -42,7 +42,7 @@ func TestInstanceHashPinsSecretsOfPoolMembers(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			changed := instanceHash(tc.p, tc.before, tc.credsBefore) != instanceHash(tc.p, tc.after, tc.credsAfter)
+			changed := instanceHash(nil, tc.p, tc.before, tc.credsBefore) != instanceHash(nil, tc.p, tc.after, tc.credsAfter)
 			if changed != tc.wantChanged {
 				t.Errorf("hash changed: %v, want %v", changed, tc.wantChanged)
 			}

@@ -78,7 +78,7 @@ func withHash(p *crawlv1alpha1.Proxy) {
 	if proxyaccess.UsesGeneratedCredentials(p) {
 		digest = generatedDigest
 	}
-	withHashOf(specHash(p.Spec, nil, digest))(p)
+	withHashOf(specHash(nil, p.Spec, nil, digest))(p)
 }
 
 // generatedSecret is the credentials Secret the controller would have
@@ -531,7 +531,7 @@ func TestSync(t *testing.T) {
 			wantStatus:    &statusView{Phase: crawlv1alpha1.PhaseProvisioning, ProviderID: testProviderID, IP: "127.0.0.2", Conditions: []string{"Provisioned=True/Created"}},
 			wantEvents:    []string{"Normal Created"},
 			wantHashSet:   true,
-			wantHash:      specHash(newProxy().Spec, nil, generatedDigest),
+			wantHash:      specHash(nil, newProxy().Spec, nil, generatedDigest),
 		},
 		"a Secret of the generated name that the Proxy does not control: CredentialsError, never overwritten": {
 			proxy:             newProxy(withFinalizer),
@@ -548,7 +548,7 @@ func TestSync(t *testing.T) {
 		},
 		"upgrade: an open instance from before generated credentials is replaced": {
 			proxy: newProxy(withFinalizer, func(p *crawlv1alpha1.Proxy) {
-				withHashOf(specHash(p.Spec, nil, ""))(p)
+				withHashOf(specHash(nil, p.Spec, nil, ""))(p)
 			}, withRunningStatus, withObservedStatus),
 			setupProvider: runningInstance,
 			wantRequeue:   DeletionPoll,
@@ -574,7 +574,7 @@ func TestSync(t *testing.T) {
 		},
 		"upgrade: a running instance whose spec.auth Secret is unmarked is not Ready, and is kept": {
 			proxy: newProxy(withFinalizer, withAuth, func(p *crawlv1alpha1.Proxy) {
-				withHashOf(specHash(p.Spec, nil, digestOf("s3cret")))(p)
+				withHashOf(specHash(nil, p.Spec, nil, digestOf("s3cret")))(p)
 			}, withRunningStatus, withCondition(crawlv1alpha1.ConditionHealthy, metav1.ConditionTrue, ReasonProbeSucceeded, "target answered 204"), withObservedStatus),
 			secrets:       []*corev1.Secret{unmarked(credentialsSecret("s3cret"))},
 			setupProvider: runningInstance,
@@ -594,7 +594,7 @@ func TestSync(t *testing.T) {
 		},
 		"credentials unchanged: no replace": {
 			proxy: newProxy(withFinalizer, withAuth, func(p *crawlv1alpha1.Proxy) {
-				withHashOf(specHash(p.Spec, nil, digestOf("old-password")))(p)
+				withHashOf(specHash(nil, p.Spec, nil, digestOf("old-password")))(p)
 			}, withRunningStatus, withObservedStatus),
 			secrets:       []*corev1.Secret{credentialsSecret("old-password")},
 			setupProvider: runningInstance,
@@ -603,7 +603,7 @@ func TestSync(t *testing.T) {
 		},
 		"credentials rotated: the instance is replaced": {
 			proxy: newProxy(withFinalizer, withAuth, func(p *crawlv1alpha1.Proxy) {
-				withHashOf(specHash(p.Spec, nil, digestOf("old-password")))(p)
+				withHashOf(specHash(nil, p.Spec, nil, digestOf("old-password")))(p)
 			}, withRunningStatus, withObservedStatus),
 			secrets:       []*corev1.Secret{credentialsSecret("new-password")},
 			setupProvider: runningInstance,

@@ -157,6 +157,7 @@ func newControllerAndEngine(o Options, c clients, proxyInformer crawlinformersv1
 		ProxyInformer:    proxyInformer,
 		SecretInformer:   secretInformer,
 		Providers:        enabled,
+		Registry:         o.Registry(),
 		Health:           engine,
 		Metrics:          m,
 		WorkqueueMetrics: m.WorkqueueProvider(),

@@ -1,13 +1,33 @@
 package operator
 
 import (
+	"context"
+	"flag"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
+
+// buildWithFlags builds the provider called name as the operator would
+// with the command line args: from the settings the flag set parsed, with
+// the operator's environment (its Secret reader).
+func buildWithFlags(ctx context.Context, t *testing.T, kube kubernetes.Interface, name crawlv1alpha1.ProviderName, args ...string) (provider.Provider, error) {
+	t.Helper()
+	opts := DefaultOptions()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	opts.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return opts.ProviderSettings(name).New(ctx, providerEnv(kube, opts))
+}
 
 // The hetzner provider starts from the token in the Secret its flag names;
 // a Secret without one fails naming the flag and the key, not the value.
@@ -22,12 +42,10 @@ func TestNewHetznerProviderReadsTheTokenSecret(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			kube := kubefake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "hcloud"}, Data: tc.data})
-			opts := DefaultOptions()
-			opts.HetznerTokenSecret, opts.HetznerClusterID = "ops/hcloud", "prod"
-			prov, err := newHetznerProvider(t.Context(), ProviderEnv{KubeClient: kube, Options: opts})
+			prov, err := buildWithFlags(t.Context(), t, kube, crawlv1alpha1.ProviderHetzner, "--hetzner-token-secret=ops/hcloud", "--hetzner-cluster-id=prod")
 			switch {
 			case tc.wantErr == "" && (err != nil || prov == nil):
-				t.Fatalf("newHetznerProvider: %v", err)
+				t.Fatalf("building the provider: %v", err)
 			case tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr):
 				t.Fatalf("error %v, want %q", err, tc.wantErr)
 			case err != nil && strings.Contains(err.Error(), "s3cret"):
@@ -50,12 +68,10 @@ func TestNewDigitalOceanProviderReadsTheTokenSecret(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			kube := kubefake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "do"}, Data: tc.data})
-			opts := DefaultOptions()
-			opts.DigitalOceanTokenSecret, opts.DigitalOceanClusterID = "ops/do", "prod"
-			prov, err := newDigitalOceanProvider(t.Context(), ProviderEnv{KubeClient: kube, Options: opts})
+			prov, err := buildWithFlags(t.Context(), t, kube, crawlv1alpha1.ProviderDigitalOcean, "--digitalocean-token-secret=ops/do", "--digitalocean-cluster-id=prod")
 			switch {
 			case tc.wantErr == "" && (err != nil || prov == nil):
-				t.Fatalf("newDigitalOceanProvider: %v", err)
+				t.Fatalf("building the provider: %v", err)
 			case tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr):
 				t.Fatalf("error %v, want %q", err, tc.wantErr)
 			case err != nil && strings.Contains(err.Error(), "s3cret"):
@@ -80,12 +96,11 @@ func TestNewAzureProviderReadsTheCredentialsSecret(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			kube := kubefake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: "az"}, Data: tc.data})
-			opts := DefaultOptions()
-			opts.AzureCredentialsSecret, opts.AzureClusterID, opts.AzureSubscriptionID, opts.AzureResourceGroup = "ops/az", "prod", "sub", "rg"
-			prov, err := newAzureProvider(t.Context(), ProviderEnv{KubeClient: kube, Options: opts})
+			prov, err := buildWithFlags(t.Context(), t, kube, crawlv1alpha1.ProviderAzure,
+				"--azure-credentials-secret=ops/az", "--azure-cluster-id=prod", "--azure-subscription-id=sub", "--azure-resource-group=rg")
 			switch {
 			case tc.wantErr == "" && (err != nil || prov == nil):
-				t.Fatalf("newAzureProvider: %v", err)
+				t.Fatalf("building the provider: %v", err)
 			case tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr):
 				t.Fatalf("error %v, want %q", err, tc.wantErr)
 			case err != nil && strings.Contains(err.Error(), "s3cret"):

@@ -22,7 +22,7 @@ func TestGeoIPDatabaseThatDoesNotOpenFailsTheStart(t *testing.T) {
 		o := operator.DefaultOptions()
 		o.GeoIPDatabase = path
 		o.Kubeconfig = filepath.Join(t.TempDir(), "no-kubeconfig") // never read
-		err := operator.Run(context.Background(), o, nil)
+		err := operator.Run(context.Background(), o)
 		if err == nil || !strings.Contains(err.Error(), "--geoip-database") || !strings.Contains(err.Error(), path) {
 			t.Errorf("Run with --geoip-database=%s: %v; want an error naming the flag and the file", path, err)
 		}

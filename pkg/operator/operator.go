@@ -26,7 +26,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -66,11 +65,10 @@ var errLostLease = errors.New("lost the leader lease; exiting so that the Pod re
 // requested shutdown, and an error when start-up fails, a server fails, or
 // this replica loses the lease.
 //
-// providers holds the providers compiled into the binary; --providers picks
-// the enabled ones, and naming one that is missing is a start-up error.
-// Each step is in assemble.go; every part is built before anything runs, so
+// o holds the providers compiled into the binary (NewOptions); --providers
+// picks the enabled ones. Each step is in assemble.go; every part is built before anything runs, so
 // a bad configuration fails start-up, not the first election won.
-func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
+func Run(ctx context.Context, o Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
@@ -85,7 +83,7 @@ func Run(ctx context.Context, o Options, providers ProviderRegistry) error {
 	}
 	m := metrics.New(metricLabels())
 	m.SetBuildInfo(Version())
-	enabled, err := buildProviders(ctx, o.Providers, providers, ProviderEnv{KubeClient: c.kube, RESTConfig: rest.CopyConfig(c.cfg), Options: o})
+	enabled, err := buildProviders(ctx, o, providerEnv(c.kube, o))
 	if err != nil {
 		return stoppedOrFailed(ctx, err)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +18,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/dashboard"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
-	kubernetesprovider "github.com/proxyfleet/proxy-operator/pkg/provider/kubernetes"
+	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
 // Lease API authentication modes (--lease-auth).
@@ -105,50 +104,17 @@ type Options struct {
 	// record a new probe latency, fleet-wide (verdicts are never held back).
 	// 0 means LatencyShareOfQPS of KubeAPIQPS.
 	HealthLatencyUpdatesPerSecond float64
-	// Providers are the enabled providers (spec.provider values); each needs
-	// a factory in the ProviderRegistry given to Run.
+	// Providers are the enabled providers (spec.provider values), among
+	// the registered ones.
 	Providers []string
-	// KubernetesDefaultImage is the Pod image when spec.kubernetes.image is empty.
-	KubernetesDefaultImage string
-	// GCEProject and GCEZone are the defaults of spec.gce.project and zone;
-	// GCECredentialsSecret ("namespace/name", key key.json) holds a
-	// service-account key, empty for Application Default Credentials.
-	GCEProject, GCEZone  string
-	GCECredentialsSecret string
-	// AWSRegion is the default of spec.aws.region; AWSClusterID tags every
-	// EC2 instance (required with the aws provider);
-	// AWSCredentialsSecret ("namespace/name") holds static keys, empty for
-	// the SDK's default chain (docs/aws.md).
-	AWSRegion, AWSClusterID string
-	AWSCredentialsSecret    string
-	// HetznerLocation is the default of spec.hetzner.location;
-	// HetznerClusterID labels every server (required with the hetzner
-	// provider); HetznerTokenSecret ("namespace/name", key token) holds the
-	// project's API token (required; docs/hetzner.md).
-	HetznerLocation, HetznerClusterID string
-	HetznerTokenSecret                string
-	// DigitalOceanRegion is the default of spec.digitalocean.region;
-	// DigitalOceanClusterID tags every droplet (required with the
-	// digitalocean provider); DigitalOceanTokenSecret ("namespace/name",
-	// key token) holds the scoped API token (required; docs/digitalocean.md).
-	DigitalOceanRegion, DigitalOceanClusterID string
-	DigitalOceanTokenSecret                   string
-	// AzureSubscriptionID and AzureResourceGroup are where every azure VM
-	// is made (required with the azure provider); AzureClusterID tags
-	// every resource (required); AzureLocation and AzureSubnetID are the
-	// defaults of spec.azure; AzureCredentialsSecret ("namespace/name",
-	// keys tenantID, clientID, clientSecret) is the fallback to workload
-	// identity (docs/azure.md).
-	AzureSubscriptionID, AzureResourceGroup, AzureClusterID string
-	AzureLocation, AzureSubnetID, AzureCredentialsSecret    string
-	// LocalStateDir is where the local provider keeps its state.
-	LocalStateDir string
+	// registered are the providers these options were made for
+	// (NewOptions), each with its settings: their flags are bound by
+	// AddFlags, checked by Validate and used by Run to build the enabled
+	// ones.
+	registered []registeredProvider
 	// GeoIPDatabase is a MaxMind DB file mapping exit IPs to countries
 	// (status.exitCountry, docs/geography.md); "" for none.
 	GeoIPDatabase string
-	// LocalLoopbackExits gives each local instance its own loopback exit
-	// address (local.Options.LoopbackExits).
-	LocalLoopbackExits bool
 	// GCInterval is how often orphaned provider instances are collected.
 	GCInterval time.Duration
 
@@ -184,8 +150,21 @@ func (o *Options) latencyUpdatesPerSecond() float64 {
 	return float64(o.KubeAPIQPS) * LatencyShareOfQPS
 }
 
-// DefaultOptions returns the defaults of every flag.
-func DefaultOptions() Options {
+// DefaultOptions returns the defaults of every flag, with the providers
+// compiled in (BuiltinProviders).
+func DefaultOptions() Options { return NewOptions(BuiltinProviders()) }
+
+// NewOptions returns the defaults of every flag, with registry's providers
+// and theirs. A registry whose providers collide (provider.Registry.Check)
+// is a programming error: it panics, as a flag defined twice does.
+func NewOptions(registry provider.Registry) Options {
+	if err := registry.Check(); err != nil {
+		panic("operator: the provider registry: " + err.Error())
+	}
+	registered := make([]registeredProvider, 0, len(registry))
+	for _, reg := range registry {
+		registered = append(registered, registeredProvider{Registration: reg, settings: reg.NewSettings()})
+	}
 	return Options{
 		Workers: 3,
 		// A 1,000-proxy fleet after a restart or failover syncs every Proxy
@@ -222,12 +201,12 @@ func DefaultOptions() Options {
 		LeaseMaxStateBytesPerIdentity: store.DefaultMaxStateBytesPerOwner,
 		// In a cluster, Pods; local, gce and aws are opt-in. A Managed Proxy
 		// naming a provider that is not enabled goes Failed.
-		Providers:              []string{string(crawlv1alpha1.ProviderKubernetes)},
-		KubernetesDefaultImage: kubernetesprovider.DefaultImage,
-		GCInterval:             10 * time.Minute,
-		PodName:                os.Getenv("POD_NAME"),
-		PodNamespace:           os.Getenv("POD_NAMESPACE"),
-		Replication:            defaultReplicationOptions(),
+		Providers:    []string{string(crawlv1alpha1.ProviderKubernetes)},
+		registered:   registered,
+		GCInterval:   10 * time.Minute,
+		PodName:      os.Getenv("POD_NAME"),
+		PodNamespace: os.Getenv("POD_NAMESPACE"),
+		Replication:  defaultReplicationOptions(),
 	}
 }
 
@@ -278,29 +257,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 		"How many health probes run at once through one proxy address (host:port); the others wait their turn, and the wait never counts against the proxy. Many Proxies share one address behind a proxy network's super proxy.")
 	fs.Float64Var(&o.HealthLatencyUpdatesPerSecond, "health-latency-updates-per-second", o.HealthLatencyUpdatesPerSecond,
 		fmt.Sprintf("Fleet-wide budget of status writes that only record a new probe latency (status.latencyMillis); verdicts are never held back. Part of --kube-api-qps, so below it. 0: %v%% of --kube-api-qps.", LatencyShareOfQPS*100))
-	fs.Var((*listValue)(&o.Providers), "providers", fmt.Sprintf("Comma-separated providers to enable (%s). A Managed Proxy naming another fails.", strings.Join(knownProviders(), ", ")))
-	fs.StringVar(&o.KubernetesDefaultImage, "kubernetes-default-image", o.KubernetesDefaultImage, "The image of Pod instances whose spec.kubernetes.image is empty (a forward-proxy build).")
-	fs.StringVar(&o.GCEProject, "gce-project", o.GCEProject, "Google Cloud project of gce instances whose spec.gce.project is empty.")
-	fs.StringVar(&o.GCEZone, "gce-zone", o.GCEZone, "Compute Engine zone of gce instances whose spec.gce.zone is empty.")
-	fs.StringVar(&o.GCECredentialsSecret, "gce-credentials-secret", o.GCECredentialsSecret, "namespace/name of a Secret whose key.json is a service-account key for the gce provider; empty: Application Default Credentials.")
-	fs.StringVar(&o.AWSRegion, "aws-region", o.AWSRegion, "AWS Region of aws instances whose spec.aws.region is empty.")
-	fs.StringVar(&o.AWSClusterID, "aws-cluster-id", o.AWSClusterID, "Tag value that scopes every EC2 instance to this cluster, unique among the clusters sharing the AWS account (the cluster's name, say); required when --providers includes aws.")
-	fs.StringVar(&o.AWSCredentialsSecret, "aws-credentials-secret", o.AWSCredentialsSecret, "namespace/name of a Secret with aws_access_key_id and aws_secret_access_key (and optional aws_session_token) for the aws provider; empty: the AWS SDK's default credential chain.")
-	fs.StringVar(&o.HetznerLocation, "hetzner-location", o.HetznerLocation, "Hetzner Cloud location (fsn1, nbg1, hel1, ash, ...) of hetzner servers whose spec.hetzner.location is empty.")
-	fs.StringVar(&o.HetznerClusterID, "hetzner-cluster-id", o.HetznerClusterID, "Label value that scopes every Hetzner Cloud server to this cluster, unique among the clusters sharing the project; required when --providers includes hetzner.")
-	fs.StringVar(&o.HetznerTokenSecret, "hetzner-token-secret", o.HetznerTokenSecret, "namespace/name of a Secret whose key token is a Read & Write API token of the Hetzner Cloud project; required when --providers includes hetzner.")
+	fs.Var((*listValue)(&o.Providers), "providers", fmt.Sprintf("Comma-separated providers to enable (%s). A Managed Proxy naming another fails.", strings.Join(o.Registry().Names(), ", ")))
+	for _, r := range o.registered {
+		r.settings.AddFlags(fs)
+	}
 	fs.StringVar(&o.GeoIPDatabase, "geoip-database", o.GeoIPDatabase, "A GeoIP database file in MaxMind DB format (GeoLite2-Country, say) that maps each proxy's measured exit IP to status.exitCountry when the health check's answer names no country. The operator fails to start when it does not open.")
-	fs.StringVar(&o.DigitalOceanRegion, "digitalocean-region", o.DigitalOceanRegion, "DigitalOcean region (nyc3, ams3, fra1, ...) of digitalocean droplets whose spec.digitalocean.region is empty.")
-	fs.StringVar(&o.DigitalOceanClusterID, "digitalocean-cluster-id", o.DigitalOceanClusterID, "Tag value that scopes every DigitalOcean droplet to this cluster, unique among the clusters sharing the account (letters, digits, dashes, underscores); required when --providers includes digitalocean.")
-	fs.StringVar(&o.DigitalOceanTokenSecret, "digitalocean-token-secret", o.DigitalOceanTokenSecret, "namespace/name of a Secret whose key token is a DigitalOcean API token with the scopes docs/digitalocean.md lists; required when --providers includes digitalocean.")
-	fs.StringVar(&o.AzureSubscriptionID, "azure-subscription-id", o.AzureSubscriptionID, "Azure subscription of azure VMs; required when --providers includes azure.")
-	fs.StringVar(&o.AzureResourceGroup, "azure-resource-group", o.AzureResourceGroup, "Resource group where azure VMs, their NICs, public IPs and security groups are made, the scope of the operator's role (docs/azure.md); required when --providers includes azure.")
-	fs.StringVar(&o.AzureClusterID, "azure-cluster-id", o.AzureClusterID, "Tag value that scopes every Azure resource to this cluster, unique among the clusters sharing the resource group (letters, digits, dashes, underscores); required when --providers includes azure.")
-	fs.StringVar(&o.AzureLocation, "azure-location", o.AzureLocation, "Azure region (westeurope, eastus2, ...) of azure VMs whose spec.azure.location is empty.")
-	fs.StringVar(&o.AzureSubnetID, "azure-subnet-id", o.AzureSubnetID, "Resource ID of the subnet azure VMs join when spec.azure.subnetID is empty.")
-	fs.StringVar(&o.AzureCredentialsSecret, "azure-credentials-secret", o.AzureCredentialsSecret, "namespace/name of a Secret with a service principal's tenantID, clientID and clientSecret; empty: workload identity (docs/azure.md).")
-	fs.StringVar(&o.LocalStateDir, "local-state-dir", o.LocalStateDir, "Directory where the local provider keeps its processes' state. Required when --providers includes local.")
-	fs.BoolVar(&o.LocalLoopbackExits, "local-loopback-exits", o.LocalLoopbackExits, "Give each local instance an exit address of its own in 127.1.0.0/16, so that sites on this machine see one IP per instance (and ban them one by one).")
 	fs.DurationVar(&o.GCInterval, "gc-interval", o.GCInterval, "How often provider instances whose Proxy is gone are collected.")
 	fs.StringVar(&o.PodName, "pod-name", o.PodName, "The operator's own Pod (default $POD_NAME); the leader labels it "+LeaderLabel+"=true for the lease Service.")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "The namespace of the operator's own Pod (default $POD_NAMESPACE).")
@@ -339,11 +300,6 @@ func (v *listValue) Set(s string) error {
 	return nil
 }
 
-// knownProviders are the provider names the API accepts (spec.provider).
-func knownProviders() []string {
-	return []string{string(crawlv1alpha1.ProviderKubernetes), string(crawlv1alpha1.ProviderLocal), string(crawlv1alpha1.ProviderGCE), string(crawlv1alpha1.ProviderAWS), string(crawlv1alpha1.ProviderHetzner), string(crawlv1alpha1.ProviderDigitalOcean), string(crawlv1alpha1.ProviderAzure), string(crawlv1alpha1.ProviderUpstream), string(crawlv1alpha1.ProviderSession)}
-}
-
 // Validate checks every option on its own and against the others; each error
 // names its flag.
 func (o *Options) Validate() error {
@@ -358,6 +314,7 @@ func (o *Options) Validate() error {
 	o.validateHealth(bad)
 	o.validateProviders(bad)
 	errs = append(errs, o.Replication.validate(o.PodNamespace)...)
+	errs = append(errs, o.validateProviderSettings()...)
 	return errors.Join(errs...)
 }
 
@@ -482,63 +439,34 @@ func (o *Options) validateHealth(bad badFlag) {
 	}
 }
 
-// validateProviders checks the provider list and the settings each provider needs.
+// validateProviders checks the provider list and the orphan collection's
+// interval.
 func (o *Options) validateProviders(bad badFlag) {
+	known := o.Registry().Names()
 	seen := map[string]bool{}
 	for _, name := range o.Providers {
 		switch {
-		case !slices.Contains(knownProviders(), name):
-			bad("providers", "unknown provider %q (known: %s)", name, strings.Join(knownProviders(), ", "))
+		case !slices.Contains(known, name):
+			bad("providers", "unknown provider %q (known: %s)", name, strings.Join(known, ", "))
 		case seen[name]:
 			bad("providers", "provider %q is listed twice", name)
 		}
 		seen[name] = true
 	}
-	for _, f := range []struct{ flag, ref string }{{"gce-credentials-secret", o.GCECredentialsSecret}, {"aws-credentials-secret", o.AWSCredentialsSecret}, {"hetzner-token-secret", o.HetznerTokenSecret}, {"digitalocean-token-secret", o.DigitalOceanTokenSecret}, {"azure-credentials-secret", o.AzureCredentialsSecret}} {
-		if ns, name, ok := strings.Cut(f.ref, "/"); f.ref != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
-			bad(f.flag, "must be namespace/name, got %q", f.ref)
-		}
-	}
-	if seen[string(crawlv1alpha1.ProviderAWS)] && o.AWSClusterID == "" {
-		bad("aws-cluster-id", "must be set when --providers includes %s: a name unique to this cluster among those sharing the AWS account, such as the cluster's name", crawlv1alpha1.ProviderAWS)
-	}
-	if seen[string(crawlv1alpha1.ProviderHetzner)] && o.HetznerClusterID == "" {
-		bad("hetzner-cluster-id", "must be set when --providers includes %s: a name unique to this cluster among those sharing the Hetzner Cloud project, such as the cluster's name", crawlv1alpha1.ProviderHetzner)
-	}
-	if seen[string(crawlv1alpha1.ProviderHetzner)] && o.HetznerTokenSecret == "" {
-		bad("hetzner-token-secret", "must be set when --providers includes %s: the Secret holding the project's API token (docs/hetzner.md)", crawlv1alpha1.ProviderHetzner)
-	}
-	if do := string(crawlv1alpha1.ProviderDigitalOcean); seen[do] {
-		switch id := o.DigitalOceanClusterID; {
-		case id == "":
-			bad("digitalocean-cluster-id", "must be set when --providers includes %s: a name unique to this cluster among those sharing the DigitalOcean account, such as the cluster's name", do)
-		case !validTagValue.MatchString(id):
-			bad("digitalocean-cluster-id", "must be 1-63 letters, digits, dashes or underscores (it becomes a DigitalOcean tag), got %q", id)
-		}
-		if o.DigitalOceanTokenSecret == "" {
-			bad("digitalocean-token-secret", "must be set when --providers includes %s: the Secret holding the scoped API token (docs/digitalocean.md)", do)
-		}
-	}
-	if az := string(crawlv1alpha1.ProviderAzure); seen[az] {
-		switch id := o.AzureClusterID; {
-		case id == "":
-			bad("azure-cluster-id", "must be set when --providers includes %s: a name unique to this cluster among those sharing the resource group, such as the cluster's name", az)
-		case !validTagValue.MatchString(id):
-			bad("azure-cluster-id", "must be 1-63 letters, digits, dashes or underscores (it becomes an Azure tag value), got %q", id)
-		}
-		if o.AzureSubscriptionID == "" {
-			bad("azure-subscription-id", "must be set when --providers includes %s", az)
-		}
-		if o.AzureResourceGroup == "" {
-			bad("azure-resource-group", "must be set when --providers includes %s: the group the operator's role is assigned on (docs/azure.md)", az)
-		}
-	}
-	if seen[string(crawlv1alpha1.ProviderLocal)] && o.LocalStateDir == "" {
-		bad("local-state-dir", "must be set when --providers includes %s", crawlv1alpha1.ProviderLocal)
-	}
 	if o.GCInterval <= 0 {
 		bad("gc-interval", "must be positive, got %v", o.GCInterval)
 	}
+}
+
+// validateProviderSettings asks every registered provider to check its
+// flags, telling it whether --providers enables it; each error names its
+// flag.
+func (o *Options) validateProviderSettings() []error {
+	var errs []error
+	for _, r := range o.registered {
+		errs = append(errs, r.settings.Validate(slices.Contains(o.Providers, string(r.Name)))...)
+	}
+	return errs
 }
 
 // checkAddr reports whether addr is a host:port a server can listen on.
@@ -570,7 +498,3 @@ func sameListenAddr(a, b string) bool {
 	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
 	return hostA == hostB || wildcard(hostA) || wildcard(hostB)
 }
-
-// validTagValue is a cluster ID that is a DigitalOcean tag's value (and a
-// label value of the other clouds).
-var validTagValue = regexp.MustCompile(`^[A-Za-z0-9_-]{1,63}$`)

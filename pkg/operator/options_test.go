@@ -17,6 +17,27 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/fake"
 )
 
+// withFlags sets o's flags from args, as a command line would.
+func withFlags(o *Options, args ...string) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		panic(err) // a test's own typo
+	}
+}
+
+// flagValues compares the registered providers' settings by the values of
+// their flags.
+var flagValues = cmp.Transformer("flagValues", func(registered []registeredProvider) map[string]string {
+	fs := flag.NewFlagSet("values", flag.ContinueOnError)
+	for _, r := range registered {
+		r.settings.AddFlags(fs)
+	}
+	values := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { values[f.Name] = f.Value.String() })
+	return values
+})
+
 // validOptions are defaults that pass Validate wherever the test runs.
 func validOptions(mods ...func(*Options)) Options {
 	o := DefaultOptions()
@@ -36,7 +57,7 @@ func TestValidate(t *testing.T) {
 		"defaults": {mod: func(*Options) {}},
 		"every provider, local with a state dir": {mod: func(o *Options) {
 			o.Providers = []string{"kubernetes", "local", "gce"}
-			o.LocalStateDir = "/var/lib/proxy-operator"
+			withFlags(o, "--local-state-dir=/var/lib/proxy-operator")
 		}},
 		"no leader election needs no lease settings": {mod: func(o *Options) {
 			o.LeaderElect = false
@@ -74,8 +95,8 @@ func TestValidate(t *testing.T) {
 		"lease and metrics on one port": {mod: func(o *Options) { o.LeaseAddr, o.MetricsAddr = ":9090", "127.0.0.1:9090" },
 			wantErrs: []string{"--lease-addr: must differ from --metrics-addr"}},
 		"unknown lease auth": {mod: func(o *Options) { o.LeaseAuth = "oidc" }, wantErrs: []string{`--lease-auth: must be "kubernetes" or "none", got "oidc"`}},
-		"unknown provider": {mod: func(o *Options) { o.Providers = []string{"kubernetes", "vultr"} },
-			wantErrs: []string{`--providers: unknown provider "vultr" (known: kubernetes, local, gce, aws, hetzner, digitalocean, azure, upstream, session)`}},
+		"unknown provider": {mod: func(o *Options) { o.Providers = []string{"kubernetes", "nowhere"} },
+			wantErrs: []string{`--providers: unknown provider "nowhere" (known: ` + strings.Join(BuiltinProviders().Names(), ", ") + ")"}},
 		"provider twice":  {mod: func(o *Options) { o.Providers = []string{"gce", "gce"} }, wantErrs: []string{`--providers: provider "gce" is listed twice`}},
 		"local no state":  {mod: func(o *Options) { o.Providers = []string{"local"} }, wantErrs: []string{"--local-state-dir: must be set when --providers includes local"}},
 		"zero gc":         {mod: func(o *Options) { o.GCInterval = 0 }, wantErrs: []string{"--gc-interval: must be positive"}},
@@ -90,15 +111,18 @@ func TestValidate(t *testing.T) {
 		"azure without cluster ID, subscription and group": {mod: func(o *Options) { o.Providers = []string{"azure"} },
 			wantErrs: []string{"--azure-cluster-id: must be set", "--azure-subscription-id: must be set", "--azure-resource-group: must be set"}},
 		"azure credentials secret not namespace/name": {mod: func(o *Options) {
-			o.Providers, o.AzureClusterID, o.AzureSubscriptionID, o.AzureResourceGroup, o.AzureCredentialsSecret = []string{"azure"}, "prod", "sub", "rg", "sp"
+			o.Providers = []string{"azure"}
+			withFlags(o, "--azure-cluster-id=prod", "--azure-subscription-id=sub", "--azure-resource-group=rg", "--azure-credentials-secret=sp")
 		}, wantErrs: []string{`--azure-credentials-secret: must be namespace/name, got "sp"`}},
 		"digitalocean without cluster ID and token": {mod: func(o *Options) { o.Providers = []string{"digitalocean"} },
 			wantErrs: []string{"--digitalocean-cluster-id: must be set", "--digitalocean-token-secret: must be set"}},
 		"digitalocean cluster ID no tag": {mod: func(o *Options) {
-			o.Providers, o.DigitalOceanClusterID, o.DigitalOceanTokenSecret = []string{"digitalocean"}, "prod.eu", "ns/token"
+			o.Providers = []string{"digitalocean"}
+			withFlags(o, "--digitalocean-cluster-id=prod.eu", "--digitalocean-token-secret=ns/token")
 		}, wantErrs: []string{`--digitalocean-cluster-id: must be 1-63 letters, digits, dashes or underscores (it becomes a DigitalOcean tag), got "prod.eu"`}},
 		"hetzner token not namespace/name": {mod: func(o *Options) {
-			o.Providers, o.HetznerClusterID, o.HetznerTokenSecret = []string{"hetzner"}, "prod", "token"
+			o.Providers = []string{"hetzner"}
+			withFlags(o, "--hetzner-cluster-id=prod", "--hetzner-token-secret=token")
 		}, wantErrs: []string{`--hetzner-token-secret: must be namespace/name, got "token"`}},
 		"every problem at once": {
 			mod: func(o *Options) {
@@ -157,7 +181,8 @@ func TestAddFlags(t *testing.T) {
 				o.LeaderElectLeaseDuration, o.LeaderElectRenewDeadline, o.LeaderElectRetryPeriod = 30*time.Second, 20*time.Second, 4*time.Second
 				o.LeaseAddr, o.LeaseAuth, o.MetricsAddr = "127.0.0.1:8081", "none", ":9191"
 				o.HealthLatencyUpdatesPerSecond = 2.5
-				o.HealthWorkers, o.Providers, o.LocalStateDir, o.GCInterval = 5, []string{"kubernetes", "local"}, "/tmp/state", time.Hour
+				o.HealthWorkers, o.Providers, o.GCInterval = 5, []string{"kubernetes", "local"}, time.Hour
+				withFlags(o, "--local-state-dir=/tmp/state")
 			},
 		},
 		"empty providers": {
@@ -181,7 +206,7 @@ func TestAddFlags(t *testing.T) {
 			if tc.want != nil {
 				tc.want(&want)
 			}
-			if diff := cmp.Diff(want, got); diff != "" {
+			if diff := cmp.Diff(want, got, cmp.AllowUnexported(Options{}), flagValues); diff != "" {
 				t.Errorf("options after parsing (-want +got):\n%s", diff)
 			}
 		})
@@ -221,31 +246,41 @@ func TestInClusterNamespace(t *testing.T) {
 	}
 }
 
+// failingSettings are a provider's settings whose build fails.
+type failingSettings struct{ err error }
+
+func (failingSettings) AddFlags(*flag.FlagSet) {}
+
+func (failingSettings) Validate(bool) []error { return nil }
+
+func (f failingSettings) New(context.Context, provider.Env) (provider.Provider, error) {
+	return nil, f.err
+}
+
 func TestBuildProviders(t *testing.T) {
 	fakeProvider := fake.New()
 	errBoom := errors.New("no credentials")
-	registry := ProviderRegistry{
-		"kubernetes": func(context.Context, ProviderEnv) (provider.Provider, error) { return fakeProvider, nil },
-		"gce":        func(context.Context, ProviderEnv) (provider.Provider, error) { return nil, errBoom },
+	registry := provider.Registry{
+		{Name: "kubernetes", NewSettings: provider.NoFlags(func() provider.Provider { return fakeProvider })},
+		{Name: "gce", NewSettings: func() provider.Settings { return failingSettings{errBoom} }},
 	}
 	tests := map[string]struct {
-		names    []string
-		registry ProviderRegistry
-		want     []crawlv1alpha1.ProviderName
-		wantErr  string
+		names   []string
+		want    []crawlv1alpha1.ProviderName
+		wantErr string
 	}{
-		"none enabled":      {registry: registry, want: []crawlv1alpha1.ProviderName{}},
-		"enabled and built": {names: []string{"kubernetes"}, registry: registry, want: []crawlv1alpha1.ProviderName{"kubernetes"}},
-		"enabled, not built": {names: []string{"local"}, registry: registry,
-			wantErr: `--providers: provider "local" is not built into this binary (built in: gce, kubernetes)`},
-		"empty registry": {names: []string{"kubernetes"}, registry: ProviderRegistry{},
-			wantErr: `--providers: provider "kubernetes" is not built into this binary (built in: none)`},
-		"factory fails": {names: []string{"gce"}, registry: registry,
+		"none enabled":      {want: []crawlv1alpha1.ProviderName{}},
+		"enabled and built": {names: []string{"kubernetes"}, want: []crawlv1alpha1.ProviderName{"kubernetes"}},
+		"enabled, not registered": {names: []string{"local"},
+			wantErr: `--providers: unknown provider "local" (known: kubernetes, gce)`},
+		"build fails": {names: []string{"gce"},
 			wantErr: `--providers: starting provider "gce": no credentials`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := buildProviders(t.Context(), tc.names, tc.registry, ProviderEnv{})
+			o := NewOptions(registry)
+			o.Providers = tc.names
+			got, err := buildProviders(t.Context(), o, provider.Env{})
 			if tc.wantErr != "" {
 				if err == nil || err.Error() != tc.wantErr {
 					t.Fatalf("buildProviders() error = %v, want %q", err, tc.wantErr)

@@ -3,55 +3,80 @@ package operator
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
-// ProviderRegistry maps a provider name (a spec.provider value) to the
-// factory that builds it. main passes the providers compiled into the binary;
-// --providers chooses which of them are enabled.
-type ProviderRegistry map[string]ProviderFactory
-
-// ProviderFactory builds one enabled provider at start-up, on every replica
-// (leader or not), so it must not start background work or touch instances:
-// only the leader's controller calls the provider.
-type ProviderFactory func(ctx context.Context, env ProviderEnv) (provider.Provider, error)
-
-// ProviderEnv is what a provider may need from the operator.
-type ProviderEnv struct {
-	// KubeClient talks to the cluster the operator runs against (the Pod
-	// provider creates its Pods there).
-	KubeClient kubernetes.Interface
-	// RESTConfig is the operator's client config (QPS, user agent, credentials).
-	RESTConfig *rest.Config
-	// Options are the operator's flags; LocalStateDir and Namespace, say.
-	Options Options
+// registeredProvider is a provider of the registry with the settings (the
+// flags) of one command line.
+type registeredProvider struct {
+	provider.Registration
+	settings provider.Settings
 }
 
-// buildProviders builds each provider --providers enables.
-func buildProviders(ctx context.Context, names []string, registry ProviderRegistry, env ProviderEnv) (map[crawlv1alpha1.ProviderName]provider.Provider, error) {
-	out := make(map[crawlv1alpha1.ProviderName]provider.Provider, len(names))
-	for _, name := range names {
-		factory, ok := registry[name]
-		if !ok {
-			built := slices.Sorted(maps.Keys(registry))
-			if len(built) == 0 {
-				built = []string{"none"}
-			}
-			return nil, fmt.Errorf("--providers: provider %q is not built into this binary (built in: %s)", name, strings.Join(built, ", "))
+// Registry is the providers o was made for (NewOptions): those
+// --providers may enable.
+func (o *Options) Registry() provider.Registry {
+	registry := make(provider.Registry, 0, len(o.registered))
+	for _, r := range o.registered {
+		registry = append(registry, r.Registration)
+	}
+	return registry
+}
+
+// ProviderSettings are the settings (the flags) of the registered provider
+// called name; nil when none is.
+func (o *Options) ProviderSettings(name crawlv1alpha1.ProviderName) provider.Settings {
+	for _, r := range o.registered {
+		if r.Name == name {
+			return r.settings
 		}
-		p, err := factory(ctx, env)
+	}
+	return nil
+}
+
+// buildProviders builds each provider --providers enables, from its
+// settings, at start-up on every replica.
+func buildProviders(ctx context.Context, o Options, env provider.Env) (map[crawlv1alpha1.ProviderName]provider.Provider, error) {
+	out := make(map[crawlv1alpha1.ProviderName]provider.Provider, len(o.Providers))
+	for _, name := range o.Providers {
+		settings := o.ProviderSettings(crawlv1alpha1.ProviderName(name))
+		if settings == nil { // Validate refuses it first
+			return nil, fmt.Errorf("--providers: unknown provider %q (known: %s)", name, strings.Join(o.Registry().Names(), ", "))
+		}
+		p, err := settings.New(ctx, env)
 		if err != nil {
 			return nil, fmt.Errorf("--providers: starting provider %q: %w", name, err)
 		}
 		out[crawlv1alpha1.ProviderName(name)] = p
 	}
 	return out, nil
+}
+
+// providerEnv is what the operator gives a provider it builds.
+func providerEnv(kube kubernetes.Interface, o Options) provider.Env {
+	return provider.Env{KubeClient: kube, OperatorNamespace: o.PodNamespace, ReadSecret: secretReader(kube)}
+}
+
+// secretReader reads the Secret a provider's flag names as namespace/name,
+// waiting for the API server to answer (provider.Env.ReadSecret).
+func secretReader(kube kubernetes.Interface) func(ctx context.Context, flag, ref string) (*corev1.Secret, error) {
+	return func(ctx context.Context, flag, ref string) (*corev1.Secret, error) {
+		namespace, name, _ := strings.Cut(ref, "/")
+		var secret *corev1.Secret
+		err := untilAPIAnswers(ctx, "--"+flag, func(ctx context.Context) (err error) {
+			secret, err = kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("--%s %s: %w", flag, ref, err)
+		}
+		return secret, nil
+	}
 }

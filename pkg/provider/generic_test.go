@@ -6,9 +6,12 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 )
 
 // genericPackages are the packages that must name no provider: they ask a
@@ -16,48 +19,16 @@ import (
 // (docs/decisions/0250-providers-own-their-quirks.md).
 var genericPackages = []string{"../controller", "../pool", "../health"}
 
-// apiTypes is where the API declares its provider names, the constants
-// of type ProviderName (crawlv1alpha1.ProviderUpstream, ...).
-const apiTypes = "../apis/crawl/v1alpha1/types.go"
-
-// providerConstants reads the names of the API's provider constants, so
-// that a new provider is looked for without a list to keep here.
-func providerConstants(t *testing.T) map[string]bool {
-	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), apiTypes, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := map[string]bool{}
-	for _, decl := range f.Decls {
-		gen, ok := decl.(*ast.GenDecl)
-		if !ok || gen.Tok != token.CONST {
-			continue
-		}
-		for _, spec := range gen.Specs {
-			v := spec.(*ast.ValueSpec)
-			if typ, ok := v.Type.(*ast.Ident); ok && typ.Name == "ProviderName" {
-				for _, name := range v.Names {
-					names[name.Name] = true
-				}
-			}
-		}
-	}
-	if !names["ProviderKubernetes"] || !names["ProviderAzure"] {
-		t.Fatalf("%s: provider constants %v miss ProviderKubernetes or ProviderAzure: the reading is broken", apiTypes, names)
-	}
-	return names
-}
-
 // TestGenericCodeNamesNoProvider reads the production files of the generic
-// packages: no import of a provider implementation, no provider constant,
-// no spec.upstream field, no identifier or string about upstream sessions.
-// Comments are not read: "upstream" as in "the proxy a probe goes through"
-// is a word, not a branch. hashedSpec's per-provider spec blocks are the
-// spec's shape and are not looked for.
+// packages: no import of a provider implementation, no provider constant
+// (every crawlv1alpha1.ProviderName the API declares), no provider block of
+// the spec (spec.gce, ...: the spec hash gets them from the registry), no
+// identifier or string about upstream sessions. Comments are not read:
+// "upstream" as in "the proxy a probe goes through" is a word, not a
+// branch.
 func TestGenericCodeNamesNoProvider(t *testing.T) {
 	const implementations = "github.com/proxyfleet/proxy-operator/pkg/provider/"
-	providerConstant := providerConstants(t)
+	providerConstants, blocks := providerConstants(t), providerBlocks()
 	for _, dir := range genericPackages {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
@@ -80,7 +51,7 @@ func TestGenericCodeNamesNoProvider(t *testing.T) {
 				t.Fatal(err)
 			}
 			complain := func(n ast.Node, what string) {
-				t.Errorf("%s names a provider: %s; ask the provider.Set instead", fset.Position(n.Pos()), what)
+				t.Errorf("%s names a provider: %s; ask the provider.Set, or derive it from the provider.Registry, instead", fset.Position(n.Pos()), what)
 			}
 			ast.Inspect(f, func(n ast.Node) bool {
 				switch n := n.(type) {
@@ -89,8 +60,12 @@ func TestGenericCodeNamesNoProvider(t *testing.T) {
 						complain(n, "imports "+p)
 					}
 					return false // its path is no string to look into
+				case *ast.SelectorExpr:
+					if blocks[n.Sel.Name] {
+						complain(n, "the spec's provider block ."+n.Sel.Name)
+					}
 				case *ast.Ident:
-					if providerConstant[n.Name] || strings.Contains(strings.ToLower(n.Name), "upstream") {
+					if providerConstants[n.Name] || strings.Contains(strings.ToLower(n.Name), "upstream") {
 						complain(n, n.Name)
 					}
 				case *ast.BasicLit:
@@ -102,4 +77,48 @@ func TestGenericCodeNamesNoProvider(t *testing.T) {
 			})
 		}
 	}
+}
+
+// providerConstants are the names of the API's provider constants (the
+// constants of type ProviderName in types.go), so that a new provider is
+// looked for without a change here.
+func providerConstants(t *testing.T) map[string]bool {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "apis", "crawl", "v1alpha1", "types.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, decl := range f.Decls {
+		if gen, ok := decl.(*ast.GenDecl); ok && gen.Tok == token.CONST {
+			for _, spec := range gen.Specs {
+				if v := spec.(*ast.ValueSpec); isIdent(v.Type, "ProviderName") {
+					for _, name := range v.Names {
+						names[name.Name] = true
+					}
+				}
+			}
+		}
+	}
+	if len(names) < 2 {
+		t.Fatalf("found the provider constants %v in types.go: the test no longer recognises them", names)
+	}
+	return names
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
+}
+
+// providerBlocks are the Go names of the Proxy spec's provider blocks (its
+// fields of type *<X>Provider).
+func providerBlocks() map[string]bool {
+	names := map[string]bool{}
+	for f := range reflect.TypeFor[crawlv1alpha1.ProxySpec]().Fields() {
+		if f.Type.Kind() == reflect.Pointer && strings.HasSuffix(f.Type.Elem().Name(), "Provider") {
+			names[f.Name] = true
+		}
+	}
+	return names
 }

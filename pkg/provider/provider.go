@@ -2,8 +2,9 @@
 // proxy instances (Pods, VMs, local processes). The controller never watches
 // instances: it polls them through Get, so a cloud API without watches fits
 // the same flow. This package holds the interface, the instance model, the
-// names and tags every instance carries, and the error classes that decide
-// how the controller retries; it holds no implementation.
+// names and tags every instance carries, the error classes that decide how
+// the controller retries, and the Registration a provider describes itself
+// with (registry.go); it holds no implementation and no list of providers.
 package provider
 
 import (

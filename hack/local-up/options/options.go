@@ -9,8 +9,10 @@ import (
 
 	"k8s.io/klog/v2"
 
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/gatewaycmd"
 	"github.com/proxyfleet/proxy-operator/pkg/operator"
+	"github.com/proxyfleet/proxy-operator/pkg/provider/local"
 )
 
 // Options is local-up's configuration.
@@ -23,6 +25,12 @@ type Options struct {
 	// Gateway is one replica of the gateway tier, run beside the operator
 	// as `proxy-operator gateway` would run (docs/gateway.md).
 	Gateway gatewaycmd.Options
+}
+
+// LocalProvider is the local provider's settings among the operator's
+// (--local-state-dir, --local-loopback-exits).
+func (o *Options) LocalProvider() *local.Settings {
+	return o.Operator.ProviderSettings(crawlv1alpha1.ProviderLocal).(*local.Settings)
 }
 
 // developmentDefaults replace the operator's: one replica, no cluster auth

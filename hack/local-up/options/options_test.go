@@ -32,7 +32,7 @@ func TestDevelopmentDefaultsAndOverrides(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := view{o.Operator.LeaderElect, o.Operator.LeaseAuth, strings.Join(o.Operator.Providers, ","),
-				o.Operator.LeaseAddr, o.Operator.MetricsAddr, o.Operator.LocalStateDir, o.Dir, o.Gateway.Listen}
+				o.Operator.LeaseAddr, o.Operator.MetricsAddr, o.LocalProvider().StateDir, o.Dir, o.Gateway.Listen}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("options (-want +got):\n%s", diff)
 			}

@@ -2870,7 +2870,7 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 					},
 					"provider": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Provider creates the instance of a Managed proxy: kubernetes (a Pod), local (a process on the operator's host, for development), gce (a Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud server), digitalocean (a DigitalOcean droplet), azure (an Azure VM), upstream (a session of a proxy network's super proxy) or session (a session of another Proxy with exit ranges). Required when mode is Managed, forbidden when External. Changing it replaces the instance.\n\nPossible enum values:\n - `\"aws\"` runs each instance as an EC2 instance.\n - `\"azure\"` runs each instance as an Azure virtual machine.\n - `\"digitalocean\"` runs each instance as a DigitalOcean droplet.\n - `\"gce\"` runs each instance as a Compute Engine VM.\n - `\"hetzner\"` runs each instance as a Hetzner Cloud server.\n - `\"kubernetes\"` runs each instance as a Pod in the Proxy's namespace.\n - `\"local\"` runs each instance as a forward-proxy process on the operator's host (development).\n - `\"session\"` makes the Proxy a session of another Proxy's forward-proxy that has exit ranges: one address of its range, picked by the session id (session_types.go).\n - `\"upstream\"` makes the Proxy a sticky session of a commercial proxy network's super proxy (upstream_types.go).",
+							Description: "Provider creates the instance of a Managed proxy: one of the values below, each the name of the block that holds its settings and says what its instance is (spec.gce for gce). Required when mode is Managed, forbidden when External. Changing it replaces the instance.\n\nPossible enum values:\n - `\"aws\"` runs each instance as an EC2 instance.\n - `\"azure\"` runs each instance as an Azure virtual machine.\n - `\"digitalocean\"` runs each instance as a DigitalOcean droplet.\n - `\"gce\"` runs each instance as a Compute Engine VM.\n - `\"hetzner\"` runs each instance as a Hetzner Cloud server.\n - `\"kubernetes\"` runs each instance as a Pod in the Proxy's namespace.\n - `\"local\"` runs each instance as a forward-proxy process on the operator's host (development).\n - `\"session\"` makes the Proxy a session of another Proxy's forward-proxy that has exit ranges: one address of its range, picked by the session id (session_types.go).\n - `\"upstream\"` makes the Proxy a sticky session of a commercial proxy network's super proxy (upstream_types.go).",
 							Type:        []string{"string"},
 							Format:      "",
 							Enum:        []interface{}{"aws", "azure", "digitalocean", "gce", "hetzner", "kubernetes", "local", "session", "upstream"},
@@ -2878,55 +2878,55 @@ func schema_pkg_apis_crawl_v1alpha1_ProxySpec(ref common.ReferenceCallback) comm
 					},
 					"kubernetes": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Kubernetes holds settings for the kubernetes provider.",
+							Description: "Kubernetes holds settings for the kubernetes provider, whose instance is a Pod.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.KubernetesProvider"),
 						},
 					},
 					"local": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Local holds settings for the local provider.",
+							Description: "Local holds settings for the local provider, whose instance is a process on the operator's host, for development.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.LocalProvider"),
 						},
 					},
 					"gce": {
 						SchemaProps: spec.SchemaProps{
-							Description: "GCE holds settings for the gce provider.",
+							Description: "GCE holds settings for the gce provider, whose instance is a Compute Engine VM.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.GCEProvider"),
 						},
 					},
 					"aws": {
 						SchemaProps: spec.SchemaProps{
-							Description: "AWS holds settings for the aws provider.",
+							Description: "AWS holds settings for the aws provider, whose instance is an EC2 instance.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AWSProvider"),
 						},
 					},
 					"hetzner": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Hetzner holds settings for the hetzner provider.",
+							Description: "Hetzner holds settings for the hetzner provider, whose instance is a Hetzner Cloud server.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.HetznerProvider"),
 						},
 					},
 					"digitalocean": {
 						SchemaProps: spec.SchemaProps{
-							Description: "DigitalOcean holds settings for the digitalocean provider.",
+							Description: "DigitalOcean holds settings for the digitalocean provider, whose instance is a DigitalOcean droplet.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.DigitalOceanProvider"),
 						},
 					},
 					"azure": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Azure holds settings for the azure provider.",
+							Description: "Azure holds settings for the azure provider, whose instance is an Azure VM.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.AzureProvider"),
 						},
 					},
 					"upstream": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Upstream holds settings for the upstream provider.",
+							Description: "Upstream holds settings for the upstream provider, whose instance is a session of a proxy network's super proxy.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.UpstreamProvider"),
 						},
 					},
 					"session": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Session holds settings for the session provider.",
+							Description: "Session holds settings for the session provider, whose instance is a session of another Proxy with exit ranges.",
 							Ref:         ref("github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1.SessionProvider"),
 						},
 					},

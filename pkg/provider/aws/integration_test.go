@@ -74,6 +74,7 @@ func startController(t *testing.T, ip string, opts ...ec2test.Option) *harness {
 			NamespacePrefix: "aws-",
 			Workers:         2,
 			Providers:       map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderAWS: prov},
+			Registry:        provider.Registry{aws.Registration()},
 		}),
 		fake: fake, aws: prov, target: proxytest.StartHTTPTarget(t).URL, port: int32(proxytest.Port(t, px.Addr)),
 	}

@@ -66,6 +66,7 @@ func startController(t *testing.T, opts ...azuretest.Option) *harness {
 			NamespacePrefix: "azure-",
 			Workers:         2,
 			Providers:       map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderAzure: prov},
+			Registry:        provider.Registry{azure.Registration()},
 		}),
 		fake: fake, az: prov, target: proxytest.StartHTTPTarget(t).URL,
 	}

@@ -64,6 +64,7 @@ func startController(t *testing.T, opts ...dotest.Option) *harness {
 			NamespacePrefix: "digitalocean-",
 			Workers:         2,
 			Providers:       map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderDigitalOcean: prov},
+			Registry:        provider.Registry{digitalocean.Registration()},
 		}),
 		fake: fake, do: prov, target: proxytest.StartHTTPTarget(t).URL,
 	}

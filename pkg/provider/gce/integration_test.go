@@ -74,6 +74,7 @@ func startController(t *testing.T, fake *gcetest.Server) *harness {
 			NamespacePrefix: "gce-",
 			Workers:         2,
 			Providers:       map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderGCE: prov},
+			Registry:        provider.Registry{gce.Registration()},
 		}),
 		fake: fake, gce: prov, target: proxytest.StartHTTPTarget(t).URL,
 	}

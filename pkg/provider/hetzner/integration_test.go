@@ -64,6 +64,7 @@ func startController(t *testing.T, opts ...hcloudtest.Option) *harness {
 			NamespacePrefix: "hetzner-",
 			Workers:         2,
 			Providers:       map[crawlv1alpha1.ProviderName]provider.Provider{crawlv1alpha1.ProviderHetzner: prov},
+			Registry:        provider.Registry{hetzner.Registration()},
 		}),
 		fake: fake, hetzner: prov, target: proxytest.StartHTTPTarget(t).URL,
 	}

@@ -59,6 +59,7 @@ func start(t *testing.T) *harness {
 		Providers: map[crawlv1alpha1.ProviderName]provider.Provider{
 			crawlv1alpha1.ProviderKubernetes: podprovider.New(kubernetes.NewForConfigOrDie(env.Config), podprovider.Options{DefaultImage: "forward-proxy:test"}),
 		},
+		Registry: provider.Registry{podprovider.Registration()},
 	})}
 	// Registered after the controller's cleanup, so it runs before it: the
 	// proxies stop while the controller still runs.

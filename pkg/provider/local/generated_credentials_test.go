@@ -43,6 +43,7 @@ func TestManagedProxyWithoutAuthIsNeverOpen(t *testing.T) {
 	h := controllertest.Start(t, apiServer(t).Config, controllertest.Options{
 		NamespacePrefix: "local-open-",
 		Workers:         2,
+		Registry:        provider.Registry{local.Registration()},
 		ProvidersWithSecrets: func(secrets corelisters.SecretLister) map[crawlv1alpha1.ProviderName]provider.Provider {
 			lp, err := local.New(local.Options{
 				StateDir: stateDir,

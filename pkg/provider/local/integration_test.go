@@ -70,6 +70,7 @@ func runOperator(t *testing.T, ns, stateDir string) (*countingProvider, func()) 
 	h := controllertest.Start(t, apiServer(t).Config, controllertest.Options{
 		Namespace: ns,
 		Workers:   2,
+		Registry:  provider.Registry{local.Registration()},
 		ProvidersWithSecrets: func(secrets corelisters.SecretLister) map[crawlv1alpha1.ProviderName]provider.Provider {
 			lp, err := local.New(local.Options{
 				StateDir: stateDir,

@@ -44,6 +44,11 @@ type Options struct {
 	// controller's own informer and its result added to Providers: for
 	// providers that read Secrets as the operator wires them.
 	ProvidersWithSecrets func(corelisters.SecretLister) map[crawlv1alpha1.ProviderName]provider.Provider
+	// Registry declares the providers whose spec blocks the spec hash
+	// covers (controller.Config.Registry): a suite that changes a block
+	// and expects a new instance passes its provider's Registration. Nil:
+	// no block is hashed.
+	Registry provider.Registry
 
 	// Namespace, when set, is an existing namespace to run in; otherwise a
 	// new one is created with NamespacePrefix (default "ctrl-") and
@@ -147,6 +152,7 @@ func Start(t *testing.T, cfg *rest.Config, opts Options) *Harness {
 		ProxyInformer:    crawlFactory.Crawl().V1alpha1().Proxies(),
 		SecretInformer:   secrets,
 		Providers:        providers,
+		Registry:         opts.Registry,
 		Health:           verdicts,
 		ProvisioningPoll: opts.ProvisioningPoll,
 		DeletionPoll:     opts.DeletionPoll,

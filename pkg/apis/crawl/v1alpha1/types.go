@@ -109,50 +109,56 @@ type ProxySpec struct {
 	// +optional
 	Mode ProxyMode `json:"mode,omitempty"`
 
-	// Provider creates the instance of a Managed proxy: kubernetes (a Pod),
-	// local (a process on the operator's host, for development), gce (a
-	// Compute Engine VM), aws (an EC2 instance), hetzner (a Hetzner Cloud
-	// server), digitalocean (a DigitalOcean droplet), azure (an Azure VM),
-	// upstream (a session of a proxy network's super proxy) or session (a
-	// session of another Proxy with exit ranges). Required when mode is
+	// Provider creates the instance of a Managed proxy: one of the values
+	// below, each the name of the block that holds its settings and says
+	// what its instance is (spec.gce for gce). Required when mode is
 	// Managed, forbidden when External. Changing it replaces the instance.
 	// +kubebuilder:validation:Enum=kubernetes;local;gce;aws;hetzner;digitalocean;azure;upstream;session
 	// +optional
 	Provider ProviderName `json:"provider,omitempty"`
 
-	// Kubernetes holds settings for the kubernetes provider.
+	// Kubernetes holds settings for the kubernetes provider, whose instance is
+	// a Pod.
 	// +optional
 	Kubernetes *KubernetesProvider `json:"kubernetes,omitempty"`
 
-	// Local holds settings for the local provider.
+	// Local holds settings for the local provider, whose instance is a process
+	// on the operator's host, for development.
 	// +optional
 	Local *LocalProvider `json:"local,omitempty"`
 
-	// GCE holds settings for the gce provider.
+	// GCE holds settings for the gce provider, whose instance is a Compute
+	// Engine VM.
 	// +optional
 	GCE *GCEProvider `json:"gce,omitempty"`
 
-	// AWS holds settings for the aws provider.
+	// AWS holds settings for the aws provider, whose instance is an EC2
+	// instance.
 	// +optional
 	AWS *AWSProvider `json:"aws,omitempty"`
 
-	// Hetzner holds settings for the hetzner provider.
+	// Hetzner holds settings for the hetzner provider, whose instance is a
+	// Hetzner Cloud server.
 	// +optional
 	Hetzner *HetznerProvider `json:"hetzner,omitempty"`
 
-	// DigitalOcean holds settings for the digitalocean provider.
+	// DigitalOcean holds settings for the digitalocean provider, whose
+	// instance is a DigitalOcean droplet.
 	// +optional
 	DigitalOcean *DigitalOceanProvider `json:"digitalocean,omitempty"`
 
-	// Azure holds settings for the azure provider.
+	// Azure holds settings for the azure provider, whose instance is an Azure
+	// VM.
 	// +optional
 	Azure *AzureProvider `json:"azure,omitempty"`
 
-	// Upstream holds settings for the upstream provider.
+	// Upstream holds settings for the upstream provider, whose instance is a
+	// session of a proxy network's super proxy.
 	// +optional
 	Upstream *UpstreamProvider `json:"upstream,omitempty"`
 
-	// Session holds settings for the session provider.
+	// Session holds settings for the session provider, whose instance is a
+	// session of another Proxy with exit ranges.
 	// +optional
 	Session *SessionProvider `json:"session,omitempty"`
 
