@@ -120,15 +120,15 @@ func TestCreateWalksSizesOnCapacity(t *testing.T) {
 	fake := azuretest.New(t, azuretest.WithSteps(1))
 	p := newProvider(t, fake, clusterID)
 	sizes := []string{"Standard_B1s", "Standard_B1ms", "Standard_B2s"}
-	fake.SetNoCapacity(sizes[0], "SkuNotAvailable")
-	fake.SetNoCapacity(sizes[1], "AllocationFailed")
+	fake.SetNoCapacityAs(sizes[0], "SkuNotAvailable")
+	fake.SetNoCapacityAs(sizes[1], "AllocationFailed")
 	if _, err := p.Create(ctx, createRequest("00000002-0000-0000-0000-000000000000", &crawlv1alpha1.AzureProvider{VMSizes: sizes})); err != nil {
 		t.Fatal(err)
 	}
 	if live := fake.VMs(); len(live) != 1 || live[0].Size != sizes[2] || live[0].State != "Succeeded" {
 		t.Errorf("live %v, want one %s", live, sizes[2])
 	}
-	fake.SetNoCapacity(sizes[2], "ZonalAllocationFailed")
+	fake.SetNoCapacityAs(sizes[2], "ZonalAllocationFailed")
 	_, err := p.Create(ctx, createRequest("00000003-0000-0000-0000-000000000000", &crawlv1alpha1.AzureProvider{VMSizes: sizes}))
 	if !errors.Is(err, provider.ErrQuotaExceeded) || !strings.Contains(err.Error(), sizes[0]) || !strings.Contains(err.Error(), sizes[2]) {
 		t.Errorf("no capacity anywhere: %v, want a quota error naming the sizes", err)
@@ -335,7 +335,7 @@ func TestDocumentedRoleSufficesAndEachActionIsNeeded(t *testing.T) {
 	if err := life(fake); err != nil {
 		t.Fatalf("with the documented role: %v", err)
 	}
-	if diff := cmp.Diff(slices.Sorted(slices.Values(azuretest.Actions)), fake.UsedActions()); diff != "" {
+	if diff := cmp.Diff(slices.Sorted(slices.Values(azuretest.Actions)), fake.UsedPermissions()); diff != "" {
 		t.Errorf("actions used (-documented +used):\n%s", diff)
 	}
 	for _, missing := range azuretest.Actions {

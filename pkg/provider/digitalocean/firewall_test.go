@@ -128,7 +128,7 @@ func TestFirewallScopesDocumentedAndEachNeeded(t *testing.T) {
 	if err := life(fake); err != nil {
 		t.Fatalf("with the documented scopes: %v", err)
 	}
-	if diff := cmp.Diff([]string{"droplet:create", "droplet:delete", "droplet:read", "firewall:create", "firewall:delete", "firewall:read", "tag:create"}, fake.UsedScopes()); diff != "" {
+	if diff := cmp.Diff([]string{"droplet:create", "droplet:delete", "droplet:read", "firewall:create", "firewall:delete", "firewall:read", "tag:create"}, fake.UsedPermissions()); diff != "" {
 		t.Errorf("scopes used (-want +got):\n%s", diff)
 	}
 	doc, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "docs", "digitalocean.md"))
