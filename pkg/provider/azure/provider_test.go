@@ -9,6 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v8"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -398,5 +403,44 @@ func TestSweepDeletesTheSecurityGroupADeleteLeftBehind(t *testing.T) {
 	}
 	if n, err := theirs.Sweep(ctx); err != nil || n != 1 {
 		t.Errorf("the other cluster's Sweep: %d, %v; want its group deleted", n, err)
+	}
+}
+
+// TestSweepKeepsASecurityGroupItDidNotMake: a security group someone else
+// made in the resource group, carrying this cluster's tag (copied by their
+// tooling, say) and in no NIC, is not one the operator made for allowFrom:
+// the sweep leaves it, and still deletes the group it made and left behind.
+func TestSweepKeepsASecurityGroupItDidNotMake(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	fake := azuretest.New(t)
+	p := newProvider(t, fake, clusterID)
+	nsgs, err := armnetwork.NewSecurityGroupsClient(azuretest.SubscriptionID, fake.Credential(t), &arm.ClientOptions{
+		ClientOptions: policy.ClientOptions{Cloud: fake.Cloud(), Transport: fake.Transport()}, DisableRPRegistration: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poller, err := nsgs.BeginCreateOrUpdate(ctx, azuretest.ResourceGroup, "crawlers-nsg", armnetwork.SecurityGroup{
+		Location: to.Ptr("westeurope"), Tags: map[string]*string{"pxo-cluster-id": to.Ptr(clusterID)},
+	}, nil)
+	if err == nil {
+		_, err = poller.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: 5 * time.Millisecond})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := createUntilDone(t, p, createRequest("00000001-0000-0000-0000-00000000000e", &crawlv1alpha1.AzureProvider{AllowFrom: []crawlv1alpha1.CIDR{"203.0.113.0/24"}}))
+	fake.FailNext(azuretest.GetNSG, azuretest.ErrServerError)
+	if err := p.Delete(ctx, inst.ID); err == nil {
+		t.Fatal("delete with its security group's read failing: no error")
+	}
+	if err := p.Delete(ctx, inst.ID); err != nil {
+		t.Fatalf("retried delete: %v", err)
+	}
+	if n, err := p.Sweep(ctx); err != nil || n != 1 {
+		t.Errorf("Sweep: %d, %v; want the one group it made deleted", n, err)
+	}
+	if _, err := nsgs.Get(ctx, azuretest.ResourceGroup, "crawlers-nsg", nil); err != nil {
+		t.Errorf("the group the operator did not make: %v, want it kept", err)
 	}
 }
