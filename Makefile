@@ -71,9 +71,10 @@ cluster-tools: testenv testtools
 cluster-images: cluster-tools
 	GOWORK=off $(GO) run -C hack/image . --repo $(CURDIR) --out $(CURDIR)/.local/cluster-images --images proxy-operator,forward-proxy,pause,echo,netcheck,coredns,crawler
 
-## chaos: the failure suite's long variant (more rounds, larger fleets, longer storms; about 15 min)
+## chaos: the failure suites' long variants (more rounds, larger fleets, longer storms, the replicated store's fault history and idle soak)
 chaos: testenv testpeers
 	CHAOS=long $(GO) test -race -count=1 -timeout 60m -v ./pkg/testsuites/chaos/
+	CHAOS=long $(GO) test -race -count=1 -timeout 120m -v ./pkg/testsuites/replication/
 
 ## fuzz: every go test -fuzz target for FUZZTIME (default 10s) each
 fuzz:
