@@ -62,12 +62,14 @@ func (op *operator) addDashboard(o Options, kube kubernetes.Interface, crawlInfo
 }
 
 // newEventInformers caches the events about crawl.proxyfleet.io objects
-// only (a field selector: the API server filters), for the dashboard's
-// recent events; the page is not held back until it syncs.
+// only (a field selector: the API server filters), each cut to what the
+// dashboard shows (dashboard.CachedEvent: any tenant may write such an
+// event, of any size, in its namespace), for the dashboard's recent
+// events; the page is not held back until it syncs.
 func newEventInformers(o Options, kube kubernetes.Interface) informers.SharedInformerFactory {
 	ours := fields.OneTermEqualSelector("involvedObject.apiVersion", crawlv1alpha1.SchemeGroupVersion.String()).String()
 	return informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace),
-		informers.WithTransform(trimForCache),
+		informers.WithTransform(dashboard.CachedEvent),
 		informers.WithTweakListOptions(func(l *metav1.ListOptions) { l.FieldSelector = ours }))
 }
 
