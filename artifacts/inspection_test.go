@@ -66,19 +66,22 @@ func TestInspectionKeysAreTheGatewaysOnlySecrets(t *testing.T) {
 	run(t, nil, kubectl, "--kubeconfig", kubeconfig, "create", "namespace", namespace)
 	// What decides who reads what: the namespaces, ServiceAccounts and
 	// roles, installed for real (the workloads need a node; they are not).
-	var docs []string
-	for _, o := range objs {
-		switch o.GetKind() {
-		case "Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
+	// The namespaces go first, as Helm installs them.
+	for _, kinds := range [][]string{{"Namespace"}, {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}} {
+		var docs []string
+		for _, o := range objs {
+			if !slices.Contains(kinds, o.GetKind()) {
+				continue
+			}
 			raw, err := json.Marshal(o.Object)
 			if err != nil {
 				t.Fatal(err)
 			}
 			docs = append(docs, string(raw))
 		}
+		run(t, []byte(strings.Join(docs, "\n---\n")), kubectl, "--kubeconfig", kubeconfig,
+			"apply", "--server-side", "--field-manager=install-test", "-f", "-")
 	}
-	run(t, []byte(strings.Join(docs, "\n---\n")), kubectl, "--kubeconfig", kubeconfig,
-		"apply", "--server-side", "--field-manager=install-test", "-f", "-")
 
 	gateway, op := namespace+"-gateway", namespace
 	questions := []secretAccess{
@@ -96,8 +99,11 @@ func TestInspectionKeysAreTheGatewaysOnlySecrets(t *testing.T) {
 	}
 	kube := kubernetes.NewForConfigOrDie(env.Config)
 	// The roles reach the authorizer within a moment: wait for what they
-	// allow, then ask everything.
-	eventually.Check(t, time.Minute, 100*time.Millisecond, "the chart's roles in force", func(ctx context.Context) error {
+	// should allow, then ask everything, so that a chart that allows too
+	// much or too little is told in full.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err := eventually.Poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
 		for _, q := range questions {
 			if allowed, err := mayAccess(ctx, kube, q); err != nil || q.allowed && !allowed {
 				return fmt.Errorf("%s: allowed %v, %v", q, allowed, err)
@@ -105,6 +111,9 @@ func TestInspectionKeysAreTheGatewaysOnlySecrets(t *testing.T) {
 		}
 		return nil
 	})
+	if err != nil {
+		t.Errorf("the chart's roles in force: %v", err)
+	}
 	for _, q := range questions {
 		allowed, err := mayAccess(t.Context(), kube, q)
 		if err != nil {
