@@ -49,3 +49,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/version: {{ include "proxy-operator.tag" . | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
+
+{{/*
+The namespace of the inspection CA keys (docs/inspection.md): one of their
+own, so that the gateway, which reads them, reads no other Secret of the
+release (the lease-ID signing key, cloud tokens).
+*/}}
+{{- define "proxy-operator.inspectionCANamespace" -}}
+{{- .Values.inspection.caNamespace | default (printf "%s-inspection-ca" .Release.Namespace | trunc 63 | trimSuffix "-") -}}
+{{- end -}}
