@@ -413,27 +413,10 @@ func TestPodLabelsHoldForAnyRelease(t *testing.T) {
 // prometheus-operator CRDs here).
 func TestServerSideDryRun(t *testing.T) {
 	integration.Needs(t, testenv.Needs)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	env, err := testenv.Start(ctx, testenv.Options{CRDDir: t.TempDir()}) // the dry-run creates the CRDs
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	kubectl := env.KubectlPath()
 	// Namespaced objects are checked against a namespace that exists; a
 	// dry-run of the Namespace alone would not create it.
-	for _, ns := range []string{namespace, "crawlers"} {
-		run(t, nil, kubectl, "--kubeconfig", kubeconfig, "create", "namespace", ns)
-	}
+	env, kubeconfig := startAPIServer(t)
+	kubectl := env.KubectlPath()
 	for name, stream := range map[string][]byte{
 		"kustomize":       renderKustomize(t),
 		"helm":            renderHelm(t),
@@ -506,4 +489,30 @@ func diffJSON(want, got any) string {
 		}
 	}
 	return cmp.Diff(w, g)
+}
+
+// startAPIServer starts a real API server without CRDs (an install brings
+// its own) for the test, with the namespaces the installs use, and writes
+// its kubeconfig.
+func startAPIServer(t *testing.T) (*testenv.Environment, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	env, err := testenv.Start(ctx, testenv.Options{CRDDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{namespace, "crawlers"} {
+		run(t, nil, env.KubectlPath(), "--kubeconfig", kubeconfig, "create", "namespace", ns)
+	}
+	return env, kubeconfig
 }

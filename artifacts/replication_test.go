@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -291,24 +290,7 @@ func TestReplicasRBAC(t *testing.T) {
 		"scoped":         []byte(run(t, nil, tool(t, "helm"), "template", "scoped", chartDir, "--namespace", namespace, "--set", "watchNamespace=crawlers")),
 		"own":            []byte(run(t, nil, tool(t, "helm"), "template", "own", chartDir, "--namespace", namespace, "--set", "watchNamespace="+namespace)),
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	env, err := testenv.Start(ctx, testenv.Options{CRDDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	for _, ns := range []string{namespace, "crawlers"} {
-		run(t, nil, env.KubectlPath(), "--kubeconfig", kubeconfig, "create", "namespace", ns)
-	}
+	env, kubeconfig := startAPIServer(t)
 	var questions []access
 	for release, stream := range installs {
 		var docs []string
