@@ -30,12 +30,14 @@ const (
 // forward sends r (absolute-form, http or https) through leased upstreams
 // and answers with the response, judged by the lease's ban detection
 // (bandetect): a ban ends the lease with outcome banned for the domain,
-// and an idempotent request is sent again on a fresh lease, up to the
-// rule's retries. A request the upstream never answered (unreachable,
-// a refused CONNECT) or answered 407 (our credentials for it are wrong)
-// is tried once through the next proxy when its body can be sent again.
-// The crawler sees one response; HeaderAttempts and HeaderProxy say how
-// it came.
+// and a request safe to send again (resendable) is sent again on a fresh
+// lease, up to the rule's retries. A request that failed before any of it
+// was written towards the target (the upstream unreachable, a refused
+// CONNECT, a 407: our credentials for it are wrong) is tried once through
+// the next proxy when its body can be sent again; one that failed after
+// (a reset, the header timeout) only when it is resendable: the target
+// may have acted on it. The crawler sees one response; HeaderAttempts and
+// HeaderProxy say how it came.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c caller) {
 	logger := klog.FromContext(r.Context())
 	out := r.Clone(r.Context())
@@ -49,7 +51,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c caller) {
 	if r.ContentLength == 0 {
 		out.Body = nil
 	}
-	retriable := replayable && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions)
+	resendable := replayable && safeToResend(r)
 	domain := domainOf(r.URL.Host)
 
 	var lastErr error
@@ -64,9 +66,11 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c caller) {
 			break
 		}
 		start := time.Now()
-		resp, err := g.roundTrip(out, u)
+		resp, written, err := g.roundTrip(out, u)
 		if err == nil && resp.StatusCode == http.StatusProxyAuthRequired {
 			resp.Body.Close()
+			// The upstream answered for itself: nothing went on to the target.
+			written = false
 			err = fmt.Errorf("%w: the upstream rejected its credentials (407)", errRefused)
 		}
 		if err != nil {
@@ -84,7 +88,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c caller) {
 			lastErr = fmt.Errorf("proxy %s: %w", u.h.proxy, err)
 			logger.V(2).Info("Upstream failed a request; releasing it with outcome error", "proxy", u.h.proxy, "host", r.URL.Host, "attempt", attempt, "err", err)
 			u.refused()
-			if refusals++; !replayable || refusals > 1 {
+			if refusals++; refusals > 1 || !replayable || (written && !resendable) {
 				break
 			}
 			continue
@@ -94,7 +98,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c caller) {
 		if verdict.Banned {
 			logger.V(2).Info("Response judged a ban; the lease ends banned for the domain", "proxy", u.h.proxy, "domain", domain, "attempt", attempt, "reason", verdict.Reason)
 			u.banned(domain)
-			if bans++; retriable && bans <= detector.Retries() {
+			if bans++; resendable && bans <= detector.Retries() {
 				resp.Body.Close()
 				continue
 			}
@@ -115,6 +119,18 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c caller) {
 		lastErr = errors.New("every proxy tried was banned and no other could be leased")
 	}
 	g.fail(w, r, http.StatusBadGateway, ReasonUpstreamRefused, fmt.Sprintf("the upstream failed the request: %v", lastErr), 0)
+}
+
+// safeToResend says whether r may reach its target twice: a safe method
+// (RFC 9110, 9.2.1), or a request that names its idempotency key, the
+// rule net/http's Transport keeps for its own retries. PUT and DELETE are
+// idempotent by the RFC but not by every API, and a POST never is.
+func safeToResend(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return r.Header.Get("Idempotency-Key") != "" || r.Header.Get("X-Idempotency-Key") != ""
 }
 
 // judge reads what detector needs of resp's body (its first BodyBytes)
