@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -15,8 +16,12 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/bandetect"
 )
 
-// Response headers that tell a crawler what the gateway did for it.
+// Response headers that tell a crawler what the gateway did for it. Only
+// the gateway sets them: every header under headerPrefix is dropped from
+// crawlers' requests and from targets' responses.
 const (
+	headerPrefix = "Proxy-Operator-"
+
 	// HeaderAttempts: how many upstreams the request was sent through
 	// (more than 1 after a ban or a refusal).
 	HeaderAttempts = "Proxy-Operator-Attempts"
@@ -44,6 +49,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c caller) {
 	out.RequestURI = ""
 	out.Close = false
 	removeHopHeaders(out.Header)
+	removeGatewayHeaders(out.Header)
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header.Set("User-Agent", "") // the transport must not add Go's own
 	}
@@ -95,6 +101,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c caller) {
 		}
 		detector := g.cfg.BanRules.For(u.h.proxy.Namespace, domain)
 		prefix, verdict := g.judge(resp, time.Since(start), detector)
+		removeGatewayHeaders(resp.Header) // judged as the site sent them; only ours reach the crawler
 		if verdict.Banned {
 			logger.V(2).Info("Response judged a ban; the lease ends banned for the domain", "proxy", u.h.proxy, "domain", domain, "attempt", attempt, "reason", verdict.Reason)
 			u.banned(domain)
@@ -119,6 +126,18 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c caller) {
 		lastErr = errors.New("every proxy tried was banned and no other could be leased")
 	}
 	g.fail(w, r, http.StatusBadGateway, ReasonUpstreamRefused, fmt.Sprintf("the upstream failed the request: %v", lastErr), 0)
+}
+
+// removeGatewayHeaders drops every header named like the gateway's own:
+// a crawler's must not reach a target, and a target's must not pass for
+// the gateway's verdict (a Proxy-Operator-Banned on a response judged
+// fine).
+func removeGatewayHeaders(h http.Header) {
+	for name := range h {
+		if len(name) >= len(headerPrefix) && strings.EqualFold(name[:len(headerPrefix)], headerPrefix) {
+			delete(h, name)
+		}
+	}
 }
 
 // safeToResend says whether r may reach its target twice: a safe method
