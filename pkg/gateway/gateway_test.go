@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
@@ -48,6 +49,8 @@ type unitOptions struct {
 	leaveFrom []string
 	// countries gives upstream i the exit country countries[i], when set.
 	countries []string
+	// resolver resolves target names for every upstream; nil: DNS.
+	resolver forwardproxy.Resolver
 	// gateway adjusts the gateway's Config.
 	gateway func(*gateway.Config)
 	// maxLeases is each upstream's slots; 0: one.
@@ -79,6 +82,15 @@ func startUnitWith(t testing.TB, opts unitOptions, upstreams ...string) *unit {
 		var popts proxytest.Options
 		if i < len(opts.leaveFrom) {
 			popts.Configure = proxytest.LeaveFrom(opts.leaveFrom[i])
+		}
+		if r := opts.resolver; r != nil {
+			leave := popts.Configure
+			popts.Configure = func(c *forwardproxy.Config) {
+				if leave != nil {
+					leave(c)
+				}
+				c.Resolver = r
+			}
 		}
 		p := proxytest.StartInProcess(t, popts)
 		u.ups[name] = p

@@ -23,3 +23,27 @@ func TestRank(t *testing.T) {
 		t.Error("Better: a longer suffix wins, exact beats any suffix, a default beats nothing")
 	}
 }
+
+func TestSite(t *testing.T) {
+	for host, want := range map[string]string{
+		"shop.example.com":      "example.com",
+		"WWW.Example.COM.":      "example.com",
+		"example.com":           "example.com",
+		"a.b.example.co.uk":     "example.co.uk",
+		"a.site.test":           "site.test", // not on the list: the last label is the suffix
+		"alice.github.io":       "alice.github.io",
+		"bob.github.io":         "bob.github.io",
+		"github.io":             "github.io",
+		"co.uk":                 "co.uk",
+		"localhost":             "localhost",
+		"127.0.0.1":             "127.0.0.1",
+		"[2001:db8::1]":         "[2001:db8::1]",
+		"2001:db8::1":           "2001:db8::1",
+		"":                      "",
+		"xn--bcher-kva.example": "xn--bcher-kva.example",
+	} {
+		if got := Site(host); got != want {
+			t.Errorf("Site(%q) = %q, want %q", host, got, want)
+		}
+	}
+}

@@ -21,7 +21,7 @@ const maxBurnDomains = 100
 type burn struct {
 	// served is how many leases were granted on the instance.
 	served int64
-	// bannedAt is the latest ban per domain; nil until the first ban.
+	// bannedAt is the latest ban per site; nil until the first ban.
 	bannedAt map[string]time.Time
 }
 
@@ -61,8 +61,9 @@ type Burn struct {
 	ProviderID string
 	// Served is how many leases were granted on it.
 	Served int64
-	// BannedDomains is how many distinct domains released a lease on it
-	// with outcome banned within the window asked for.
+	// BannedDomains is how many distinct sites (registrable domains:
+	// shop.example.com and www.example.com are one) released a lease on
+	// it with outcome banned within the window asked for.
 	BannedDomains int
 }
 

@@ -4,14 +4,15 @@ import (
 	"time"
 )
 
-// A cool-down keeps a proxy away from one domain after a holder reported it
-// banned there. Each ban within the memory of the previous ones doubles the
+// A cool-down keeps a proxy away from one site (a registrable domain,
+// hostrule.Site: every name of it) after a holder reported it banned there. Each ban within the memory of the previous ones doubles the
 // cool-down (base, 2×base, 4×base, … capped at max); every quiet decay
 // period after a cool-down ends forgets one strike, and an entry with no
 // strikes left is dropped.
 
 type cooldownKey struct {
-	proxy  ObjectName
+	proxy ObjectName
+	// domain is the site banned.
 	domain string
 }
 

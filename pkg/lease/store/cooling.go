@@ -6,15 +6,16 @@ import (
 	"time"
 )
 
-// Cooling is what a proxy is cooling down for: the domains whose
-// cool-downs are in force, the latest-ending first, at most the number
+// Cooling is what a proxy is cooling down for: the sites (registrable
+// domains, hostrule.Site) whose cool-downs are in force, the latest-ending first, at most the number
 // asked for; Total counts them all.
 type Cooling struct {
 	Domains []DomainCooldown
 	Total   int
 }
 
-// DomainCooldown is one domain a proxy keeps away from until Until.
+// DomainCooldown is one site (every name of it) a proxy keeps away from
+// until Until.
 type DomainCooldown struct {
 	Domain string
 	Until  time.Time

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/proxyfleet/proxy-operator/pkg/hostrule"
 )
 
 // Acquiring a lease, in one place: the request and the lease as callers
@@ -48,6 +50,10 @@ type AcquireRequest struct {
 	// Country restricts the choice to proxies whose ExitCountry it is: an
 	// ISO 3166-1 alpha-2 code in upper case; empty: any.
 	Country string
+
+	// site is Domain's site (hostrule.Site), set by Acquire: cool-downs
+	// and site bans are the site's, whichever of its names is asked for.
+	site string
 }
 
 // suits says whether p is what req asks for: its selector and its country
@@ -109,7 +115,8 @@ type LeaseFilter struct {
 // Acquire grants a lease on the best proxy for req, waiting up to req.Wait
 // for one to become available. Errors: *FieldError for a bad request,
 // ErrNotLeader, *UnavailableError (ErrNoneFree, ErrCoolingDown,
-// ErrRecovering), *HorizonError, or ctx's error while waiting.
+// ErrRecovering, ErrDomainLimited), *HorizonError, or ctx's error while
+// waiting.
 func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
 	ttl, err := s.normalizeAcquire(&req)
 	if err != nil {
@@ -192,6 +199,7 @@ func (s *Store) normalizeAcquire(req *AcquireRequest) (time.Duration, error) {
 		return 0, &FieldError{Field: "country", Message: fmt.Sprintf("%q is not an ISO 3166-1 alpha-2 code in upper case (such as DE)", req.Country)}
 	}
 	req.Domain = NormalizeDomain(req.Domain)
+	req.site = hostrule.Site(req.Domain)
 	return ttl, nil
 }
 
@@ -325,7 +333,7 @@ func (s *Store) sessionLeaseLocked(req *AcquireRequest) *lease {
 		return nil
 	}
 	p := s.proxies[sess.proxy]
-	if p == nil || p.info.Draining || !req.suits(p) || p.coolingFor(req.Domain) != nil {
+	if p == nil || p.info.Draining || !req.suits(p) || p.coolingFor(req.site) != nil {
 		return nil
 	}
 	for _, l := range p.slots {
@@ -360,7 +368,7 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time, tiers *tierChec
 	polite := s.politeCheckLocked(req.Domain, now)
 	if req.Session != "" {
 		if sess := s.sessions[sessionKey{req.Owner, req.Namespace, req.Session}]; sess != nil {
-			if p := s.proxies[sess.proxy]; p != nil && p.ready() && acceptable(p) && p.coolingFor(req.Domain) == nil &&
+			if p := s.proxies[sess.proxy]; p != nil && p.ready() && acceptable(p) && p.coolingFor(req.site) == nil &&
 				(req.Namespace == "" || p.info.Key.Namespace == req.Namespace) {
 				if until, _ := polite.until(p); until.IsZero() {
 					return p, nil
@@ -380,7 +388,7 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time, tiers *tierChec
 		if !acceptable(p) {
 			continue
 		}
-		if c := p.coolingFor(req.Domain); c != nil {
+		if c := p.coolingFor(req.site); c != nil {
 			if coolingUntil.IsZero() || c.until.Before(coolingUntil) {
 				coolingUntil = c.until
 			}

@@ -15,7 +15,8 @@ type proxyState struct {
 	slots        []*lease
 	held         int
 	lastReleased time.Time
-	// cooldowns by domain; cooling counts those in force.
+	// cooldowns by site (hostrule.Site of the domain banned); cooling
+	// counts those in force.
 	cooldowns map[string]*cooldown
 	cooling   int
 	// burn is the instance's lease and ban record (burn.go).
@@ -59,12 +60,12 @@ func (p *proxyState) occupy(l *lease) {
 	p.held++
 }
 
-// coolingFor returns the cool-down in force for domain, if any.
-func (p *proxyState) coolingFor(domain string) *cooldown {
-	if domain == "" || p.cooling == 0 {
+// coolingFor returns the cool-down in force for site, if any.
+func (p *proxyState) coolingFor(site string) *cooldown {
+	if site == "" || p.cooling == 0 {
 		return nil
 	}
-	if c := p.cooldowns[domain]; c != nil && c.inForce {
+	if c := p.cooldowns[site]; c != nil && c.inForce {
 		return c
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"fmt"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/hostrule"
 )
 
 // Renewing and releasing a lease, including one a previous leader
@@ -74,8 +76,8 @@ func (s *Store) Release(id string, outcome Outcome, domain string) error {
 }
 
 // ReleaseAs ends a lease of owner with an outcome; OutcomeBanned starts or
-// extends a cool-down of the proxy for domain (default: the lease's
-// domain). Releasing a revoked lease is not an error and its ban counts,
+// extends a cool-down of the proxy for domain's site (hostrule.Site;
+// domain defaults to the lease's). Releasing a revoked lease is not an error and its ban counts,
 // once: one grant counts at most one outcome, so every later release of it
 // is ErrUnknownLease, like a second release of a live one.
 func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) error {
@@ -133,8 +135,11 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) erro
 	s.countOutcomesLocked(p, outcome, domain, 1)
 	if outcome == OutcomeBanned {
 		if p != nil {
-			s.banLocked(p, domain, now)
-			p.burn.noteBan(domain, now)
+			// A site bans, not a host name: its bans on any of its names
+			// are one cool-down and one burned domain.
+			site := hostrule.Site(domain)
+			s.banLocked(p, site, now)
+			p.burn.noteBan(site, now)
 			s.dropStateLocked(tok.owner, p, domain) // the site knows this IP: start afresh
 		}
 	}
