@@ -59,6 +59,12 @@ type Config struct {
 	// MaxStateEntries bounds the entries, MaxStateBytesPerOwner what one
 	// identity keeps. Zero takes the defaults (DefaultMaxStateBytes...).
 	MaxStateBytes, MaxStateEntries, MaxStateBytesPerOwner int
+	// SiteBanProxies is how many distinct proxies of a namespace one site
+	// may ban within SiteBanWindow before no lease for the site is granted
+	// on that namespace's proxies (sitebans.go), 1 to MaxSiteBanProxies.
+	// Zero takes DefaultSiteBanProxies and DefaultSiteBanWindow.
+	SiteBanProxies int
+	SiteBanWindow  time.Duration
 	// MaxLeasesPerOwner caps the live leases one authenticated identity
 	// holds (AcquireRequest.Owner); 0: no cap. Leases without an owner
 	// (in-process callers) are not capped.
@@ -87,6 +93,10 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.CooldownMax, DefaultCooldownMax)
 	orDefault(&c.CooldownDecay, DefaultCooldownDecay)
 	orDefault(&c.SessionIdle, DefaultSessionIdle)
+	orDefault(&c.SiteBanWindow, DefaultSiteBanWindow)
+	if c.SiteBanProxies == 0 {
+		c.SiteBanProxies = DefaultSiteBanProxies
+	}
 	if c.MaxSessions == 0 {
 		c.MaxSessions = DefaultMaxSessions
 	}
@@ -133,6 +143,9 @@ func (c Config) validate() error {
 	if c.MaxDomainBudgets < 0 || c.MaxStateBytes < 0 || c.MaxStateEntries < 0 || c.MaxStateBytesPerOwner < 0 {
 		errs = append(errs, fmt.Errorf("negative MaxDomainBudgets %d, MaxStateBytes %d, MaxStateEntries %d or MaxStateBytesPerOwner %d",
 			c.MaxDomainBudgets, c.MaxStateBytes, c.MaxStateEntries, c.MaxStateBytesPerOwner))
+	}
+	if c.SiteBanProxies < 1 || c.SiteBanProxies > MaxSiteBanProxies || c.SiteBanWindow < 0 {
+		errs = append(errs, fmt.Errorf("site bans: %d proxies within %v: want 1 to %d proxies and a positive window", c.SiteBanProxies, c.SiteBanWindow, MaxSiteBanProxies))
 	}
 	if c.CooldownMax < c.CooldownBase {
 		errs = append(errs, fmt.Errorf("cool-down max %v is below its base %v", c.CooldownMax, c.CooldownBase))

@@ -115,8 +115,8 @@ type LeaseFilter struct {
 // Acquire grants a lease on the best proxy for req, waiting up to req.Wait
 // for one to become available. Errors: *FieldError for a bad request,
 // ErrNotLeader, *UnavailableError (ErrNoneFree, ErrCoolingDown,
-// ErrRecovering, ErrDomainLimited), *HorizonError, or ctx's error while
-// waiting.
+// ErrRecovering, ErrDomainLimited), *SiteBanningError (at once, without
+// waiting), *HorizonError, or ctx's error while waiting.
 func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
 	ttl, err := s.normalizeAcquire(&req)
 	if err != nil {
@@ -147,6 +147,9 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 		var unavailable *UnavailableError
 		if !errors.As(err, &unavailable) || !now.Before(deadline) {
 			err = inCountry(err, req.Country)
+			if errors.Is(err, ErrSiteBanning) {
+				s.metrics.ObserveAcquire(AcquireSiteBanning)
+			}
 			refused := false
 			if unavailable != nil {
 				s.metrics.ObserveAcquire(outcomeOf(unavailable.Reason))
@@ -275,6 +278,7 @@ func (s *Store) tryAcquireLocked(req *AcquireRequest, ttl time.Duration, now tim
 	if limit := s.cfg.MaxLeasesPerOwner; limit > 0 && req.Owner != "" && s.owned[req.Owner] >= limit {
 		return nil, &OwnerLimitError{Limit: limit}
 	}
+	s.escalateBlockedTierLocked(req, now)       // sitebanstore.go
 	tiers := s.tierCheckLocked(req, now, false) // tiers.go
 	p, err := s.selectLocked(req, now, &tiers)
 	if err != nil && tiers.probing() {
@@ -366,9 +370,10 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time, tiers *tierChec
 		return p.free() && !p.info.Draining && req.suits(p) && tiers.allows(p)
 	}
 	polite := s.politeCheckLocked(req.Domain, now)
+	sites := s.siteCheckLocked(req, now) // sitebanstore.go
 	if req.Session != "" {
 		if sess := s.sessions[sessionKey{req.Owner, req.Namespace, req.Session}]; sess != nil {
-			if p := s.proxies[sess.proxy]; p != nil && p.ready() && acceptable(p) && p.coolingFor(req.site) == nil &&
+			if p := s.proxies[sess.proxy]; p != nil && p.ready() && acceptable(p) && p.coolingFor(req.site) == nil && !sites.holds(p) &&
 				(req.Namespace == "" || p.info.Key.Namespace == req.Namespace) {
 				if until, _ := polite.until(p); until.IsZero() {
 					return p, nil
@@ -385,7 +390,7 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time, tiers *tierChec
 	var coolingUntil, politeUntil time.Time
 	var limitedBy *budget
 	for p := order.front; p != nil; p = order.next(p) {
-		if !acceptable(p) {
+		if !acceptable(p) || sites.holds(p) {
 			continue
 		}
 		if c := p.coolingFor(req.site); c != nil {
@@ -404,6 +409,9 @@ func (s *Store) selectLocked(req *AcquireRequest, now time.Time, tiers *tierChec
 	}
 	if !politeUntil.IsZero() {
 		return nil, &UnavailableError{Reason: ErrDomainLimited, RetryAfter: politeUntil.Sub(now), budget: limitedBy}
+	}
+	if sites.held {
+		return nil, sites.err()
 	}
 	if !coolingUntil.IsZero() {
 		return nil, &UnavailableError{Reason: ErrCoolingDown, RetryAfter: coolingUntil.Sub(now)}

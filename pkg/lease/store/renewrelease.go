@@ -140,7 +140,8 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) erro
 			site := hostrule.Site(domain)
 			s.banLocked(p, site, now)
 			p.burn.noteBan(site, now)
-			s.dropStateLocked(tok.owner, p, domain) // the site knows this IP: start afresh
+			s.noteSiteBanLocked(p, site, domain, now) // sitebanstore.go
+			s.dropStateLocked(tok.owner, p, domain)   // the site knows this IP: start afresh
 		}
 	}
 	return nil

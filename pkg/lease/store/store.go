@@ -181,6 +181,8 @@ type Store struct {
 	poolOutcomes map[ObjectName]*Outcomes
 	// Session state blobs by (identity, proxy, domain) (sessionstate.go).
 	states sessionStates
+	// The sites that banned the most proxies lately (sitebans.go).
+	siteBans siteBans
 
 	// The term: whether it leads, the epoch that names the term and the
 	// serial that numbers its grants, the recovery after a leader change
@@ -218,6 +220,7 @@ func New(cfg Config) (*Store, error) {
 		polite:       newPoliteness(cfg.MaxDomainBudgets),
 		poolOutcomes: map[ObjectName]*Outcomes{},
 		states:       newSessionStates(cfg),
+		siteBans:     newSiteBans(cfg.SiteBanProxies, cfg.SiteBanWindow),
 	}, nil
 }
 
