@@ -64,6 +64,9 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, c
 		MaxStateEntries:       o.LeaseMaxStateEntries,
 		MaxStateBytesPerOwner: o.LeaseMaxStateBytesPerIdentity,
 
+		SiteBanProxies: o.LeaseSiteBanProxies,
+		SiteBanWindow:  o.LeaseSiteBanWindow,
+
 		LeadershipValidUntil: fence.validUntilFunc(),
 	})
 	if err != nil {
