@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxyfleet/proxy-operator/pkg/bandetect"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
 
 // Response headers that tell a crawler what the gateway did for it. Only
@@ -30,6 +31,9 @@ const (
 	// HeaderBanned: why the answer is a ban, when it was judged one and no
 	// retry was left (or allowed).
 	HeaderBanned = "Proxy-Operator-Banned"
+	// HeaderError: the reason of the gateway's own refusal or failure (as
+	// Proxy-Status's details, and the errors metric's label).
+	HeaderError = "Proxy-Operator-Error"
 )
 
 // forward sends r (absolute-form, http or https) through leased upstreams
@@ -65,7 +69,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c caller) {
 	for attempt := 1; ; attempt++ {
 		u, err := g.take(r.Context(), c, domain)
 		if err != nil {
-			if attempt == 1 {
+			// After a ban, the site banning too many proxies is the answer:
+			// the crawler learns why no other proxy was tried.
+			if attempt == 1 || errors.Is(err, store.ErrSiteBanning) {
 				g.acquireError(w, r, err)
 				return
 			}

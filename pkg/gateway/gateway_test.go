@@ -51,6 +51,8 @@ type unitOptions struct {
 	countries []string
 	// resolver resolves target names for every upstream; nil: DNS.
 	resolver forwardproxy.Resolver
+	// store adjusts the lease store's Config.
+	store func(*store.Config)
 	// gateway adjusts the gateway's Config.
 	gateway func(*gateway.Config)
 	// maxLeases is each upstream's slots; 0: one.
@@ -74,7 +76,11 @@ func startUnitWith(t testing.TB, opts unitOptions, upstreams ...string) *unit {
 	ctx, cancel := context.WithCancel(ctx)
 	u := &unit{clock: clocktesting.NewFakeClock(t0), ups: map[string]*proxytest.Proxy{}}
 	var err error
-	u.store, err = store.New(store.Config{Key: []byte("gateway-unit-test-key-of-32-byte"), Clock: u.clock, DefaultTTL: 30 * time.Second})
+	storeCfg := store.Config{Key: []byte("gateway-unit-test-key-of-32-byte"), Clock: u.clock, DefaultTTL: 30 * time.Second}
+	if opts.store != nil {
+		opts.store(&storeCfg)
+	}
+	u.store, err = store.New(storeCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
