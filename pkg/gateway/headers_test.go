@@ -64,11 +64,7 @@ func (s *forgingSite) gatewayHeadersReceived() []string {
 func TestGatewayHeadersComeOnlyFromTheGateway(t *testing.T) {
 	site := startForgingSite(t)
 	ca := newCA(t)
-	u := startUnitWith(t, unitOptions{gateway: func(c *gateway.Config) {
-		c.Inspection = minters{"crawl": ca}
-		c.TargetRootCAs = pool(site.https.Certificate())
-		c.InspectedPorts = []string{port(site.https.URL)}
-	}}, "a")
+	u := startUnitWith(t, unitOptions{gateway: inspecting(ca, site.https)}, "a")
 	for name, tc := range map[string]struct {
 		target string
 		roots  *x509.CertPool

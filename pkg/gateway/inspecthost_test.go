@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 )
 
 // Inside an inspected tunnel the lease, the budget, the cool-downs and the
@@ -18,11 +16,7 @@ import (
 func TestInspectedRequestForAnotherHostIsRefused(t *testing.T) {
 	site := startCountingSite(t, false)
 	ca := newCA(t)
-	u := startUnitWith(t, unitOptions{gateway: func(c *gateway.Config) {
-		c.Inspection = minters{"crawl": ca}
-		c.TargetRootCAs = pool(site.srv.Certificate())
-		c.InspectedPorts = []string{port(site.srv.URL)}
-	}}, "a")
+	u := startUnitWith(t, unitOptions{gateway: inspecting(ca, site.srv)}, "a")
 	crawler := u.crawler("ns-crawl", pool(ca.Cert))
 	authority := strings.TrimPrefix(site.srv.URL, "https://")
 	got := map[string]int{}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
+	"github.com/proxyfleet/proxy-operator/pkg/inspection"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
 
@@ -48,6 +49,16 @@ func startCountingSite(t *testing.T, reset bool) *countingSite {
 	return s
 }
 
+// inspecting makes a unit's gateway inspect namespace crawl's CONNECTs to
+// site with ca, trusting site's certificate.
+func inspecting(ca *inspection.CA, site *httptest.Server) func(*gateway.Config) {
+	return func(c *gateway.Config) {
+		c.Inspection = minters{"crawl": ca}
+		c.TargetRootCAs = pool(site.Certificate())
+		c.InspectedPorts = []string{port(site.URL)}
+	}
+}
+
 func (s *countingSite) received() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -65,11 +76,7 @@ func (s *countingSite) received() map[string]int {
 func TestRequestsWrittenToTheTargetAreResentOnlyWhenSafe(t *testing.T) {
 	site := startCountingSite(t, true)
 	ca := newCA(t)
-	u := startUnitWith(t, unitOptions{gateway: func(c *gateway.Config) {
-		c.Inspection = minters{"crawl": ca}
-		c.TargetRootCAs = pool(site.srv.Certificate())
-		c.InspectedPorts = []string{port(site.srv.URL)}
-	}}, "a", "b", "c")
+	u := startUnitWith(t, unitOptions{gateway: inspecting(ca, site.srv)}, "a", "b", "c")
 	crawler := u.crawler("ns-crawl", pool(ca.Cert))
 	send := func(method string, header http.Header) int {
 		req, _ := http.NewRequest(method, site.srv.URL+"/item/1", nil)
@@ -106,11 +113,7 @@ func TestRequestsWrittenToTheTargetAreResentOnlyWhenSafe(t *testing.T) {
 func TestAPostIsTriedOnTheNextProxyWhenTheUpstreamRefusedIt(t *testing.T) {
 	site := startCountingSite(t, false)
 	ca := newCA(t)
-	u := startUnitWith(t, unitOptions{gateway: func(c *gateway.Config) {
-		c.Inspection = minters{"crawl": ca}
-		c.TargetRootCAs = pool(site.srv.Certificate())
-		c.InspectedPorts = []string{port(site.srv.URL)}
-	}}, "a")
+	u := startUnitWith(t, unitOptions{gateway: inspecting(ca, site.srv)}, "a")
 	// A proxy the store hands out first (same latency as a, name before
 	// it) whose address answers nothing.
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
