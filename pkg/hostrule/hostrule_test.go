@@ -47,3 +47,11 @@ func TestSite(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSite is what every acquire and every ban pays for the site of
+// its domain.
+func BenchmarkSite(b *testing.B) {
+	for b.Loop() {
+		Site("img.shop.example.co.uk")
+	}
+}

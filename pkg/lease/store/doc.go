@@ -1,7 +1,8 @@
 // Package store is the lease store: the proxies it may lease, the leases,
-// cool-downs, sticky sessions, crawl-policy budgets and their tiers of
-// proxies (tiers.go; the decision is pkg/tier's) and session state, all
-// in memory. Proxies come in through Upsert and Remove, leases go out
+// cool-downs (per site: hostrule.Site), sticky sessions, crawl-policy
+// budgets and their tiers of proxies (tiers.go; the decision is
+// pkg/tier's), session state, and the bound on the proxies one site bans
+// (sitebans.go), all in memory. Proxies come in through Upsert and Remove, leases go out
 // through Acquire, Renew and Release. Selection walks a list kept in
 // selection order (sticky session first, then least recently released,
 // then lower latency); expiries and cool-downs are heaps; an acquire that
