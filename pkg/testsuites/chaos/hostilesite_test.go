@@ -23,6 +23,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/crawlpolicy"
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
@@ -81,12 +82,12 @@ type crawlAnswer struct {
 // Before the bound, the site banned every member the gateway leased, and
 // the pool recycled member after member.
 func TestHostileSiteCannotRecycleThePool(t *testing.T) {
-	crawlFor := scaled(15*time.Second, 5*time.Minute)
-	window := scaled(time.Minute, 10*time.Minute)
+	crawlFor := integration.Scaled(15*time.Second, 5*time.Minute)
+	window := integration.Scaled(time.Minute, 10*time.Minute)
 	const members = 8
 	ns := newNamespace(t)
 	stateDir := t.TempDir()
-	t.Cleanup(func() { killForwardProxies(t) })
+	t.Cleanup(func() { killForwardProxies(t, stateDir) })
 	_, crawl := clients(t)
 	op := startOperator(t, "operator-0", ns, "--providers=local", "--local-state-dir="+stateDir, "--local-loopback-exits",
 		"--lease-site-ban-proxies="+strconv.Itoa(hostileBound), "--lease-site-ban-window="+window.String())
