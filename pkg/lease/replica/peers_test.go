@@ -66,7 +66,7 @@ func TestPeerDialsComeFromTheListenAddress(t *testing.T) {
 
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+peerProgressPath, nil)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+peerStatusPath, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
