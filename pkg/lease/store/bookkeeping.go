@@ -3,6 +3,8 @@ package store
 import (
 	"container/heap"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // The store's bookkeeping under its lock: installing, ending, revoking
@@ -31,15 +33,25 @@ func (s *Store) tombstoneLocked(tok token, state leaseState) {
 	heap.Push(&s.expiries, l)
 }
 
-// endLocked ends a live lease; tombstone stateLive means no tombstone.
+// endLocked ends a live lease before its expiry; tombstone stateLive
+// means no tombstone.
 func (s *Store) endLocked(l *lease, end string, now time.Time, tombstone leaseState) {
 	s.freeLocked(l, end, now)
+	s.endedEarlyLocked(l.proxyKey, l.proxyUID, l.key, l.expiresAt, end)
 	if tombstone == stateLive {
 		heap.Remove(&s.expiries, l.index)
 		delete(s.leases, l.key)
 		return
 	}
 	l.state = tombstone
+}
+
+// endedEarlyLocked tells Config.OnLeaseEnded of a lease that ended before
+// its expiry.
+func (s *Store) endedEarlyLocked(proxy ObjectName, uid types.UID, key leaseKey, expiresAt time.Time, end string) {
+	if s.cfg.OnLeaseEnded != nil {
+		s.cfg.OnLeaseEnded(EndedLease{Proxy: proxy, ProxyUID: uid, Ref: key.ref(), ExpiresAt: expiresAt, End: end})
+	}
 }
 
 // freeLocked takes a live lease off its proxy.

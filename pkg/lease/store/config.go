@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 )
 
@@ -71,6 +72,27 @@ type Config struct {
 	// cut off from the API server before a standby can take over
 	// (docs/decisions/0190-lease-store-fences-itself.md). Nil: never fenced.
 	LeadershipValidUntil func() time.Time
+	// OnLeaseEnded, if set, is told of every lease that ends before its
+	// expiry: released, revoked or superseded (an expiry is not reported:
+	// the lease's credentials name their end). It runs under the store's
+	// lock, so it must not block nor call the store: it only enqueues
+	// (pkg/lease/push sends the end to the proxy's instance).
+	OnLeaseEnded func(EndedLease)
+}
+
+// EndedLease is a lease that ended before its expiry (Config.OnLeaseEnded).
+type EndedLease struct {
+	// Proxy and ProxyUID name the proxy the lease held.
+	Proxy    ObjectName
+	ProxyUID types.UID
+	// Ref names the lease, as Lease.Ref.
+	Ref LeaseRef
+	// ExpiresAt is when the lease would have expired: no credential of it
+	// names a later end.
+	ExpiresAt time.Time
+	// End is how it ended: EndReleasedOK, EndReleasedBanned,
+	// EndReleasedError, EndRevoked or EndSuperseded.
+	End string
 }
 
 func (c Config) withDefaults() Config {

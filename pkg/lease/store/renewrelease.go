@@ -118,8 +118,10 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string) erro
 		l.state = stateReleased
 	case l == nil && s.mayRelearnLocked(tok, now):
 		// A lease of the previous leader that we never met: remember that
-		// it ended, so that its ID cannot be re-learned later.
+		// it ended, so that its ID cannot be re-learned later. It was live
+		// there: its instance is told, as for a lease of ours.
 		s.tombstoneLocked(tok, stateReleased)
+		s.endedEarlyLocked(tok.proxy, tok.proxyUID, tok.key, tok.expiresAt, end)
 	default:
 		return ErrUnknownLease
 	}
