@@ -224,9 +224,8 @@ func (c *trackedConn) closeForLease(m *serverMetrics) {
 
 // LeaseKeysHeader names, in the answer to the operator's own credentials
 // (the opening of a tunnel, a forwarded response), the IDs of the proxy's
-// lease keys (leasecred.Key.ID, comma-separated): the health engine learns
-// from it that the instance checks lease credentials signed with them.
-const LeaseKeysHeader = "Proxy-Lease-Keys"
+// lease keys (leasecred.KeysHeader).
+const LeaseKeysHeader = leasecred.KeysHeader
 
 func leaseKeyIDs(keys []leasecred.Key) string {
 	ids := make([]string, len(keys))

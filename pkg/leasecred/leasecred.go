@@ -77,26 +77,27 @@ func NewKeyText() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// ParseKeys reads keys as a Secret's lease-key or a --lease-key-file holds
-// them: one base64url key (padded or not) a line, blank lines and lines
-// starting with # ignored. The first key signs; all of them verify, so that
-// an instance can take a new key before the operator signs with it. Errors
-// name the line, never a key.
+// ParseKeys reads keys as a Secret's lease-key, $PROXY_LEASE_KEYS or a
+// --lease-key-file holds them: base64url keys (padded or not) separated by
+// white space, lines starting with # ignored. The first key signs; all of
+// them verify, so that an instance can take a new key before the operator
+// signs with it. Errors name the key's place, never a key.
 func ParseKeys(text string) ([]Key, error) {
 	var keys []Key
 	for i, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
 			continue
 		}
-		raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(line, "="))
-		if err != nil || len(raw) != KeyLen {
-			return nil, fmt.Errorf("lease key on line %d: want %d random bytes in base64url (head -c %d /dev/urandom | basenc --base64url)", i+1, KeyLen, KeyLen)
+		for _, field := range strings.Fields(line) {
+			raw, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(field, "="))
+			if err != nil || len(raw) != KeyLen {
+				return nil, fmt.Errorf("lease key %d (line %d): want %d random bytes in base64url (head -c %d /dev/urandom | basenc --base64url)", len(keys)+1, i+1, KeyLen, KeyLen)
+			}
+			keys = append(keys, newKey(raw))
 		}
-		keys = append(keys, newKey(raw))
 	}
 	if len(keys) == 0 {
-		return nil, errors.New("no lease key: want one base64url key a line")
+		return nil, errors.New("no lease key: want base64url keys separated by white space")
 	}
 	return keys, nil
 }
@@ -110,9 +111,58 @@ func newKey(raw []byte) Key {
 }
 
 // ID is the key's identifier: 8 hex digits of a hash of it, no secret. An
-// instance announces the IDs of its keys (forwardproxy.LeaseKeysHeader),
-// so that the operator knows it checks credentials signed with them.
+// instance announces the IDs of its keys (KeysHeader), so that the
+// operator knows it checks credentials signed with them.
 func (k Key) ID() string { return hex.EncodeToString(k.id[:]) }
+
+// KeysHeader names, in an instance's answers to the operator's own
+// credentials (the opening of a tunnel, a forwarded response), the IDs of
+// its lease keys, comma-separated: the health engine learns from it that
+// the instance checks lease credentials, and with which keys.
+const KeysHeader = "Proxy-Lease-Keys"
+
+// Announces reports whether an instance's KeysHeader value names k.
+func Announces(header string, k Key) bool {
+	id := k.ID()
+	for a := range strings.SplitSeq(header, ",") {
+		if strings.TrimSpace(a) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// KeyCache parses each Secret's keys once: the lease API and the health
+// engine sign with the keys of the same few Secrets again and again, and a
+// parse keys a new HMAC state. It is safe for concurrent use; its size is
+// bounded (it starts afresh beyond maxCachedKeySets texts).
+type KeyCache struct {
+	mu   sync.Mutex
+	sets map[string][]Key
+}
+
+const maxCachedKeySets = 1 << 14
+
+// Parse is ParseKeys(text), from the cache when it was parsed before.
+func (c *KeyCache) Parse(text string) ([]Key, error) {
+	c.mu.Lock()
+	keys, ok := c.sets[text]
+	c.mu.Unlock()
+	if ok {
+		return keys, nil
+	}
+	keys, err := ParseKeys(text)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sets == nil || len(c.sets) >= maxCachedKeySets {
+		c.sets = map[string][]Key{}
+	}
+	c.sets[text] = keys
+	return keys, nil
+}
 
 // mac appends the first macLen bytes of HMAC-SHA256(k, msg) to dst.
 func (k Key) mac(dst, msg []byte) []byte {

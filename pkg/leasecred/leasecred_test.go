@@ -95,6 +95,7 @@ func TestParseKeys(t *testing.T) {
 		"one":                       {text: good, n: 1},
 		"padded, with a newline":    {text: base64.URLEncoding.EncodeToString(make([]byte, KeyLen)) + "\n", n: 1},
 		"two, a comment and blanks": {text: "# rotation\n" + good + "\n\n" + good + "\n", n: 2},
+		"two on a line":             {text: good + " " + good, n: 2},
 		"empty":                     {text: "\n", wantErr: "no lease key"},
 		"short":                     {text: good + "\n" + good[:20], wantErr: "line 2"},
 		"not base64url":             {text: strings.Repeat("!", 43), wantErr: "line 1"},
@@ -197,5 +198,28 @@ func BenchmarkVerify(b *testing.B) {
 		if _, err := Verify(keys, "u+session-0123456789abcdef", p); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestAnnounces(t *testing.T) {
+	keys := testKeys(t, 2)
+	if !Announces(keys[1].ID()+", "+keys[0].ID(), keys[0]) || Announces(keys[1].ID(), keys[0]) || Announces("", keys[0]) {
+		t.Error("Announces does not find exactly the IDs named")
+	}
+}
+
+func TestKeyCache(t *testing.T) {
+	text, _ := NewKeyText()
+	var c KeyCache
+	a, err := c.Parse(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := c.Parse(text)
+	if a[0].macs != b[0].macs {
+		t.Error("the second Parse parsed again")
+	}
+	if _, err := c.Parse("nope"); err == nil {
+		t.Error("a bad key was taken")
 	}
 }
