@@ -200,7 +200,7 @@ func (op *operator) addLeaseServer(ctx context.Context, o Options, c clients, pr
 	}
 	callers := newLeaseCallers(ctx, o, authKube)
 	var feedSynced cache.InformerSynced
-	if op.leases, feedSynced, err = newLeaseServer(ctx, o, c.kube, callers, proxyInformer, secretInformer.Lister(), op.metrics, op.fence); err != nil {
+	if op.leases, op.leasePush, feedSynced, err = newLeaseServer(ctx, o, c.kube, callers, proxyInformer, secretInformer.Lister(), op.metrics, op.fence); err != nil {
 		return err
 	}
 	op.synced = append(op.synced, feedSynced)

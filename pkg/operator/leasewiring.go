@@ -14,6 +14,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/feed"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/push"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
@@ -34,10 +35,12 @@ func newLeaseCallers(ctx context.Context, o Options, authKube kubernetes.Interfa
 }
 
 // newLeaseServer builds the lease API: the store fed by the Proxy informer,
-// callers' authentication, credentials from the spec.auth Secrets,
+// callers' authentication, credentials from the Proxies' Secrets (signed
+// for the lease where the instance checks them), the pusher that tells
+// those instances of the leases' ends and renewals (run it on the leader),
 // the horizon a successor reads after a leader change, and the fence of the
 // leader election (nil without one).
-func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, callers leaseCallers, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics, fence *leadershipFence) (*server.Server, cache.InformerSynced, error) {
+func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, callers leaseCallers, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics, fence *leadershipFence) (*server.Server, *push.Pusher, cache.InformerSynced, error) {
 	// Every replica signs and verifies lease IDs with one key, created by
 	// the first replica to start.
 	var key []byte
@@ -46,7 +49,12 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, c
 		return err
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("lease signing key: %w", err)
+		return nil, nil, nil, fmt.Errorf("lease signing key: %w", err)
+	}
+	var pusher *push.Pusher
+	credentials := feed.NewLeaseCredentials(proxies.Lister(), secrets, func(l store.Lease, t push.Target) { pusher.Signed(l, t) })
+	if pusher, err = push.New(push.Config{Resolve: credentials.Target, Metrics: m}); err != nil {
+		return nil, nil, nil, err
 	}
 	st, err := store.New(store.Config{
 		Key:        key,
@@ -65,21 +73,22 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, c
 		MaxStateBytesPerOwner: o.LeaseMaxStateBytesPerIdentity,
 
 		LeadershipValidUntil: fence.validUntilFunc(),
+		OnLeaseEnded:         pusher.Ended,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("lease store: %w", err)
+		return nil, nil, nil, fmt.Errorf("lease store: %w", err)
 	}
 	proxiesSynced, err := feed.Proxies(st, proxies)
 	if err != nil {
-		return nil, nil, fmt.Errorf("lease feed: %w", err)
+		return nil, nil, nil, fmt.Errorf("lease feed: %w", err)
 	}
 	hostname, _ := os.Hostname()
 	srv, err := server.New(server.Config{
 		Store:         st,
 		Authenticator: callers,
 		Authorizer:    callers,
-		Credentials:   feed.SecretCredentials(secrets),
+		Credentials:   credentials.For,
 		Horizon:       failover.NewConfigMapHorizon(kube, o.LeaderElectNamespace, LeaseHorizonConfigMap, hostname),
 	})
-	return srv, proxiesSynced, err
+	return srv, pusher, proxiesSynced, err
 }

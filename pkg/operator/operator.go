@@ -39,6 +39,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/push"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 	"github.com/proxyfleet/proxy-operator/pkg/pool"
@@ -141,6 +142,9 @@ type operator struct {
 	// only while leading.
 	leases        *server.Server
 	leaseListener net.Listener
+	// leasePush tells the instances that check lease credentials of their
+	// leases' ends and renewals, on the leader.
+	leasePush *push.Pusher
 	// health probes every proxy through itself, on the leader.
 	health *health.Engine
 	// collector collects orphans on the leader.
@@ -391,6 +395,10 @@ func (op *operator) runLeader(ctx context.Context) error {
 	g.Go(func() error {
 		defer logger.V(2).Info("Garbage collection stopped")
 		return op.collector.Run(ctx)
+	})
+	g.Go(func() error {
+		defer logger.V(2).Info("Lease pushes stopped")
+		return op.leasePush.Run(ctx)
 	})
 	g.Go(func() error {
 		defer logger.V(2).Info("Crawl policy status stopped")

@@ -83,8 +83,8 @@ func startAPI(t *testing.T) *apiServer {
 	}
 	srv, err := server.New(server.Config{
 		Store: st, Authenticator: tokenAuth{}, Authorizer: tokenAuth{}, Horizon: &failover.MemoryHorizon{},
-		Credentials: func(_ context.Context, p store.LeasedProxy) (*proxyaccess.Credentials, error) {
-			if p.Key.Name == "p1" {
+		Credentials: func(_ context.Context, l store.Lease) (*proxyaccess.Credentials, error) {
+			if l.Proxy.Key.Name == "p1" {
 				return &proxyaccess.Credentials{Username: "u1", Password: "pw1"}, nil
 			}
 			return nil, nil
