@@ -36,10 +36,10 @@ const (
 	// Healthy reasons.
 	ReasonProbeSucceeded = "ProbeSucceeded"
 	ReasonProbeFailed    = "ProbeFailed"
-	// LeaseBound's reasons (health.LeaseCheck).
-	ReasonInstanceChecksLeases = "InstanceChecksLeases"
-	ReasonNoLeaseKey           = "NoLeaseKey"
-	ReasonInstanceDoesNotCheck = "InstanceDoesNotCheck"
+	// LeaseBound's reasons: the health.LeaseCheck the probe found.
+	ReasonInstanceChecksLeases = string(health.LeaseChecked)
+	ReasonNoLeaseKey           = string(health.LeaseNoKey)
+	ReasonInstanceDoesNotCheck = string(health.LeaseNotChecked)
 	// Event-only reasons.
 	ReasonDeleted          = "Deleted"
 	ReasonInstanceVanished = "InstanceVanished"

@@ -195,3 +195,40 @@ func TestProbeReadsTheAnnouncedKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestANewLeaderSeedsTheLeaseCheck: a proxy whose status already says
+// what its probe finds (a new leader's engine meeting the fleet) costs no
+// status write; one whose status predates LeaseBound is written once.
+func TestANewLeaderSeedsTheLeaseCheck(t *testing.T) {
+	keyText, _ := leasecred.NewKeyText()
+	keys, _ := leasecred.ParseKeys(keyText)
+	for name, tc := range map[string]struct {
+		condition   *metav1.Condition
+		wantReports int
+	}{
+		"LeaseBound in the status": {condition: &metav1.Condition{Type: crawlv1alpha1.ConditionLeaseBound, Status: metav1.ConditionTrue, Reason: string(LeaseChecked)}},
+		"from before LeaseBound":   {wantReports: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := testProxy("p", withAuth("inst"), withThresholds(1, 1), withHealthyCondition(metav1.ConditionTrue, "ok", time.Millisecond, t0))
+			if tc.condition != nil {
+				p.Status.Conditions = append(p.Status.Conditions, *tc.condition)
+			}
+			f := newFixture(t, p)
+			f.engine.secrets = func(context.Context, string, string) (*corev1.Secret, error) {
+				return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "inst", Labels: markedForProxies},
+					Data: map[string][]byte{"username": []byte("px"), "password": []byte("pw"), leasecred.SecretKey: []byte(keyText)}}, nil
+			}
+			f.engine.probe = func(context.Context, Target) Result {
+				r := success(time.Millisecond)
+				r.AnnouncedKeys = keys[0].ID()
+				return r
+			}
+			f.tick()
+			f.checkDue(testInterval)
+			if got := f.enqueues("p"); got != tc.wantReports {
+				t.Errorf("%d reports, want %d", got, tc.wantReports)
+			}
+		})
+	}
+}

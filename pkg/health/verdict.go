@@ -25,7 +25,8 @@ type Verdict struct {
 }
 
 // LeaseCheck is whether a proxy's instance checks lease credentials
-// (pkg/leasecred): the controller's LeaseBound condition.
+// (pkg/leasecred): the controller's LeaseBound condition, whose reason is
+// its value (so that a new leader seeds it from the status, seedFromStatus).
 type LeaseCheck string
 
 const (
@@ -34,12 +35,15 @@ const (
 	// LeaseChecked: the instance named the signing key of its credentials
 	// Secret in its answer (leasecred.KeysHeader): a lease's credentials
 	// admit only while the lease lives.
-	LeaseChecked LeaseCheck = "Checked"
+	LeaseChecked LeaseCheck = "InstanceChecksLeases"
 	// LeaseNoKey: the credentials Secret holds no lease-key (or the proxy
 	// takes no credentials): leases are advisory.
-	LeaseNoKey LeaseCheck = "NoKey"
+	LeaseNoKey LeaseCheck = "NoLeaseKey"
 	// LeaseNotChecked: the instance did not name the key (it does not run
 	// our forward-proxy with it: squid, a proxy network): leases are
 	// advisory.
-	LeaseNotChecked LeaseCheck = "NotChecked"
+	LeaseNotChecked LeaseCheck = "InstanceDoesNotCheck"
 )
+
+// LeaseChecks lists the measured LeaseCheck values.
+var LeaseChecks = []LeaseCheck{LeaseChecked, LeaseNoKey, LeaseNotChecked}
