@@ -156,7 +156,7 @@ func TestClientCalls(t *testing.T) {
 		Domain:      "example.com",
 		TTL:         time.Second,
 	}
-	if diff := cmp.Diff(want, l, cmpopts.IgnoreFields(client.Lease{}, "ID", "GrantedAt", "ExpiresAt")); diff != "" {
+	if diff := cmp.Diff(want, l, cmpopts.IgnoreFields(client.Lease{}, "ID", "GrantedAt", "ExpiresAt"), cmpopts.IgnoreUnexported(client.Lease{})); diff != "" {
 		t.Errorf("Acquire (-want +got):\n%s", diff)
 	}
 	if u, err := l.ProxyURL(); err != nil || u.String() != "http://u1:pw1@127.0.0.1:3128" {
