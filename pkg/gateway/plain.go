@@ -62,14 +62,14 @@ func (g *Gateway) servePlain(w http.ResponseWriter, r *http.Request, c caller) {
 }
 
 func (g *Gateway) roundTrip(out *http.Request, u *use) (*http.Response, error) {
-	req := out.WithContext(context.WithValue(out.Context(), upstreamKey{}, u.h.upstream))
+	req := out.WithContext(context.WithValue(out.Context(), upstreamKey{}, u.h.upstream()))
 	if out.Body != nil {
 		req.Body = countingReader{out.Body, g, u.h}
 	}
 	resp, err := g.transport.RoundTrip(req)
 	if err != nil {
 		// Go's proxy errors can quote the proxy URL; keep credentials out.
-		return nil, errors.New(redact(err.Error(), u.h.upstream))
+		return nil, errors.New(redact(err.Error(), u.h.upstream()))
 	}
 	return resp, nil
 }

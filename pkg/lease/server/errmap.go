@@ -40,6 +40,7 @@ const (
 	codeUnavailable            = "Unavailable"
 	codeAuthUnavailable        = "AuthUnavailable"
 	codeCredentialsUnavailable = "CredentialsUnavailable"
+	codeGatewayOnly            = "GatewayOnly"
 	codeInternal               = "Internal"
 )
 

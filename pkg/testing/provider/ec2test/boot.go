@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 )
 
 // Boot is what an instance's cloud-init would have to start the proxy:
@@ -80,7 +81,7 @@ func BootExitRanges(env map[string]string, routed []string) ([]netip.Prefix, err
 // ServeForwardProxy does what an instance's cloud-init would with the
 // operator's part of the user-data: it reads the settings file (the
 // kit's format) and serves our forward proxy on the public IP with that
-// port and those credentials, with the exit ranges of BootExitRanges,
+// port, those credentials and lease keys, with the exit ranges of BootExitRanges,
 // admitting targets in allow; rec (may be nil) records the exit ranges.
 // We cannot route a cloud's prefix on the test machine: the ranges are
 // the proxy's configuration, not dialled from. It returns the halt.
@@ -95,8 +96,16 @@ func ServeForwardProxy(t testing.TB, b Boot, rec *Boots, allow ...netip.Prefix) 
 		t.Errorf("instance %s: %v", b.Name, err)
 		return func() {}
 	}
+	var keys []leasecred.Key
+	if text := env["PROXY_LEASE_KEYS"]; text != "" {
+		if keys, err = leasecred.ParseKeys(text); err != nil {
+			t.Errorf("instance %s: PROXY_LEASE_KEYS: %v", b.Name, err)
+			return func() {}
+		}
+	}
 	srv, err := forwardproxy.New(forwardproxy.Config{
 		Username: env["PROXY_AUTH_USERNAME"], Password: env["PROXY_AUTH_PASSWORD"], AllowCIDRs: allow, ExitRanges: ranges,
+		LeaseKeys: keys,
 	})
 	if err != nil {
 		t.Errorf("instance %s: %v", b.Name, err)
