@@ -91,7 +91,7 @@ func checkFor(p *crawlv1alpha1.Proxy, address string, rootCAs *x509.CertPool, pr
 	if c.authSecret == "" {
 		return c
 	}
-	c.session = proxyaccess.Session(p)
+	c.session = proxyaccess.SessionOf(p)
 	c.signs = c.session != "" || len(p.Status.ExitRanges) > 0
 	// An instance not configured with the credentials (a proxy network's
 	// super proxy) is not ours to prove closed.

@@ -160,10 +160,10 @@ func CredentialsSecret(p *crawlv1alpha1.Proxy) string {
 	return ""
 }
 
-// Session is the session id p's credentials carry in their username's
+// SessionOf is the session id p's credentials carry in their username's
 // "+session-<id>" term: a session on a shared instance's (spec.session),
 // "" for any other Proxy.
-func Session(p *crawlv1alpha1.Proxy) string {
+func SessionOf(p *crawlv1alpha1.Proxy) string {
 	if p.Spec.Session == nil {
 		return ""
 	}
@@ -258,7 +258,7 @@ func ReadProxyCredentials(p *crawlv1alpha1.Proxy, get SecretGetter) (*Credential
 	}
 	creds, err := readCredentials(field, CredentialsSecret(p), get)
 	if creds != nil {
-		creds.Username = SessionUsername(creds.Username, Session(p))
+		creds.Username = SessionUsername(creds.Username, SessionOf(p))
 	}
 	return creds, err
 }
