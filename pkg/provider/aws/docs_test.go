@@ -27,6 +27,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider/aws"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/integration"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/ec2test"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -119,11 +120,11 @@ func TestDocumentedSquidCloudInit(t *testing.T) {
 	if !strings.Contains(launched, squidConf[:strings.Index(squidConf, "\n")]) {
 		t.Fatalf("the launched user-data lacks the documented cloud-config")
 	}
-	envFile, err := ec2test.UserDataEnvFile(launched)
+	envFile, err := faultkit.UserDataEnvFile(launched)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env, _ := ec2test.UserDataEnv(launched); !strings.Contains(squidConf, "http_port "+env["PROXY_PORT"]+"\n") {
+	if env, _ := faultkit.UserDataEnv(launched); !strings.Contains(squidConf, "http_port "+env["PROXY_PORT"]+"\n") {
 		t.Errorf("squid's http_port is not the instance's PROXY_PORT %q (spec.aws.port)", env["PROXY_PORT"])
 	}
 

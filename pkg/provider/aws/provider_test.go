@@ -21,6 +21,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/aws"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/ec2test"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 )
 
 const (
@@ -503,13 +504,13 @@ func TestSpotInstances(t *testing.T) {
 
 // TestExitRangeDelegatedAndBootedWithIt: with spec.aws.ipv6ExitRange the
 // launch asks for a delegated /80, Get reports the one EC2 delegated, and
-// the instance's forward proxy (ec2test's boot mode, from the user-data) is
+// the instance's forward proxy (faultkit.BootForwardProxy, from the user-data) is
 // started with it as its exit range, under the documented policy. The
 // prefix is the proxy's configuration only: a cloud's prefix cannot be
 // routed on the test machine (docs/ipv6.md's netns test routes a ULA one).
 func TestExitRangeDelegatedAndBootedWithIt(t *testing.T) {
-	var boots ec2test.Boots
-	fake := ec2test.New(t, ec2test.WithPolicy(documentedPolicy(t)), ec2test.WithBoot(ec2test.BootForwardProxy(t, &boots)))
+	var boots faultkit.Boots
+	fake := ec2test.New(t, ec2test.WithPolicy(documentedPolicy(t)), ec2test.WithBoot(faultkit.BootForwardProxy(t, &boots)))
 	p := newProvider(t, fake)
 	ctx := context.Background()
 	proxy := testProxy(1, func(a *crawlv1alpha1.AWSProvider) {

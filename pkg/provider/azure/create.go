@@ -131,7 +131,7 @@ func (p *Provider) network(ctx context.Context, name string, tags map[string]*st
 	if len(s.allowFrom) > 0 {
 		p.nsgMu.RLock()
 		defer p.nsgMu.RUnlock()
-		nsgTags := azureTags(map[string]string{cloudkit.LabelClusterID: p.clusterID})
+		nsgTags := azureTags(map[string]string{cloudkit.LabelClusterID: p.clusterID, LabelOwnedSecurityGroup: "true"})
 		var err error
 		if nsgID, err = p.ensureSecurityGroup(ctx, nsgName(p.clusterID, s), s.location, nsgTags, s); err != nil {
 			return "", err

@@ -89,7 +89,7 @@ func (p *Provider) deleteSecurityGroupIfUnused(ctx context.Context, id string) (
 	p.nsgMu.Lock()
 	defer p.nsgMu.Unlock()
 	nsg, err := p.nsgs.Get(ctx, p.group, name, nil)
-	if err = classify(err); err != nil || !cloudkit.Owned(labelsOf(nsg.Tags), p.clusterID) {
+	if err = classify(err); err != nil || !p.ownedGroup(nsg.Tags) {
 		return false, ignoreNotFound(err)
 	}
 	if nsg.Properties != nil && len(nsg.Properties.NetworkInterfaces) > 0 {
@@ -103,7 +103,20 @@ func (p *Provider) deleteSecurityGroupIfUnused(ctx context.Context, id string) (
 	return err == nil, ignoreNotFound(err)
 }
 
-// Sweep deletes the security groups this cluster owns that no NIC is in.
+// LabelOwnedSecurityGroup marks a network security group the operator made
+// for spec.azure.allowFrom (the tag pxo-owned-security-group): only such a
+// group of this cluster is ever deleted, never another one that carries
+// the cluster's tag (docs/decisions/0432-azure-sweeps-only-marked-security-groups.md).
+const LabelOwnedSecurityGroup = "crawl.proxyfleet.io/owned-security-group"
+
+// ownedGroup reports whether a security group with these tags is one this
+// cluster made for allowFrom.
+func (p *Provider) ownedGroup(tags map[string]*string) bool {
+	labels := labelsOf(tags)
+	return cloudkit.Owned(labels, p.clusterID) && labels[LabelOwnedSecurityGroup] == "true"
+}
+
+// Sweep deletes the security groups this cluster made that no NIC is in.
 // Delete removes a VM's group after its NIC, but only while it still knows
 // the group from the NIC: a delete whose group step failed and that was
 // retried finds the NIC gone, and two last NICs deleted at once may each
@@ -120,7 +133,7 @@ func (p *Provider) Sweep(ctx context.Context) (int, error) {
 		}
 		for _, nsg := range page.Value {
 			inUse := nsg.Properties != nil && len(nsg.Properties.NetworkInterfaces) > 0
-			if cloudkit.Owned(labelsOf(nsg.Tags), p.clusterID) && !inUse {
+			if p.ownedGroup(nsg.Tags) && !inUse {
 				unused = append(unused, deref(nsg.ID))
 			}
 		}

@@ -4,7 +4,7 @@ package azure_test
 // (pkg/testing/testenv), with the azure provider driving the real SDK
 // (azidentity, armcompute, armnetwork) against azuretest over TLS. In the
 // Ready test each VM boots our forward proxy from its own custom data
-// (azuretest.BootForwardProxy), so "Ready" means a request went through
+// (faultkit.BootForwardProxy), so "Ready" means a request went through
 // the proxy the create configured.
 
 import (
@@ -28,6 +28,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider/azure"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/azuretest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
@@ -96,7 +97,7 @@ func (h *harness) newCollector(t *testing.T, cfg gc.Config) *gc.Collector {
 func TestVMBootsFromCustomDataAndIsReplacedOnSpecChange(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	h := startController(t, azuretest.WithSteps(2), azuretest.WithGetLag(1),
-		azuretest.WithBoot(azuretest.BootForwardProxy(t, proxytest.Loopback)))
+		azuretest.WithBoot(faultkit.BootForwardProxy(t, nil, proxytest.Loopback)))
 	const port = 3172
 	created := h.Create(h.vmProxy("p1", port))
 	p := h.WaitProvisioned("p1")

@@ -9,6 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v8"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -120,15 +125,15 @@ func TestCreateWalksSizesOnCapacity(t *testing.T) {
 	fake := azuretest.New(t, azuretest.WithSteps(1))
 	p := newProvider(t, fake, clusterID)
 	sizes := []string{"Standard_B1s", "Standard_B1ms", "Standard_B2s"}
-	fake.SetNoCapacity(sizes[0], "SkuNotAvailable")
-	fake.SetNoCapacity(sizes[1], "AllocationFailed")
+	fake.SetNoCapacityAs(sizes[0], "SkuNotAvailable")
+	fake.SetNoCapacityAs(sizes[1], "AllocationFailed")
 	if _, err := p.Create(ctx, createRequest("00000002-0000-0000-0000-000000000000", &crawlv1alpha1.AzureProvider{VMSizes: sizes})); err != nil {
 		t.Fatal(err)
 	}
 	if live := fake.VMs(); len(live) != 1 || live[0].Size != sizes[2] || live[0].State != "Succeeded" {
 		t.Errorf("live %v, want one %s", live, sizes[2])
 	}
-	fake.SetNoCapacity(sizes[2], "ZonalAllocationFailed")
+	fake.SetNoCapacityAs(sizes[2], "ZonalAllocationFailed")
 	_, err := p.Create(ctx, createRequest("00000003-0000-0000-0000-000000000000", &crawlv1alpha1.AzureProvider{VMSizes: sizes}))
 	if !errors.Is(err, provider.ErrQuotaExceeded) || !strings.Contains(err.Error(), sizes[0]) || !strings.Contains(err.Error(), sizes[2]) {
 		t.Errorf("no capacity anywhere: %v, want a quota error naming the sizes", err)
@@ -335,7 +340,7 @@ func TestDocumentedRoleSufficesAndEachActionIsNeeded(t *testing.T) {
 	if err := life(fake); err != nil {
 		t.Fatalf("with the documented role: %v", err)
 	}
-	if diff := cmp.Diff(slices.Sorted(slices.Values(azuretest.Actions)), fake.UsedActions()); diff != "" {
+	if diff := cmp.Diff(slices.Sorted(slices.Values(azuretest.Actions)), fake.UsedPermissions()); diff != "" {
 		t.Errorf("actions used (-documented +used):\n%s", diff)
 	}
 	for _, missing := range azuretest.Actions {
@@ -398,5 +403,44 @@ func TestSweepDeletesTheSecurityGroupADeleteLeftBehind(t *testing.T) {
 	}
 	if n, err := theirs.Sweep(ctx); err != nil || n != 1 {
 		t.Errorf("the other cluster's Sweep: %d, %v; want its group deleted", n, err)
+	}
+}
+
+// TestSweepKeepsASecurityGroupItDidNotMake: a security group someone else
+// made in the resource group, carrying this cluster's tag (copied by their
+// tooling, say) and in no NIC, is not one the operator made for allowFrom:
+// the sweep leaves it, and still deletes the group it made and left behind.
+func TestSweepKeepsASecurityGroupItDidNotMake(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	fake := azuretest.New(t)
+	p := newProvider(t, fake, clusterID)
+	nsgs, err := armnetwork.NewSecurityGroupsClient(azuretest.SubscriptionID, fake.Credential(t), &arm.ClientOptions{
+		ClientOptions: policy.ClientOptions{Cloud: fake.Cloud(), Transport: fake.Transport()}, DisableRPRegistration: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poller, err := nsgs.BeginCreateOrUpdate(ctx, azuretest.ResourceGroup, "crawlers-nsg", armnetwork.SecurityGroup{
+		Location: to.Ptr("westeurope"), Tags: map[string]*string{"pxo-cluster-id": to.Ptr(clusterID)},
+	}, nil)
+	if err == nil {
+		_, err = poller.PollUntilDone(ctx, &runtime.PollUntilDoneOptions{Frequency: 5 * time.Millisecond})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := createUntilDone(t, p, createRequest("00000001-0000-0000-0000-00000000000e", &crawlv1alpha1.AzureProvider{AllowFrom: []crawlv1alpha1.CIDR{"203.0.113.0/24"}}))
+	fake.FailNext(azuretest.GetNSG, azuretest.ErrServerError)
+	if err := p.Delete(ctx, inst.ID); err == nil {
+		t.Fatal("delete with its security group's read failing: no error")
+	}
+	if err := p.Delete(ctx, inst.ID); err != nil {
+		t.Fatalf("retried delete: %v", err)
+	}
+	if n, err := p.Sweep(ctx); err != nil || n != 1 {
+		t.Errorf("Sweep: %d, %v; want the one group it made deleted", n, err)
+	}
+	if _, err := nsgs.Get(ctx, azuretest.ResourceGroup, "crawlers-nsg", nil); err != nil {
+		t.Errorf("the group the operator did not make: %v, want it kept", err)
 	}
 }

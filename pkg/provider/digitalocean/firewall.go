@@ -26,8 +26,22 @@ import (
 const firewallTagName = "crawl.proxyfleet.io/firewall"
 
 // firewallNamePrefix starts the name of every firewall this cluster owns:
-// firewalls have no tags of their own, so the name is what Sweep scopes by.
+// firewalls have no tags of their own, so the name is what Sweep scopes
+// by. It holds the whole SHA-256 of the cluster ID: with 32 bits of it two
+// clusters' prefixes could be the same, and one cluster's sweep would take
+// the other's firewalls for its own
+// (docs/decisions/0431-digitalocean-firewall-name-holds-the-whole-cluster-key.md).
 func firewallNamePrefix(clusterID string) string {
+	sum := sha256.Sum256([]byte(clusterID))
+	return "pxo-" + hex.EncodeToString(sum[:]) + "-"
+}
+
+// legacyFirewallNamePrefix is the prefix operators before record 0431
+// named this cluster's firewalls with: 32 bits of the hash, which another
+// cluster's may share. Sweep deletes a firewall named with it only as the
+// twin of one named with the whole prefix and the same key (the key is a
+// 64-bit hash of this cluster's ID and the setting: no other cluster's).
+func legacyFirewallNamePrefix(clusterID string) string {
 	sum := sha256.Sum256([]byte(clusterID))
 	return "pxo-" + hex.EncodeToString(sum[:4]) + "-"
 }
@@ -125,20 +139,37 @@ func (p *Provider) listFirewalls(ctx context.Context) ([]godo.Firewall, error) {
 // Sweep deletes the firewalls this cluster owns (by their name's prefix)
 // whose tag no droplet of this cluster carries (the orphan GC calls it
 // after each round). The tag listing lags behind a create, so a firewall a
-// create of this process used within the settle time is kept.
+// create of this process used within the settle time is kept. A firewall
+// an older operator named with the 32-bit prefix goes the same way once
+// its twin under the whole prefix exists; it is handled first, so that
+// the twin that proves it ours is still there.
 func (p *Provider) Sweep(ctx context.Context) (int, error) {
 	all, err := p.listFirewalls(ctx)
 	if err != nil {
 		return 0, cloudkit.ProviderError("listing firewalls", err)
 	}
-	prefix := firewallNamePrefix(p.clusterID)
+	prefix, legacy := firewallNamePrefix(p.clusterID), legacyFirewallNamePrefix(p.clusterID)
+	owned := map[string]bool{}
+	for _, fw := range all {
+		if key, ok := strings.CutPrefix(fw.Name, prefix); ok {
+			owned[key] = true
+		}
+	}
+	var legacyTwins, ours []godo.Firewall
+	for _, fw := range all {
+		if key, ok := strings.CutPrefix(fw.Name, legacy); ok && owned[key] {
+			legacyTwins = append(legacyTwins, fw)
+		} else if strings.HasPrefix(fw.Name, prefix) {
+			ours = append(ours, fw)
+		}
+	}
 	deleted := 0
 	var errs []error
-	for _, fw := range all {
-		key, ok := strings.CutPrefix(fw.Name, prefix)
-		if !ok || len(fw.Tags) != 1 {
+	for _, fw := range append(legacyTwins, ours...) {
+		if len(fw.Tags) != 1 {
 			continue
 		}
+		key := fw.Name[strings.LastIndex(fw.Name, "-")+1:]
 		gone, err := p.sweepFirewall(ctx, fw, key)
 		if err != nil {
 			errs = append(errs, err)

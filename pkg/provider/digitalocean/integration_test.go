@@ -3,7 +3,7 @@ package digitalocean_test
 // Controller integration: the real controller against the real API server
 // (pkg/testing/testenv), with the digitalocean provider driving the real
 // godo client against dotest. In the Ready test each droplet boots our
-// forward proxy from its own user-data (dotest.BootForwardProxy), so
+// forward proxy from its own user-data (faultkit.BootForwardProxy), so
 // "Ready" means a request went through the proxy the create configured.
 
 import (
@@ -27,6 +27,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider/digitalocean"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/dotest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
 )
@@ -95,7 +96,7 @@ func TestDropletBootsFromUserDataAndIsReplacedOnSpecChange(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	h := startController(t, dotest.WithSteps(2), dotest.WithListLag(1),
 		dotest.WithPublicIP(func(n int) string { return fmt.Sprintf("127.0.105.%d", n) }),
-		dotest.WithBoot(dotest.BootForwardProxy(t, proxytest.Loopback)))
+		dotest.WithBoot(faultkit.BootForwardProxy(t, nil, proxytest.Loopback)))
 	const port = 3171
 	created := h.Create(h.dropletProxy("p1", port))
 	p := h.WaitProvisioned("p1")

@@ -299,7 +299,7 @@ func TestDocumentedScopesSufficeAndEachIsNeeded(t *testing.T) {
 	if err := life(fake); err != nil {
 		t.Fatalf("with the documented scopes: %v", err)
 	}
-	used := fake.UsedScopes()
+	used := fake.UsedPermissions()
 	if diff := cmp.Diff([]string{"droplet:create", "droplet:delete", "droplet:read", "tag:create"}, used); diff != "" {
 		t.Errorf("scopes used (-want +got):\n%s", diff)
 	}

@@ -170,7 +170,7 @@ func TestControllerCreatesVMThatBecomesReady(t *testing.T) {
 	if vm.Scheduling == nil || vm.Scheduling.ProvisioningModel != "SPOT" {
 		t.Errorf("scheduling %+v, want a Spot VM", vm.Scheduling)
 	}
-	if n := fake.CallCount(gcetest.MethodInsert); n != 1 {
+	if n := fake.Calls(gcetest.MethodInsert); n != 1 {
 		t.Errorf("%d inserts, want 1", n)
 	}
 
@@ -209,7 +209,7 @@ func TestControllerReplacesVMOnSpecChange(t *testing.T) {
 	if n := len(fake.Instances()); n != 1 {
 		t.Errorf("%d VMs after the replace, want exactly 1", n)
 	}
-	if ins, del := fake.CallCount(gcetest.MethodInsert), fake.CallCount(gcetest.MethodDelete); ins != 2 || del != 1 {
+	if ins, del := fake.Calls(gcetest.MethodInsert), fake.Calls(gcetest.MethodDelete); ins != 2 || del != 1 {
 		t.Errorf("%d inserts and %d deletes, want 2 and 1", ins, del)
 	}
 }
@@ -218,7 +218,7 @@ func TestControllerQuotaExceededThenRecovers(t *testing.T) {
 	t.Parallel()
 	const ip = "127.0.0.23"
 	fake := gcetest.New(t, gcetest.WithAddress(func(_, _, _ string) string { return ip }))
-	fake.SetFault(gcetest.MethodInsert, gcetest.QuotaExceeded())
+	fake.FailEvery(gcetest.MethodInsert, gcetest.QuotaExceeded())
 	h := startController(t, fake)
 	port := startVMProxy(t, ip)
 	h.Create(gceProxy("p1", port))
@@ -234,11 +234,11 @@ func TestControllerQuotaExceededThenRecovers(t *testing.T) {
 	}
 	// The controller retries on its fixed schedule, not in a tight loop.
 	h.Eventually(10*time.Second, "a quota retry", func() (bool, string) {
-		n := fake.CallCount(gcetest.MethodInsert)
+		n := fake.Calls(gcetest.MethodInsert)
 		return n >= 2, fmt.Sprintf("%d inserts", n)
 	})
 
-	fake.SetFault(gcetest.MethodInsert, nil)
+	fake.StopFailing(gcetest.MethodInsert)
 	h.WaitProvisioned("p1")
 	h.ProbeReady("p1", h.target)
 	if n := len(fake.Instances()); n != 1 {

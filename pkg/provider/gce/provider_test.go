@@ -79,7 +79,7 @@ func TestCreateReturnsOnceAcceptedThenRuns(t *testing.T) {
 	if inst.ID != id || inst.State != provider.StateProvisioning {
 		t.Errorf("Create = %+v, want %s Provisioning", inst, id)
 	}
-	if n := fake.CallCount(gcetest.MethodOperationGet); n != 0 {
+	if n := fake.Calls(gcetest.MethodOperationGet); n != 0 {
 		t.Errorf("Create polled the operation %d times: it must not wait", n)
 	}
 	gvm, ok := fake.Instance(gcetest.DefaultProject, zoneA, "px-0f8fe8c24c1e4d2a")
@@ -174,7 +174,7 @@ func TestCreateErrors(t *testing.T) {
 				}
 			})
 			if tc.fault != nil {
-				fake.FailNext(gcetest.MethodInsert, tc.fault, 1)
+				fake.FailNext(gcetest.MethodInsert, tc.fault)
 			}
 			_, err := p.Create(context.Background(), createRequest(testProxy(tc.opts...), []byte("#cloud-config\n")))
 			if got := provider.Class(err); err == nil || got != tc.want {
@@ -248,8 +248,8 @@ func TestGetNotFound(t *testing.T) {
 func TestGetErrorsAreClassified(t *testing.T) {
 	fake := gcetest.New(t)
 	p := newTestProvider(t, fake)
-	fake.FailNext(gcetest.MethodGet, gcetest.BackendError(), 1)
-	fake.FailNext(gcetest.MethodGet, gcetest.Forbidden("compute.instances.get"), 1)
+	fake.FailNext(gcetest.MethodGet, gcetest.BackendError())
+	fake.FailNext(gcetest.MethodGet, gcetest.Forbidden("compute.instances.get"))
 	id := gcetest.DefaultProject + "/" + zoneA + "/px-1"
 	if _, err := p.Get(context.Background(), id); provider.Class(err) != provider.ErrTransient || errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("503: %v, want transient", err)
@@ -282,7 +282,7 @@ func TestDelete(t *testing.T) {
 	if err := p.Delete(ctx, inst.ID); err != nil {
 		t.Errorf("Delete while deleting: %v", err)
 	}
-	if n := fake.CallCount(gcetest.MethodDelete); n != 2 {
+	if n := fake.Calls(gcetest.MethodDelete); n != 2 {
 		t.Errorf("%d delete calls, want 2 (the missing VM and ours)", n)
 	}
 	got, err := p.Get(ctx, inst.ID)
@@ -337,7 +337,7 @@ func TestListByTag(t *testing.T) {
 		t.Errorf("ListByTag(managed-by) (-want +got):\n%s", diff)
 	}
 	var lists []gcetest.Call
-	for _, c := range fake.Calls() {
+	for _, c := range fake.Requests() {
 		if c.Method == gcetest.MethodAggregatedList {
 			lists = append(lists, c)
 		}
@@ -388,7 +388,7 @@ func TestListByTag(t *testing.T) {
 		t.Errorf("ListByTag after a create in an unknown project: %v", err)
 	}
 
-	fake.FailNext(gcetest.MethodAggregatedList, gcetest.RateLimitExceeded(), 1)
+	fake.FailNext(gcetest.MethodAggregatedList, gcetest.RateLimitExceeded())
 	if _, err := p.ListByTag(ctx, crawlv1alpha1.TagManagedBy, crawlv1alpha1.ManagedByValue); provider.Class(err) != provider.ErrQuotaExceeded {
 		t.Errorf("a rate-limited list: %v, want a quota error", err)
 	}
@@ -416,7 +416,7 @@ func TestCloudInitIsNeverLogged(t *testing.T) {
 	if _, err := p.ListByTag(ctx, crawlv1alpha1.TagManagedBy, crawlv1alpha1.ManagedByValue); err != nil {
 		t.Fatal(err)
 	}
-	fake.FailNext(gcetest.MethodInsert, &gcetest.APIError{Code: http.StatusBadRequest, Reason: "invalid", Message: "Invalid value '" + secret + "', '" + testPassword + "'"}, 1)
+	fake.FailNext(gcetest.MethodInsert, &gcetest.APIError{Code: http.StatusBadRequest, Reason: "invalid", Message: "Invalid value '" + secret + "', '" + testPassword + "'"})
 	_, createErr := p.Create(ctx, createRequest(testProxy(withUID(uid(2))), []byte(secret)))
 	if err := p.Delete(ctx, inst.ID); err != nil {
 		t.Fatal(err)

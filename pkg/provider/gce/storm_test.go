@@ -68,8 +68,8 @@ func TestFaultStormLeaksAndDuplicatesNothing(t *testing.T) {
 	}
 	time.Sleep(5 * time.Second)
 	fake.SetRandomFaults(0, 0)
-	t.Logf("storm over: %d inserts, %d gets, %d deletes", fake.CallCount(gcetest.MethodInsert),
-		fake.CallCount(gcetest.MethodGet), fake.CallCount(gcetest.MethodDelete))
+	t.Logf("storm over: %d inserts, %d gets, %d deletes", fake.Calls(gcetest.MethodInsert),
+		fake.Calls(gcetest.MethodGet), fake.Calls(gcetest.MethodDelete))
 
 	h.Eventually(2*time.Minute, "the fleet converged", func() (bool, string) {
 		live := liveByUID(fake)

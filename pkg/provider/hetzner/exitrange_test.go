@@ -9,7 +9,7 @@ import (
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
-	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/ec2test"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/hcloudtest"
 )
 
@@ -21,8 +21,8 @@ import (
 // configuration only: the test machine cannot route a cloud's prefix.
 func TestExitRangeIsTheServersSlash64AndBootsWithIt(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	var boots ec2test.Boots
-	fake := hcloudtest.New(t, hcloudtest.WithBoot(hcloudtest.BootForwardProxyRecorded(t, &boots)))
+	var boots faultkit.Boots
+	fake := hcloudtest.New(t, hcloudtest.WithBoot(faultkit.BootForwardProxy(t, &boots)))
 	p := newProvider(t, fake, clusterID)
 
 	ranged, err := p.Create(ctx, createRequest("00000001-0000-0000-0000-000000000000", &crawlv1alpha1.HetznerProvider{PublicIPv6: true, IPv6ExitRange: true}))

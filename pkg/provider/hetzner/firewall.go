@@ -118,12 +118,9 @@ func (p *Provider) firewallByName(ctx context.Context, name string) (*hcloud.Fir
 // round). One still in use (Hetzner's resource_in_use) is left for a later
 // round. Another cluster's firewalls are never listed.
 func (p *Provider) Sweep(ctx context.Context) (int, error) {
-	var firewalls []*hcloud.Firewall
 	selector := cloudkit.LabelClusterID + "==" + p.clusterID + "," + LabelOwnedFirewall + "==true"
-	err := p.call(ctx, func(ctx context.Context) (*hcloud.Response, error) {
-		got, resp, err := p.client.Firewall.List(ctx, hcloud.FirewallListOpts{ListOpts: hcloud.ListOpts{LabelSelector: selector, PerPage: 50}})
-		firewalls = got
-		return resp, err
+	firewalls, err := listAll(ctx, p, selector, func(ctx context.Context, opts hcloud.ListOpts) ([]*hcloud.Firewall, *hcloud.Response, error) {
+		return p.client.Firewall.List(ctx, hcloud.FirewallListOpts{ListOpts: opts})
 	})
 	if err != nil {
 		return 0, cloudkit.ProviderError("listing this cluster's firewalls", err)

@@ -1,6 +1,7 @@
 package hetzner_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -133,5 +134,32 @@ func TestSweepKeepsAFirewallHetznerStillApplies(t *testing.T) {
 	if n != 0 || err != nil || len(fake.Firewalls()) != 1 || fake.Calls(hcloudtest.DeleteFirewall) != 1 {
 		t.Errorf("sweep = %d, %v with %d firewalls left after %d deletes; want 0 deleted, the one kept after a refused delete",
 			n, err, len(fake.Firewalls()), fake.Calls(hcloudtest.DeleteFirewall))
+	}
+}
+
+// TestSweepReadsEveryPageOfFirewalls: Hetzner answers at most 50
+// firewalls a page. 55 settings of allowFrom make 55 firewalls; once
+// their servers are gone, one sweep deletes all 55, those of the second
+// page too.
+func TestSweepReadsEveryPageOfFirewalls(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	fake := hcloudtest.New(t, hcloudtest.WithSteps(0))
+	p := newProvider(t, fake, clusterID)
+	for i := range 55 {
+		uid := fmt.Sprintf("%08d-0000-0000-0002-000000000000", i)
+		inst, err := p.Create(ctx, createRequest(uid, &crawlv1alpha1.HetznerProvider{AllowFrom: []crawlv1alpha1.CIDR{"203.0.113.0/24"}, Port: int32(4000 + i)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Delete(ctx, inst.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(fake.Firewalls()); n != 55 {
+		t.Fatalf("%d firewalls made, want 55", n)
+	}
+	n, err := p.Sweep(ctx)
+	if left := fake.Firewalls(); n != 55 || err != nil || len(left) != 0 {
+		t.Errorf("sweep = %d, %v with %d firewalls left; want all 55 deleted", n, err, len(left))
 	}
 }

@@ -301,23 +301,35 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// ListByTag lists this cluster's servers carrying the label key=value.
-func (p *Provider) ListByTag(ctx context.Context, key, value string) ([]provider.Instance, error) {
-	selector := key + "==" + value + "," + cloudkit.LabelClusterID + "==" + p.clusterID
-	var servers []*hcloud.Server
+// listAll reads every page of a list by label selector through the gate:
+// Hetzner answers at most 50 entries a page, whatever a call asks for.
+func listAll[T any](ctx context.Context, p *Provider, selector string, list func(context.Context, hcloud.ListOpts) ([]T, *hcloud.Response, error)) ([]T, error) {
+	var all []T
 	for page := 1; page > 0; {
-		opts := hcloud.ServerListOpts{ListOpts: hcloud.ListOpts{LabelSelector: selector, Page: page, PerPage: 50}}
+		opts := hcloud.ListOpts{LabelSelector: selector, Page: page, PerPage: 50}
 		err := p.call(ctx, func(ctx context.Context) (*hcloud.Response, error) {
-			got, resp, err := p.client.Server.List(ctx, opts)
-			servers, page = append(servers, got...), 0
+			got, resp, err := list(ctx, opts)
+			all, page = append(all, got...), 0
 			if err == nil && resp.Meta.Pagination != nil {
 				page = resp.Meta.Pagination.NextPage
 			}
 			return resp, err
 		})
 		if err != nil {
-			return nil, cloudkit.ProviderError("listing servers with label "+key+"="+value, err)
+			return nil, err
 		}
+	}
+	return all, nil
+}
+
+// ListByTag lists this cluster's servers carrying the label key=value.
+func (p *Provider) ListByTag(ctx context.Context, key, value string) ([]provider.Instance, error) {
+	selector := key + "==" + value + "," + cloudkit.LabelClusterID + "==" + p.clusterID
+	servers, err := listAll(ctx, p, selector, func(ctx context.Context, opts hcloud.ListOpts) ([]*hcloud.Server, *hcloud.Response, error) {
+		return p.client.Server.List(ctx, hcloud.ServerListOpts{ListOpts: opts})
+	})
+	if err != nil {
+		return nil, cloudkit.ProviderError("listing servers with label "+key+"="+value, err)
 	}
 	out := make([]provider.Instance, 0, len(servers))
 	for _, srv := range servers {

@@ -3,7 +3,7 @@ package hetzner_test
 // Controller integration: the real controller against the real API server
 // (pkg/testing/testenv), with the hetzner provider driving the real
 // hcloud-go client against hcloudtest. In the Ready test each server boots
-// our forward proxy from its own user-data (hcloudtest.BootForwardProxy),
+// our forward proxy from its own user-data (faultkit.BootForwardProxy),
 // so "Ready" means a request went through the proxy the create configured.
 
 import (
@@ -26,6 +26,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/hetzner"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/controllertest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/hcloudtest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/testenv"
@@ -95,7 +96,7 @@ func TestServerBootsFromUserDataAndIsReplacedOnSpecChange(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	h := startController(t, hcloudtest.WithSteps(2), hcloudtest.WithListLag(1),
 		hcloudtest.WithPublicIP(func(n int) string { return fmt.Sprintf("127.0.103.%d", n) }),
-		hcloudtest.WithBoot(hcloudtest.BootForwardProxy(t, proxytest.Loopback)))
+		hcloudtest.WithBoot(faultkit.BootForwardProxy(t, nil, proxytest.Loopback)))
 	const port = 3171
 	created := h.Create(h.hetznerProxy("p1", port))
 	p := h.WaitProvisioned("p1")

@@ -2,11 +2,7 @@ package poolintegration_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -17,11 +13,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/ec2test"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -35,7 +31,7 @@ import (
 // Its members sit in the security group the operator owns for allowFrom.
 func TestAWSPoolScalesAndRotates(t *testing.T) {
 	t.Parallel()
-	fake := ec2test.New(t, ec2test.WithInvisibleCalls(1), ec2test.WithBoot(bootForwardProxy(t)))
+	fake := ec2test.New(t, ec2test.WithInvisibleCalls(1), ec2test.WithBoot(faultkit.BootForwardProxy(t, nil, proxytest.Loopback)))
 	kube, crawl := kubernetes.NewForConfigOrDie(shared.Get(t).Env.Config), versioned.NewForConfigOrDie(shared.Get(t).Env.Config)
 	pt := &poolTest{t: t, kube: kube, crawl: crawl, stateDir: t.TempDir(), env: fake.SDKEnv()}
 	pt.ns = operatortest.NewNamespace(t, kube)
@@ -117,41 +113,4 @@ func (pt *poolTest) awsSettled(ctx context.Context, fake *ec2test.Server, replic
 // upInstances are the instances pending or running.
 func upInstances(fake *ec2test.Server) []ec2test.Instance {
 	return slices.DeleteFunc(fake.Live(), func(in ec2test.Instance) bool { return in.State != "pending" && in.State != "running" })
-}
-
-// bootForwardProxy is what an instance runs: our forward proxy on its
-// public IP, with the port and credentials of its user-data's env file.
-func bootForwardProxy(t *testing.T) func(ec2test.Instance) func() {
-	return func(in ec2test.Instance) func() {
-		env, err := ec2test.UserDataEnv(in.UserData)
-		if err != nil {
-			t.Errorf("instance %s: %v", in.ID, err)
-			return func() {}
-		}
-		srv, err := forwardproxy.New(forwardproxy.Config{
-			Username: env["PROXY_AUTH_USERNAME"], Password: env["PROXY_AUTH_PASSWORD"],
-			AllowCIDRs: []netip.Prefix{proxytest.Loopback},
-		})
-		if err != nil {
-			t.Errorf("instance %s: %v", in.ID, err)
-			return func() {}
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort(in.PublicIP, env["PROXY_PORT"]))
-		if err != nil {
-			t.Errorf("instance %s: %v", in.ID, err)
-			return func() {}
-		}
-		go func() {
-			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-				t.Errorf("instance %s: serve: %v", in.ID, err)
-			}
-		}()
-		halt := func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(ctx)
-		}
-		t.Cleanup(halt)
-		return halt
-	}
 }

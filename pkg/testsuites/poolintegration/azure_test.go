@@ -17,6 +17,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/azuretest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -32,7 +33,7 @@ import (
 func TestAzurePoolScalesAndRotates(t *testing.T) {
 	t.Parallel()
 	fake := azuretest.New(t, azuretest.WithSteps(1), azuretest.WithGetLag(1),
-		azuretest.WithBoot(azuretest.BootForwardProxy(t, proxytest.Loopback)))
+		azuretest.WithBoot(faultkit.BootForwardProxy(t, nil, proxytest.Loopback)))
 	kube, crawl := kubernetes.NewForConfigOrDie(shared.Get(t).Env.Config), versioned.NewForConfigOrDie(shared.Get(t).Env.Config)
 	pt := &poolTest{t: t, kube: kube, crawl: crawl, stateDir: t.TempDir(), env: fake.Env(t)}
 	pt.ns = operatortest.NewNamespace(t, kube)

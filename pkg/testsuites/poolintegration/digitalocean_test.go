@@ -18,6 +18,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/dotest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -33,7 +34,7 @@ func TestDigitalOceanPoolScalesAndRotates(t *testing.T) {
 	t.Parallel()
 	fake := dotest.New(t, dotest.WithSteps(1), dotest.WithListLag(1),
 		dotest.WithPublicIP(func(n int) string { return fmt.Sprintf("127.0.106.%d", n) }),
-		dotest.WithBoot(dotest.BootForwardProxy(t, proxytest.Loopback)))
+		dotest.WithBoot(faultkit.BootForwardProxy(t, nil, proxytest.Loopback)))
 	kube, crawl := kubernetes.NewForConfigOrDie(shared.Get(t).Env.Config), versioned.NewForConfigOrDie(shared.Get(t).Env.Config)
 	pt := &poolTest{t: t, kube: kube, crawl: crawl, stateDir: t.TempDir(), env: fake.Env()}
 	pt.ns = operatortest.NewNamespace(t, kube)

@@ -17,6 +17,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/hcloudtest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
@@ -32,7 +33,7 @@ func TestHetznerPoolScalesAndRotates(t *testing.T) {
 	t.Parallel()
 	fake := hcloudtest.New(t, hcloudtest.WithSteps(1), hcloudtest.WithListLag(1),
 		hcloudtest.WithPublicIP(func(n int) string { return fmt.Sprintf("127.0.104.%d", n) }),
-		hcloudtest.WithBoot(hcloudtest.BootForwardProxy(t, proxytest.Loopback)))
+		hcloudtest.WithBoot(faultkit.BootForwardProxy(t, nil, proxytest.Loopback)))
 	kube, crawl := kubernetes.NewForConfigOrDie(shared.Get(t).Env.Config), versioned.NewForConfigOrDie(shared.Get(t).Env.Config)
 	pt := &poolTest{t: t, kube: kube, crawl: crawl, stateDir: t.TempDir(), env: fake.Env()}
 	pt.ns = operatortest.NewNamespace(t, kube)

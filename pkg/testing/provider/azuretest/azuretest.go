@@ -13,15 +13,15 @@
 // Failed; a PUT of an existing one updates it; names are unique per type
 // within the resource group; a NIC, a public IP or a security group in use
 // cannot be deleted; a new VM is missing from GETs and listings for a
-// while (WithGetLag). Every call needs an action of the identity's role
-// (Actions, WithActions): a call without it is refused 403
-// AuthorizationFailed, and UsedActions tells which the provider needed.
-// Tests inject faults: FailNext, RateLimitNext (a 429 with Retry-After,
-// and a count of the calls that came before it ran out), SetNoCapacity
-// (a size's SkuNotAvailable at once, or AllocationFailed in the
-// operation), LoseNextAnswers (the call takes effect and the connection
-// drops before the answer), HoldAnswers, and SetRandomFaults. WithBoot
-// runs something (a real forward proxy) for each VM, as hcloudtest does.
+// while (WithGetLag). The identity's role is assigned on ResourceGroup and
+// every call needs one of its actions (Actions, WithActions): a call
+// without it is refused 403 AuthorizationFailed, and UsedPermissions tells
+// which the provider needed. Tests inject faults through the embedded
+// faultkit.Kit: FailNext, RateLimitNext (ARM's 429 with Retry-After),
+// SetNoCapacityAs (a size's SkuNotAvailable at once, or AllocationFailed
+// in the operation), LoseNextAnswers (the call takes effect and the
+// connection drops before the answer), HoldAnswers and SetRandomFaults.
+// WithBoot runs something for each VM, such as faultkit.BootForwardProxy.
 //
 // Public addresses are loopback, so nothing leaves the host.
 package azuretest
@@ -30,9 +30,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,6 +42,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/cloud"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 )
 
 // The identity the fake's token endpoint accepts, and where it works.
@@ -99,8 +99,6 @@ type Error struct {
 	Status  int
 	Code    string
 	Message string
-	// RetryAfter, on a 429, is sent as Retry-After (whole seconds).
-	RetryAfter time.Duration
 }
 
 // Common errors, with ARM's codes and messages.
@@ -137,7 +135,7 @@ type options struct {
 	steps   int
 	getLag  int
 	actions []string
-	boot    func(VM) (halt func())
+	boot    faultkit.BootFunc
 }
 
 // WithSteps makes each long-running operation answer InProgress to its
@@ -151,62 +149,41 @@ func WithGetLag(n int) Option { return func(o *options) { o.getLag = n } }
 // WithActions grants the identity these actions instead of Actions.
 func WithActions(actions ...string) Option { return func(o *options) { o.actions = actions } }
 
-// WithBoot runs boot when a VM's create succeeded, and the halt it returns
-// once the VM is deleted. boot must not block.
-func WithBoot(boot func(VM) (halt func())) Option { return func(o *options) { o.boot = boot } }
+// WithBoot runs boot when a VM's create succeeded (from its custom data),
+// and the halt it returns once the VM is deleted.
+func WithBoot(boot faultkit.BootFunc) Option { return func(o *options) { o.boot = boot } }
 
-// Fake is the fake API. Its methods are safe for concurrent use.
+// Fake is the fake API, its faults those of the embedded kit, which
+// serves it over TLS at URL: the address of both Resource Manager and the
+// token endpoint. Its methods are safe for concurrent use.
 type Fake struct {
-	// URL is the address of both Resource Manager and the token endpoint.
-	URL string
-
-	srv         *httptest.Server
-	mu          sync.Mutex
-	opts        options
-	resources   map[string]*resource // by type/name, type lower case
-	operations  map[string]*operation
-	created     []VM
-	nextID      int
-	calls       map[Op]int
-	usedActions map[string]bool
-	faults      map[Op][]Error
-	lost        map[Op]int
-	holds       map[Op]chan struct{}
-	noCap       map[string]string
-	random      *rand.Rand
-	rate        float64
-	notBefore   time.Time
-	earlyCalls  int
+	*faultkit.Kit[Op, Error]
+	mu         sync.Mutex
+	opts       options
+	resources  map[string]*resource // by type/name, type lower case
+	operations map[string]*operation
+	created    []VM
+	nextID     int
 }
 
 // New starts a Fake; it stops with the test.
 func New(t testing.TB, opts ...Option) *Fake {
-	f := &Fake{
-		resources: map[string]*resource{}, operations: map[string]*operation{}, calls: map[Op]int{}, usedActions: map[string]bool{},
-		faults: map[Op][]Error{}, lost: map[Op]int{}, holds: map[Op]chan struct{}{}, noCap: map[string]string{},
-		opts: options{actions: Actions},
-	}
+	f := &Fake{resources: map[string]*resource{}, operations: map[string]*operation{}, opts: options{actions: Actions}}
 	for _, o := range opts {
 		o(&f.opts)
 	}
-	f.srv = httptest.NewTLSServer(f.routes())
-	f.URL = f.srv.URL
-	t.Cleanup(func() {
-		f.srv.Close()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, r := range f.resources {
-			if r.halt != nil {
-				r.halt()
-			}
-		}
+	f.Kit = faultkit.New(t, f.routes(), faultkit.Cloud[Op, Error]{
+		TLS: true, Write: write, RateLimited: ErrRateLimited, Denied: denied, Random: randomFaults, Boot: f.opts.boot,
+	})
+	f.Grant(token, faultkit.Credential{
+		Permissions: f.opts.actions, Scopes: []string{"/subscriptions/" + SubscriptionID + "/resourceGroups/" + ResourceGroup},
 	})
 	return f
 }
 
 // Transport is the client that trusts the fake's certificate, for the
 // SDK's policy.ClientOptions.Transport.
-func (f *Fake) Transport() *http.Client { return f.srv.Client() }
+func (f *Fake) Transport() *http.Client { return f.Client() }
 
 // Cloud is the cloud configuration whose authority is the fake's.
 func (f *Fake) Cloud() cloud.Configuration {
@@ -235,95 +212,12 @@ func (f *Fake) Credential(t testing.TB) azcore.TokenCredential {
 // at the fake: its Resource Manager and authority, and its certificate as
 // the trusted roots (Go reads SSL_CERT_FILE).
 func (f *Fake) Env(t testing.TB) []string {
-	cert := f.srv.TLS.Certificates[0]
+	cert := f.Certificate()
 	path := filepath.Join(t.TempDir(), "azuretest-ca.pem")
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return []string{"AZURE_RESOURCE_MANAGER_ENDPOINT=" + f.URL, "AZURE_AUTHORITY_HOST=" + f.URL + "/", "SSL_CERT_FILE=" + path}
-}
-
-// FailNext answers the next len(errs) calls of op with errs, before any effect.
-func (f *Fake) FailNext(op Op, errs ...Error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.faults[op] = append(f.faults[op], errs...)
-}
-
-// RateLimitNext answers the next call of op with a 429 whose Retry-After
-// is retryAfter (whole seconds), and from then counts the calls of any
-// operation that arrive before it ran out (EarlyCalls).
-func (f *Fake) RateLimitNext(op Op, retryAfter time.Duration) {
-	e := ErrRateLimited
-	e.RetryAfter = retryAfter
-	f.FailNext(op, e)
-}
-
-// EarlyCalls is how many calls arrived before the Retry-After of the last
-// 429 ran out.
-func (f *Fake) EarlyCalls() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.earlyCalls
-}
-
-// LoseNextAnswers makes the next n calls of op take effect and then drop
-// the connection before answering.
-func (f *Fake) LoseNextAnswers(op Op, n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.lost[op] += n
-}
-
-// HoldAnswers makes the calls of op take effect and hold their answer
-// until release is called or the client goes away (an operator killed
-// mid-call).
-func (f *Fake) HoldAnswers(op Op) (release func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	ch := make(chan struct{})
-	f.holds[op] = ch
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			delete(f.holds, op)
-			close(ch)
-		})
-	}
-}
-
-// SetNoCapacity makes creates of size fail with code: SkuNotAvailable is
-// answered at once (409), AllocationFailed and ZonalAllocationFailed by
-// the operation, which leaves a failed VM. "" makes the size available.
-func (f *Fake) SetNoCapacity(size, code string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.noCap[size] = code
-}
-
-// SetRandomFaults makes a share rate of all calls fail, drawn from seed:
-// 429s, server errors and unavailability before any effect, capacity
-// errors on VM creates, and lost answers after the effect. Rate 0 stops them.
-func (f *Fake) SetRandomFaults(rate float64, seed uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.rate, f.random = rate, rand.New(rand.NewPCG(seed, seed^0x5eed))
-}
-
-// Calls is how many calls of op the fake received.
-func (f *Fake) Calls(op Op) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[op]
-}
-
-// UsedActions are the actions the calls so far needed, sorted.
-func (f *Fake) UsedActions() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Sorted(maps.Keys(f.usedActions))
 }
 
 // VMs are the VMs that exist, by name.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"path"
 	"reflect"
 	"slices"
 	"strconv"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v8"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 )
 
 // kind is a resource type and its operations.
@@ -33,21 +36,20 @@ var (
 
 // resource is one resource the fake keeps.
 type resource struct {
-	kind     *kind
-	name     string
-	location string
-	tags     map[string]string
-	props    map[string]any // as the last PUT sent them
-	state    string         // provisioningState
-	created  time.Time
-	hidden   int    // reads that do not show it yet (WithGetLag)
-	address  string // a public IP's
-	userData string // a VM's custom data, decoded
-	size     string
-	image    string
-	refs     []string // the IDs it references (subnet, public IP, NSG, NIC)
-	pending  *operation
-	halt     func()
+	faultkit.Lag // reads that do not show it yet (WithGetLag)
+	kind         *kind
+	name         string
+	location     string
+	tags         map[string]string
+	props        map[string]any // as the last PUT sent them
+	state        string         // provisioningState
+	created      time.Time
+	address      string // a public IP's
+	userData     string // a VM's custom data, decoded
+	size         string
+	image        string
+	refs         []string // the IDs it references (subnet, public IP, NSG, NIC)
+	pending      *operation
 }
 
 // operation is a long-running operation: done after opts.steps reads.
@@ -80,12 +82,7 @@ func (f *Fake) routes() http.Handler {
 }
 
 // answer is what an operation does: a status, headers and a body, or an Error.
-type answer struct {
-	status int
-	header http.Header
-	body   any
-	err    *Error
-}
+type answer = faultkit.Answer[Error]
 
 // actionsOf are the role actions a call needs: its own, and the join
 // action of each resource a PUT references.
@@ -110,121 +107,84 @@ func actionsOf(r *http.Request, k *kind, refs []string) []string {
 	return actions
 }
 
-// handle runs one call under the lock: the token, the role's actions, the
-// faults before the effect, the effect, and the faults after it.
+// handle serves one call of op through the kit (the token, the group it
+// acts in, the role's actions it needs, the faults), do running under the
+// lock.
 func (f *Fake) handle(op Op, k *kind, do func(r *http.Request, k *kind, body []byte) answer) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if err != nil {
-			writeError(w, Error{Status: 400, Code: "InvalidRequestContent", Message: err.Error()})
+			writeError(w, Error{Status: 400, Code: "InvalidRequestContent", Message: err.Error()}, 0)
 			return
 		}
-		f.mu.Lock()
-		f.calls[op]++
-		now := time.Now()
-		if now.Before(f.notBefore) {
-			f.earlyCalls++
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		group := r.PathValue("rg")
+		if k == nil {
+			group = ResourceGroup // a poll reads the operation of a resource in the group
 		}
-		if r.Header.Get("Authorization") != "Bearer "+token {
-			f.mu.Unlock()
-			writeError(w, Error{Status: 401, Code: "InvalidAuthenticationToken", Message: "The access token is invalid."})
-			return
+		c := &faultkit.Call[Op]{
+			Op: op, Token: token, Needs: actionsOf(r, k, referencesOf(k, body)),
+			Scope: "/subscriptions/" + r.PathValue("sub") + "/resourceGroups/" + group,
 		}
-		if k != nil && (r.PathValue("sub") != SubscriptionID || !strings.EqualFold(r.PathValue("rg"), ResourceGroup)) {
-			f.mu.Unlock()
-			writeError(w, Error{Status: 404, Code: "ResourceGroupNotFound", Message: "Resource group '" + r.PathValue("rg") + "' could not be found."})
-			return
-		}
-		for _, action := range actionsOf(r, k, referencesOf(k, body)) {
-			if !slices.Contains(f.opts.actions, action) {
-				f.mu.Unlock()
-				writeError(w, Error{Status: 403, Code: "AuthorizationFailed", Message: fmt.Sprintf(
-					"The client '%s' does not have authorization to perform action '%s' over scope '%s'.", ClientID, action, r.URL.Path)})
-				return
-			}
-			f.usedActions[action] = true
-		}
-		if e, ok := f.faultBefore(op, now); ok {
-			f.mu.Unlock()
-			writeError(w, e)
-			return
-		}
-		a := do(r, k, body)
-		lose := f.lost[op] > 0 || (a.err == nil && f.draw() && f.random.IntN(2) == 0)
-		if f.lost[op] > 0 {
-			f.lost[op]--
-		}
-		hold := f.holds[op]
-		f.mu.Unlock()
-		if hold != nil {
-			select {
-			case <-hold:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		if lose {
-			dropConnection(w)
-			return
-		}
-		if a.err != nil {
-			writeError(w, *a.err)
-			return
-		}
-		maps.Copy(w.Header(), a.header)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(a.status)
-		if a.body != nil {
-			_ = json.NewEncoder(w).Encode(a.body)
-		}
+		f.Serve(w, r, c, func(*faultkit.Call[Op]) answer {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return do(r, k, body)
+		})
 	}
 }
 
-// faultBefore is the error a call gets before any effect: an injected one,
-// or a random one.
-func (f *Fake) faultBefore(op Op, now time.Time) (Error, bool) {
-	if errs := f.faults[op]; len(errs) > 0 {
-		f.faults[op] = errs[1:]
-		if errs[0].RetryAfter > 0 {
-			f.notBefore, f.earlyCalls = now.Add(errs[0].RetryAfter), 0
-		}
-		return errs[0], true
+// denied is Resource Manager's answer to a bad token, to a call outside the
+// role's resource group (the fake's subscription has no other group), or
+// to one the role has no action for.
+func denied(c *faultkit.Call[Op], d faultkit.Denial) Error {
+	switch d.Reason {
+	case faultkit.Unauthenticated:
+		return Error{Status: 401, Code: "InvalidAuthenticationToken", Message: "The access token is invalid."}
+	case faultkit.OutOfScope:
+		return Error{Status: 404, Code: "ResourceGroupNotFound", Message: "Resource group '" + path.Base(c.Scope) + "' could not be found."}
 	}
-	if !f.draw() {
-		return Error{}, false
-	}
-	kinds := []Error{ErrServerError, ErrUnavailable, ErrRateLimited}
+	return Error{Status: 403, Code: "AuthorizationFailed", Message: fmt.Sprintf(
+		"The client '%s' does not have authorization to perform action '%s' over scope '%s'.", ClientID, d.Permission, c.Scope)}
+}
+
+// randomFaults are Resource Manager's under load: its 5xx, a 429 and lost
+// answers (twice: the share they had when the storm was tuned), and
+// SkuNotAvailable on VM PUTs.
+func randomFaults(op Op) []faultkit.Fault[Error] {
+	faults := []faultkit.Fault[Error]{faultkit.Error(ErrServerError), faultkit.Error(ErrUnavailable), faultkit.Error(ErrRateLimited), {Lose: true}, {Lose: true}}
 	if op == PutVM {
-		kinds = append(kinds, Error{Status: 409, Code: "SkuNotAvailable", Message: "The requested VM size is currently not available in this location."})
+		faults = append(faults, faultkit.Error(Error{Status: 409, Code: "SkuNotAvailable", Message: "The requested VM size is currently not available in this location."}))
 	}
-	return kinds[f.random.IntN(len(kinds))], true
+	return faults
 }
 
-// draw is one random draw of SetRandomFaults.
-func (f *Fake) draw() bool { return f.random != nil && f.random.Float64() < f.rate }
-
-func dropConnection(w http.ResponseWriter) {
-	if hj, ok := w.(http.Hijacker); ok {
-		if conn, _, err := hj.Hijack(); err == nil {
-			_ = conn.Close()
-			return
-		}
+// write sends a as Resource Manager does.
+func write(w http.ResponseWriter, _ *faultkit.Call[Op], a answer) {
+	if a.Err != nil {
+		writeError(w, *a.Err, a.RetryAfter)
+		return
 	}
-	panic(http.ErrAbortHandler)
+	maps.Copy(w.Header(), a.Header)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(a.Status)
+	if a.Body != nil {
+		_ = json.NewEncoder(w).Encode(a.Body)
+	}
 }
 
-func writeError(w http.ResponseWriter, e Error) {
+func writeError(w http.ResponseWriter, e Error, retryAfter time.Duration) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("x-ms-error-code", e.Code)
 	if e.Status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", strconv.Itoa(int(e.RetryAfter.Seconds())))
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter.Seconds())))
 	}
 	w.WriteHeader(e.Status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": e.Code, "message": e.Message}})
 }
 
 func invalid(code, message string) answer {
-	return answer{err: &Error{Status: 400, Code: code, Message: message}}
+	return faultkit.Fail(Error{Status: 400, Code: code, Message: message})
 }
 
 // referencesOf are the resource IDs a PUT's body references.
@@ -322,10 +282,10 @@ func (f *Fake) put(r *http.Request, k *kind, body []byte) answer {
 		// admin user, SSH keys, custom data): a retried create must send
 		// the same one.
 		if k == kindVM && !reflect.DeepEqual(old.props["osProfile"], res.props["osProfile"]) {
-			return answer{err: &Error{Status: 409, Code: "PropertyChangeNotAllowed", Message: "Changing property 'osProfile' is not allowed."}}
+			return faultkit.Fail(Error{Status: 409, Code: "PropertyChangeNotAllowed", Message: "Changing property 'osProfile' is not allowed."})
 		}
 		old.tags, old.props, old.refs = res.tags, res.props, res.refs
-		return answer{status: http.StatusOK, body: f.render(old)}
+		return answer{Status: http.StatusOK, Body: f.render(old)}
 	}
 	if old != nil {
 		res.created = old.created
@@ -336,12 +296,12 @@ func (f *Fake) put(r *http.Request, k *kind, body []byte) answer {
 		res.address = fmt.Sprintf("127.0.108.%d", f.nextID%250+1)
 	}
 	if k == kindVM {
-		res.hidden = f.opts.getLag
+		res.Hide(f.opts.getLag)
 		f.created = append(f.created, f.vmSnapshot(res))
 	}
 	f.resources[k.name+"/"+name] = res
 	op := &operation{finish: func() { f.succeeded(res) }}
-	if code := f.noCap[res.size]; k == kindVM && code != "" {
+	if code, none := f.NoCapacity(res.size); k == kindVM && none {
 		op.failed = &Error{Status: 200, Code: code, Message: "Allocation failed. We do not have sufficient capacity for the requested VM size in this region."}
 	}
 	return f.longRunning(r, http.StatusCreated, res, op)
@@ -360,15 +320,16 @@ func (f *Fake) checkVM(res *resource, body []byte) (answer, bool) {
 	img := p.StorageProfile.ImageReference
 	res.image = deref(img.Publisher) + "/" + deref(img.Offer) + "/" + deref(img.SKU)
 	data, err := base64.StdEncoding.DecodeString(deref(p.OSProfile.CustomData))
+	noCapacity, _ := f.NoCapacity(res.size)
 	switch {
 	case !slices.Contains(Sizes, res.size):
 		return invalid("InvalidParameter", "The value "+res.size+" provided for the VM size (vmSize) is not valid."), false
 	case !slices.Contains(Images, res.image):
-		return answer{err: &Error{Status: 404, Code: "PlatformImageNotFound", Message: "The platform image '" + res.image + "' is not available."}}, false
+		return faultkit.Fail(Error{Status: 404, Code: "PlatformImageNotFound", Message: "The platform image '" + res.image + "' is not available."}), false
 	case err != nil || len(deref(p.OSProfile.CustomData)) > 64*1024:
 		return invalid("InvalidParameter", "The value of parameter customData is invalid."), false
-	case f.noCap[res.size] == "SkuNotAvailable":
-		return answer{err: &Error{Status: 409, Code: "SkuNotAvailable", Message: "The requested VM size " + res.size + " is currently not available in location."}}, false
+	case noCapacity == "SkuNotAvailable":
+		return faultkit.Fail(Error{Status: 409, Code: "SkuNotAvailable", Message: "The requested VM size " + res.size + " is currently not available in location."}), false
 	}
 	res.userData = string(data)
 	return answer{}, true
@@ -388,9 +349,9 @@ func (f *Fake) longRunning(r *http.Request, status int, res *resource, op *opera
 		f.URL, SubscriptionID, res.kind.ns, res.location, opID, r.URL.Query().Get("api-version"))
 	h := http.Header{"Azure-Asyncoperation": {url}, "Retry-After-Ms": {"20"}}
 	if status == http.StatusAccepted {
-		return answer{status: status, header: h}
+		return answer{Status: status, Header: h}
 	}
-	return answer{status: status, header: h, body: f.render(res)}
+	return answer{Status: status, Header: h, Body: f.render(res)}
 }
 
 // advance counts a read of op and finishes it after opts.steps.
@@ -414,37 +375,37 @@ func (f *Fake) succeeded(res *resource) {
 		return
 	}
 	res.state = "Succeeded"
-	if res.kind == kindVM && f.opts.boot != nil && res.halt == nil {
-		res.halt = f.opts.boot(f.vmSnapshot(res))
+	if res.kind == kindVM {
+		vm := f.vmSnapshot(res)
+		f.Boot(res.name, faultkit.Boot{Name: vm.Name, UserData: vm.UserData, PublicIP: vm.PublicIP})
 	}
 }
 
 func (f *Fake) getOperation(r *http.Request, _ *kind, _ []byte) answer {
 	op := f.operations[r.PathValue("op")]
 	if op == nil {
-		return answer{err: &Error{Status: 404, Code: "NotFound", Message: "The operation was not found."}}
+		return faultkit.Fail(Error{Status: 404, Code: "NotFound", Message: "The operation was not found."})
 	}
 	f.advance(op)
 	body := map[string]any{"status": cmp(op.status, "InProgress")}
 	if op.status == "Failed" {
 		body["error"] = map[string]string{"code": op.failed.Code, "message": op.failed.Message}
 	}
-	return answer{status: http.StatusOK, header: http.Header{"Retry-After-Ms": {"20"}}, body: body}
+	return answer{Status: http.StatusOK, Header: http.Header{"Retry-After-Ms": {"20"}}, Body: body}
 }
 
 func (f *Fake) get(r *http.Request, k *kind, _ []byte) answer {
 	res := f.resources[k.name+"/"+strings.ToLower(r.PathValue("name"))]
-	if res != nil && res.hidden > 0 {
-		res.hidden--
+	if res != nil && !res.Shown() {
 		res = nil
 	}
 	if res == nil {
-		return answer{err: &Error{Status: 404, Code: "ResourceNotFound", Message: fmt.Sprintf("The Resource '%s/%s/%s' under resource group '%s' was not found.", k.ns, k.name, r.PathValue("name"), ResourceGroup)}}
+		return faultkit.Fail(Error{Status: 404, Code: "ResourceNotFound", Message: fmt.Sprintf("The Resource '%s/%s/%s' under resource group '%s' was not found.", k.ns, k.name, r.PathValue("name"), ResourceGroup)})
 	}
 	if res.pending != nil {
 		f.advance(res.pending)
 	}
-	return answer{status: http.StatusOK, body: f.render(res)}
+	return answer{Status: http.StatusOK, Body: f.render(res)}
 }
 
 func (f *Fake) list(_ *http.Request, k *kind, _ []byte) answer {
@@ -454,26 +415,25 @@ func (f *Fake) list(_ *http.Request, k *kind, _ []byte) answer {
 		if res.kind != k {
 			continue
 		}
-		if res.hidden > 0 {
-			res.hidden--
+		if !res.Shown() {
 			continue
 		}
 		value = append(value, f.render(res))
 	}
-	return answer{status: http.StatusOK, body: map[string]any{"value": value}}
+	return answer{Status: http.StatusOK, Body: map[string]any{"value": value}}
 }
 
 func (f *Fake) delete(r *http.Request, k *kind, _ []byte) answer {
 	res := f.resources[k.name+"/"+strings.ToLower(r.PathValue("name"))]
 	if res == nil {
-		return answer{status: http.StatusNoContent}
+		return answer{Status: http.StatusNoContent}
 	}
 	if users := f.usedBy(f.id(k, res.name)); len(users) > 0 {
 		code := map[*kind]string{kindNIC: "NicInUse", kindIP: "PublicIPAddressCannotBeDeleted", kindNSG: "InUseNetworkSecurityGroupCannotBeDeleted"}[k]
 		return invalid(code, fmt.Sprintf("%s %s is in use by %s and cannot be deleted.", k.name, res.name, f.id(users[0].kind, users[0].name)))
 	}
-	if res.halt != nil {
-		res.halt()
+	if k == kindVM {
+		f.Halt(res.name)
 	}
 	delete(f.resources, k.name+"/"+res.name)
 	return f.longRunning(r, http.StatusAccepted, res, &operation{finish: func() {}})

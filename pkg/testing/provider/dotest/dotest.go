@@ -11,31 +11,32 @@
 // go new → active after the reads that show them (WithSteps), and a new
 // droplet is missing from list-by-tag answers for a while (WithListLag).
 // Every call needs a scope of its token (Scopes, WithScopes): a call
-// without it is refused 403, as a custom-scoped token is, and UsedScopes
-// tells which the provider needed. Requests are validated (size, image and
-// region known; tag syntax; user-data size) with a 422 naming the field.
-// Tests inject faults: FailNext, RateLimitNext (a 429 with Retry-After,
-// and a count of the calls that came before it ran out), SetNoCapacity
-// (422 "size is not available in this region" for a size),
-// LoseNextAnswers (the call takes effect and the connection drops before
-// the answer), HoldAnswers (it takes effect and its answer waits), and
-// SetRandomFaults. WithBoot runs something (a real forward proxy) for each
-// droplet, as hcloudtest does.
+// without it is refused 403, as a custom-scoped token is, and
+// UsedPermissions tells which the provider needed. Requests are validated
+// (size, image and region known; tag syntax; user-data size) with a 422
+// naming the field. Tests inject faults through the embedded
+// faultkit.Kit: FailNext, RateLimitNext (DigitalOcean's 429 with
+// Retry-After), SetNoCapacity (422 "size is not available in this region"
+// for a size), LoseNextAnswers (the call takes effect and the connection
+// drops before the answer), HoldAnswers and SetRandomFaults. WithBoot runs
+// something for each droplet, such as faultkit.BootForwardProxy.
 //
 // Public addresses are loopback (WithPublicIP), so nothing leaves the host.
 package dotest
 
 import (
 	"fmt"
-	"math/rand/v2"
+	"maps"
 	"net/http"
-	"net/http/httptest"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/digitalocean/godo"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 )
 
 // Token is the API token the fake accepts.
@@ -74,8 +75,6 @@ type Error struct {
 	Status  int
 	ID      string
 	Message string
-	// RetryAfter, on a 429, is sent as Retry-After (whole seconds).
-	RetryAfter time.Duration
 }
 
 // Common errors, with DigitalOcean's ids and messages.
@@ -119,7 +118,7 @@ type options struct {
 	listLag  int
 	scopes   []string
 	publicIP func(n int) string
-	boot     func(Droplet) (halt func())
+	boot     faultkit.BootFunc
 }
 
 // WithSteps keeps a new droplet new for the first n reads that show it.
@@ -136,153 +135,59 @@ func WithScopes(scopes ...string) Option { return func(o *options) { o.scopes = 
 // Default 127.0.104.n.
 func WithPublicIP(ip func(n int) string) Option { return func(o *options) { o.publicIP = ip } }
 
-// WithBoot runs boot when a droplet is created, and the halt it returns
-// once the droplet is deleted. boot must not block.
-func WithBoot(boot func(Droplet) (halt func())) Option { return func(o *options) { o.boot = boot } }
+// WithBoot runs boot when a droplet is created (from its user-data), and
+// the halt it returns once the droplet is deleted.
+func WithBoot(boot faultkit.BootFunc) Option { return func(o *options) { o.boot = boot } }
 
-// Fake is the fake API. Its methods are safe for concurrent use.
+// Fake is the fake API, its faults those of the embedded kit, which
+// serves it at URL (for godo.SetBaseURL). Its methods are safe for
+// concurrent use.
 type Fake struct {
-	// URL is the endpoint for godo.SetBaseURL.
-	URL string
-
-	mu         sync.Mutex
-	opts       options
-	droplets   map[int]*droplet
-	created    []Droplet
-	nextID     int
-	calls      map[Op]int
-	usedScopes map[string]bool
+	*faultkit.Kit[Op, Error]
+	mu       sync.Mutex
+	opts     options
+	droplets map[int]*droplet
+	created  []Droplet
+	nextID   int
 	// tags made by CreateTag, and the firewalls (firewalls.go).
 	tags         map[string]bool
 	firewalls    []godo.Firewall
 	nextFirewall int
-	faults       map[Op][]Error
-	lost         map[Op]int
-	holds        map[Op]chan struct{}
-	noCap        map[string]bool
-	random       *rand.Rand
-	rate         float64
-	notBefore    time.Time
-	earlyCalls   int
 }
 
 type droplet struct {
 	Droplet
-	reads  int
-	listed int
-	halt   func()
+	faultkit.Lag     // list answers that do not show it yet
+	reads        int // reads that showed it
 }
 
 // New starts a Fake; it stops with the test.
 func New(t testing.TB, opts ...Option) *Fake {
-	f := &Fake{
-		droplets: map[int]*droplet{}, calls: map[Op]int{}, usedScopes: map[string]bool{}, tags: map[string]bool{},
-		faults: map[Op][]Error{}, lost: map[Op]int{}, holds: map[Op]chan struct{}{}, noCap: map[string]bool{},
-		opts: options{scopes: Scopes},
-	}
+	f := &Fake{droplets: map[int]*droplet{}, tags: map[string]bool{}, opts: options{scopes: Scopes}}
 	for _, o := range opts {
 		o(&f.opts)
 	}
-	srv := httptest.NewServer(f.routes())
-	f.URL = srv.URL
-	t.Cleanup(func() {
-		srv.Close()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, d := range f.droplets {
-			if d.halt != nil {
-				d.halt()
-			}
-		}
+	f.Kit = faultkit.New(t, f.routes(), faultkit.Cloud[Op, Error]{
+		Write: write, RateLimited: ErrRateLimited, Denied: denied, Random: randomFaults, Boot: f.opts.boot,
 	})
+	f.Grant(Token, faultkit.Credential{Permissions: f.opts.scopes})
 	return f
 }
 
-// FailNext answers the next len(errs) calls of op with errs, before any effect.
-func (f *Fake) FailNext(op Op, errs ...Error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.faults[op] = append(f.faults[op], errs...)
-}
-
-// RateLimitNext answers the next call of op with a 429 whose Retry-After
-// is retryAfter (whole seconds), and from then counts the calls of any
-// operation that arrive before it ran out (EarlyCalls).
-func (f *Fake) RateLimitNext(op Op, retryAfter time.Duration) {
-	e := ErrRateLimited
-	e.RetryAfter = retryAfter
-	f.FailNext(op, e)
-}
-
-// EarlyCalls is how many calls arrived before the Retry-After of the last
-// 429 RateLimitNext made ran out.
-func (f *Fake) EarlyCalls() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.earlyCalls
-}
-
-// LoseNextAnswers makes the next n calls of op take effect and then drop
-// the connection before answering.
-func (f *Fake) LoseNextAnswers(op Op, n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.lost[op] += n
-}
-
-// HoldAnswers makes the calls of op take effect and hold their answer
-// until release is called or the client goes away (an operator killed
-// mid-call).
-func (f *Fake) HoldAnswers(op Op) (release func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	ch := make(chan struct{})
-	f.holds[op] = ch
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			delete(f.holds, op)
-			close(ch)
-		})
+// randomFaults are DigitalOcean's under load: its 5xx, a 429 and lost
+// answers (twice: the share they had when the storms were tuned), and
+// "size is not available" on creates.
+func randomFaults(op Op) []faultkit.Fault[Error] {
+	faults := []faultkit.Fault[Error]{faultkit.Error(ErrServerError), faultkit.Error(ErrUnavailable), faultkit.Error(ErrRateLimited), {Lose: true}, {Lose: true}}
+	if op == CreateDroplet {
+		faults = append(faults, faultkit.Error(ErrCapacity))
 	}
+	return faults
 }
 
-// SetNoCapacity makes creates of size fail with 422 "Size is not available
-// in this region." (or succeed again, none false).
-func (f *Fake) SetNoCapacity(size string, none bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.noCap[size] = none
-}
-
-// SetRandomFaults makes a share rate of all calls fail, drawn from seed:
-// 429s, server errors and unavailability before any effect, capacity
-// errors on creates, and lost answers after the effect. Rate 0 stops them.
-func (f *Fake) SetRandomFaults(rate float64, seed uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.rate, f.random = rate, rand.New(rand.NewPCG(seed, seed^0x5eed))
-}
-
-// Calls is how many calls of op the fake received.
-func (f *Fake) Calls(op Op) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[op]
-}
-
-// UsedScopes are the scopes the calls so far needed, sorted.
-func (f *Fake) UsedScopes() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for s := range f.usedScopes {
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out
+// boot starts what d runs (WithBoot).
+func (f *Fake) boot(d *droplet) {
+	f.Boot(strconv.Itoa(d.ID), faultkit.Boot{Name: d.Name, UserData: d.UserData, PublicIP: d.PublicIP})
 }
 
 // Droplets are the droplets that exist, by ID.
@@ -309,14 +214,7 @@ func (d *droplet) snapshot() Droplet {
 	return out
 }
 
-func (f *Fake) sortedIDs() []int {
-	ids := make([]int, 0, len(f.droplets))
-	for id := range f.droplets {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
+func (f *Fake) sortedIDs() []int { return slices.Sorted(maps.Keys(f.droplets)) }
 
 // Env is the environment that points the operator binary's digitalocean
 // provider at the fake (digitalocean.EndpointEnv).

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/digitalocean/godo"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 )
 
 // The firewall and tag operations (spec.digitalocean.allowFrom's owned
@@ -52,10 +54,10 @@ func (f *Fake) appliedTo(fw godo.Firewall) []int {
 func (f *Fake) createTag(_ *http.Request, body []byte) answer {
 	var req godo.TagCreateRequest
 	if json.Unmarshal(body, &req) != nil || !validTag.MatchString(req.Name) {
-		return answer{err: &Error{Status: 422, ID: "unprocessable_entity", Message: "name is invalid"}}
+		return faultkit.Fail(Error{Status: 422, ID: "unprocessable_entity", Message: "name is invalid"})
 	}
 	f.tags[req.Name] = true
-	return answer{status: http.StatusCreated, body: map[string]any{"tag": map[string]any{"name": req.Name}}}
+	return answer{Status: http.StatusCreated, Body: map[string]any{"tag": map[string]any{"name": req.Name}}}
 }
 
 // createFirewall validates as DigitalOcean does what the provider sends:
@@ -64,10 +66,10 @@ func (f *Fake) createTag(_ *http.Request, body []byte) answer {
 func (f *Fake) createFirewall(_ *http.Request, body []byte) answer {
 	var req godo.FirewallRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return answer{err: &Error{Status: 400, ID: "bad_request", Message: err.Error()}}
+		return faultkit.Fail(Error{Status: 400, ID: "bad_request", Message: err.Error()})
 	}
 	if msg := f.validateFirewall(req); msg != "" {
-		return answer{err: &Error{Status: 422, ID: "unprocessable_entity", Message: msg}}
+		return faultkit.Fail(Error{Status: 422, ID: "unprocessable_entity", Message: msg})
 	}
 	f.nextFirewall++
 	fw := godo.Firewall{
@@ -76,7 +78,7 @@ func (f *Fake) createFirewall(_ *http.Request, body []byte) answer {
 		Created: time.Now().UTC().Format(time.RFC3339),
 	}
 	f.firewalls = append(f.firewalls, fw)
-	return answer{status: http.StatusAccepted, body: map[string]any{"firewall": fw}}
+	return answer{Status: http.StatusAccepted, Body: map[string]any{"firewall": fw}}
 }
 
 func (f *Fake) validateFirewall(req godo.FirewallRequest) string {
@@ -110,27 +112,17 @@ func validPorts(s string) bool {
 }
 
 func (f *Fake) listFirewalls(r *http.Request, _ []byte) answer {
-	q := r.URL.Query()
-	page, perPage := atLeast(q.Get("page"), 1), min(atLeast(q.Get("per_page"), 20), 200)
-	from, to := min((page-1)*perPage, len(f.firewalls)), min(page*perPage, len(f.firewalls))
-	pages := map[string]string{}
-	if to < len(f.firewalls) {
-		next := *r.URL
-		q.Set("page", strconv.Itoa(page+1))
-		next.RawQuery = q.Encode()
-		pages["next"] = "http://" + r.Host + next.String()
-	}
-	return answer{status: http.StatusOK, body: map[string]any{
-		"firewalls": f.firewalls[from:to], "links": map[string]any{"pages": pages}, "meta": map[string]int{"total": len(f.firewalls)},
-	}}
+	shown, links := paginate(r, f.firewalls)
+	// A copy: the answer is written after the lock is released.
+	return answer{Status: http.StatusOK, Body: map[string]any{"firewalls": slices.Clone(shown), "links": links, "meta": map[string]int{"total": len(f.firewalls)}}}
 }
 
 func (f *Fake) deleteFirewall(r *http.Request, _ []byte) answer {
 	id := r.PathValue("id")
 	i := slices.IndexFunc(f.firewalls, func(fw godo.Firewall) bool { return fw.ID == id })
 	if i < 0 {
-		return answer{err: &Error{Status: 404, ID: "not_found", Message: "The resource you were accessing could not be found."}}
+		return faultkit.Fail(Error{Status: 404, ID: "not_found", Message: "The resource you were accessing could not be found."})
 	}
 	f.firewalls = slices.Delete(f.firewalls, i, i+1)
-	return answer{status: http.StatusNoContent}
+	return answer{Status: http.StatusNoContent}
 }

@@ -3,13 +3,17 @@ package dotest
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/digitalocean/godo"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 )
 
 // maxUserData is DigitalOcean's limit on user-data.
@@ -31,11 +35,7 @@ func (f *Fake) routes() http.Handler {
 }
 
 // answer is what an operation does: a status and a body, or an Error.
-type answer struct {
-	status int
-	body   any
-	err    *Error
-}
+type answer = faultkit.Answer[Error]
 
 // scopesOf are the scopes a call needs (API reference, each endpoint's
 // "Required scopes"): tagging a droplet at creation needs tag:create too.
@@ -63,119 +63,59 @@ func scopesOf(op Op, body []byte) []string {
 	return []string{"droplet:read"}
 }
 
-// handle runs one call under the lock: authorization and scopes, the
-// faults before the effect, the effect, and the faults after it.
+// handle serves one call of op through the kit (its token and scopes, its
+// faults), do running under the lock.
 func (f *Fake) handle(op Op, do func(r *http.Request, body []byte) answer) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := readAll(r)
+		// At most twice the user-data limit beside the rest of a create.
+		body, err := io.ReadAll(io.LimitReader(r.Body, 4*maxUserData))
 		if err != nil {
-			writeError(w, Error{Status: 400, ID: "bad_request", Message: err.Error()})
+			writeError(w, Error{Status: 400, ID: "bad_request", Message: err.Error()}, 0)
 			return
 		}
-		f.mu.Lock()
-		f.calls[op]++
-		now := time.Now()
-		if now.Before(f.notBefore) {
-			f.earlyCalls++
-		}
-		if r.Header.Get("Authorization") != "Bearer "+Token {
-			f.mu.Unlock()
-			writeError(w, Error{Status: 401, ID: "unauthorized", Message: "Unable to authenticate you."})
-			return
-		}
-		for _, scope := range scopesOf(op, body) {
-			if !slices.Contains(f.opts.scopes, scope) {
-				f.mu.Unlock()
-				writeError(w, Error{Status: 403, ID: "forbidden", Message: "You are not authorized to perform this operation (missing scope " + scope + ")"})
-				return
-			}
-			f.usedScopes[scope] = true
-		}
-		if e, ok := f.faultBefore(op, now); ok {
-			f.mu.Unlock()
-			writeError(w, e)
-			return
-		}
-		a := do(r, body)
-		lose := f.lost[op] > 0 || (a.err == nil && f.draw() && f.random.IntN(2) == 0)
-		if f.lost[op] > 0 {
-			f.lost[op]--
-		}
-		hold := f.holds[op]
-		f.mu.Unlock()
-		if hold != nil {
-			select {
-			case <-hold:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		if lose {
-			dropConnection(w)
-			return
-		}
-		if a.err != nil {
-			writeError(w, *a.err)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("RateLimit-Limit", "5000")
-		w.Header().Set("RateLimit-Remaining", "4999")
-		w.Header().Set("RateLimit-Reset", strconv.FormatInt(now.Unix(), 10))
-		w.WriteHeader(a.status)
-		if a.body != nil {
-			_ = json.NewEncoder(w).Encode(a.body)
-		}
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		f.Serve(w, r, &faultkit.Call[Op]{Op: op, Token: token, Needs: scopesOf(op, body)}, func(*faultkit.Call[Op]) answer {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return do(r, body)
+		})
 	}
 }
 
-// faultBefore is the error a call gets before any effect: an injected one,
-// or a random one.
-func (f *Fake) faultBefore(op Op, now time.Time) (Error, bool) {
-	if errs := f.faults[op]; len(errs) > 0 {
-		f.faults[op] = errs[1:]
-		if errs[0].RetryAfter > 0 {
-			f.notBefore, f.earlyCalls = now.Add(errs[0].RetryAfter), 0
-		}
-		return errs[0], true
+// denied is DigitalOcean's answer to an unknown token, or to a token
+// without a scope the call needs.
+func denied(_ *faultkit.Call[Op], d faultkit.Denial) Error {
+	if d.Reason == faultkit.NotPermitted {
+		return Error{Status: 403, ID: "forbidden", Message: "You are not authorized to perform this operation (missing scope " + d.Permission + ")"}
 	}
-	if !f.draw() {
-		return Error{}, false
-	}
-	kinds := []Error{ErrServerError, ErrUnavailable, ErrRateLimited}
-	if op == CreateDroplet {
-		kinds = append(kinds, ErrCapacity)
-	}
-	return kinds[f.random.IntN(len(kinds))], true
+	return Error{Status: 401, ID: "unauthorized", Message: "Unable to authenticate you."}
 }
 
-// draw is one random draw of SetRandomFaults.
-func (f *Fake) draw() bool { return f.random != nil && f.random.Float64() < f.rate }
-
-func dropConnection(w http.ResponseWriter) {
-	if hj, ok := w.(http.Hijacker); ok {
-		if conn, _, err := hj.Hijack(); err == nil {
-			_ = conn.Close()
-			return
-		}
+// write sends a as DigitalOcean does, with its rate-limit headers.
+func write(w http.ResponseWriter, _ *faultkit.Call[Op], a answer) {
+	if a.Err != nil {
+		writeError(w, *a.Err, a.RetryAfter)
+		return
 	}
-	panic(http.ErrAbortHandler)
+	w.Header().Set("Content-Type", "application/json")
+	faultkit.SetRateLimit(w.Header(), 5000, 4999, 0)
+	w.WriteHeader(a.Status)
+	if a.Body != nil {
+		_ = json.NewEncoder(w).Encode(a.Body)
+	}
 }
 
-func writeError(w http.ResponseWriter, e Error) {
+func writeError(w http.ResponseWriter, e Error, retryAfter time.Duration) {
 	w.Header().Set("Content-Type", "application/json")
 	if e.Status == http.StatusTooManyRequests {
-		w.Header().Set("RateLimit-Limit", "5000")
-		w.Header().Set("RateLimit-Remaining", "0")
-		w.Header().Set("RateLimit-Reset", strconv.FormatInt(time.Now().Add(e.RetryAfter).Unix(), 10))
-		w.Header().Set("Retry-After", strconv.Itoa(int(e.RetryAfter.Seconds())))
+		faultkit.SetRateLimit(w.Header(), 5000, 0, retryAfter)
 	}
 	w.WriteHeader(e.Status)
 	_ = json.NewEncoder(w).Encode(map[string]string{"id": e.ID, "message": e.Message, "request_id": "dotest"})
 }
 
 func invalid(what string) answer {
-	return answer{err: &Error{Status: 422, ID: "unprocessable_entity", Message: "You specified an invalid " + what + " for Droplet creation."}}
+	return faultkit.Fail(Error{Status: 422, ID: "unprocessable_entity", Message: "You specified an invalid " + what + " for Droplet creation."})
 }
 
 func (f *Fake) createDroplet(_ *http.Request, body []byte) answer {
@@ -185,7 +125,7 @@ func (f *Fake) createDroplet(_ *http.Request, body []byte) answer {
 		Image any `json:"image"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return answer{err: &Error{Status: 400, ID: "bad_request", Message: err.Error()}}
+		return faultkit.Fail(Error{Status: 400, ID: "bad_request", Message: err.Error()})
 	}
 	image, _ := req.Image.(string)
 	switch {
@@ -198,11 +138,12 @@ func (f *Fake) createDroplet(_ *http.Request, body []byte) answer {
 	case !slices.Contains(DefaultRegions, req.Region):
 		return invalid("region")
 	case len(req.UserData) > maxUserData:
-		return answer{err: &Error{Status: 422, ID: "unprocessable_entity", Message: "user_data is too long (maximum is 64 KiB)"}}
+		return faultkit.Fail(Error{Status: 422, ID: "unprocessable_entity", Message: "user_data is too long (maximum is 64 KiB)"})
 	case slices.ContainsFunc(req.Tags, func(t string) bool { return !validTag.MatchString(t) }):
-		return answer{err: &Error{Status: 422, ID: "unprocessable_entity", Message: "Tag names may only contain letters, numbers, colons, dashes and underscores"}}
-	case f.noCap[req.Size]:
-		return answer{err: &ErrCapacity}
+		return faultkit.Fail(Error{Status: 422, ID: "unprocessable_entity", Message: "Tag names may only contain letters, numbers, colons, dashes and underscores"})
+	}
+	if _, none := f.NoCapacity(req.Size); none {
+		return faultkit.Fail(ErrCapacity)
 	}
 	f.nextID++
 	d := &droplet{Droplet: Droplet{
@@ -211,6 +152,7 @@ func (f *Fake) createDroplet(_ *http.Request, body []byte) answer {
 		VPCUUID: req.VPCUUID, Created: time.Now().UTC().Truncate(time.Second),
 		PublicIP: fmt.Sprintf("127.0.104.%d", f.nextID%250+1),
 	}}
+	d.Hide(f.opts.listLag)
 	if f.opts.publicIP != nil {
 		d.PublicIP = f.opts.publicIP(f.nextID)
 	}
@@ -219,10 +161,8 @@ func (f *Fake) createDroplet(_ *http.Request, body []byte) answer {
 	}
 	f.droplets[d.ID] = d
 	f.created = append(f.created, d.snapshot())
-	if f.opts.boot != nil {
-		d.halt = f.opts.boot(d.snapshot())
-	}
-	return answer{status: http.StatusAccepted, body: map[string]any{
+	f.boot(d)
+	return answer{Status: http.StatusAccepted, Body: map[string]any{
 		"droplet": d.godo(),
 		"links":   map[string]any{"actions": []map[string]any{{"id": d.ID, "rel": "create", "href": "/v2/actions/" + strconv.Itoa(d.ID)}}},
 	}}
@@ -231,23 +171,21 @@ func (f *Fake) createDroplet(_ *http.Request, body []byte) answer {
 func (f *Fake) getDroplet(r *http.Request, _ []byte) answer {
 	d := f.byID(r.PathValue("id"))
 	if d == nil {
-		return answer{err: &Error{Status: 404, ID: "not_found", Message: "The resource you were accessing could not be found."}}
+		return faultkit.Fail(Error{Status: 404, ID: "not_found", Message: "The resource you were accessing could not be found."})
 	}
 	body := map[string]any{"droplet": d.godo()}
 	f.read(d)
-	return answer{status: http.StatusOK, body: body}
+	return answer{Status: http.StatusOK, Body: body}
 }
 
 func (f *Fake) deleteDroplet(r *http.Request, _ []byte) answer {
 	d := f.byID(r.PathValue("id"))
 	if d == nil {
-		return answer{err: &Error{Status: 404, ID: "not_found", Message: "The resource you were accessing could not be found."}}
+		return faultkit.Fail(Error{Status: 404, ID: "not_found", Message: "The resource you were accessing could not be found."})
 	}
-	if d.halt != nil {
-		d.halt()
-	}
+	f.Halt(strconv.Itoa(d.ID))
 	delete(f.droplets, d.ID)
-	return answer{status: http.StatusNoContent}
+	return answer{Status: http.StatusNoContent}
 }
 
 func (f *Fake) listDroplets(r *http.Request, _ []byte) answer {
@@ -259,28 +197,40 @@ func (f *Fake) listDroplets(r *http.Request, _ []byte) answer {
 		if tag != "" && !slices.Contains(d.Tags, tag) {
 			continue
 		}
-		if d.listed++; d.listed <= f.opts.listLag {
-			continue // not listed yet
+		if d.Shown() {
+			found = append(found, d)
 		}
-		found = append(found, d)
 	}
-	page, perPage := atLeast(q.Get("page"), 1), min(atLeast(q.Get("per_page"), 20), 200)
-	from, to := min((page-1)*perPage, len(found)), min(page*perPage, len(found))
+	shown, links := paginate(r, found)
 	droplets := []godo.Droplet{}
-	for _, d := range found[from:to] {
+	for _, d := range shown {
 		droplets = append(droplets, d.godo())
 		f.read(d)
 	}
-	pages := map[string]string{}
-	if to < len(found) {
-		next := *r.URL
-		q.Set("page", strconv.Itoa(page+1))
-		next.RawQuery = q.Encode()
-		pages["next"] = "http://" + r.Host + next.String()
+	return answer{Status: http.StatusOK, Body: map[string]any{"droplets": droplets, "links": links, "meta": map[string]int{"total": len(found)}}}
+}
+
+// paginate is the page of items the request's page and per_page ask for
+// (default 20, at most 200), and its links, as DigitalOcean pages every
+// list: godo reads the next page's number from links.pages.next.
+func paginate[T any](r *http.Request, items []T) ([]T, map[string]any) {
+	q := r.URL.Query()
+	page, perPage := atLeast(q.Get("page"), 1), min(atLeast(q.Get("per_page"), 20), 200)
+	from, to := min((page-1)*perPage, len(items)), min(page*perPage, len(items))
+	pageURL := func(n int) string {
+		u := *r.URL
+		q.Set("page", strconv.Itoa(n))
+		u.RawQuery = q.Encode()
+		return "http://" + r.Host + u.String()
 	}
-	return answer{status: http.StatusOK, body: map[string]any{
-		"droplets": droplets, "links": map[string]any{"pages": pages}, "meta": map[string]int{"total": len(found)},
-	}}
+	pages := map[string]string{}
+	if page > 1 {
+		pages["first"], pages["prev"] = pageURL(1), pageURL(page-1)
+	}
+	if to < len(items) {
+		pages["next"], pages["last"] = pageURL(page+1), pageURL((len(items)+perPage-1)/perPage)
+	}
+	return items[from:to], map[string]any{"pages": pages}
 }
 
 // read counts a read that showed d, and makes it active after WithSteps reads.

@@ -20,7 +20,7 @@ func (s *Server) describeInstances(req request) (any, *Error) {
 	if ids := list(req.form, "InstanceId"); len(ids) > 0 {
 		for _, id := range ids {
 			in, ok := s.instances[id]
-			if !ok || in.region != req.region || !visible(in) {
+			if !ok || in.region != req.region || !in.Shown() {
 				return nil, notFound(id)
 			}
 			if match(in) {
@@ -29,7 +29,7 @@ func (s *Server) describeInstances(req request) (any, *Error) {
 		}
 	} else {
 		for _, id := range s.order {
-			if in := s.instances[id]; in.region == req.region && visible(in) && match(in) {
+			if in := s.instances[id]; in.region == req.region && in.Shown() && match(in) {
 				shown = append(shown, in)
 			}
 		}
@@ -127,7 +127,7 @@ func (s *Server) terminateInstances(req request) (any, *Error) {
 	var found []*instance
 	for _, id := range ids {
 		in, ok := s.instances[id]
-		if !ok || in.region != req.region || !visible(in) {
+		if !ok || in.region != req.region || !in.Shown() {
 			return nil, notFound(id)
 		}
 		arn := fmt.Sprintf("arn:aws:ec2:%s:%s:instance/%s", in.region, AccountID, in.id)
@@ -140,7 +140,7 @@ func (s *Server) terminateInstances(req request) (any, *Error) {
 		change := xmlStateChange{InstanceID: in.id, PreviousState: xmlState{Code: stateCodes[in.state], Name: in.state}}
 		if in.state != "terminated" && in.state != "shutting-down" {
 			in.state, in.stepsLeft, in.reason = "shutting-down", s.opts.steps, "Client.UserInitiatedShutdown"
-			in.haltIfDown()
+			s.haltIfDown(in)
 		}
 		change.CurrentState = xmlState{Code: stateCodes[in.state], Name: in.state}
 		resp.Instances = append(resp.Instances, change)

@@ -12,11 +12,13 @@
 // new instance unknown for its first WithInvisibleCalls describes and
 // terminates). Requests are validated (unknown AMI, SSM parameter, instance
 // type, subnet or security group; unknown filters) and authorized by an IAM
-// policy when one is set (iam.go). Tests inject faults (FailNext,
-// SetRandomFaults), lose or hold the answers of calls that took effect
-// (LoseNextAnswers, HoldAnswers), take capacity away (SetNoCapacity,
+// policy when one is set (iam.go). Tests inject faults through the
+// embedded faultkit.Kit (FailNext, SetRandomFaults), lose or hold the
+// answers of calls that took effect (LoseNextAnswers: EC2 acted and
+// answers InternalError; HoldAnswers), take capacity away (SetNoCapacity,
 // SetUnsupported) and change instances behind the provider's back
-// (SetState).
+// (SetState). WithBoot runs something for each instance with a public IP,
+// such as faultkit.BootForwardProxy.
 //
 // Public addresses are 127.0.100.x, so nothing ever reaches past loopback.
 // It is not a simulation of EC2: there are no VPCs, volumes or prices.
@@ -25,11 +27,12 @@ package ec2test
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 )
 
 // Defaults of a new Server.
@@ -88,28 +91,23 @@ var (
 	ErrRequestLimitExceeded  = Error{Status: 503, Code: "RequestLimitExceeded", Message: "Request limit exceeded."}
 	ErrInternal              = Error{Status: 500, Code: "InternalError", Message: "An internal error has occurred."}
 	ErrInstanceLimitExceeded = Error{Status: 400, Code: "InstanceLimitExceeded", Message: "You have requested more instances than your current instance limit allows."}
+	// ErrInsufficientCapacity is a launch EC2 has no capacity for.
+	ErrInsufficientCapacity = Error{Status: 500, Code: "InsufficientInstanceCapacity", Message: "We currently do not have sufficient capacity in the Availability Zone you requested."}
 )
 
-// Server is the fake. Its methods are safe for concurrent use.
+// Server is the fake, its faults those of the embedded kit, which serves
+// it at URL (the SDK's BaseEndpoint). Its methods are safe for concurrent
+// use.
 type Server struct {
-	URL string
-
+	*faultkit.Kit[Action, Error]
 	mu        sync.Mutex
 	opts      options
 	instances map[string]*instance // by ID
 	order     []string             // IDs in launch order
 	tokens    map[string]string    // region/client token → instance ID
-	faults    map[Action][]Error
-	noCap     map[string]bool // instance type / subnet
-	unsupp    map[string]bool // instance type
-	calls     map[Action]int
+	unsupp    map[string]bool      // instance type
 	nextID    int
-	// Faults after the effect (LoseNextAnswers, HoldAnswers) and at random
-	// (SetRandomFaults).
-	lostAnswers map[Action]int
-	holds       map[Action]chan struct{}
-	random      *randomFaults
-	groups      map[string]*group // created security groups, by ID
+	groups    map[string]*group // created security groups, by ID
 	// caller is the policy of the call being handled (handle holds mu
 	// throughout a call); nil allows everything.
 	caller *Policy
@@ -124,7 +122,7 @@ type options struct {
 	principals map[string]*Policy
 	pageSize   int
 	publicIP   func(n int) string
-	boot       func(Instance) (halt func())
+	boot       faultkit.BootFunc
 }
 
 // Option configures a Server.
@@ -161,9 +159,9 @@ func WithPublicIP(ip func(n int) string) Option { return func(o *options) { o.pu
 
 // WithBoot runs boot when an instance with a public IP is launched, and
 // the halt it returns when the instance shuts down, stops or is
-// terminated: a test runs there what the instance would (UserDataEnv reads
-// the settings the operator gave it). boot must not block.
-func WithBoot(boot func(Instance) (halt func())) Option { return func(o *options) { o.boot = boot } }
+// terminated: a test runs there what the instance would
+// (faultkit.BootForwardProxy, or its own reading faultkit.UserDataEnv).
+func WithBoot(boot faultkit.BootFunc) Option { return func(o *options) { o.boot = boot } }
 
 // WithPageSize caps DescribeInstances' page (and its MaxResults). Default 1000.
 func WithPageSize(n int) Option { return func(o *options) { o.pageSize = n } }
@@ -184,9 +182,8 @@ type instance struct {
 	launched                                     time.Time
 	privateIP, publicIP                          string
 	ipv6Addresses, ipv6Prefixes                  []string
-	invisible                                    int // calls left unknown
+	faultkit.Lag                                 // calls it is unknown to yet
 	stepsLeft                                    int
-	halt                                         func() // WithBoot's, while it runs
 }
 
 // New starts a Server; it is closed when the test ends.
@@ -197,28 +194,19 @@ func New(t testing.TB, opts ...Option) *Server {
 	}
 	s := &Server{
 		opts: o, instances: map[string]*instance{}, tokens: map[string]string{},
-		faults: map[Action][]Error{}, noCap: map[string]bool{}, unsupp: map[string]bool{}, calls: map[Action]int{},
-		lostAnswers: map[Action]int{}, holds: map[Action]chan struct{}{}, groups: map[string]*group{},
+		unsupp: map[string]bool{}, groups: map[string]*group{},
 	}
-	srv := httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(srv.Close)
-	s.URL = srv.URL
+	s.Kit = faultkit.New(t, http.HandlerFunc(s.serve), faultkit.Cloud[Action, Error]{
+		Write: write, RateLimited: ErrRequestLimitExceeded, Random: randomFaults, Lost: &ErrInternal, Boot: o.boot,
+	})
 	return s
 }
 
-// FailNext makes the next len(errs) calls of action fail, in order.
-func (s *Server) FailNext(action Action, errs ...Error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults[action] = append(s.faults[action], errs...)
-}
-
-// SetNoCapacity makes launches of an instance type, or into a subnet, fail
-// with InsufficientInstanceCapacity (on false: succeed again).
-func (s *Server) SetNoCapacity(typeOrSubnet string, on bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.noCap[typeOrSubnet] = on
+// outOfCapacity: the test took the capacity of key (an instance type or
+// a subnet) away (SetNoCapacity).
+func (s *Server) outOfCapacity(key string) bool {
+	_, none := s.NoCapacity(key)
+	return none
 }
 
 // SetUnsupported makes launches of an instance type fail with Unsupported.
@@ -226,13 +214,6 @@ func (s *Server) SetUnsupported(instanceType string, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.unsupp[instanceType] = on
-}
-
-// Calls is how many requests of action the fake answered (faults included).
-func (s *Server) Calls(action Action) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls[action]
 }
 
 // Instance is a test's view of one instance.
@@ -276,10 +257,9 @@ func (in *instance) view() Instance {
 }
 
 // haltIfDown ends what WithBoot runs for in once in is no longer up.
-func (in *instance) haltIfDown() {
-	if in.halt != nil && in.state != "pending" && in.state != "running" {
-		go in.halt() // a server's shutdown may wait; s.mu is held
-		in.halt = nil
+func (s *Server) haltIfDown(in *instance) {
+	if in.state != "pending" && in.state != "running" {
+		go s.Halt(in.id) // a server's shutdown may wait; s.mu is held
 	}
 }
 
@@ -304,8 +284,9 @@ func (s *Server) SetState(id, state, reason string) error {
 	if !ok {
 		return fmt.Errorf("ec2test: no instance %s", id)
 	}
-	in.state, in.reason, in.stepsLeft, in.invisible = state, reason, s.opts.steps, 0
-	in.haltIfDown()
+	in.state, in.reason, in.stepsLeft = state, reason, s.opts.steps
+	in.Hide(0)
+	s.haltIfDown(in)
 	return nil
 }
 
@@ -333,35 +314,6 @@ func (s *Server) SetTag(id, key, value string) error {
 	}
 	in.tags[key] = value
 	return nil
-}
-
-// LoseNextAnswers makes the next n calls of action take effect and then
-// answer InternalError, as when EC2 acted but its answer was lost: the
-// SDK retries, and only a client token keeps a retried launch from making
-// a second instance.
-func (s *Server) LoseNextAnswers(action Action, n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.lostAnswers[action] += n
-}
-
-// HoldAnswers makes every call of action take effect and then wait,
-// unanswered, until release is called or the client goes away: the test
-// kills the operator between a launch and the status write that records it.
-func (s *Server) HoldAnswers(action Action) (release func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ch := make(chan struct{})
-	s.holds[action] = ch
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			delete(s.holds, action)
-			close(ch)
-		})
-	}
 }
 
 // SDKEnv is the environment that points an aws-sdk-go-v2 program (the

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 )
 
 // stateCodes are EC2's numeric instance state codes.
@@ -22,7 +24,7 @@ type request struct {
 	form      url.Values
 	requestID string
 	// noCapacity: a random fault fails the launch for capacity, once its
-	// client token is known to be new (faults.go).
+	// client token is known to be new (randomFaults).
 	noCapacity bool
 	// policy authorizes the call: its signer's (nil: everything).
 	policy *Policy
@@ -51,79 +53,63 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Error{Status: 400, Code: "InvalidParameterValue", Message: fmt.Sprintf("Version %q is not 2016-11-15", v)}, "")
 		return
 	}
-
-	answer, apiErr, hold := s.handle(&req)
-	if hold != nil {
-		// The call took effect; its answer waits until the test releases
-		// it or the client goes away (an operator killed mid-call).
-		select {
-		case <-hold:
-		case <-r.Context().Done():
-			return
+	s.Serve(w, r, &faultkit.Call[Action]{Op: req.action}, func(c *faultkit.Call[Action]) faultkit.Answer[Error] {
+		req.requestID, req.noCapacity = requestID(c), c.NoCapacity
+		answer, apiErr := s.handle(req)
+		if apiErr != nil {
+			return faultkit.Fail(*apiErr)
 		}
-	}
-	if apiErr != nil {
-		writeError(w, *apiErr, req.requestID)
+		return faultkit.Answer[Error]{Status: http.StatusOK, Body: answer}
+	})
+}
+
+// requestID is the ID of the call c in EC2's shape.
+func requestID(c *faultkit.Call[Action]) string {
+	return fmt.Sprintf("00000000-0000-4000-8000-%012d", c.Seq)
+}
+
+// write sends a as EC2 does: XML, an error in EC2's envelope.
+func write(w http.ResponseWriter, c *faultkit.Call[Action], a faultkit.Answer[Error]) {
+	if a.Err != nil {
+		writeError(w, *a.Err, requestID(c))
 		return
 	}
 	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
 	_, _ = w.Write([]byte(xml.Header))
-	_ = xml.NewEncoder(w).Encode(answer)
+	_ = xml.NewEncoder(w).Encode(a.Body)
 }
 
-// handle runs one call under the lock: the faults the test programmed,
-// then the action. hold is non-nil when the answer must wait (HoldAnswers).
-func (s *Server) handle(req *request) (answer any, apiErr *Error, hold chan struct{}) {
+// handle runs one call's action under the lock, with its signer's policy.
+func (s *Server) handle(req request) (answer any, apiErr *Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.nextID++
-	req.requestID = fmt.Sprintf("00000000-0000-4000-8000-%012d", s.nextID)
-	s.calls[req.action]++
 	s.caller = req.policy
-	if errs := s.faults[req.action]; len(errs) > 0 {
-		s.faults[req.action] = errs[1:]
-		return nil, &errs[0], nil
-	}
-	before, after, noCapacity := s.randomFault(req.action)
-	req.noCapacity = noCapacity
-	if before != nil {
-		return nil, before, nil
-	}
 	if _, ok := DefaultZones[req.region]; !ok {
-		return nil, &Error{Status: 401, Code: "AuthFailure", Message: fmt.Sprintf("region %q is not enabled for this account", req.region)}, nil
+		return nil, &Error{Status: 401, Code: "AuthFailure", Message: fmt.Sprintf("region %q is not enabled for this account", req.region)}
 	}
 	switch req.action {
 	case RunInstances:
-		answer, apiErr = s.runInstances(*req)
+		return s.runInstances(req)
 	case DescribeInstances:
-		answer, apiErr = s.describeInstances(*req)
+		return s.describeInstances(req)
 	case TerminateInstances:
-		answer, apiErr = s.terminateInstances(*req)
+		return s.terminateInstances(req)
 	case DescribeSpotInstanceRequests:
-		answer, apiErr = s.describeSpotInstanceRequests(*req)
+		return s.describeSpotInstanceRequests(req)
 	case DescribeSubnets:
-		answer, apiErr = s.describeSubnets(*req)
+		return s.describeSubnets(req)
 	case DescribeVpcs:
-		answer, apiErr = s.describeVpcs(*req)
+		return s.describeVpcs(req)
 	case DescribeSecurityGroups:
-		answer, apiErr = s.describeSecurityGroups(*req)
+		return s.describeSecurityGroups(req)
 	case CreateSecurityGroup:
-		answer, apiErr = s.createSecurityGroup(*req)
+		return s.createSecurityGroup(req)
 	case AuthorizeSecurityGroupIngress:
-		answer, apiErr = s.authorizeIngress(*req)
+		return s.authorizeIngress(req)
 	case DeleteSecurityGroup:
-		answer, apiErr = s.deleteSecurityGroup(*req)
-	default:
-		apiErr = &Error{Status: 400, Code: "InvalidAction", Message: fmt.Sprintf("The action %s is not valid for this web service.", req.action)}
+		return s.deleteSecurityGroup(req)
 	}
-	if apiErr == nil && s.lostAnswers[req.action] > 0 {
-		s.lostAnswers[req.action]--
-		return nil, &ErrInternal, nil
-	}
-	if apiErr == nil && after != nil {
-		return nil, after, nil
-	}
-	return answer, apiErr, s.holds[req.action]
+	return nil, &Error{Status: 400, Code: "InvalidAction", Message: fmt.Sprintf("The action %s is not valid for this web service.", req.action)}
 }
 
 // credentialScope checks a SigV4 Authorization header's credential scope
@@ -270,7 +256,7 @@ func (s *Server) validateRun(req request, in *instance) *Error {
 	switch {
 	case s.unsupp[in.instanceType]:
 		return &Error{Status: 400, Code: "Unsupported", Message: fmt.Sprintf("Your requested instance type (%s) is not supported in your requested Availability Zone (%s).", in.instanceType, in.zone)}
-	case s.noCap[in.instanceType] || s.noCap[in.subnet]:
+	case s.outOfCapacity(in.instanceType) || s.outOfCapacity(in.subnet):
 		return &Error{Status: 500, Code: "InsufficientInstanceCapacity", Message: fmt.Sprintf("We currently do not have sufficient %s capacity in the Availability Zone you requested (%s).", in.instanceType, in.zone)}
 	}
 	return nil
@@ -295,14 +281,16 @@ func (s *Server) launch(in *instance, f url.Values) {
 	for i := range count {
 		in.ipv6Prefixes = append(in.ipv6Prefixes, fmt.Sprintf("2001:db8:100:0:%x::/80", (n<<4)+i+1))
 	}
-	in.state, in.stepsLeft, in.invisible, in.launched = "pending", s.opts.steps, s.opts.invisibleCalls, time.Now().UTC()
+	in.state, in.stepsLeft, in.launched = "pending", s.opts.steps, time.Now().UTC()
+	in.Hide(s.opts.invisibleCalls)
 	if in.spot {
 		in.spotStatus = "fulfilled"
 	}
 	s.instances[in.id] = in
 	s.order = append(s.order, in.id)
-	if s.opts.boot != nil && in.publicIP != "" {
-		in.halt = s.opts.boot(in.view())
+	if in.publicIP != "" {
+		// Its delegated prefixes are routed to it, as its metadata service shows them.
+		s.Boot(in.id, faultkit.Boot{Name: in.id, UserData: in.userData, PublicIP: in.publicIP, RoutedPrefixes: in.ipv6Prefixes})
 	}
 }
 
@@ -350,15 +338,6 @@ func (s *Server) step(in *instance) {
 	}
 	in.stepsLeft = s.opts.steps
 	in.state = map[string]string{"pending": "running", "shutting-down": "terminated", "stopping": "stopped"}[in.state]
-}
-
-// visible says whether a call may see in, and counts the call.
-func visible(in *instance) bool {
-	if in.invisible > 0 {
-		in.invisible--
-		return false
-	}
-	return true
 }
 
 func notFound(id string) *Error {

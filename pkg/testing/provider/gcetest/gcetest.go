@@ -12,8 +12,10 @@
 // [{"reason","message","domain"}]}}); requests are validated (an unknown
 // project or zone in the path is a 404, a bad label or name a 400, an unknown
 // machine type a 400, an unknown image a 404, an existing name a 409).
-// Tests program faults (FailNext, SetFault, FailNextInsertAsync, and at
-// random or after the effect: SetRandomFaults, LoseNextAnswers), choose
+// Tests program faults through the embedded faultkit.Kit (FailNext,
+// FailEvery, and at random or after the effect: SetRandomFaults,
+// LoseNextAnswers, which answers 503 after the effect) and
+// FailNextInsertAsync, choose
 // the external IP of VMs (WithAddress, SetNatIP: by default 127.0.100.x, so
 // nothing ever reaches past loopback) and change VMs behind the provider's
 // back (Put, SetStatus, Remove).
@@ -26,7 +28,6 @@ package gcetest
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"sync"
@@ -34,6 +35,8 @@ import (
 
 	compute "google.golang.org/api/compute/v1"
 	"google.golang.org/api/option"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 )
 
 // DefaultProject and DefaultZones are the project and zones of a server
@@ -132,12 +135,14 @@ type Call struct {
 	Query url.Values
 }
 
-// Server is the fake. Its methods are safe for concurrent use.
+// Server is the fake, its faults those of the embedded kit, which serves
+// it on 127.0.0.1. Its methods are safe for concurrent use.
 type Server struct {
-	// URL is the base path to pass to option.WithEndpoint.
+	*faultkit.Kit[Method, *APIError]
+	// URL is the base path to pass to option.WithEndpoint (the kit's URL
+	// and the API's path).
 	URL string
 
-	srv          *httptest.Server
 	zonesSet     bool
 	zones        map[string][]string
 	steps        int
@@ -148,17 +153,12 @@ type Server struct {
 	mu         sync.Mutex
 	vms        map[vmKey]*vm
 	operations map[opKey]*operation
-	faults     map[Method][]*APIError
-	sticky     map[Method]*APIError
 	asyncFails []*compute.OperationError
 	asyncCodes []int
-	calls      []Call
+	requests   []Call
 	serial     uint64
 	addresses  int
 	ipv6Ranges int // external /96s handed out
-	// Faults besides the programmed ones (faults.go).
-	random      *randomFaults
-	lostAnswers map[Method]int
 }
 
 type vmKey struct{ project, zone, name string }
@@ -198,9 +198,6 @@ func New(t testing.TB, opts ...Option) *Server {
 		images:       slices.Clone(DefaultImages),
 		vms:          map[vmKey]*vm{},
 		operations:   map[opKey]*operation{},
-		faults:       map[Method][]*APIError{},
-		sticky:       map[Method]*APIError{},
-		lostAnswers:  map[Method]int{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -208,33 +205,34 @@ func New(t testing.TB, opts ...Option) *Server {
 	if s.address == nil {
 		s.address = s.loopbackAddress
 	}
+	lost := BackendError() // the front end answers for the back end that acted
+	s.Kit = faultkit.New(t, s.routes(), faultkit.Cloud[Method, *APIError]{
+		Write: write, RateLimited: RateLimitExceeded(), Random: randomFaults, Lost: &lost,
+	})
+	s.URL = s.Kit.URL + "/compute/v1/"
+	return s
+}
+
+// routes serve the API's methods with and without its base path, and
+// Google's 404 for any other.
+func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	for _, prefix := range []string{"", "/compute/v1"} {
-		mux.HandleFunc("POST "+prefix+"/projects/{project}/zones/{zone}/instances", s.withFaults(MethodInsert, s.insert))
-		mux.HandleFunc("GET "+prefix+"/projects/{project}/zones/{zone}/instances/{name}", s.withFaults(MethodGet, s.get))
-		mux.HandleFunc("DELETE "+prefix+"/projects/{project}/zones/{zone}/instances/{name}", s.withFaults(MethodDelete, s.delete))
-		mux.HandleFunc("GET "+prefix+"/projects/{project}/aggregated/instances", s.withFaults(MethodAggregatedList, s.aggregatedList))
-		mux.HandleFunc("GET "+prefix+"/projects/{project}/zones/{zone}/operations/{operation}", s.withFaults(MethodOperationGet, s.getOperation))
+		mux.HandleFunc("POST "+prefix+"/projects/{project}/zones/{zone}/instances", s.route(MethodInsert, s.insert))
+		mux.HandleFunc("GET "+prefix+"/projects/{project}/zones/{zone}/instances/{name}", s.route(MethodGet, s.get))
+		mux.HandleFunc("DELETE "+prefix+"/projects/{project}/zones/{zone}/instances/{name}", s.route(MethodDelete, s.delete))
+		mux.HandleFunc("GET "+prefix+"/projects/{project}/aggregated/instances", s.route(MethodAggregatedList, s.aggregatedList))
+		mux.HandleFunc("GET "+prefix+"/projects/{project}/zones/{zone}/operations/{operation}", s.route(MethodOperationGet, s.getOperation))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &APIError{Code: http.StatusNotFound, Reason: "notFound", Message: "The requested URL " + r.URL.Path + " was not found on this server."})
 	})
-	l, err := listenLoopback()
-	if err != nil {
-		t.Fatalf("gcetest: %v", err)
-	}
-	s.srv = httptest.NewUnstartedServer(mux)
-	s.srv.Listener.Close()
-	s.srv.Listener = l
-	s.srv.Start()
-	t.Cleanup(s.srv.Close)
-	s.URL = s.srv.URL + "/compute/v1/"
-	return s
+	return mux
 }
 
 // HTTPClient is the client that reaches the fake (gce.Options.HTTPClient,
 // with URL as the Endpoint).
-func (s *Server) HTTPClient() *http.Client { return s.srv.Client() }
+func (s *Server) HTTPClient() *http.Client { return s.Client() }
 
 // ClientOptions point google.golang.org/api's compute.Service at the fake,
 // without credentials: the fake's own tests check it against Google's client.
@@ -242,29 +240,8 @@ func (s *Server) ClientOptions() []option.ClientOption {
 	return []option.ClientOption{
 		option.WithEndpoint(s.URL),
 		option.WithoutAuthentication(),
-		option.WithHTTPClient(s.srv.Client()),
+		option.WithHTTPClient(s.Client()),
 	}
-}
-
-// FailNext makes the next times calls of m fail with err, before any other
-// effect (a failed insert creates nothing).
-func (s *Server) FailNext(m Method, err *APIError, times int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for range times {
-		s.faults[m] = append(s.faults[m], err)
-	}
-}
-
-// SetFault makes every call of m fail with err until SetFault(m, nil).
-func (s *Server) SetFault(m Method, err *APIError) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err == nil {
-		delete(s.sticky, m)
-		return
-	}
-	s.sticky[m] = err
 }
 
 // FailNextInsertAsync makes the next insert be accepted and its operation
@@ -278,24 +255,11 @@ func (s *Server) FailNextInsertAsync(code, message string, httpStatus int) {
 	s.asyncCodes = append(s.asyncCodes, httpStatus)
 }
 
-// Calls returns the requests received so far, in order.
-func (s *Server) Calls() []Call {
+// Requests are the requests received so far, in order.
+func (s *Server) Requests() []Call {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.calls)
-}
-
-// CallCount counts the requests of method m.
-func (s *Server) CallCount(m Method) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, c := range s.calls {
-		if c.Method == m {
-			n++
-		}
-	}
-	return n
+	return slices.Clone(s.requests)
 }
 
 // Instance returns a copy of a VM as the API would show it (without

@@ -54,7 +54,7 @@ func googleError(t *testing.T, err error) *googleapi.Error {
 
 func TestErrorBodiesAreGoogleFormat(t *testing.T) {
 	s := gcetest.New(t)
-	s.FailNext(gcetest.MethodGet, gcetest.QuotaExceeded(), 1)
+	s.FailNext(gcetest.MethodGet, gcetest.QuotaExceeded())
 	resp, err := http.Get(s.URL + "projects/" + project + "/zones/test-zone-a/instances/x")
 	if err != nil {
 		t.Fatal(err)
@@ -249,13 +249,13 @@ func TestAggregatedListFilterAndPages(t *testing.T) {
 func TestFaults(t *testing.T) {
 	s := gcetest.New(t)
 	svc := newService(t, s)
-	s.SetFault(gcetest.MethodInsert, gcetest.BackendError())
+	s.FailEvery(gcetest.MethodInsert, gcetest.BackendError())
 	for range 2 {
 		if _, err := svc.Instances.Insert(project, "test-zone-a", vm("a", nil)).Do(); googleError(t, err).Code != 503 {
 			t.Fatalf("with a sticky fault: %v", err)
 		}
 	}
-	s.SetFault(gcetest.MethodInsert, nil)
+	s.StopFailing(gcetest.MethodInsert)
 	s.FailNextInsertAsync("ZONE_RESOURCE_POOL_EXHAUSTED", "no capacity", 503)
 	op, err := svc.Instances.Insert(project, "test-zone-a", vm("a", nil)).Do()
 	if err != nil {
@@ -271,7 +271,7 @@ func TestFaults(t *testing.T) {
 	if _, ok := s.Instance(project, "test-zone-a", "a"); ok {
 		t.Error("a failed insert left a VM")
 	}
-	if s.CallCount(gcetest.MethodInsert) != 3 {
-		t.Errorf("%d insert calls recorded, want 3", s.CallCount(gcetest.MethodInsert))
+	if s.Calls(gcetest.MethodInsert) != 3 {
+		t.Errorf("%d insert calls recorded, want 3", s.Calls(gcetest.MethodInsert))
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -14,14 +13,60 @@ import (
 	"time"
 
 	compute "google.golang.org/api/compute/v1"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 )
 
-func (s *Server) insert(w http.ResponseWriter, r *http.Request) {
-	k := vmKey{project: r.PathValue("project"), zone: r.PathValue("zone")}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.begin(w, r, MethodInsert) || !s.checkZone(w, k.project, k.zone) {
+// answer is what a method does: a JSON body, or an APIError.
+type answer = faultkit.Answer[*APIError]
+
+// route serves the calls of m through the kit (its faults), h running
+// under the lock; every request is recorded (Requests), faulted or not.
+func (s *Server) route(m Method, h func(r *http.Request) answer) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.requests = append(s.requests, Call{Method: m, Path: strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/compute/v1"), "/"), Query: r.URL.Query()})
+		s.mu.Unlock()
+		s.Serve(w, r, &faultkit.Call[Method]{Op: m}, func(*faultkit.Call[Method]) answer {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return h(r)
+		})
+	}
+}
+
+// randomFaults are Compute Engine's under load (SetRandomFaults): rate
+// limited or failing before the effect, or taking effect and then
+// answering 503 (a lost answer).
+func randomFaults(Method) []faultkit.Fault[*APIError] {
+	return []faultkit.Fault[*APIError]{faultkit.Error(RateLimitExceeded()), faultkit.Error(BackendError()), {Lose: true}}
+}
+
+func fail(e *APIError) answer { return faultkit.Fail(e) }
+
+// reply answers v, encoded now: once the lock is released the VM or
+// operation it shows moves on.
+func reply(v any) answer {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fail(&APIError{Code: http.StatusInternalServerError, Reason: "internalError", Message: err.Error()})
+	}
+	return answer{Status: http.StatusOK, Body: json.RawMessage(raw)}
+}
+
+// write sends a as the API does.
+func write(w http.ResponseWriter, _ *faultkit.Call[Method], a answer) {
+	if a.Err != nil {
+		writeError(w, *a.Err)
 		return
+	}
+	writeJSON(w, a.Body)
+}
+
+func (s *Server) insert(r *http.Request) answer {
+	k := vmKey{project: r.PathValue("project"), zone: r.PathValue("zone")}
+	if e := s.zoneError(k.project, k.zone); e != nil {
+		return fail(e)
 	}
 	var inst compute.Instance
 	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
@@ -29,66 +74,54 @@ func (s *Server) insert(w http.ResponseWriter, r *http.Request) {
 		err = json.Unmarshal(body, &inst)
 	}
 	if err != nil {
-		writeError(w, &APIError{Code: http.StatusBadRequest, Reason: "parseError", Message: "Parse Error"})
-		return
+		return fail(&APIError{Code: http.StatusBadRequest, Reason: "parseError", Message: "Parse Error"})
 	}
 	if apiErr := s.validate(k, &inst); apiErr != nil {
-		writeError(w, apiErr)
-		return
+		return fail(apiErr)
 	}
 	k.name = inst.Name
 	if _, exists := s.vms[k]; exists {
-		writeError(w, &APIError{Code: http.StatusConflict, Reason: "alreadyExists", Message: fmt.Sprintf("The resource '%s' already exists", k.path())})
-		return
+		return fail(&APIError{Code: http.StatusConflict, Reason: "alreadyExists", Message: fmt.Sprintf("The resource '%s' already exists", k.path())})
 	}
 	op := s.newOperation(k, "insert")
 	if len(s.asyncFails) > 0 {
 		op.failure, op.httpCode = s.asyncFails[0], s.asyncCodes[0]
 		s.asyncFails, s.asyncCodes = s.asyncFails[1:], s.asyncCodes[1:]
-		writeJSON(w, op.op)
-		return
+		return reply(op.op)
 	}
 	inst.Status = "PROVISIONING"
 	s.fillServerFields(k, &inst)
 	s.vms[k] = &vm{inst: &inst}
-	writeJSON(w, op.op)
+	return reply(op.op)
 }
 
-func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+func (s *Server) get(r *http.Request) answer {
 	k := vmKey{r.PathValue("project"), r.PathValue("zone"), r.PathValue("name")}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.begin(w, r, MethodGet) || !s.checkZone(w, k.project, k.zone) {
-		return
+	if e := s.zoneError(k.project, k.zone); e != nil {
+		return fail(e)
 	}
 	v, ok := s.vms[k]
 	if !ok {
-		writeError(w, notFound(k.path()))
-		return
+		return fail(notFound(k.path()))
 	}
 	shown := s.observe(k, v)
 	if shown == nil {
-		writeError(w, notFound(k.path()))
-		return
+		return fail(notFound(k.path()))
 	}
-	writeJSON(w, shown)
+	return reply(shown)
 }
 
-func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
+func (s *Server) delete(r *http.Request) answer {
 	k := vmKey{r.PathValue("project"), r.PathValue("zone"), r.PathValue("name")}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.begin(w, r, MethodDelete) || !s.checkZone(w, k.project, k.zone) {
-		return
+	if e := s.zoneError(k.project, k.zone); e != nil {
+		return fail(e)
 	}
 	v, ok := s.vms[k]
 	if !ok {
-		writeError(w, notFound(k.path()))
-		return
+		return fail(notFound(k.path()))
 	}
 	if v.deleting {
-		writeError(w, &APIError{Code: http.StatusBadRequest, Reason: "resourceNotReady", Message: fmt.Sprintf("The resource '%s' is not ready", k.path())})
-		return
+		return fail(&APIError{Code: http.StatusBadRequest, Reason: "resourceNotReady", Message: fmt.Sprintf("The resource '%s' is not ready", k.path())})
 	}
 	op := s.newOperation(k, "delete")
 	v.deleting, v.seen = true, 0
@@ -96,33 +129,25 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 	if s.steps == 0 {
 		delete(s.vms, k)
 	}
-	writeJSON(w, op.op)
+	return reply(op.op)
 }
 
-func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
+func (s *Server) aggregatedList(r *http.Request) answer {
 	project := r.PathValue("project")
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.begin(w, r, MethodAggregatedList) {
-		return
-	}
 	zones, ok := s.zones[project]
 	if !ok {
-		writeError(w, notFound("projects/"+project))
-		return
+		return fail(notFound("projects/" + project))
 	}
 	q := r.URL.Query()
 	match, apiErr := parseFilter(q.Get("filter"))
 	if apiErr != nil {
-		writeError(w, apiErr)
-		return
+		return fail(apiErr)
 	}
 	pageSize := 500
 	if v := q.Get("maxResults"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 500 {
-			writeError(w, invalidField("maxResults", v, "Must be between 0 and 500"))
-			return
+			return fail(invalidField("maxResults", v, "Must be between 0 and 500"))
 		}
 		if n > 0 {
 			pageSize = n
@@ -132,8 +157,7 @@ func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
 	if tok := q.Get("pageToken"); tok != "" {
 		n, err := decodePageToken(tok, project)
 		if err != nil {
-			writeError(w, invalidField("pageToken", tok, "Invalid page token"))
-			return
+			return fail(invalidField("pageToken", tok, "Invalid page token"))
 		}
 		offset = n
 	}
@@ -164,54 +188,34 @@ func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
 	if end < len(keys) {
 		list.NextPageToken = encodePageToken(end, project)
 	}
-	writeJSON(w, list)
+	return reply(list)
 }
 
-func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
+func (s *Server) getOperation(r *http.Request) answer {
 	k := opKey{r.PathValue("project"), r.PathValue("zone"), r.PathValue("operation")}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.begin(w, r, MethodOperationGet) || !s.checkZone(w, k.project, k.zone) {
-		return
+	if e := s.zoneError(k.project, k.zone); e != nil {
+		return fail(e)
 	}
 	op, ok := s.operations[k]
 	if !ok {
-		writeError(w, notFound("projects/"+k.project+"/zones/"+k.zone+"/operations/"+k.name))
-		return
+		return fail(notFound("projects/" + k.project + "/zones/" + k.zone + "/operations/" + k.name))
 	}
 	s.progress(op)
-	writeJSON(w, op.op)
+	return reply(op.op)
 }
 
 // ---- lifecycle ----
 
-// begin records the call and answers a programmed fault; false when it did.
-func (s *Server) begin(w http.ResponseWriter, r *http.Request, m Method) bool {
-	path := strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/compute/v1"), "/")
-	s.calls = append(s.calls, Call{Method: m, Path: path, Query: r.URL.Query()})
-	if queued := s.faults[m]; len(queued) > 0 {
-		s.faults[m] = queued[1:]
-		writeError(w, queued[0])
-		return false
-	}
-	if err := s.sticky[m]; err != nil {
-		writeError(w, err)
-		return false
-	}
-	return true
-}
-
-func (s *Server) checkZone(w http.ResponseWriter, project, zone string) bool {
+// zoneError is the 404 of a project or zone the fake does not have.
+func (s *Server) zoneError(project, zone string) *APIError {
 	zones, ok := s.zones[project]
 	if !ok {
-		writeError(w, notFound("projects/"+project))
-		return false
+		return notFound("projects/" + project)
 	}
 	if !slices.Contains(zones, zone) {
-		writeError(w, notFound("projects/"+project+"/zones/"+zone))
-		return false
+		return notFound("projects/" + project + "/zones/" + zone)
 	}
-	return true
+	return nil
 }
 
 // observe is one Get of v: it returns what the Get shows (nil once a deleted
@@ -346,8 +350,6 @@ func (s *Server) loopbackAddress(string, string, string) string {
 	s.addresses++
 	return fmt.Sprintf("127.0.100.%d", (s.addresses-1)%254+1)
 }
-
-func listenLoopback() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
 
 func (s *Server) sortedKeys(keep func(vmKey) bool) []vmKey {
 	var keys []vmKey

@@ -11,6 +11,8 @@ import (
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 )
 
 // The firewall operations (spec.hetzner.allowFrom's owned firewall).
@@ -107,7 +109,7 @@ func (f *Fake) createFirewall(r *http.Request) answer {
 	}
 	for _, other := range f.firewalls {
 		if other.Name == req.Name {
-			return answer{err: &Error{Status: 409, Code: "uniqueness_error", Message: "firewall name is already used", Fields: []string{"name"}}}
+			return faultkit.Fail(Error{Status: 409, Code: "uniqueness_error", Message: "firewall name is already used", Fields: []string{"name"}})
 		}
 	}
 	if req.Labels != nil {
@@ -116,7 +118,7 @@ func (f *Fake) createFirewall(r *http.Request) answer {
 	f.nextID++
 	fw.ID = 5000 + f.nextID
 	f.firewalls[fw.ID] = fw
-	return answer{status: http.StatusCreated, body: schema.FirewallCreateResponse{Firewall: fw.schema(f), Actions: []schema.Action{}}}
+	return answer{Status: http.StatusCreated, Body: schema.FirewallCreateResponse{Firewall: fw.schema(f), Actions: []schema.Action{}}}
 }
 
 // validateFirewall names the invalid fields of a firewall create, as
@@ -179,21 +181,15 @@ func (f *Fake) listFirewalls(r *http.Request) answer {
 			found = append(found, fw)
 		}
 	}
-	page, perPage := atLeast(q.Get("page"), 1), atLeast(q.Get("per_page"), 25)
-	from, to := min((page-1)*perPage, len(found)), min(page*perPage, len(found))
+	shown, meta := paginate(q, found)
 	body := struct {
 		Firewalls []schema.Firewall `json:"firewalls"`
 		Meta      schema.Meta       `json:"meta"`
-	}{Firewalls: []schema.Firewall{}, Meta: schema.Meta{Pagination: &schema.MetaPagination{
-		Page: page, PerPage: perPage, TotalEntries: len(found), LastPage: max((len(found)+perPage-1)/perPage, 1),
-	}}}
-	if to < len(found) {
-		body.Meta.Pagination.NextPage = page + 1
-	}
-	for _, fw := range found[from:to] {
+	}{Firewalls: []schema.Firewall{}, Meta: meta}
+	for _, fw := range shown {
 		body.Firewalls = append(body.Firewalls, fw.schema(f))
 	}
-	return answer{status: http.StatusOK, body: body}
+	return answer{Status: http.StatusOK, Body: body}
 }
 
 // deleteFirewall refuses a firewall still applied to a server
@@ -202,11 +198,11 @@ func (f *Fake) deleteFirewall(r *http.Request) answer {
 	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	fw, ok := f.firewalls[id]
 	if !ok {
-		return answer{err: &Error{Status: 404, Code: "not_found", Message: "firewall not found"}}
+		return faultkit.Fail(Error{Status: 404, Code: "not_found", Message: "firewall not found"})
 	}
 	if len(fw.appliedTo(f)) > 0 {
-		return answer{err: &Error{Status: 422, Code: "resource_in_use", Message: "firewall is still in use"}}
+		return faultkit.Fail(Error{Status: 422, Code: "resource_in_use", Message: "firewall is still in use"})
 	}
 	delete(f.firewalls, id)
-	return answer{status: http.StatusNoContent}
+	return answer{Status: http.StatusNoContent}
 }

@@ -3,7 +3,9 @@ package hcloudtest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -12,6 +14,8 @@ import (
 
 	"github.com/hetznercloud/hcloud-go/v2/hcloud/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 )
 
 // maxUserData is Hetzner's limit on user-data.
@@ -32,98 +36,34 @@ func (f *Fake) routes() http.Handler {
 }
 
 // answer is what an operation does: a status and a body, or an Error.
-type answer struct {
-	status int
-	body   any
-	err    *Error
-}
+type answer = faultkit.Answer[Error]
 
-// handle runs one call under the lock: authorization, the faults before
-// the effect, the effect, and the faults after it (a lost answer).
+// handle serves one call of op through the kit (its token, its faults),
+// do running under the lock.
 func (f *Fake) handle(op Op, do func(r *http.Request) answer) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		f.mu.Lock()
-		f.calls[op]++
-		now := time.Now()
-		if now.Before(f.notBefore) {
-			f.earlyCalls++
-		}
-		if r.Header.Get("Authorization") != "Bearer "+Token {
-			f.mu.Unlock()
-			writeError(w, Error{Status: 401, Code: "unauthorized", Message: "unable to authenticate"})
-			return
-		}
-		if e, ok := f.faultBefore(op, now); ok {
-			f.mu.Unlock()
-			writeError(w, e)
-			return
-		}
-		a := do(r)
-		lose := f.lost[op] > 0 || (a.err == nil && f.draw() && f.random.IntN(2) == 0)
-		if f.lost[op] > 0 {
-			f.lost[op]--
-		}
-		hold := f.holds[op]
-		f.mu.Unlock()
-		if hold != nil {
-			select {
-			case <-hold:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		if lose {
-			dropConnection(w)
-			return
-		}
-		if a.err != nil {
-			writeError(w, *a.err)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("RateLimit-Limit", "3600")
-		w.Header().Set("RateLimit-Remaining", "3599")
-		w.Header().Set("RateLimit-Reset", strconv.FormatInt(now.Unix(), 10))
-		w.WriteHeader(a.status)
-		_ = json.NewEncoder(w).Encode(a.body)
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		f.Serve(w, r, &faultkit.Call[Op]{Op: op, Token: token}, func(*faultkit.Call[Op]) answer {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return do(r)
+		})
 	}
 }
 
-// faultBefore is the error a call gets before any effect: an injected one,
-// or a random one.
-func (f *Fake) faultBefore(op Op, now time.Time) (Error, bool) {
-	if errs := f.faults[op]; len(errs) > 0 {
-		f.faults[op] = errs[1:]
-		if errs[0].RetryAfter > 0 {
-			f.notBefore, f.earlyCalls = now.Add(errs[0].RetryAfter), 0
-		}
-		return errs[0], true
+// write sends a as Hetzner does, with its rate-limit headers.
+func write(w http.ResponseWriter, _ *faultkit.Call[Op], a answer) {
+	if a.Err != nil {
+		writeError(w, *a.Err, a.RetryAfter)
+		return
 	}
-	if !f.draw() {
-		return Error{}, false
-	}
-	kinds := []Error{ErrServerError, ErrUnavailable, ErrConflict,
-		{Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded", Message: "rate limit exceeded"}}
-	if op == CreateServer {
-		kinds = append(kinds, ErrCapacity)
-	}
-	return kinds[f.random.IntN(len(kinds))], true
+	w.Header().Set("Content-Type", "application/json")
+	faultkit.SetRateLimit(w.Header(), 3600, 3599, 0)
+	w.WriteHeader(a.Status)
+	_ = json.NewEncoder(w).Encode(a.Body)
 }
 
-// draw is one random draw of SetRandomFaults.
-func (f *Fake) draw() bool { return f.random != nil && f.random.Float64() < f.rate }
-
-func dropConnection(w http.ResponseWriter) {
-	if hj, ok := w.(http.Hijacker); ok {
-		if conn, _, err := hj.Hijack(); err == nil {
-			_ = conn.Close()
-			return
-		}
-	}
-	panic(http.ErrAbortHandler)
-}
-
-func writeError(w http.ResponseWriter, e Error) {
+func writeError(w http.ResponseWriter, e Error, retryAfter time.Duration) {
 	body := schema.ErrorResponse{Error: schema.Error{Code: e.Code, Message: e.Message}}
 	if len(e.Fields) > 0 {
 		var details schema.ErrorDetailsInvalidInput
@@ -137,34 +77,31 @@ func writeError(w http.ResponseWriter, e Error) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if e.Status == http.StatusTooManyRequests {
-		w.Header().Set("RateLimit-Limit", "3600")
-		w.Header().Set("RateLimit-Remaining", "0")
-		w.Header().Set("RateLimit-Reset", strconv.FormatInt(time.Now().Add(e.RetryAfter).Unix(), 10))
-		w.Header().Set("Retry-After", strconv.Itoa(int(e.RetryAfter.Seconds())))
+		faultkit.SetRateLimit(w.Header(), 3600, 0, retryAfter)
 	}
 	w.WriteHeader(e.Status)
 	_ = json.NewEncoder(w).Encode(body)
 }
 
 func invalid(fields ...string) answer {
-	return answer{err: &Error{Status: 400, Code: "invalid_input", Message: "invalid input in fields '" + strings.Join(fields, "', '") + "'", Fields: fields}}
+	return faultkit.Fail(Error{Status: 400, Code: "invalid_input", Message: "invalid input in fields '" + strings.Join(fields, "', '") + "'", Fields: fields})
 }
 
 func (f *Fake) createServer(r *http.Request) answer {
 	var req schema.ServerCreateRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		return answer{err: &Error{Status: 400, Code: "json_error", Message: err.Error()}}
+		return faultkit.Fail(Error{Status: 400, Code: "json_error", Message: err.Error()})
 	}
 	if bad := validateCreate(req); len(bad) > 0 {
 		return invalid(bad...)
 	}
 	for _, s := range f.servers {
 		if s.Name == req.Name {
-			return answer{err: &Error{Status: 409, Code: "uniqueness_error", Message: "server name is already used", Fields: []string{"name"}}}
+			return faultkit.Fail(Error{Status: 409, Code: "uniqueness_error", Message: "server name is already used", Fields: []string{"name"}})
 		}
 	}
-	if f.noCap[req.ServerType.Name] {
-		return answer{err: &ErrCapacity}
+	if _, none := f.NoCapacity(req.ServerType.Name); none {
+		return faultkit.Fail(ErrCapacity)
 	}
 	f.nextID++
 	s := &server{Server: Server{
@@ -172,6 +109,7 @@ func (f *Fake) createServer(r *http.Request) answer {
 		Location: req.Location, Image: req.Image.Name, UserData: req.UserData, Created: time.Now().UTC(),
 		PublicIP: fmt.Sprintf("127.0.101.%d", f.nextID%250+1),
 	}}
+	s.Hide(f.opts.listLag)
 	if f.opts.publicIP != nil {
 		s.PublicIP = f.opts.publicIP(int(f.nextID))
 	}
@@ -192,10 +130,8 @@ func (f *Fake) createServer(r *http.Request) answer {
 	}
 	f.servers[s.ID] = s
 	f.created = append(f.created, s.snapshot())
-	if f.opts.boot != nil {
-		s.halt = f.opts.boot(s.snapshot())
-	}
-	return answer{status: http.StatusCreated, body: schema.ServerCreateResponse{
+	f.boot(s)
+	return answer{Status: http.StatusCreated, Body: schema.ServerCreateResponse{
 		Server: s.schema(), Action: schema.Action{ID: s.ID, Command: "create_server", Status: "running", Started: s.Created},
 	}}
 }
@@ -232,29 +168,26 @@ func validateCreate(req schema.ServerCreateRequest) []string {
 func (f *Fake) getServer(r *http.Request) answer {
 	s := f.byID(r.PathValue("id"))
 	if s == nil {
-		return answer{err: &Error{Status: 404, Code: "not_found", Message: "server not found"}}
+		return faultkit.Fail(Error{Status: 404, Code: "not_found", Message: "server not found"})
 	}
 	body := schema.ServerGetResponse{Server: s.schema()}
 	f.read(s)
-	return answer{status: http.StatusOK, body: body}
+	return answer{Status: http.StatusOK, Body: body}
 }
 
 func (f *Fake) deleteServer(r *http.Request) answer {
 	s := f.byID(r.PathValue("id"))
 	if s == nil {
-		return answer{err: &Error{Status: 404, Code: "not_found", Message: "server not found"}}
+		return faultkit.Fail(Error{Status: 404, Code: "not_found", Message: "server not found"})
 	}
 	if s.Status != "deleting" {
 		s.Status, s.reads = "deleting", 0
-		if s.halt != nil {
-			s.halt()
-			s.halt = nil
-		}
+		f.Halt(strconv.FormatInt(s.ID, 10))
 		if f.opts.steps == 0 {
 			delete(f.servers, s.ID)
 		}
 	}
-	return answer{status: http.StatusOK, body: schema.ServerDeleteResponse{Action: schema.Action{ID: s.ID, Command: "delete_server", Status: "running"}}}
+	return answer{Status: http.StatusOK, Body: schema.ServerDeleteResponse{Action: schema.Action{ID: s.ID, Command: "delete_server", Status: "running"}}}
 }
 
 func (f *Fake) listServers(r *http.Request) answer {
@@ -269,27 +202,41 @@ func (f *Fake) listServers(r *http.Request) answer {
 		if (q.Get("name") != "" && s.Name != q.Get("name")) || !match(s.Labels) {
 			continue
 		}
-		if s.listed++; s.listed <= f.opts.listLag {
-			continue // not listed yet
+		if s.Shown() {
+			found = append(found, s)
 		}
-		found = append(found, s)
 	}
-	page, perPage := atLeast(q.Get("page"), 1), atLeast(q.Get("per_page"), 25)
-	from, to := min((page-1)*perPage, len(found)), min(page*perPage, len(found))
+	shown, meta := paginate(q, found)
 	body := struct {
 		Servers []schema.Server `json:"servers"`
 		Meta    schema.Meta     `json:"meta"`
-	}{Servers: []schema.Server{}, Meta: schema.Meta{Pagination: &schema.MetaPagination{
-		Page: page, PerPage: perPage, TotalEntries: len(found), LastPage: max((len(found)+perPage-1)/perPage, 1),
-	}}}
-	if to < len(found) {
-		body.Meta.Pagination.NextPage = page + 1
-	}
-	for _, s := range found[from:to] {
+	}{Servers: []schema.Server{}, Meta: meta}
+	for _, s := range shown {
 		body.Servers = append(body.Servers, s.schema())
 		f.read(s)
 	}
-	return answer{status: http.StatusOK, body: body}
+	return answer{Status: http.StatusOK, Body: body}
+}
+
+// maxPerPage is the most entries Hetzner answers a page with, whatever
+// per_page asks (default 25).
+const maxPerPage = 50
+
+// paginate is the page of items the query's page and per_page ask for,
+// and its pagination meta, as Hetzner pages every list.
+func paginate[T any](q url.Values, items []T) ([]T, schema.Meta) {
+	page, perPage := atLeast(q.Get("page"), 1), min(atLeast(q.Get("per_page"), 25), maxPerPage)
+	from, to := min((page-1)*perPage, len(items)), min(page*perPage, len(items))
+	meta := schema.Meta{Pagination: &schema.MetaPagination{
+		Page: page, PerPage: perPage, TotalEntries: len(items), LastPage: max((len(items)+perPage-1)/perPage, 1),
+	}}
+	if to < len(items) {
+		meta.Pagination.NextPage = page + 1
+	}
+	if page > 1 {
+		meta.Pagination.PreviousPage = page - 1
+	}
+	return items[from:to], meta
 }
 
 // read counts a read that showed s, and moves it on after WithSteps reads.
@@ -313,14 +260,7 @@ func (f *Fake) byID(id string) *server {
 	return f.servers[n]
 }
 
-func (f *Fake) sortedIDs() []int64 {
-	ids := make([]int64, 0, len(f.servers))
-	for id := range f.servers {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
+func (f *Fake) sortedIDs() []int64 { return slices.Sorted(maps.Keys(f.servers)) }
 
 func atLeast(s string, def int) int {
 	if n, err := strconv.Atoi(s); err == nil && n >= 1 {

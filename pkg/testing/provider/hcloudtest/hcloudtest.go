@@ -11,12 +11,12 @@
 // and a new server is missing from list answers for a while (WithListLag).
 // Requests are validated (bearer token; server type, image and location
 // known; label keys and values; user-data size) with invalid_input naming
-// the field. Tests inject faults: FailNext, RateLimitNext (a 429 with
-// Retry-After, and a count of the calls that came before it ran out),
-// SetNoCapacity (resource_unavailable for a server type), LoseNextAnswers
-// (the call takes effect and the connection drops before the answer), and
-// SetRandomFaults. WithBoot runs something (a real forward proxy) for each
-// server, as ec2test does.
+// the field. Tests inject faults through the embedded faultkit.Kit:
+// FailNext, RateLimitNext (Hetzner's 429 with Retry-After), SetNoCapacity
+// (resource_unavailable for a server type), LoseNextAnswers (the call
+// takes effect and the connection drops before the answer), HoldAnswers
+// and SetRandomFaults. WithBoot runs something for each server, such as
+// faultkit.BootForwardProxy.
 //
 // Public addresses are loopback (WithPublicIP), so nothing leaves the host.
 // It is not a simulation of Hetzner: no prices, volumes or networks.
@@ -24,12 +24,13 @@ package hcloudtest
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/testing/provider/faultkit"
 )
 
 // Token is the API token the fake accepts.
@@ -60,8 +61,6 @@ type Error struct {
 	Message string
 	// Fields name the request's invalid fields (invalid_input).
 	Fields []string
-	// RetryAfter, on a 429, is sent as Retry-After (whole seconds).
-	RetryAfter time.Duration
 }
 
 // Common errors.
@@ -71,6 +70,7 @@ var (
 	ErrConflict    = Error{Status: 409, Code: "conflict", Message: "The resource has changed during the request, please retry"}
 	ErrQuota       = Error{Status: 403, Code: "resource_limit_exceeded", Message: "server limit exceeded"}
 	ErrCapacity    = Error{Status: 412, Code: "resource_unavailable", Message: "server type not available in this location"}
+	ErrRateLimited = Error{Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded", Message: "limit of 3600 requests per hour reached"}
 )
 
 // Server is a snapshot of a server.
@@ -99,7 +99,7 @@ type options struct {
 	steps    int
 	listLag  int
 	publicIP func(n int) string
-	boot     func(Server) (halt func())
+	boot     faultkit.BootFunc
 }
 
 // WithSteps keeps a new server initializing, and a deleted one deleting,
@@ -114,16 +114,15 @@ func WithListLag(n int) Option { return func(o *options) { o.listLag = n } }
 // Default 127.0.101.n.
 func WithPublicIP(ip func(n int) string) Option { return func(o *options) { o.publicIP = ip } }
 
-// WithBoot runs boot when a server is created (the server as created, with
-// its user-data), and the halt it returns once the server is deleted. boot
-// must not block.
-func WithBoot(boot func(Server) (halt func())) Option { return func(o *options) { o.boot = boot } }
+// WithBoot runs boot when a server is created (from its user-data), and
+// the halt it returns once the server is deleted.
+func WithBoot(boot faultkit.BootFunc) Option { return func(o *options) { o.boot = boot } }
 
-// Fake is the fake API. Its methods are safe for concurrent use.
+// Fake is the fake API, its faults those of the embedded kit, which
+// serves it at URL (for hcloud.WithEndpoint). Its methods are safe for
+// concurrent use.
 type Fake struct {
-	// URL is the endpoint for hcloud.WithEndpoint.
-	URL string
-
+	*faultkit.Kit[Op, Error]
 	mu      sync.Mutex
 	opts    options
 	servers map[int64]*server
@@ -131,122 +130,52 @@ type Fake struct {
 	firewalls map[int64]*firewall
 	created   []Server // every server ever created, in order
 	nextID    int64
-	calls     map[Op]int
-	faults    map[Op][]Error
-	lost      map[Op]int
-	holds     map[Op]chan struct{}
-	noCap     map[string]bool
-	random    *rand.Rand
-	rate      float64
-	// A 429 with Retry-After (RateLimitNext): the time it named and how
-	// many calls came before it.
-	notBefore  time.Time
-	earlyCalls int
 }
 
 type server struct {
 	Server
-	reads  int // reads that showed it in its current status
-	listed int // list answers that would have shown it
-	halt   func()
+	faultkit.Lag     // list answers that do not show it yet
+	reads        int // reads that showed it in its current status
 }
 
 // New starts a Fake; it stops with the test.
 func New(t testing.TB, opts ...Option) *Fake {
-	f := &Fake{
-		servers: map[int64]*server{}, firewalls: map[int64]*firewall{}, calls: map[Op]int{}, faults: map[Op][]Error{},
-		lost: map[Op]int{}, holds: map[Op]chan struct{}{}, noCap: map[string]bool{},
-	}
+	f := &Fake{servers: map[int64]*server{}, firewalls: map[int64]*firewall{}}
 	for _, o := range opts {
 		o(&f.opts)
 	}
-	srv := httptest.NewServer(f.routes())
-	f.URL = srv.URL
-	t.Cleanup(func() {
-		srv.Close()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, s := range f.servers {
-			if s.halt != nil {
-				s.halt()
-			}
-		}
+	f.Kit = faultkit.New(t, f.routes(), faultkit.Cloud[Op, Error]{
+		Write: write, RateLimited: ErrRateLimited, Random: randomFaults, Boot: f.opts.boot,
+		Denied: func(*faultkit.Call[Op], faultkit.Denial) Error {
+			return Error{Status: 401, Code: "unauthorized", Message: "unable to authenticate"}
+		},
 	})
+	f.Grant(Token, faultkit.Credential{}) // a Hetzner token is its project's, Read & Write
 	return f
 }
 
-// HoldAnswers makes the calls of op take effect and hold their answer
-// until release is called or the client goes away (an operator killed
-// mid-call).
-func (f *Fake) HoldAnswers(op Op) (release func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	ch := make(chan struct{})
-	f.holds[op] = ch
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			delete(f.holds, op)
-			close(ch)
-		})
+// randomFaults are Hetzner's under load: its 5xx, a conflict, a 429 and
+// lost answers (twice: the share they had when the storms were tuned),
+// and resource_unavailable on creates.
+func randomFaults(op Op) []faultkit.Fault[Error] {
+	faults := []faultkit.Fault[Error]{
+		faultkit.Error(ErrServerError), faultkit.Error(ErrUnavailable), faultkit.Error(ErrConflict), faultkit.Error(ErrRateLimited),
+		{Lose: true}, {Lose: true},
 	}
+	if op == CreateServer {
+		faults = append(faults, faultkit.Error(ErrCapacity))
+	}
+	return faults
 }
 
-// FailNext answers the next len(errs) calls of op with errs, before any effect.
-func (f *Fake) FailNext(op Op, errs ...Error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.faults[op] = append(f.faults[op], errs...)
-}
-
-// RateLimitNext answers the next call of op with a 429 whose Retry-After
-// is retryAfter (whole seconds), and from then counts the calls of any
-// operation that arrive before it ran out (EarlyCalls).
-func (f *Fake) RateLimitNext(op Op, retryAfter time.Duration) {
-	f.FailNext(op, Error{Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded", Message: "limit of 3600 requests per hour reached", RetryAfter: retryAfter})
-}
-
-// EarlyCalls is how many calls arrived before the Retry-After of the last
-// 429 RateLimitNext made ran out.
-func (f *Fake) EarlyCalls() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.earlyCalls
-}
-
-// LoseNextAnswers makes the next n calls of op take effect and then drop
-// the connection before answering.
-func (f *Fake) LoseNextAnswers(op Op, n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.lost[op] += n
-}
-
-// SetNoCapacity makes creates of serverType fail with resource_unavailable
-// (or succeed again, none false).
-func (f *Fake) SetNoCapacity(serverType string, none bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.noCap[serverType] = none
-}
-
-// SetRandomFaults makes a share rate of all calls fail, drawn from seed:
-// 429s (with a bucket that refills at once), server errors, unavailability
-// and conflicts before any effect, capacity errors on creates, and lost
-// answers after the effect. Rate 0 stops them.
-func (f *Fake) SetRandomFaults(rate float64, seed uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.rate, f.random = rate, rand.New(rand.NewPCG(seed, seed^0x5eed))
-}
-
-// Calls is how many calls of op the fake received.
-func (f *Fake) Calls(op Op) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[op]
+// boot starts what s runs (WithBoot): its /64 is routed to it when it has
+// one, as the boot script finds it (the on-link route).
+func (f *Fake) boot(s *server) {
+	var routed []string
+	if s.IPv6Net != "" {
+		routed = []string{s.IPv6Net}
+	}
+	f.Boot(strconv.FormatInt(s.ID, 10), faultkit.Boot{Name: s.Name, UserData: s.UserData, PublicIP: s.PublicIP, RoutedPrefixes: routed})
 }
 
 // Servers are the servers that exist (deleting ones too), by ID.

@@ -1,4 +1,4 @@
-package ec2test
+package faultkit
 
 import (
 	"encoding/json"
