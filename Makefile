@@ -80,9 +80,10 @@ cluster-images: cluster-tools
 # them at CI scale, make chaos at full size.
 CHAOS_PKGS := ./pkg/testsuites/chaos/ ./pkg/testsuites/sharedendpoint/ ./pkg/inspection/
 
-## chaos: the long variants (CHAOS=long): the failure suite's larger fleets and longer storms, the 5-minute shared-endpoint soak, the leaf cache under 100,000 hosts; timed. Run it before a stop that touches what they cover
+## chaos: the long variants (CHAOS=long): the failure suite's larger fleets and longer storms, the 5-minute shared-endpoint soak, the leaf cache under 100,000 hosts, the replicated store's fault history and idle soak; timed. Run it before a stop that touches what they cover
 chaos: testenv testpeers
 	$(call step,the long variants,env CHAOS=long $(GOTEST) -race -count=1 -timeout 60m -v $(CHAOS_PKGS))
+	$(call step,the replicated store's long history,env CHAOS=long $(GOTEST) -race -count=1 -timeout 120m -v ./pkg/testsuites/replication/)
 
 ## fuzz: every go test -fuzz target for FUZZTIME (default 10s) each
 fuzz:

@@ -233,7 +233,7 @@ func TestHelmLint(t *testing.T) {
 		t.Errorf("helm lint:\n%s", out)
 	}
 	// Every optional part renders too.
-	run(t, nil, tool(t, "helm"), "lint", "--strict", chartDir, "--set", "gateway.enabled=true,watchNamespace=crawlers,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true")
+	run(t, nil, tool(t, "helm"), "lint", "--strict", chartDir, "--set", "gateway.enabled=true,watchNamespace=crawlers,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,inspection.enabled=true")
 }
 
 // normalize drops what may differ between the two installs: Helm's
@@ -412,33 +412,18 @@ func TestPodLabelsHoldForAnyRelease(t *testing.T) {
 // object. The ServiceMonitor and PrometheusRule are left out (no
 // prometheus-operator CRDs here).
 func TestServerSideDryRun(t *testing.T) {
-	integration.Needs(t, testenv.Needs)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	env, err := testenv.Start(ctx, testenv.Options{CRDDir: t.TempDir()}) // the dry-run creates the CRDs
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	kubectl := env.KubectlPath()
+	_, kubeconfig, kubectl := startAPIServer(t) // the dry-run creates the CRDs
 	// Namespaced objects are checked against a namespace that exists; a
 	// dry-run of the Namespace alone would not create it.
-	for _, ns := range []string{namespace, "crawlers"} {
+	for _, ns := range []string{namespace, "crawlers", caNamespace} {
 		run(t, nil, kubectl, "--kubeconfig", kubeconfig, "create", "namespace", ns)
 	}
 	for name, stream := range map[string][]byte{
-		"kustomize":       renderKustomize(t),
-		"helm":            renderHelm(t),
-		"helm, all on":    renderHelm(t, "gateway.enabled=true", "watchNamespace=crawlers", "leaseAuth=none", "providers={kubernetes,local}"),
-		"helm, 1 replica": renderHelm(t, "replicaCount=1", "podDisruptionBudget.enabled=false"),
+		"kustomize":        renderKustomize(t),
+		"helm":             renderHelm(t),
+		"helm, all on":     renderHelm(t, "gateway.enabled=true", "watchNamespace=crawlers", "leaseAuth=none", "providers={kubernetes,local}"),
+		"helm, 1 replica":  renderHelm(t, "replicaCount=1", "podDisruptionBudget.enabled=false"),
+		"helm, inspection": renderHelm(t, "inspection.enabled=true"),
 		"gateway HPA example": func() []byte {
 			raw, err := os.ReadFile("../examples/gateway/hpa.yaml")
 			if err != nil {
@@ -474,6 +459,29 @@ func TestServerSideDryRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startAPIServer starts a real API server without CRDs for the test, and
+// returns it, an admin kubeconfig of it and bin/kubectl.
+func startAPIServer(t *testing.T) (env *testenv.Environment, kubeconfig, kubectl string) {
+	t.Helper()
+	integration.Needs(t, testenv.Needs)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	env, err := testenv.Start(ctx, testenv.Options{CRDDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return env, kubeconfig, env.KubectlPath()
 }
 
 // containerArgs are the first container's args of a workload.

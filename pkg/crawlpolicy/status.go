@@ -1,6 +1,7 @@
 // Package crawlpolicy writes each CrawlPolicy's status on the leader: every
 // rule's budget in use and how often callers waited or were refused
-// (docs/politeness.md), from the lease store's counts. The feed that applies
+// (docs/politeness.md), from the lease store's counts; and the SiteBanning
+// events of the sites its rules govern (sitebans.go). The feed that applies
 // the policies to the store is pkg/lease/feed's; the budgets themselves are
 // enforced by pkg/lease/store at grant time.
 package crawlpolicy
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
@@ -51,6 +53,12 @@ type StatusWriter struct {
 	// this process first wrote it: the store counts from zero in each
 	// process, and adds to them (writeAll is the only user).
 	bases map[types.UID]map[string]crawlv1alpha1.OutcomeCounts
+
+	// The SiteBanning events (WithSiteBanEvents): the store's blocks, where
+	// to record, and the blocks announced already.
+	siteBlocks SiteBlocks
+	recorder   record.EventRecorder
+	announced  map[siteBlockKey]bool
 }
 
 // NewStatusWriter writes every interval (0: DefaultStatusInterval), and
@@ -72,14 +80,15 @@ func (w *StatusWriter) Poke() {
 	}
 }
 
-// Run writes the status of every policy whose counts changed, every
-// interval and when poked, until ctx ends. Run it on the leader: only its
+// Run writes the status of every policy whose counts changed, and records
+// the SiteBanning events, every interval and when poked, until ctx ends. Run it on the leader: only its
 // store counts.
 func (w *StatusWriter) Run(ctx context.Context) error {
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
 	for {
 		w.writeAll(ctx)
+		w.announceSiteBans(ctx)
 		select {
 		case <-ctx.Done():
 			return nil

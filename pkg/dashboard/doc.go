@@ -7,8 +7,11 @@
 // rebuilds it once per change, debounced, and wakes the viewers
 // (hub.go), and the HTTP handlers that authenticate a viewer with the lease
 // API's authenticator, filter the view to the namespaces the viewer may
-// list, and stream it (handler.go). The page itself is plain HTML, CSS and
-// JavaScript embedded in the binary (assets/).
+// list, and stream it (handler.go). What a viewer may list is decided per
+// identity before its stream takes a slot (access.go, slots.go), reviewed
+// only in the namespaces whose RoleBindings name it (bindings.go). The
+// page itself is plain HTML, CSS and JavaScript embedded in the binary
+// (assets/).
 //
 // It writes nothing, polls no API server, and never carries a lease ID,
 // credential, Secret or session state: its Lease type has no field for

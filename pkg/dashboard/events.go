@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 )
@@ -14,6 +16,69 @@ import (
 // keeps. Per namespace, not overall, so that a noisy tenant cannot push a
 // quiet one's events off the page of a viewer who sees only the quiet one.
 const EventsPerNamespace = 50
+
+// Bounds of what the event cache keeps of each Event (CachedEvent). Any
+// tenant may write an Event about a Proxy of its own namespace, which the
+// cache's field selector lets through, with a message of up to etcd's
+// 1.5 MiB: the bounds keep such an Event to a few KiB in every replica's
+// memory and in every viewer's update. EventMessageBytes is the limit the
+// events.k8s.io API puts on an event's note; the core API puts none.
+const (
+	EventMessageBytes = 1024
+	eventReasonBytes  = 128 // events.k8s.io's limit on a reason
+	eventTypeBytes    = 64
+	eventNameBytes    = 253 // a DNS subdomain, the longest object name
+)
+
+// truncatedMark ends a string CachedEvent cut short.
+const truncatedMark = "…"
+
+// CachedEvent is the event informer's transform: it keeps of an Event only
+// what eventRows reads, each string within its bound above, so that the
+// cache holds no tenant's megabytes
+// (docs/decisions/0421-informers-keep-only-what-they-read.md). It makes a
+// new Event (the informer hands it a freshly decoded one, which is
+// dropped); anything that is not an Event (a tombstone) passes unchanged.
+func CachedEvent(obj any) (any, error) {
+	e, ok := obj.(*corev1.Event)
+	if !ok {
+		return obj, nil
+	}
+	kept := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: e.Name, Namespace: e.Namespace, UID: e.UID, ResourceVersion: e.ResourceVersion,
+			CreationTimestamp: e.CreationTimestamp,
+		},
+		InvolvedObject: corev1.ObjectReference{
+			APIVersion: clip(e.InvolvedObject.APIVersion, eventNameBytes),
+			Kind:       clip(e.InvolvedObject.Kind, eventNameBytes),
+			Name:       clip(e.InvolvedObject.Name, eventNameBytes),
+		},
+		Type:          clip(e.Type, eventTypeBytes),
+		Reason:        clip(e.Reason, eventReasonBytes),
+		Message:       clip(e.Message, EventMessageBytes),
+		Count:         e.Count,
+		LastTimestamp: e.LastTimestamp,
+		EventTime:     e.EventTime,
+	}
+	if e.Series != nil {
+		kept.Series = &corev1.EventSeries{Count: e.Series.Count, LastObservedTime: e.Series.LastObservedTime}
+	}
+	return kept, nil
+}
+
+// clip is s if it fits in n bytes, else its longest prefix of whole UTF-8
+// characters that fits with truncatedMark after it.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := max(0, n-len(truncatedMark))
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + truncatedMark
+}
 
 // EventRow is one Kubernetes event about a Proxy, ProxyPool or CrawlPolicy,
 // as `kubectl describe` shows it. Pool is the pool it concerns: the pool

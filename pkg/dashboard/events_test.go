@@ -2,12 +2,15 @@ package dashboard
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 )
@@ -79,5 +82,73 @@ func TestEventsAreKeptPerNamespace(t *testing.T) {
 	visible := Filter(View{Events: eventRows(events, nil)}, func(ns string) bool { return ns == "quiet" })
 	if len(visible.Events) != 1 {
 		t.Errorf("a viewer of quiet sees %d events, want 1", len(visible.Events))
+	}
+}
+
+// TestCachedEvent: the cache keeps what a row shows, each string within
+// its bound, so a tenant's 900 KB message costs a KiB; a row made from the
+// cached event is the row of the original, but for the cut message.
+func TestCachedEvent(t *testing.T) {
+	huge := event("tenant", "Proxy", "noise", "Noisy", t0)
+	huge.Message = strings.Repeat("é", 450<<10) // 900 KiB of two-byte characters
+	huge.Reason = strings.Repeat("R", 1000)
+	huge.Annotations = map[string]string{"padding": strings.Repeat("a", 200<<10)}
+	huge.Related = &corev1.ObjectReference{Name: strings.Repeat("n", 1000)}
+	huge.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "tenant"}}
+	series := event("a", "Proxy", "p-1", "Probed", t0)
+	series.Series = &corev1.EventSeries{Count: 7, LastObservedTime: metav1.NewMicroTime(t0.Add(3 * time.Second))}
+	series.Source = corev1.EventSource{Component: "proxy-operator", Host: "node-1"}
+
+	for name, e := range map[string]*corev1.Event{"huge": huge, "series": series, "plain": event("a", "ProxyPool", "p", "ScaledUp", t0)} {
+		t.Run(name, func(t *testing.T) {
+			obj, err := CachedEvent(e.DeepCopy())
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept := obj.(*corev1.Event)
+			if kept.Annotations != nil || kept.Related != nil || kept.ManagedFields != nil || kept.Source != (corev1.EventSource{}) {
+				t.Errorf("the cached event keeps more than a row shows: %+v", kept.ObjectMeta)
+			}
+			if n := len(kept.Message) + len(kept.Reason); n > EventMessageBytes+eventReasonBytes {
+				t.Errorf("message and reason keep %d bytes, more than their bounds", n)
+			}
+			want := eventRows([]*corev1.Event{e}, nil)
+			for i := range want {
+				want[i].Message = clip(want[i].Message, EventMessageBytes)
+				want[i].Reason = clip(want[i].Reason, eventReasonBytes)
+			}
+			if diff := cmp.Diff(want, eventRows([]*corev1.Event{kept}, nil)); diff != "" {
+				t.Errorf("rows of the cached event (-want +got):\n%s", diff)
+			}
+		})
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "a/x", Obj: huge}
+	if got, _ := CachedEvent(tomb); got != any(tomb) {
+		t.Errorf("a tombstone was changed: %v", got)
+	}
+}
+
+func TestClip(t *testing.T) {
+	tests := map[string]struct {
+		s    string
+		n    int
+		want string
+	}{
+		"fits":                    {s: "short", n: 5, want: "short"},
+		"cut, marked":             {s: "abcdefghij", n: 8, want: "abcde…"},
+		"never half a character":  {s: "ééééé", n: 8, want: "éé…"},
+		"a bound below the mark":  {s: "abcdef", n: 2, want: "…"},
+		"valid UTF-8 after a cut": {s: strings.Repeat("日本", 100), n: 100, want: strings.Repeat("日本", 16) + "…"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := clip(tc.s, tc.n)
+			if got != tc.want {
+				t.Errorf("clip(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+			}
+			if !utf8.ValidString(got) || (len(tc.s) > tc.n && len(got) > max(tc.n, len(truncatedMark))) {
+				t.Errorf("clip(%q, %d) = %q: invalid or too long", tc.s, tc.n, got)
+			}
+		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 )
@@ -20,10 +21,8 @@ import (
 //go:embed assets
 var assets embed.FS
 
-// Defaults and limits of the HTTP side.
+// Limits of the HTTP side.
 const (
-	// DefaultMaxViewers bounds the open streams; one more is answered 503.
-	DefaultMaxViewers = 100
 	// writeTimeout drops a viewer that cannot take one View in this long;
 	// its page reconnects and starts from the latest View.
 	writeTimeout = 10 * time.Second
@@ -46,8 +45,20 @@ type Config struct {
 	// viewer sees a namespace when it may list proxies/leases there.
 	Authenticator auth.Authenticator
 	Authorizer    auth.Authorizer
-	// MaxViewers defaults to DefaultMaxViewers.
-	MaxViewers int
+	// Bindings names the namespaces worth a review for a viewer not allowed
+	// across all namespaces (RoleBindings); nil reviews every namespace of
+	// the view, up to MaxNamespaceReviews.
+	Bindings Bindings
+	// MaxViewers, MaxViewersPerIdentity and ViewersKeptForAll bound the
+	// open streams (slots.go); zero takes the defaults, and a negative
+	// ViewersKeptForAll keeps none.
+	MaxViewers, MaxViewersPerIdentity, ViewersKeptForAll int
+	// AccessTTL and MaxNamespaceReviews bound what one identity's access
+	// costs (access.go); zero takes the defaults.
+	AccessTTL           time.Duration
+	MaxNamespaceReviews int
+	// Clock expires the kept access; default the real clock.
+	Clock clock.PassiveClock
 }
 
 // Handler serves the page under /ui/ and its data under /ui/api/.
@@ -55,8 +66,8 @@ type Handler struct {
 	hub     *Hub
 	history *History
 	authn   auth.Authenticator
-	authz   auth.Authorizer
-	viewers chan struct{} // a slot per open stream
+	access  *access
+	slots   *slots
 	static  http.Handler
 }
 
@@ -65,17 +76,18 @@ func NewHandler(cfg Config) (*Handler, error) {
 	if cfg.Hub == nil || cfg.Authenticator == nil || cfg.Authorizer == nil {
 		return nil, errors.New("dashboard: a Hub, an Authenticator and an Authorizer are required")
 	}
-	if cfg.MaxViewers <= 0 {
-		cfg.MaxViewers = DefaultMaxViewers
+	if cfg.ViewersKeptForAll == 0 {
+		cfg.ViewersKeptForAll = DefaultViewersKeptForAll
 	}
 	files, err := fs.Sub(assets, "assets")
 	if err != nil {
 		return nil, fmt.Errorf("dashboard assets: %w", err)
 	}
 	return &Handler{
-		hub: cfg.Hub, history: cfg.History, authn: cfg.Authenticator, authz: cfg.Authorizer,
-		viewers: make(chan struct{}, cfg.MaxViewers),
-		static:  http.StripPrefix("/ui", http.FileServerFS(files)),
+		hub: cfg.Hub, history: cfg.History, authn: cfg.Authenticator,
+		access: newAccess(cfg.Authorizer, cfg.Bindings, cfg.AccessTTL, cfg.MaxNamespaceReviews, cfg.Clock),
+		slots:  newSlots(cfg.MaxViewers, cfg.MaxViewersPerIdentity, cfg.ViewersKeptForAll),
+		static: http.StripPrefix("/ui", http.FileServerFS(files)),
 	}, nil
 }
 
@@ -127,15 +139,17 @@ func (h *Handler) serveLogin(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serveView(w http.ResponseWriter, r *http.Request) {
 	setSecurityHeaders(w)
 	w.Header().Set("Cache-Control", "no-store")
-	token := bearerToken(r)
 	view, _, _ := h.hub.Current()
-	msg, status, err := h.messageFor(r.Context(), clientAddr(r), token, view)
+	v, status, err := h.viewerOf(r.Context(), clientAddr(r), bearerToken(r), view.Namespaces())
+	if err == nil && v.may.nothing() {
+		status, err = http.StatusForbidden, errNothingVisible
+	}
 	if err != nil {
 		writeError(w, status, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(msg)
+	_ = json.NewEncoder(w).Encode(v.message(view))
 }
 
 // PoolHistory is what GET /ui/api/history/NAMESPACE/POOL answers.
@@ -153,8 +167,7 @@ func (h *Handler) serveHistory(w http.ResponseWriter, r *http.Request) {
 	setSecurityHeaders(w)
 	w.Header().Set("Cache-Control", "no-store")
 	ns, name := r.PathValue("namespace"), r.PathValue("pool")
-	view := View{Pools: []PoolRow{{Namespace: ns, Name: name}}}
-	msg, status, err := h.messageFor(r.Context(), clientAddr(r), bearerToken(r), view)
+	v, status, err := h.viewerOf(r.Context(), clientAddr(r), bearerToken(r), []string{ns})
 	if err != nil {
 		writeError(w, status, err)
 		return
@@ -162,7 +175,7 @@ func (h *Handler) serveHistory(w http.ResponseWriter, r *http.Request) {
 	answer := PoolHistory{Samples: []Sample{}}
 	if h.history != nil {
 		answer.IntervalMillis = h.history.Interval().Milliseconds()
-		if len(msg.View.Pools) == 1 { // the viewer may list ns
+		if v.may.see(ns) {
 			answer.Samples = append(answer.Samples, h.history.Pool(ns, name)...)
 		}
 	}
@@ -172,39 +185,47 @@ func (h *Handler) serveHistory(w http.ResponseWriter, r *http.Request) {
 
 // serveStream writes the viewer's View as a text/event-stream event now
 // and after every change, until the viewer goes, falls behind, or its
-// token stops being accepted. It is read with fetch(), not EventSource,
-// so that the token travels in the Authorization header
+// token or role stops being accepted. It is read with fetch(), not
+// EventSource, so that the token travels in the Authorization header
 // (docs/decisions/0290-dashboard-plain-js-fetch-stream-session-token.md).
+// A viewer takes a slot only once it is known to see something
+// (docs/decisions/0420-dashboard-authorizes-per-identity-before-a-slot.md).
 func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
 	setSecurityHeaders(w)
 	w.Header().Set("Cache-Control", "no-store")
 	ctx, token, addr := r.Context(), bearerToken(r), clientAddr(r)
-	leave := h.hub.Join()
-	defer leave()
-	view, _, changed := h.hub.Current()
-	first, status, err := h.messageFor(ctx, addr, token, view)
+	view, _, _ := h.hub.Current()
+	v, status, err := h.viewerOf(ctx, addr, token, view.Namespaces())
+	if err == nil && v.may.nothing() {
+		status, err = http.StatusForbidden, errNothingVisible
+	}
 	if err != nil {
 		writeError(w, status, err)
 		return
 	}
-	select {
-	case h.viewers <- struct{}{}:
-		defer func() { <-h.viewers }()
-	default:
+	release, err := h.slots.take(v.user.Identity(), v.may.all)
+	if err != nil {
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, errIdentityFull) {
+			status = http.StatusTooManyRequests
+		}
 		w.Header().Set("Retry-After", "5")
-		writeError(w, http.StatusServiceUnavailable, errors.New("too many open dashboards; retry"))
+		writeError(w, status, err)
 		return
 	}
+	defer release()
+	leave := h.hub.Join()
+	defer leave()
+	view, _, changed := h.hub.Current()
 	rc := http.NewResponseController(w)
 	// The lease API's server bounds whole requests; a stream lives on.
 	_ = rc.SetReadDeadline(time.Time{})
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	msg := first
 	for {
-		if err := writeEvent(w, rc, msg); err != nil {
-			klog.FromContext(ctx).V(4).Info("Dropping a dashboard viewer", "user", msg.User, "err", err)
+		if err := writeEvent(w, rc, v.message(view)); err != nil {
+			klog.FromContext(ctx).V(4).Info("Dropping a dashboard viewer", "user", v.user.Name, "err", err)
 			return
 		}
 	wait:
@@ -221,7 +242,7 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		view, _, changed = h.hub.Current()
-		if msg, _, err = h.messageFor(ctx, addr, token, view); err != nil {
+		if v, _, err = h.viewerOf(ctx, addr, token, view.Namespaces()); err != nil || v.may.nothing() {
 			return // the page reconnects and learns why
 		}
 	}
@@ -251,40 +272,46 @@ func writeComment(w http.ResponseWriter, rc *http.ResponseController) error {
 	return rc.Flush()
 }
 
-// messageFor authenticates token and cuts view to what its user may list.
-// Both answers are cached by the lease API's authenticator, so a push to
-// many viewers costs no review per push.
-func (h *Handler) messageFor(ctx context.Context, addr, token string, view View) (Message, int, error) {
+// viewer is an authenticated caller and what it may see.
+type viewer struct {
+	user auth.User
+	may  visibility
+}
+
+// message is view cut to what v may see.
+func (v viewer) message(view View) Message {
+	if v.may.all {
+		return Message{User: v.user.Name, AllNamespaces: true, View: view}
+	}
+	return Message{User: v.user.Name, View: Filter(view, v.may.see)}
+}
+
+// viewerOf authenticates token and decides which of namespaces its user
+// may see. Both answers are cached (the lease API's authenticator, and
+// access per identity), so a push to many viewers costs no review per push.
+func (h *Handler) viewerOf(ctx context.Context, addr, token string, namespaces []string) (viewer, int, error) {
 	if addr != "" {
 		ctx = auth.WithClientAddr(ctx, addr)
 	}
 	user, err := h.authn.Authenticate(ctx, token)
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
-		return Message{}, http.StatusUnauthorized, errors.New("a valid Kubernetes bearer token is required")
+		return viewer{}, http.StatusUnauthorized, errors.New("a valid Kubernetes bearer token is required")
 	case err != nil:
-		return Message{}, http.StatusServiceUnavailable, errors.New("authentication is unavailable; retry")
+		return viewer{}, http.StatusServiceUnavailable, errors.New("authentication is unavailable; retry")
 	}
-	may := func(ns string) (bool, error) {
-		ok, _, err := h.authz.Authorize(ctx, user, auth.Attributes{Verb: auth.VerbList, Namespace: ns})
-		return ok, err
+	may, err := h.access.decide(ctx, user, namespaces)
+	switch {
+	case errors.Is(err, errBindingsUnknown):
+		return viewer{}, http.StatusServiceUnavailable, err
+	case err != nil:
+		return viewer{}, http.StatusServiceUnavailable, errors.New("authorization is unavailable; retry")
 	}
-	all, err := may("")
-	if err != nil {
-		return Message{}, http.StatusServiceUnavailable, errors.New("authorization is unavailable; retry")
+	if !may.complete {
+		klog.FromContext(ctx).V(2).Info("A dashboard viewer is bound in more namespaces than are reviewed per identity; it sees the first ones",
+			"user", user.Name, "maxNamespaceReviews", h.access.maxReviews)
 	}
-	if all {
-		return Message{User: user.Name, AllNamespaces: true, View: view}, 0, nil
-	}
-	visible := map[string]bool{}
-	for _, ns := range view.Namespaces() {
-		ok, err := may(ns)
-		if err != nil {
-			return Message{}, http.StatusServiceUnavailable, errors.New("authorization is unavailable; retry")
-		}
-		visible[ns] = ok
-	}
-	return Message{User: user.Name, View: Filter(view, func(ns string) bool { return visible[ns] })}, 0, nil
+	return viewer{user: user, may: may}, 0, nil
 }
 
 func writeError(w http.ResponseWriter, status int, err error) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -241,5 +242,81 @@ func TestPageIsServedWithAStrictPolicy(t *testing.T) {
 		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
 			t.Errorf("%s: Content-Security-Policy %q", path, csp)
 		}
+	}
+}
+
+// tokens authenticates any token as the user of that name, and authorizes
+// with its reviewer.
+type tokens struct{ *reviewer }
+
+func (tokens) Authenticate(_ context.Context, token string) (auth.User, error) {
+	if token == "" {
+		return auth.User{}, fmt.Errorf("%w: no token", auth.ErrUnauthenticated)
+	}
+	return auth.User{Name: token}, nil
+}
+
+// An identity bound to no role is refused at once, on every route, for one
+// review however often it asks, and takes no slot: with one slot, the
+// viewer after it still gets in.
+func TestRolelessViewerIsRefusedWithoutASlot(t *testing.T) {
+	r := &reviewer{allowed: map[string]bool{"a": true}}
+	srv, _ := startDashboardWith(t, &fleet{in: twoNamespaces(3)}, 1, tokens{r})
+	for i := range 10 {
+		for _, path := range []string{"/ui/api/stream", "/ui/api/view"} {
+			resp := get(t, srv, path, "nobody")
+			var body map[string]string
+			_ = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden || !strings.Contains(body["error"], "no namespace") {
+				t.Fatalf("request %d to %s: %d %v, want 403 naming the reason", i, path, resp.StatusCode, body)
+			}
+		}
+	}
+	// Without Bindings a and b are candidates: one review across all
+	// namespaces and one each, once.
+	if n := r.reviews.Load(); n != 3 {
+		t.Errorf("20 requests of a role-less identity made %d reviews, want 3 (kept per identity)", n)
+	}
+	resp := get(t, srv, "/ui/api/stream", "tenant")
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the one slot was taken: a viewer of a got %d", resp.StatusCode)
+	}
+	if diff := cmp.Diff([]string{"a/p:3"}, poolNames(readEvent(t, bufio.NewReader(resp.Body)))); diff != "" {
+		t.Errorf("tenant's first event (-want +got):\n%s", diff)
+	}
+}
+
+// One identity cannot take every slot, and tenants, however many
+// identities they have, leave the kept slots to viewers of every namespace.
+func TestSlotsPerIdentityAndKeptForAll(t *testing.T) {
+	r := &reviewer{allowed: map[string]bool{"a": true}}
+	hub := NewHub(HubConfig{Inputs: (&fleet{in: twoNamespaces(3)}).inputs, Debounce: time.Millisecond, LeaseRefresh: time.Hour})
+	h, err := NewHandler(Config{Hub: hub, Authenticator: tokens{r}, Authorizer: r, MaxViewers: 4, MaxViewersPerIdentity: 2, ViewersKeptForAll: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func(identity string, all bool) error {
+		_, err := h.slots.take(identity, all)
+		return err
+	}
+	steps := []struct {
+		identity string
+		all      bool
+		want     error
+	}{
+		{"t1", false, nil}, {"t1", false, nil}, {"t1", false, errIdentityFull},
+		{"t2", false, nil}, {"t3", false, errViewersFull}, // the fourth slot is kept
+		{"admin", true, nil}, {"admin2", true, errViewersFull},
+	}
+	for i, s := range steps {
+		if err := take(s.identity, s.all); !errors.Is(err, s.want) {
+			t.Errorf("step %d (%s): %v, want %v", i, s.identity, err, s.want)
+		}
+	}
+	release, err := h.slots.take("t9", true)
+	if !errors.Is(err, errViewersFull) || release != nil {
+		t.Errorf("a fifth slot: %v", err)
 	}
 }

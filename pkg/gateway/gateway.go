@@ -48,6 +48,9 @@ const (
 	ReasonNotLeader       = "not_leader"
 	ReasonNoneFree        = "none_free"
 	ReasonDomainLimited   = "domain_limited"
+	// ReasonSiteBanning: the target's site banned the bound's worth of the
+	// namespace's proxies lately (docs/api.md, SiteBanning).
+	ReasonSiteBanning     = "site_banning"
 	ReasonUnavailable     = "unavailable"
 	ReasonUpstreamRefused = "upstream_refused"
 	ReasonUpstreamFailed  = "upstream_failed"
@@ -58,7 +61,7 @@ const (
 
 // ErrorReasons lists every reason, for pre-declared metrics.
 var ErrorReasons = []string{ReasonBadUsername, ReasonBadRequest, ReasonUnauthenticated, ReasonForbidden,
-	ReasonAuthUnavailable, ReasonNotLeader, ReasonNoneFree, ReasonDomainLimited, ReasonUnavailable, ReasonUpstreamRefused, ReasonUpstreamFailed,
+	ReasonAuthUnavailable, ReasonNotLeader, ReasonNoneFree, ReasonDomainLimited, ReasonSiteBanning, ReasonUnavailable, ReasonUpstreamRefused, ReasonUpstreamFailed,
 	ReasonTargetCertificate}
 
 // Modes, the label of the connections metric.
@@ -330,6 +333,7 @@ func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, status int, reaso
 		h.Set("Retry-After", strconv.Itoa(int(max(1, (retryAfter+time.Second-1)/time.Second))))
 	}
 	h.Set("Proxy-Status", fmt.Sprintf("proxy-operator-gateway; error=%s; details=%s", proxyStatusError(status), strconv.Quote(reason)))
+	h.Set(HeaderError, reason)
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
 	if r.Method == http.MethodConnect {
@@ -499,7 +503,14 @@ func (g *Gateway) leaveSession(s *session) {
 func (g *Gateway) acquireError(w http.ResponseWriter, r *http.Request, err error) {
 	var unavailable *store.UnavailableError
 	var field *store.FieldError
+	var siteBanning *store.SiteBanningError
 	switch {
+	case errors.As(err, &siteBanning):
+		g.fail(w, r, http.StatusTooManyRequests, ReasonSiteBanning, err.Error(), siteBanning.RetryAfter)
+	case errors.As(err, &unavailable) && errors.Is(err, store.ErrSiteBanning):
+		// The site refuses the fleet: no proxy is sent to it until
+		// Retry-After, so that it burns no more IPs.
+		g.fail(w, r, http.StatusTooManyRequests, ReasonSiteBanning, unavailable.Reason.Error(), unavailable.RetryAfter)
 	case errors.As(err, &unavailable) && errors.Is(err, store.ErrDomainLimited):
 		g.fail(w, r, http.StatusTooManyRequests, ReasonDomainLimited, unavailable.Reason.Error(), unavailable.RetryAfter)
 	case errors.As(err, &unavailable):

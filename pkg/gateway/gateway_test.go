@@ -18,7 +18,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
+	"github.com/proxyfleet/proxy-operator/pkg/hostrule/site"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
@@ -48,6 +50,10 @@ type unitOptions struct {
 	leaveFrom []string
 	// countries gives upstream i the exit country countries[i], when set.
 	countries []string
+	// resolver resolves target names for every upstream; nil: DNS.
+	resolver forwardproxy.Resolver
+	// store adjusts the lease store's Config.
+	store func(*store.Config)
 	// gateway adjusts the gateway's Config.
 	gateway func(*gateway.Config)
 	// maxLeases is each upstream's slots; 0: one.
@@ -71,7 +77,11 @@ func startUnitWith(t testing.TB, opts unitOptions, upstreams ...string) *unit {
 	ctx, cancel := context.WithCancel(ctx)
 	u := &unit{clock: clocktesting.NewFakeClock(t0), ups: map[string]*proxytest.Proxy{}}
 	var err error
-	u.store, err = store.New(store.Config{Key: []byte("gateway-unit-test-key-of-32-byte"), Clock: u.clock, DefaultTTL: 30 * time.Second})
+	storeCfg := store.Config{Key: []byte("gateway-unit-test-key-of-32-byte"), Clock: u.clock, DefaultTTL: 30 * time.Second, Site: site.Of}
+	if opts.store != nil {
+		opts.store(&storeCfg)
+	}
+	u.store, err = store.New(storeCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +89,15 @@ func startUnitWith(t testing.TB, opts unitOptions, upstreams ...string) *unit {
 		var popts proxytest.Options
 		if i < len(opts.leaveFrom) {
 			popts.Configure = proxytest.LeaveFrom(opts.leaveFrom[i])
+		}
+		if r := opts.resolver; r != nil {
+			leave := popts.Configure
+			popts.Configure = func(c *forwardproxy.Config) {
+				if leave != nil {
+					leave(c)
+				}
+				c.Resolver = r
+			}
 		}
 		p := proxytest.StartInProcess(t, popts)
 		u.ups[name] = p

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -104,6 +106,15 @@ func (g *Gateway) serveRequests(ctx context.Context, conn net.Conn, c caller, au
 	ln := &oneConn{conn: conn}
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !namesAuthority(r.Host, authority) {
+				// The lease, the budget, the cool-downs and the ban rules
+				// all follow the CONNECT's host: a request for another
+				// would be one site crawled on another's account.
+				g.fail(w, r, http.StatusBadRequest, ReasonBadRequest, fmt.Sprintf(
+					"this tunnel is to %s, so the Host header must name %s, got %q: open a CONNECT to that host for it",
+					authority, hostOf(authority), truncate(r.Host)), 0)
+				return
+			}
 			r.URL.Scheme, r.URL.Host = "https", authority
 			g.forward(w, r, c)
 		}),
@@ -120,6 +131,29 @@ func (g *Gateway) serveRequests(ctx context.Context, conn net.Conn, c caller, au
 		},
 	}
 	_ = srv.Serve(ln)
+}
+
+// namesAuthority says whether a request's Host (its header, or the host
+// of an absolute-form target) names the CONNECT's authority: the same
+// host, either case, a trailing dot aside, and the same port if it names
+// one. No Host at all (HTTP/1.0) goes to the authority.
+func namesAuthority(host, authority string) bool {
+	if host == "" {
+		return true
+	}
+	wantHost, wantPort, _ := net.SplitHostPort(authority)
+	gotHost, gotPort, err := net.SplitHostPort(host)
+	if err != nil {
+		gotHost, gotPort = host, ""
+	}
+	norm := func(h string) string { return strings.TrimSuffix(strings.ToLower(strings.Trim(h, "[]")), ".") }
+	return norm(gotHost) == norm(wantHost) && (gotPort == "" || gotPort == wantPort)
+}
+
+// hostOf is authority's host.
+func hostOf(authority string) string {
+	host, _, _ := net.SplitHostPort(authority)
+	return host
 }
 
 // tunnelAfterAnswer tunnels a CONNECT the gateway has answered already

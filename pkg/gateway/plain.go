@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
 	"strings"
+	"sync/atomic"
 )
 
 // hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1 (and the
@@ -61,17 +63,24 @@ func (g *Gateway) servePlain(w http.ResponseWriter, r *http.Request, c caller) {
 	g.forward(w, r, c)
 }
 
-func (g *Gateway) roundTrip(out *http.Request, u *use) (*http.Response, error) {
-	req := out.WithContext(context.WithValue(out.Context(), upstreamKey{}, u.h.upstream()))
+// roundTrip sends out through u's upstream. written says whether its
+// headers were written on the connection that leads to the target (to the
+// upstream for plain HTTP, which may have passed them on; inside the
+// tunnel for HTTPS): from then on the target may have acted on it.
+func (g *Gateway) roundTrip(out *http.Request, u *use) (resp *http.Response, written bool, err error) {
+	var wrote atomic.Bool
+	ctx := httptrace.WithClientTrace(context.WithValue(out.Context(), upstreamKey{}, u.h.upstream()),
+		&httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }})
+	req := out.WithContext(ctx)
 	if out.Body != nil {
 		req.Body = countingReader{out.Body, g, u.h}
 	}
-	resp, err := g.transport.RoundTrip(req)
+	resp, err = g.transport.RoundTrip(req)
 	if err != nil {
 		// Go's proxy errors can quote the proxy URL; keep credentials out.
-		return nil, errors.New(redact(err.Error(), u.h.upstream()))
+		return nil, wrote.Load(), errors.New(redact(err.Error(), u.h.upstream()))
 	}
-	return resp, nil
+	return resp, true, nil
 }
 
 // copyResponse answers with resp: prefix (the body's first bytes, read

@@ -293,6 +293,9 @@ func leaseError(err error) error {
 		return &store.UnavailableError{Reason: store.ErrRecovering, RetryAfter: apiErr.RetryAfter}
 	case "DomainLimited":
 		return &store.UnavailableError{Reason: store.ErrDomainLimited, RetryAfter: apiErr.RetryAfter}
+	case "SiteBanning":
+		// In the API's words: they name the site, the count and the window.
+		return &store.UnavailableError{Reason: worded{store.ErrSiteBanning, apiErr.Message}, RetryAfter: apiErr.RetryAfter}
 	case "NotLeader":
 		return store.ErrNotLeader
 	}

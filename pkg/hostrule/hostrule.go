@@ -1,6 +1,7 @@
 // Package hostrule is how a CrawlPolicy rule's host matches a domain, for
 // every reader of the rules (the lease store's budgets, the gateway's ban
-// detection), so that a domain is always governed by the same rule.
+// detection), so that a domain is always governed by the same rule. Which
+// site a host belongs to, the unit bans are counted in, is pkg/hostrule/site.
 package hostrule
 
 import "strings"

@@ -20,7 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -52,8 +51,9 @@ type Config struct {
 	// Secrets are the CA Secrets: the operator's namespace, label
 	// inspection.CALabel (NewInformers makes it).
 	Secrets coreinformers.SecretInformer
-	// ConfigMaps are the published bundles: every namespace, label
-	// inspection.CALabel.
+	// ConfigMaps are the published bundles: every namespace, the bundle's
+	// name and label inspection.CALabel, kept as their digest
+	// (NewInformers makes it).
 	ConfigMaps coreinformers.ConfigMapInformer
 	// OperatorNamespace holds the CA Secrets.
 	OperatorNamespace string
@@ -243,7 +243,7 @@ func (c *Controller) writeSecret(ctx context.Context, namespace string, set insp
 // publish makes namespace's bundle ConfigMap hold bundle.
 func (c *Controller) publish(ctx context.Context, namespace string, bundle []byte) error {
 	cm, err := c.configMaps.ConfigMaps(namespace).Get(inspection.BundleConfigMap)
-	if err == nil && cm.Data[inspection.BundleKey] == string(bundle) && len(cm.Data) == 1 {
+	if err == nil && bundleDigest(cm) == digestOf(bundle) {
 		return nil
 	}
 	want := &corev1.ConfigMap{
@@ -287,7 +287,3 @@ func (c *Controller) remove(ctx context.Context, ns *corev1.Namespace, namespace
 	}
 	return nil
 }
-
-// Selector is the label selector of the Secrets and ConfigMaps the
-// controller's informers watch.
-var Selector = labels.SelectorFromSet(labels.Set{inspection.CALabel: "true"}).String()

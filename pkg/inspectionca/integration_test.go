@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
@@ -54,21 +53,17 @@ func TestInspectedNamespacesGetACAAndLoseIt(t *testing.T) {
 	other := newNamespace(t, kube, nil)
 
 	clock := clocktesting.NewFakeClock(time.Now())
-	all := informers.NewSharedInformerFactory(kube, 0)
-	ours := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(operatorNS),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = inspectionca.Selector }))
-	published := informers.NewSharedInformerFactoryWithOptions(kube, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = inspectionca.Selector }))
+	inf := inspectionca.NewInformers(kube, operatorNS)
 	recorder := record.NewFakeRecorder(100)
 	c, err := inspectionca.New(inspectionca.Config{
-		Kube: kube, Namespaces: all.Core().V1().Namespaces(), Secrets: ours.Core().V1().Secrets(),
-		ConfigMaps: published.Core().V1().ConfigMaps(), OperatorNamespace: operatorNS,
+		Kube: kube, Namespaces: inf.Namespaces.Core().V1().Namespaces(), Secrets: inf.Secrets.Core().V1().Secrets(),
+		ConfigMaps: inf.Bundles.Core().V1().ConfigMaps(), OperatorNamespace: operatorNS,
 		Validity: 100 * 24 * time.Hour, RotateBefore: 30 * 24 * time.Hour, Recorder: recorder, Clock: clock,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []informers.SharedInformerFactory{all, ours, published} {
+	for _, f := range inf.All() {
 		f.Start(ctx.Done())
 		defer f.Shutdown()
 	}

@@ -18,12 +18,12 @@ func newLeaseStateMetrics(kinds []string) leaseStateMetrics {
 		entries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "lease_state_entries",
-			Help:      "Entries of the lease store's bounded state on this replica, by kind: sessions (sticky sessions), cooldowns ((proxy, domain) cool-down entries, in force or remembered), domain_budgets (crawl policies' default-rule budgets, one per domain), session_states (kept session state blobs), tiers (crawl policies' default-rule tier states, one per domain).",
+			Help:      "Entries of the lease store's bounded state on this replica, by kind: sessions (sticky sessions), cooldowns ((proxy, domain) cool-down entries, in force or remembered), domain_budgets (crawl policies' default-rule budgets, one per domain), session_states (kept session state blobs), tiers (crawl policies' default-rule tier states, one per domain), site_bans (sites that banned a namespace's proxies within --lease-site-ban-window, at most 1,024 per namespace).",
 		}, []string{"kind"}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace,
 			Name:      "lease_state_evictions_total",
-			Help:      "Entries evicted because --lease-max-sessions, --lease-max-cooldowns, --lease-max-domain-budgets or --lease-max-state-bytes was reached, by kind.",
+			Help:      "Entries evicted because --lease-max-sessions, --lease-max-cooldowns, --lease-max-domain-budgets or --lease-max-state-bytes was reached (site_bans: a namespace's 1,024 sites), by kind.",
 		}, []string{"kind"}),
 		policyInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace,

@@ -225,7 +225,13 @@ func (op *operator) addLeaseServer(ctx context.Context, o Options, c clients, pr
 // status writer.
 func (op *operator) addCrawlPolicies(c clients) error {
 	policies := op.crawlInformers.Crawl().V1alpha1().CrawlPolicies()
-	op.policyStatus = crawlpolicy.NewStatusWriter(c.crawl, policies.Lister(), op.leases.Store(), 0)
+	// A private scheme, as the controller's: events need our kinds.
+	eventScheme := runtime.NewScheme()
+	if err := crawlscheme.AddToScheme(eventScheme); err != nil {
+		return fmt.Errorf("building the event scheme: %w", err)
+	}
+	op.policyStatus = crawlpolicy.NewStatusWriter(c.crawl, policies.Lister(), op.leases.Store(), 0).
+		WithSiteBanEvents(op.leases.Store(), op.events.NewRecorder(eventScheme, corev1.EventSource{Component: controller.FieldManager}))
 	synced, err := feed.CrawlPolicies(op.leases.Store(), policies, op.policyStatus.Poke)
 	if err != nil {
 		return err

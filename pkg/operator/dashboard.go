@@ -21,13 +21,16 @@ import (
 // on every replica (docs/dashboard.md): built from the informers' caches
 // and the lease store's memory, rebuilt when a Proxy, ProxyPool,
 // CrawlPolicy or an event about one of them changes, with the lease API's
-// authentication.
+// authentication, and under --lease-auth=kubernetes the RoleBindings, which
+// say which namespaces are worth a review for a viewer
+// (docs/decisions/0420-dashboard-authorizes-per-identity-before-a-slot.md).
 func (op *operator) addDashboard(o Options, kube kubernetes.Interface, crawlInformers crawlinformers.SharedInformerFactory, callers leaseCallers) error {
 	proxies := crawlInformers.Crawl().V1alpha1().Proxies()
 	pools := crawlInformers.Crawl().V1alpha1().ProxyPools()
 	policies := crawlInformers.Crawl().V1alpha1().CrawlPolicies()
-	op.eventInformers = newEventInformers(o, kube)
-	events := op.eventInformers.Core().V1().Events()
+	eventInformers := newEventInformers(o, kube)
+	op.dashboardInformers = []informers.SharedInformerFactory{eventInformers}
+	events := eventInformers.Core().V1().Events()
 	leases := op.leases.Store()
 	inputs := func() dashboard.Inputs {
 		in := dashboard.Inputs{}
@@ -51,7 +54,17 @@ func (op *operator) addDashboard(o Options, kube kubernetes.Interface, crawlInfo
 			return fmt.Errorf("dashboard: %w", err)
 		}
 	}
-	h, err := dashboard.NewHandler(dashboard.Config{Hub: op.dashboard, History: op.dashboardHistory, Authenticator: callers, Authorizer: callers})
+	cfg := dashboard.Config{Hub: op.dashboard, History: op.dashboardHistory, Authenticator: callers, Authorizer: callers}
+	if o.LeaseAuth == LeaseAuthKubernetes {
+		rbac := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace))
+		bindings, err := dashboard.NewRoleBindings(rbac.Rbac().V1().RoleBindings().Informer())
+		if err != nil {
+			return fmt.Errorf("dashboard: %w", err)
+		}
+		cfg.Bindings = bindings
+		op.dashboardInformers = append(op.dashboardInformers, rbac)
+	}
+	h, err := dashboard.NewHandler(cfg)
 	if err != nil {
 		return err
 	}
@@ -62,12 +75,14 @@ func (op *operator) addDashboard(o Options, kube kubernetes.Interface, crawlInfo
 }
 
 // newEventInformers caches the events about crawl.proxyfleet.io objects
-// only (a field selector: the API server filters), for the dashboard's
-// recent events; the page is not held back until it syncs.
+// only (a field selector: the API server filters), each cut to what the
+// dashboard shows (dashboard.CachedEvent: any tenant may write such an
+// event, of any size, in its namespace), for the dashboard's recent
+// events; the page is not held back until it syncs.
 func newEventInformers(o Options, kube kubernetes.Interface) informers.SharedInformerFactory {
 	ours := fields.OneTermEqualSelector("involvedObject.apiVersion", crawlv1alpha1.SchemeGroupVersion.String()).String()
 	return informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.Namespace),
-		informers.WithTransform(trimForCache),
+		informers.WithTransform(dashboard.CachedEvent),
 		informers.WithTweakListOptions(func(l *metav1.ListOptions) { l.FieldSelector = ours }))
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -15,9 +14,10 @@ import (
 )
 
 // inspectionCA is the leader's CA keeper for inspected namespaces, with
-// informers of its own: every Namespace (their labels opt in), the CA
-// Secrets of the operator's namespace and the published bundles, the last
-// two by label, so that the caches hold nothing else.
+// informers of its own (inspectionca.NewInformers): every Namespace (their
+// labels opt in), the CA Secrets of the operator's namespace by label, and
+// the published bundles by name and label, each kept as a digest, so that
+// no tenant's ConfigMap fills the leader's memory.
 type inspectionCA struct {
 	controller *inspectionca.Controller
 	factories  []informers.SharedInformerFactory
@@ -28,19 +28,16 @@ func newInspectionCA(o Options, kube kubernetes.Interface, events record.EventBr
 	if o.InspectionCANamespace == "" {
 		return nil, nil
 	}
-	byLabel := informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = inspectionca.Selector })
-	all := informers.NewSharedInformerFactory(kube, 0)
-	ours := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(o.InspectionCANamespace), byLabel)
-	published := informers.NewSharedInformerFactoryWithOptions(kube, 0, byLabel)
+	inf := inspectionca.NewInformers(kube, o.InspectionCANamespace)
 	c, err := inspectionca.New(inspectionca.Config{
-		Kube: kube, Namespaces: all.Core().V1().Namespaces(), Secrets: ours.Core().V1().Secrets(),
-		ConfigMaps: published.Core().V1().ConfigMaps(), OperatorNamespace: o.InspectionCANamespace,
+		Kube: kube, Namespaces: inf.Namespaces.Core().V1().Namespaces(), Secrets: inf.Secrets.Core().V1().Secrets(),
+		ConfigMaps: inf.Bundles.Core().V1().ConfigMaps(), OperatorNamespace: o.InspectionCANamespace,
 		Recorder: events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: inspectionca.FieldManager}),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--inspection-ca-namespace: %w", err)
 	}
-	return &inspectionCA{controller: c, factories: []informers.SharedInformerFactory{all, ours, published}}, nil
+	return &inspectionCA{controller: c, factories: inf.All()}, nil
 }
 
 // run starts the informers and keeps the CAs until ctx ends (on the

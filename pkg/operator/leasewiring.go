@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlinformersv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/hostrule/site"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/feed"
@@ -72,6 +73,10 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, c
 
 		MaxStateEntries:       o.LeaseMaxStateEntries,
 		MaxStateBytesPerOwner: o.LeaseMaxStateBytesPerIdentity,
+
+		SiteBanProxies: o.LeaseSiteBanProxies,
+		SiteBanWindow:  o.LeaseSiteBanWindow,
+		Site:           site.Of,
 
 		LeadershipValidUntil: fence.validUntilFunc(),
 		OnLeaseEnded:         pusher.Ended,

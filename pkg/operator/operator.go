@@ -131,8 +131,9 @@ type operator struct {
 	pools          *pool.Controller
 	kubeInformers  informers.SharedInformerFactory
 	crawlInformers crawlinformers.SharedInformerFactory
-	// eventInformers caches the events the dashboard shows.
-	eventInformers informers.SharedInformerFactory
+	// dashboardInformers cache the events the dashboard shows and, under
+	// --lease-auth=kubernetes, the RoleBindings that say whom to review.
+	dashboardInformers []informers.SharedInformerFactory
 	// synced reports the caches /readyz and the leader wait for.
 	synced []cache.InformerSynced
 	// labeler marks this process's Pod as the leader for the lease Service.
@@ -195,7 +196,9 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 	logger.V(2).Info("Starting informers")
 	op.kubeInformers.StartWithContext(informerCtx)
 	op.crawlInformers.StartWithContext(informerCtx)
-	op.eventInformers.StartWithContext(informerCtx)
+	for _, f := range op.dashboardInformers {
+		f.StartWithContext(informerCtx)
+	}
 
 	stopLogging := context.AfterFunc(ctx, func() { logger.V(2).Info("Shutdown requested: draining") })
 	defer stopLogging()
@@ -208,7 +211,9 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 			stopInformers()
 			op.kubeInformers.Shutdown()
 			op.crawlInformers.Shutdown()
-			op.eventInformers.Shutdown()
+			for _, f := range op.dashboardInformers {
+				f.Shutdown()
+			}
 			logger.V(2).Info("Informers stopped")
 		}()
 		if !op.opts.LeaderElect {

@@ -88,6 +88,11 @@ type Options struct {
 	// keeps: in all (each entry charged its blob, key and overhead), in
 	// entries, and for one identity.
 	LeaseMaxStateBytes, LeaseMaxStateEntries, LeaseMaxStateBytesPerIdentity int
+	// LeaseSiteBanProxies distinct proxies of a namespace banned by one
+	// site within LeaseSiteBanWindow stop its grants there until the
+	// window passes (docs/decisions/0413-a-site-bans-a-bounded-number-of-proxies.md).
+	LeaseSiteBanProxies int
+	LeaseSiteBanWindow  time.Duration
 
 	// MetricsAddr serves /metrics, /healthz and /readyz on every replica.
 	MetricsAddr string
@@ -191,6 +196,8 @@ func NewOptions(registry provider.Registry) Options {
 		LeaseMaxDomainBudgets:    store.DefaultMaxDomainBudgets,
 		LeaseMaxStateBytes:       store.DefaultMaxStateBytes,
 		LeaseMaxStateEntries:     store.DefaultMaxStateEntries,
+		LeaseSiteBanProxies:      store.DefaultSiteBanProxies,
+		LeaseSiteBanWindow:       store.DefaultSiteBanWindow,
 		MetricsAddr:              ":9090",
 		DashboardHistoryInterval: dashboard.DefaultHistoryInterval,
 		// Sized in pkg/health (Little's law with room for probes that run
@@ -251,6 +258,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.LeaseMaxStateEntries, "lease-max-state-entries", o.LeaseMaxStateEntries, "Most session state entries the lease API keeps; beyond it the least recently used go.")
 	fs.IntVar(&o.LeaseMaxStateBytesPerIdentity, "lease-max-state-bytes-per-identity", o.LeaseMaxStateBytesPerIdentity, "Most bytes of session state (counted as for --lease-max-state-bytes) one identity keeps; beyond it its own least recently used go.")
 	fs.IntVar(&o.LeaseMaxDomainBudgets, "lease-max-domain-budgets", o.LeaseMaxDomainBudgets, "Most per-domain budgets of CrawlPolicy default rules the lease API keeps, shared equally by the namespaces with a default rule; idle ones go to make room, and a new domain finding its namespace's share all in use is a 429 DomainLimited.")
+	fs.IntVar(&o.LeaseSiteBanProxies, "lease-site-ban-proxies", o.LeaseSiteBanProxies, fmt.Sprintf("How many distinct proxies of a namespace one site (a registrable domain) may ban within --lease-site-ban-window; then an acquire for it there is a 429 SiteBanning until the oldest of those bans leaves the window (a tiered rule moves to its next tier first). 1 to %d.", store.MaxSiteBanProxies))
+	fs.DurationVar(&o.LeaseSiteBanWindow, "lease-site-ban-window", o.LeaseSiteBanWindow, "How far back the bans of --lease-site-ban-proxies count.")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Address serving /metrics, /healthz and /readyz, on every replica.")
 	fs.IntVar(&o.HealthWorkers, "health-workers", o.HealthWorkers, "How many health probes run at once.")
 	fs.IntVar(&o.HealthMaxProbesPerEndpoint, "health-max-probes-per-endpoint", o.HealthMaxProbesPerEndpoint,
@@ -420,6 +429,12 @@ func (o *Options) validateLeases(bad badFlag) {
 	}
 	if o.LeaseMaxCooldowns < 1 {
 		bad("lease-max-cooldowns", "must be at least 1, got %d", o.LeaseMaxCooldowns)
+	}
+	if o.LeaseSiteBanProxies < 1 || o.LeaseSiteBanProxies > store.MaxSiteBanProxies {
+		bad("lease-site-ban-proxies", "must be between 1 and %d, got %d", store.MaxSiteBanProxies, o.LeaseSiteBanProxies)
+	}
+	if o.LeaseSiteBanWindow < time.Second {
+		bad("lease-site-ban-window", "must be at least 1s, got %v", o.LeaseSiteBanWindow)
 	}
 }
 

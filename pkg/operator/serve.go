@@ -48,9 +48,6 @@ func (op *operator) serveMetrics(ctx context.Context, ln net.Listener, stop <-ch
 	return nil
 }
 
-// serveReadyz is 200 once the informer caches have synced, on every replica;
-// it follows nothing else (not leadership: a standby with warm caches is
-// ready to take over).
 // serveHealthz answers ok, unless this replica leads without renewing the
 // lease (client-go's WatchDog): then the kubelet restarts it, as it does
 // kube-controller-manager.
@@ -66,6 +63,13 @@ func (op *operator) serveHealthz(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
+// serveReadyz is 200 once the informer caches have synced, on every replica,
+// and, with a replicated lease store, once this replica may take lease
+// calls (it leads the Raft group, or votes and has caught up): the Pod's
+// readiness probe, so that the leases Service routes to ready replicas only
+// and a rolling update waits for each new replica to catch up. It follows
+// nothing else (not leadership: a standby with warm caches is ready to take
+// over).
 func (op *operator) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	for _, synced := range op.synced {
@@ -74,6 +78,11 @@ func (op *operator) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 			fmt.Fprintln(w, "informer caches not synced")
 			return
 		}
+	}
+	if op.replica != nil && !replicaReady(op.replica, op.opts.Replication.ReplicaID) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "not yet a caught-up voting member of the lease store's Raft group")
+		return
 	}
 	fmt.Fprintln(w, "ok")
 }

@@ -150,6 +150,8 @@ type Controller struct {
 	pendingInstances *expectations
 	recycle          recycleState
 	usage            usageState
+	// rerolls are the recent duplicate exit IP re-rolls (duplicates.go).
+	rerolls rerollState
 	// Autoscaling (autoscale_sync.go).
 	demand      DemandSource
 	demandPoll  time.Duration

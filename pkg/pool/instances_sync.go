@@ -30,6 +30,15 @@ type shared struct {
 	byName    map[string]*crawlv1alpha1.Proxy
 }
 
+// exitRanges are each instance's status.exitRanges.
+func (s shared) exitRanges() map[string][]string {
+	out := make(map[string][]string, len(s.byName))
+	for name, p := range s.byName {
+		out[name] = p.Status.ExitRanges
+	}
+	return out
+}
+
 // sharedInstances reads the pool's instances from the cache (with its own
 // creates the cache has not shown yet) and counts the members on each.
 func (c *Controller) sharedInstances(pool *crawlv1alpha1.ProxyPool, members map[string]*crawlv1alpha1.Proxy) (shared, error) {

@@ -87,6 +87,9 @@ type Policy struct {
 	MaxUnhealthy     int
 	Revision         string
 	Recycle          RecyclePolicy // zero: no recycling on evidence
+	// KeepDuplicates: members that share an exit IP stay (DecideDuplicates
+	// said not to re-roll now).
+	KeepDuplicates bool
 }
 
 // ResolvePolicy rounds the strategy as a Deployment does: maxSurge up,
@@ -291,7 +294,7 @@ func sortActive(pol Policy, members []Member, now time.Time, remediationPaused b
 			c.OutOfDate++
 		case pol.MaxAge > 0 && now.Sub(m.Created) >= AgeLimit(m.Name, pol.MaxAge):
 			reason = ReasonTooOld
-		case duplicates[m.Name]:
+		case duplicates[m.Name] && !pol.KeepDuplicates:
 			reason = ReasonDuplicateExitIP
 		case m.countryMismatch():
 			reason = ReasonExitCountryMismatch

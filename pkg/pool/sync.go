@@ -30,6 +30,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 		c.recycle.forget(key)
 		c.usage.forget(key)
 		c.autoscalers.forget(key)
+		c.rerolls.forget(key)
 		return 0, c.deleteOrphans(ctx, key)
 	}
 	if err != nil {
@@ -68,17 +69,25 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 		return 0, err
 	}
 	c.recycle.addBurn(pool.Namespace, pol.Recycle, members)
+	var sh shared
+	if pool.Spec.MembersPerInstance != nil {
+		if sh, err = c.sharedInstances(pool, byName); err != nil {
+			return 0, err
+		}
+	}
+	duplicates := DecideDuplicates(len(duplicateExitIPs(members)), rangeShortages(sh.instances, sh.exitRanges()), c.rerolls.recent(key, now), now)
+	pol.KeepDuplicates = !duplicates.Reroll
 	plan := Decide(pol, members, now)
-	logger.V(4).Info("Plan", "create", plan.Create, "drain", len(plan.Drain), "delete", len(plan.Delete), "counts", plan.Counts)
+	c.rerolls.record(key, plan, now)
+	next := wakeup(plan.RequeueAfter)
+	next.at(duplicates.RecheckAfter) // a back-off ends, or the window frees a re-roll
+	plan.RequeueAfter = time.Duration(next)
+	logger.V(4).Info("Plan", "create", plan.Create, "drain", len(plan.Drain), "delete", len(plan.Delete), "counts", plan.Counts, "duplicates", duplicates.Reason)
 
 	errs := []error{scaleErr}
 	if per := pool.Spec.MembersPerInstance; per != nil {
 		// Members are sessions on shared instances: they are created where
 		// the instance plan places them, not from the template.
-		sh, err := c.sharedInstances(pool, byName)
-		if err != nil {
-			return 0, err
-		}
 		iplan := PlanInstances(sh.instances, pol.Replicas, int(*per), plan.Create, revision)
 		logger.V(4).Info("Instance plan", "create", iplan.Create, "delete", iplan.Delete, "placed", len(iplan.Place))
 		if len(iplan.Place) < plan.Create && (plan.RequeueAfter == 0 || plan.RequeueAfter > c.drainPoll) {
@@ -97,6 +106,7 @@ func (c *Controller) sync(ctx context.Context, key cache.ObjectName) (time.Durat
 	}
 
 	c.stageStatus(pool, pol, plan, revision)
+	stageDuplicates(pool, duplicates)
 	c.recycle.stageStatus(pool, cached, pol.Recycle, plan, byName)
 	c.usage.stageUsage(pool, cached, len(members), now)
 	c.reportCost(pool)

@@ -31,6 +31,12 @@ async function connect() {
     showLogin(token() ? "The token was not accepted." : "");
     return;
   }
+  if (resp.status === 403 || resp.status === 429) {
+    // No namespace to show this identity, or too many of its tabs open:
+    // say why, and look again later (a role may be granted meanwhile).
+    const why = await resp.json().then((b) => b.error, () => "");
+    return reconnect((resp.status === 403 ? "nothing to show: " : "") + (why || "error " + resp.status));
+  }
   if (!resp.ok || !resp.body) {
     return reconnect("error " + resp.status);
   }

@@ -33,7 +33,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.broken.CompareAndSwap(nil, &err)
 		return err
 	}
-	f.store.Apply(effects...)
+	f.store.Apply(followerEffects(effects)...)
 	f.applied.Add(1)
 	return nil
 }

@@ -39,7 +39,8 @@ type Config struct {
 	// whose container restarts is the same member, and a new Pod a new one.
 	ID string
 	// Listen is the peer port's address; Advertise is how the peers reach
-	// it (the Pod's IP and the port).
+	// it (the Pod's IP and the port). When Listen names one IP, the
+	// replica's dials to its peers come from that IP too.
 	Listen, Advertise string
 	// Dir holds the Raft log and snapshots: an emptyDir, which lives as
 	// long as the Pod.
@@ -120,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, logger: logger, fsm: &fsm{store: committed}, journal: &journal{metrics: cfg.Metrics}}
-	n.router = &Router{node: n, client: peerClient(cfg.TLS)}
+	n.router = &Router{node: n, client: peerClient(cfg.TLS, dialFrom(cfg.Listen))}
 	sc.Journal = n.journal
 	if n.working, err = store.New(sc); err != nil {
 		return nil, err
@@ -190,7 +191,7 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("opening the snapshots: %w", err)
 	}
 	n.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: newStreamLayer(n.peers, n.cfg.TLS), MaxPool: 3, Timeout: 2 * time.Second, Logger: hlog,
+		Stream: newStreamLayer(n.peers, n.cfg.TLS, dialFrom(n.cfg.Listen)), MaxPool: 3, Timeout: 2 * time.Second, Logger: hlog,
 	})
 	r, err := raft.NewRaft(rc, n.fsm, logs, bolt, snaps, n.transport)
 	if err != nil {

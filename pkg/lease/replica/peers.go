@@ -116,17 +116,35 @@ func (l protoListener) Addr() net.Addr { return l.pl.advertise }
 type streamLayer struct {
 	protoListener
 	tlsConfig *tls.Config
+	dialFrom  *net.TCPAddr
 }
 
-func newStreamLayer(pl *peerListener, tlsConfig *tls.Config) *streamLayer {
+func newStreamLayer(pl *peerListener, tlsConfig *tls.Config, dialFrom *net.TCPAddr) *streamLayer {
 	cfg := tlsConfig.Clone()
 	cfg.NextProtos = []string{protoRaft}
-	return &streamLayer{protoListener: protoListener{pl: pl, conns: pl.raftConns}, tlsConfig: cfg}
+	return &streamLayer{protoListener: protoListener{pl: pl, conns: pl.raftConns}, tlsConfig: cfg, dialFrom: dialFrom}
+}
+
+// dialFrom is where a replica's dials to its peers come from: the peer
+// port's own IP when it listens on one (not on every address), so that
+// its peers see one address per replica, whichever of them dials; nil
+// (the system's choice) otherwise. A filter on that address then cuts
+// the replica from its peers both ways (the partition tests).
+func dialFrom(listen string) *net.TCPAddr {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || ip.IsUnspecified() {
+		return nil
+	}
+	return &net.TCPAddr{IP: ip}
 }
 
 // Dial opens a Raft connection to a peer.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: s.tlsConfig}
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout, LocalAddr: s.dialFrom}, Config: s.tlsConfig}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	c, err := d.DialContext(ctx, "tcp", string(address))
@@ -154,12 +172,13 @@ func servePeerHTTP(pl *peerListener, h http.Handler) error {
 }
 
 // peerClient is an HTTP/2 client of the peers' port: one persistent,
-// authenticated connection per peer.
-func peerClient(tlsConfig *tls.Config) *http.Client {
+// authenticated connection per peer, dialled from from (nil: the system's
+// choice).
+func peerClient(tlsConfig *tls.Config, from *net.TCPAddr) *http.Client {
 	cfg := tlsConfig.Clone()
 	cfg.NextProtos = []string{protoH2}
 	tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true, IdleConnTimeout: 5 * time.Minute,
-		TLSHandshakeTimeout: handshakeTimeout}
+		TLSHandshakeTimeout: handshakeTimeout, DialContext: (&net.Dialer{LocalAddr: from}).DialContext}
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetHTTP2(true)
 	return &http.Client{Transport: tr}

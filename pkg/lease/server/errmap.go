@@ -27,6 +27,7 @@ const (
 	codeRequestTimeout         = "RequestTimeout"
 	codeTooManyLeases          = "TooManyLeases"
 	codeDomainLimited          = "DomainLimited"
+	codeSiteBanning            = "SiteBanning"
 	codeUnauthorized           = "Unauthorized"
 	codeForbidden              = "Forbidden"
 	codeNotFound               = "NotFound"
@@ -51,6 +52,7 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		tooLarge    *http.MaxBytesError
 		readErr     *bodyReadError
 		unavailable *store.UnavailableError
+		siteBanning *store.SiteBanningError
 		// stateTooLarge is checked before tooLarge: a state body is read
 		// one byte past the cap, to say by how much.
 		stateTooLarge *store.StateTooLargeError
@@ -75,6 +77,11 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 		// Its reason says which: the budget is used up, or the namespace
 		// has no room for another domain's (ErrDomainBudgetsFull).
 		writeError(w, http.StatusTooManyRequests, codeDomainLimited, unavailable.Reason.Error()+"; retry after Retry-After, or acquire with wait", "")
+	case errors.As(err, &siteBanning):
+		// The site refuses the fleet, not the fleet the caller: 429, and
+		// no wait helps before Retry-After.
+		setRetryAfter(w, siteBanning.RetryAfter)
+		writeError(w, http.StatusTooManyRequests, codeSiteBanning, err.Error()+"; retry after Retry-After, or crawl other sites meanwhile", "")
 	case errors.Is(err, store.ErrUnknownLease):
 		writeError(w, http.StatusNotFound, codeNotFound, "no such lease: unknown, released or expired; acquire a new one", "")
 	case errors.Is(err, store.ErrRevoked):

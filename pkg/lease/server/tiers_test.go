@@ -83,8 +83,9 @@ func TestTieredGrantsOverTheLeaseAPI(t *testing.T) {
 	}
 	t.Logf("over the lease API: bans.example on residential from %v, back on own VMs for good from %v (stopped banning at %v)", escalated, steppedDown, banning)
 
-	// Escalate again, in a window of its own: a crawler naming the own-VM
-	// pool still gets it.
+	// Escalate again, in a window of its own. The five bans were on five
+	// own VMs within the site-ban window (sitebans.go): a crawler naming
+	// the own-VM pool is refused, 429 SiteBanning, not sent a sixth.
 	ts.clk.Step(window)
 	for range 5 {
 		l := ts.acquire(`{"holder":"crawler","namespace":"crawl","domain":"bans.example"}`)
@@ -93,7 +94,8 @@ func TestTieredGrantsOverTheLeaseAPI(t *testing.T) {
 	if l := ts.acquire(`{"holder":"crawler","namespace":"crawl","domain":"bans.example"}`); poolOf(l.Proxy.Name) != "residential" {
 		t.Errorf("after 5 more bans, granted %s, want residential", l.Proxy.Name)
 	}
-	if l := ts.acquire(`{"holder":"crawler","namespace":"crawl","domain":"bans.example","selector":"crawl.proxyfleet.io/pool=own-vms"}`); poolOf(l.Proxy.Name) != "own-vms" {
-		t.Errorf("an acquire naming the own-vms pool was granted %s, want own-vms (not tiered)", l.Proxy.Name)
+	rec := ts.do(http.MethodPost, "/v1/leases", `{"holder":"crawler","namespace":"crawl","domain":"bans.example","selector":"crawl.proxyfleet.io/pool=own-vms"}`)
+	if rec.Code != http.StatusTooManyRequests || !strings.Contains(rec.Body.String(), `"code":"SiteBanning"`) || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("an acquire naming the own-vms pool after five own VMs were banned: %d %s, want 429 SiteBanning with Retry-After", rec.Code, rec.Body)
 	}
 }

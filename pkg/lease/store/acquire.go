@@ -52,6 +52,11 @@ type AcquireRequest struct {
 	// was lost) gets the lease it got, while that lease lives, not a second
 	// one (requests.go); empty: every acquire is a new one.
 	RequestID string
+
+	// site is Domain's site (Config.Site), set by normalizeAcquire:
+	// cool-downs and site bans are the site's, whichever of its names is
+	// asked for.
+	site string
 }
 
 // suits says whether p is what req asks for: its selector and its country
@@ -118,8 +123,8 @@ type LeaseFilter struct {
 // Acquire grants a lease on the best proxy for req, waiting up to req.Wait
 // for one to become available. Errors: *FieldError for a bad request,
 // ErrNotLeader, *UnavailableError (ErrNoneFree, ErrCoolingDown,
-// ErrRecovering, ErrDomainLimited), *OwnerLimitError, *HorizonError, or
-// ctx's error while waiting.
+// ErrRecovering, ErrDomainLimited), *SiteBanningError (at once, without
+// waiting), *OwnerLimitError, *HorizonError, or ctx's error while waiting.
 func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
 	ttl, err := normalizeAcquire(s.cfg, &req)
 	if err != nil {
@@ -152,6 +157,9 @@ func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) 
 			var unavailable *UnavailableError
 			if !errors.As(err, &unavailable) || !now.Before(deadline) {
 				err = inCountry(err, req.Country)
+				if errors.Is(err, ErrSiteBanning) {
+					s.cfg.Metrics.ObserveAcquire(AcquireSiteBanning)
+				}
 				refusedBy = s.refused(&req, unavailable, now)
 				return
 			}
@@ -268,6 +276,7 @@ func normalizeAcquire(cfg Config, req *AcquireRequest) (time.Duration, error) {
 		return 0, &FieldError{Field: "requestId", Message: fmt.Sprintf("at most %d bytes; got %d", MaxRequestIDLen, len(req.RequestID))}
 	}
 	req.Domain = NormalizeDomain(req.Domain)
+	req.site = cfg.Site(req.Domain)
 	return ttl, nil
 }
 
@@ -352,7 +361,7 @@ func sessionLease(sessions *sessions, proxies map[ObjectName]*proxyState, cooldo
 		return nil
 	}
 	p := proxies[chosen]
-	if p == nil || p.info.Draining || !req.suits(p) || cooldowns.coolingFor(p.info.Key, req.Domain) != nil {
+	if p == nil || p.info.Draining || !req.suits(p) || cooldowns.coolingFor(p.info.Key, req.site) != nil {
 		return nil
 	}
 	for _, l := range p.slots {
@@ -413,7 +422,7 @@ func selectAmong(st *state, req *AcquireRequest, gates []policy, now time.Time) 
 			return nil, &UnavailableError{Reason: ErrNoneFree, RetryAfter: time.Second}
 		}
 	}
-	var cooling, limited refusal
+	var cooling, limited, siteBanning refusal
 	for p := order.front; p != nil; p = order.next(p) {
 		if !acceptable(p) {
 			continue
@@ -426,10 +435,16 @@ func selectAmong(st *state, req *AcquireRequest, gates []policy, now time.Time) 
 			cooling = r
 		case r.reason == ErrDomainLimited && (limited.reason == nil || r.until.Before(limited.until)):
 			limited = r
+		case r.reason == ErrSiteBanning && (siteBanning.reason == nil || r.until.Before(siteBanning.until)):
+			siteBanning = r
 		}
 	}
 	if limited.reason != nil {
 		return nil, &UnavailableError{Reason: ErrDomainLimited, RetryAfter: limited.until.Sub(now), rule: limited.rule, limited: true}
+	}
+	if siteBanning.reason != nil {
+		// No wait helps and no member more would: answered at once.
+		return nil, st.siteBans.refusedFor(req.site, now, siteBanning.until)
 	}
 	if cooling.reason != nil {
 		return nil, &UnavailableError{Reason: ErrCoolingDown, RetryAfter: cooling.until.Sub(now)}

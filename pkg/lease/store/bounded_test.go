@@ -43,7 +43,9 @@ func TestSessionsAndCooldownsAreBounded(t *testing.T) {
 	if diff := cmp.Diff(want, snap.Evictions); diff != "" {
 		t.Errorf("evictions (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]int{StateSessions: limit, StateCooldowns: limit}, snap.Entries); diff != "" {
+	// Each ban was another site (sitebans.go): 1,000 sites, within its
+	// per-namespace cap.
+	if diff := cmp.Diff(map[string]int{StateSessions: limit, StateCooldowns: limit, StateSiteBans: cycles}, snap.Entries); diff != "" {
 		t.Errorf("entries (-want +got):\n%s", diff)
 	}
 	// The newest session is remembered; the oldest forgotten.

@@ -44,6 +44,11 @@ func TestBurnCountsPerInstance(t *testing.T) {
 			window: time.Hour,
 			want:   map[string]Burn{"a": {ProviderID: "local://a-1", Served: 3, BannedDomains: 2}},
 		},
+		"names of one site are one banned domain": {
+			steps:  []step{{release: banned("a.site.example.com")}, {release: banned("b.site.example.com")}, {release: banned("site.example.com")}, {release: banned("www.example.co.uk")}},
+			window: time.Hour,
+			want:   map[string]Burn{"a": {ProviderID: "local://a-1", Served: 4, BannedDomains: 2}},
+		},
 		"the lease's domain is the default of a ban": {
 			steps:  []step{{domain: "shop.example", release: banned("")}},
 			window: time.Hour,

@@ -60,6 +60,18 @@ type Config struct {
 	// MaxStateEntries bounds the entries, MaxStateBytesPerOwner what one
 	// identity keeps. Zero takes the defaults (DefaultMaxStateBytes...).
 	MaxStateBytes, MaxStateEntries, MaxStateBytesPerOwner int
+	// SiteBanProxies is how many distinct proxies of a namespace one site
+	// may ban within SiteBanWindow before no lease for the site is granted
+	// on that namespace's proxies (sitebans.go), 1 to MaxSiteBanProxies.
+	// Zero takes DefaultSiteBanProxies and DefaultSiteBanWindow.
+	SiteBanProxies int
+	SiteBanWindow  time.Duration
+	// Site is the site a (normalized) domain belongs to, the unit that
+	// cool-downs, burn and site bans count: site.Of
+	// (pkg/hostrule/site, the public suffix list), which the store does
+	// not import because it links in net/http. Every replica must be given
+	// the same function. Nil: every host is its own site.
+	Site func(domain string) string
 	// MaxLeasesPerOwner caps the live leases one authenticated identity
 	// holds (AcquireRequest.Owner); 0: no cap. Leases without an owner
 	// (in-process callers) are not capped.
@@ -124,6 +136,9 @@ type EndedLease struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.Site == nil {
+		c.Site = func(domain string) string { return domain }
+	}
 	orDefault := func(d *time.Duration, def time.Duration) {
 		if *d == 0 {
 			*d = def
@@ -137,6 +152,10 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.CooldownMax, DefaultCooldownMax)
 	orDefault(&c.CooldownDecay, DefaultCooldownDecay)
 	orDefault(&c.SessionIdle, DefaultSessionIdle)
+	orDefault(&c.SiteBanWindow, DefaultSiteBanWindow)
+	if c.SiteBanProxies == 0 {
+		c.SiteBanProxies = DefaultSiteBanProxies
+	}
 	if c.MaxSessions == 0 {
 		c.MaxSessions = DefaultMaxSessions
 	}
@@ -183,6 +202,9 @@ func (c Config) validate() error {
 	if c.MaxDomainBudgets < 0 || c.MaxStateBytes < 0 || c.MaxStateEntries < 0 || c.MaxStateBytesPerOwner < 0 {
 		errs = append(errs, fmt.Errorf("negative MaxDomainBudgets %d, MaxStateBytes %d, MaxStateEntries %d or MaxStateBytesPerOwner %d",
 			c.MaxDomainBudgets, c.MaxStateBytes, c.MaxStateEntries, c.MaxStateBytesPerOwner))
+	}
+	if c.SiteBanProxies < 1 || c.SiteBanProxies > MaxSiteBanProxies || c.SiteBanWindow < 0 {
+		errs = append(errs, fmt.Errorf("site bans: %d proxies within %v: want 1 to %d proxies and a positive window", c.SiteBanProxies, c.SiteBanWindow, MaxSiteBanProxies))
 	}
 	if c.CooldownMax < c.CooldownBase {
 		errs = append(errs, fmt.Errorf("cool-down max %v is below its base %v", c.CooldownMax, c.CooldownBase))

@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// Cool-downs keep a proxy away from one domain after a holder reported it
-// banned there. Each ban within the memory of the previous ones doubles the
+// Cool-downs keep a proxy away from one site (a registrable domain,
+// Config.Site: every name of it) after a holder reported it banned
+// there. Each ban within the memory of the previous ones doubles the
 // cool-down (base, 2×base, 4×base, … capped at max); every quiet decay
 // period after a cool-down ends forgets one strike, and an entry with no
 // strikes left is dropped. The entries are bounded by Config.MaxCooldowns:
@@ -17,7 +18,8 @@ import (
 // (the one that would end or be forgotten first), the cheapest to lose.
 
 type cooldownKey struct {
-	proxy  ObjectName
+	proxy ObjectName
+	// domain is the site banned.
 	domain string
 }
 
@@ -58,7 +60,7 @@ type cooldowns struct {
 	heap    cooldownHeap
 	inForce int
 
-	// check is the prepared acquire's domain.
+	// check is the prepared acquire's site.
 	check string
 }
 
@@ -68,8 +70,8 @@ func newCooldowns(cfg Config) *cooldowns {
 }
 
 func (c *cooldowns) prepare(req AcquireRequest, _ time.Time, _ bool) bool {
-	c.check = req.Domain
-	return req.Domain != "" && c.inForce > 0
+	c.check = req.site
+	return req.site != "" && c.inForce > 0
 }
 
 func (c *cooldowns) admit(p *proxyState) refusal {
@@ -246,15 +248,16 @@ func (c *cooldowns) coolingDown(perProxy int) map[ObjectName]Cooling {
 	return out
 }
 
-// Cooling is what a proxy is cooling down for: the domains whose
-// cool-downs are in force, the latest-ending first, at most the number
+// Cooling is what a proxy is cooling down for: the sites (registrable
+// domains, Config.Site) whose cool-downs are in force, the latest-ending first, at most the number
 // asked for; Total counts them all.
 type Cooling struct {
 	Domains []DomainCooldown
 	Total   int
 }
 
-// DomainCooldown is one domain a proxy keeps away from until Until.
+// DomainCooldown is one site (every name of it) a proxy keeps away from
+// until Until.
 type DomainCooldown struct {
 	Domain string
 	Until  time.Time

@@ -11,9 +11,12 @@
 //     that owns its state (policy.go): cool-downs (cooldowns.go), the crawl
 //     policies' rules and budgets (rules.go, budgets.go, domainbudgets.go),
 //     tiers (tiers.go), the tally of outcomes and burn (tally.go), demand
-//     (demand.go), sticky sessions (sessions.go) and session state
-//     (sessionstate.go). The store asks each in turn at its decision points
-//     and tells each at its apply points.
+//     (demand.go), sticky sessions (sessions.go), session state
+//     (sessionstate.go) and the bound on the proxies one site bans
+//     (sitebans.go). Cool-downs, burn and site bans count a site
+//     (Config.Site: every name of its registrable domain), not a host.
+//     The store asks each in turn at its decision points and tells each
+//     at its apply points.
 //   - The decisions (selection in acquire.go, renewals and releases in
 //     holders.go, time in store.go's advance) produce effects (effects.go); one
 //     apply per effect changes the state (state.go), reading no clock and

@@ -38,9 +38,9 @@ func dumpState(st *state) (string, []string) {
 var notState = map[string]bool{
 	"state.wake": true, "state.metrics": true, "state.policies": true,
 	"demand.waiters": true, "demand.waiterSeq": true, "demand.notify": true,
-	"budgets.check": true, "tiers.check": true, "cooldowns.check": true,
+	"budgets.check": true, "tiers.check": true, "cooldowns.check": true, "siteBans.check": true,
 	"budgets.metrics": true, "tiers.metrics": true, "cooldowns.metrics": true, "rules.metrics": true,
-	"tally.metrics": true, "sessions.metrics": true, "sessionStates.metrics": true,
+	"tally.metrics": true, "sessions.metrics": true, "sessionStates.metrics": true, "siteBans.metrics": true, "siteBans.siteOf": true,
 }
 
 type dumper struct {

@@ -37,6 +37,28 @@ var (
 	errFiltered = errors.New("not among the proxies this acquire may have")
 )
 
+// ErrSiteBanning: the domain's site banned as many distinct proxies of
+// the namespace within the window as Config.SiteBanProxies: no lease for
+// it is granted there until the window passes (sitebans.go). Waiting for
+// capacity does not help; it is answered at once.
+var ErrSiteBanning = errors.New("the site banned too many distinct proxies of this namespace lately")
+
+// SiteBanningError is ErrSiteBanning with the site, the count and when a
+// grant can come again.
+type SiteBanningError struct {
+	Site       string
+	Proxies    int
+	Window     time.Duration
+	RetryAfter time.Duration
+}
+
+func (e *SiteBanningError) Error() string {
+	return fmt.Sprintf("%s banned %d distinct proxies of this namespace within %v: no lease for it is granted for %v, so that it burns no more IPs",
+		e.Site, e.Proxies, e.Window, e.RetryAfter.Round(time.Second))
+}
+
+func (e *SiteBanningError) Unwrap() error { return ErrSiteBanning }
+
 // UnavailableError says that nothing can be granted now, why (ErrNoneFree,
 // ErrCoolingDown or ErrRecovering) and when trying again makes sense.
 type UnavailableError struct {

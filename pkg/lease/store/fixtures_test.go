@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/proxyfleet/proxy-operator/pkg/hostrule/site"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/storetest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 )
@@ -65,7 +66,7 @@ func newTestStore(t testing.TB, proxies []ProxyInfo, opts ...storeOption) (*Stor
 	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
 	m := storetest.NewMetrics()
-	cfg := Config{Clock: clk, Key: testKey, Metrics: m}
+	cfg := Config{Clock: clk, Key: testKey, Metrics: m, Site: site.Of}
 	for _, opt := range opts {
 		opt(&cfg)
 	}

@@ -20,10 +20,12 @@ const (
 	AcquireOwnerLimit = "owner_limit"
 	// AcquireDomainLimited: a crawl policy's budget for the domain was used up (429).
 	AcquireDomainLimited = "domain_limited"
+	// AcquireSiteBanning: the domain's site banned too many distinct proxies lately (429).
+	AcquireSiteBanning = "site_banning"
 )
 
 // AcquireOutcomes lists every acquire outcome, for pre-declaring series.
-var AcquireOutcomes = []string{AcquireGranted, AcquireWaited, AcquireNoneFree, AcquireCoolingDown, AcquireRecovering, AcquireCanceled, AcquireOwnerLimit, AcquireDomainLimited}
+var AcquireOutcomes = []string{AcquireGranted, AcquireWaited, AcquireNoneFree, AcquireCoolingDown, AcquireRecovering, AcquireCanceled, AcquireOwnerLimit, AcquireDomainLimited, AcquireSiteBanning}
 
 // How a lease ended, the label values of Metrics.ObserveLeaseEnd.
 const (
@@ -74,7 +76,7 @@ const (
 )
 
 // StateKinds lists every kind of bounded state, for pre-declaring series.
-var StateKinds = []string{StateSessions, StateCooldowns, StateDomainBudgets, StateSessionStates, StateTiers}
+var StateKinds = []string{StateSessions, StateCooldowns, StateDomainBudgets, StateSessionStates, StateTiers, StateSiteBans}
 
 // StateMetrics, when a Metrics implements it too, receives the size of the
 // store's bounded state (sticky sessions, cool-down entries) and counts

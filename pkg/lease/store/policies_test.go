@@ -37,12 +37,12 @@ func TestCooldownsPolicy(t *testing.T) {
 	p1, p2 := testProxyState("p1"), testProxyState("p2")
 	key := cooldownKey{proxy: p1.info.Key, domain: "shop.example"}
 
-	if c.prepare(AcquireRequest{Domain: "shop.example"}, t0, false) {
+	if c.prepare(AcquireRequest{Domain: "shop.example", site: "shop.example"}, t0, false) {
 		t.Errorf("prepared with no cool-down in force: it would ask every proxy for nothing")
 	}
 	c.ban(key, t0)
 	c.ban(key, t0.Add(time.Second)) // a second strike within the memory: two minutes
-	if !c.prepare(AcquireRequest{Domain: "shop.example"}, t0, false) {
+	if !c.prepare(AcquireRequest{Domain: "shop.example", site: "shop.example"}, t0, false) {
 		t.Fatal("not prepared with a cool-down in force")
 	}
 	if got, want := c.admit(p1), (refusal{reason: ErrCoolingDown, until: t0.Add(time.Second + 2*time.Minute)}); got != want {

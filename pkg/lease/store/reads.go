@@ -243,6 +243,20 @@ func (s *Store) CrawlPolicyStats(key ObjectName) (out []RuleStats) {
 	return out
 }
 
+// SiteBlocks returns the sites no lease is granted for now, by namespace
+// and site, each with the CrawlPolicy that governs it (for its event).
+// It fails with ErrNotLeader on a store that does not lead.
+func (s *Store) SiteBlocks() (out []SiteBlock, err error) {
+	s.read(func(now time.Time) {
+		if !s.st.term.leading {
+			err = ErrNotLeader
+			return
+		}
+		out = s.st.siteBans.blocks(s.st.rules, now)
+	})
+	return out, err
+}
+
 // StateUse is what the kept session state is charged against
 // --lease-max-state-bytes (blobs, keys and StateEntryOverhead per entry),
 // and how many blobs the store keeps.

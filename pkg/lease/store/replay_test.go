@@ -708,7 +708,7 @@ func TestRestoreRefusesWhatItDoesNotRead(t *testing.T) {
 	good := buf.Bytes()
 	for name, b := range map[string][]byte{
 		"no magic":       []byte("nope"),
-		"newer format":   append([]byte(snapshotMagic), 2),
+		"newer format":   append([]byte(snapshotMagic), SnapshotFormat+1),
 		"cut short":      good[:len(good)-3],
 		"trailing bytes": append(slices.Clone(good), 0),
 	} {

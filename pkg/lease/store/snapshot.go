@@ -27,8 +27,9 @@ import (
 const (
 	snapshotMagic = "PXS1"
 	// SnapshotFormat is the snapshot encoding's version: a replica refuses
-	// a snapshot of a format it does not know.
-	SnapshotFormat = 1
+	// a snapshot of a format it does not know. 2 added the site bans; a
+	// snapshot of format 1 is read as one without any.
+	SnapshotFormat = 2
 )
 
 // ErrUnknownSnapshot: the bytes are not a snapshot this release reads.
@@ -121,6 +122,7 @@ func (st *state) encode(b []byte) []byte {
 		w.time(sess.lastUsed)
 	}
 	encodeStates(&w, st.states)
+	encodeSiteBans(&w, st.siteBans) // sitebans.go
 	return w.b
 }
 
@@ -294,8 +296,9 @@ func (st *state) decode(b []byte) error {
 		return fmt.Errorf("%w: no magic", ErrUnknownSnapshot)
 	}
 	r := fieldReader{b: b[len(snapshotMagic):]}
-	if v := r.uint(); v != SnapshotFormat {
-		return fmt.Errorf("%w: format %d, this release reads %d", ErrUnknownSnapshot, v, SnapshotFormat)
+	format := r.uint()
+	if format != 1 && format != SnapshotFormat {
+		return fmt.Errorf("%w: format %d, this release reads 1 and %d", ErrUnknownSnapshot, format, SnapshotFormat)
 	}
 	st.term = term{leading: r.bool(), epoch: r.uint(), serial: r.uint(), recoverUntil: r.time(), recovering: r.bool(),
 		horizon: r.time(), unbounded: r.bool()}
@@ -326,6 +329,9 @@ func (st *state) decode(b []byte) error {
 		st.sessions.byKey[key] = sess
 	}
 	decodeStates(&r, st.states)
+	if format >= 2 {
+		decodeSiteBans(&r, st.siteBans)
+	}
 	if r.err != nil {
 		return fmt.Errorf("%w: %w", ErrUnknownSnapshot, r.err)
 	}
@@ -560,4 +566,5 @@ func (st *state) publish() {
 	setStateEntries(st.metrics, StateDomainBudgets, st.budgets.domainTotal)
 	setStateEntries(st.metrics, StateTiers, st.tiers.domainTotal)
 	setStateEntries(st.metrics, StateSessionStates, len(st.states.byKey))
+	setStateEntries(st.metrics, StateSiteBans, st.siteBans.entries)
 }

@@ -43,6 +43,7 @@ type state struct {
 	demand    *demand
 	sessions  *sessions
 	states    *sessionStates
+	siteBans  *siteBans
 	policies  []policy
 
 	metrics Metrics
@@ -107,7 +108,9 @@ func newState(cfg Config) *state {
 	}
 	st.tiers = newTiers(st.rules, cfg.Metrics)
 	st.budgets = newBudgets(st.rules, cfg.Metrics)
-	st.policies = []policy{st.tiers, st.cooldowns, st.budgets, st.tally, st.requests, st.demand, st.sessions, st.states}
+	st.siteBans = newSiteBans(cfg.SiteBanProxies, cfg.SiteBanWindow, st.tiers, cfg.Metrics, cfg.Site)
+	st.tiers.sites = st.siteBans
+	st.policies = []policy{st.tiers, st.siteBans, st.cooldowns, st.budgets, st.tally, st.requests, st.demand, st.sessions, st.states}
 	return st
 }
 
@@ -168,8 +171,12 @@ func (st *state) apply(e Effect) {
 		}
 	case Ban:
 		if p := proxyOf(st.proxies, e.proxy, e.uid); p != nil {
-			st.cooldowns.ban(cooldownKey{proxy: e.proxy, domain: e.domain}, e.at)
-			st.tally.burnOf(e.proxy).noteBan(e.domain, e.at)
+			// A site bans, not a host name: its bans on any of its names
+			// are one cool-down, one burned domain and one site's count.
+			site := st.siteBans.siteOf(e.domain)
+			st.cooldowns.ban(cooldownKey{proxy: e.proxy, domain: site}, e.at)
+			st.tally.burnOf(e.proxy).noteBan(site, e.at)
+			st.siteBans.banned(p, site, e.domain, e.at)
 			st.states.drop(e.owner, p, e.domain) // the site knows this IP: start afresh
 			st.wake.broadcast()
 		}

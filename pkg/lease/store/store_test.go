@@ -476,6 +476,32 @@ func TestCooldownGrowsAndCaps(t *testing.T) {
 	}
 }
 
+// A ban on one name of a site cools the proxy down for every name of it
+// (issue 64: a hostile site's names each banned every proxy anew), and
+// for no other site, a sibling under a public suffix (github.io) included.
+func TestCooldownIsPerSite(t *testing.T) {
+	s, _, _ := newTestStore(t, []ProxyInfo{newProxy("p1")})
+	for _, banned := range []string{"a.shop.example.com", "alice.github.io"} {
+		l := acquire(t, s, AcquireRequest{})
+		if err := s.ReleaseAs("", l.ID, OutcomeBanned, banned, Report{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]bool{}
+	for _, domain := range []string{"shop.example.com", "b.shop.example.com", "example.com", "www.example.com", "example.org", "alice.github.io", "bob.github.io"} {
+		l, err := s.Acquire(context.Background(), AcquireRequest{Holder: "w", Domain: domain})
+		got[domain] = errors.Is(err, ErrCoolingDown)
+		if err == nil {
+			release(t, s, l)
+		}
+	}
+	want := map[string]bool{"shop.example.com": true, "b.shop.example.com": true, "example.com": true, "www.example.com": true,
+		"example.org": false, "alice.github.io": true, "bob.github.io": false}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("cooling down for (-want +got):\n%s", diff)
+	}
+}
+
 func TestCooldownDecays(t *testing.T) {
 	const domain = "example.com"
 	banFor := func(t *testing.T, s *Store) time.Duration {

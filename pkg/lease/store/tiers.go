@@ -73,6 +73,10 @@ type tiers struct {
 	// the whole check.
 	tiered int
 
+	// sites are the site bans: a budget's tier on which its site may have
+	// no more proxies moves on to the next (sitebans.go).
+	sites *siteBans
+
 	// check is the prepared selection's.
 	check tierCheck
 }
@@ -112,6 +116,7 @@ type tierChoice struct {
 // the grant's budget is on. Like politeCheck it looks a namespace up once.
 type tierCheck struct {
 	domain  string
+	site    string
 	now     time.Time
 	noProbe bool
 	ns      string
@@ -129,7 +134,7 @@ func (ts *tiers) prepare(req AcquireRequest, now time.Time, relaxed bool) bool {
 	if req.Domain == "" || ts.tiered == 0 || !req.Selector.Empty() {
 		return false
 	}
-	ts.check = tierCheck{domain: req.Domain, now: now, noProbe: relaxed}
+	ts.check = tierCheck{domain: req.Domain, site: req.site, now: now, noProbe: relaxed}
 	return true
 }
 
@@ -154,13 +159,30 @@ func (ts *tiers) choiceFor(ns string) tierChoice {
 				st = e.state
 			}
 			ch.tier, ch.probe = st.Choose(ch.tiering.Config, c.now)
-			if ch.probe && c.noProbe {
+			if ch.probe && (c.noProbe || ts.siteBlocked(ns, ch.tier)) {
 				ch.tier, ch.probe = st.Tier(), false
+			}
+			// A site that banned the bound's worth of this tier's proxies
+			// gets the next tier's, not an error (docs/tiers.md); the
+			// grant's note moves the budget there (installed).
+			for !ch.probe && ch.tier+1 < len(ch.tiering.Selectors) && ts.siteBlocked(ns, ch.tier) {
+				ch.tier++
 			}
 		}
 	}
 	c.ns, c.choice, c.looked = ns, ch, true
 	return ch
+}
+
+// siteBlocked says whether the prepared selection's site may have no more
+// of ns's proxies of tier.
+func (ts *tiers) siteBlocked(ns string, tier int) bool {
+	c := &ts.check
+	if ts.sites == nil || c.site == "" || !ts.sites.has(ns, c.site) {
+		return false
+	}
+	_, blocked := ts.sites.blocked(ns, c.site, tier, c.now)
+	return blocked
 }
 
 // admit lets through the proxies on their budget's tier (or untiered).
@@ -213,6 +235,11 @@ func (ts *tiers) installed(l *lease, how install) {
 		return // the policy changed between the decision and this apply
 	}
 	e := ts.entry(note.key)
+	if !note.probe && note.tier > e.state.Tier() {
+		// Only a site's bans put a grant above its budget's tier
+		// (choiceFor): the budget moves there, as if it had come there now.
+		e.state.Seed(note.tier, at)
+	}
 	e.state.Granted(t.Config, at, note.probe)
 	e.grants++
 	ts.counts(note.key, t, note.tier).grants++

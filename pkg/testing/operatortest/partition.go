@@ -86,3 +86,68 @@ func (p *APIPartition) remove() {
 		}
 	}
 }
+
+// PeerPartition cuts one operator replica from its peers: each replica's
+// peer port listens on a loopback address of its own, from which it also
+// dials its peers (pkg/lease/replica), and Cut drops every packet from or
+// to that address on the peer ports, in a filter-table chain of its own
+// (`PO-TEST-RAFT-<port>`). The replica's lease API and its connection to
+// the API server, on 127.0.0.1, are not touched. Established connections
+// stall, as in a real partition. Record 0189-partitions-filter-own-port.md.
+type PeerPartition struct {
+	t     *testing.T
+	chain string
+	ip    string
+	ports string
+}
+
+// NewPeerPartition installs the (empty) chain for the replica whose peer
+// port is on ip, among peer ports ports, and removes it when the test ends,
+// however it ends. It needs root and iptables (`make deps`).
+func NewPeerPartition(t *testing.T, ip string, ownPort int, ports []int) *PeerPartition {
+	t.Helper()
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Fatal("iptables is missing: run `make deps` (partition tests filter real packets, as root)")
+	}
+	var ps []string
+	for _, p := range ports {
+		ps = append(ps, fmt.Sprint(p))
+	}
+	p := &PeerPartition{t: t, chain: fmt.Sprintf("PO-TEST-RAFT-%d", ownPort), ip: ip, ports: strings.Join(ps, ",")}
+	t.Cleanup(p.remove)
+	p.iptables("-N", p.chain)
+	p.iptables("-I", "OUTPUT", "1", "-j", p.chain)
+	return p
+}
+
+// Cut drops the replica's packets to and from its peers.
+func (p *PeerPartition) Cut() {
+	p.t.Helper()
+	for _, dir := range []string{"-s", "-d"} {
+		p.iptables("-A", p.chain, dir, p.ip, "-p", "tcp", "-m", "multiport", "--ports", p.ports, "-j", "DROP")
+	}
+}
+
+// Heal lets them through again.
+func (p *PeerPartition) Heal() {
+	p.t.Helper()
+	p.iptables("-F", p.chain)
+}
+
+func (p *PeerPartition) iptables(args ...string) {
+	p.t.Helper()
+	args = append([]string{"-w", "-t", "filter"}, args...)
+	if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
+		p.t.Fatalf("iptables %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// remove deletes the chain and checks that nothing of it is left.
+func (p *PeerPartition) remove() {
+	for _, args := range [][]string{{"-D", "OUTPUT", "-j", p.chain}, {"-F", p.chain}, {"-X", p.chain}} {
+		_ = exec.Command("iptables", append([]string{"-w", "-t", "filter"}, args...)...).Run()
+	}
+	if out, _ := exec.Command("iptables", "-w", "-t", "filter", "-S").Output(); strings.Contains(string(out), p.chain) {
+		p.t.Errorf("the peer partition's rules are still in the filter table:\n%s", out)
+	}
+}

@@ -1,9 +1,11 @@
-// Package procstat reads a process's CPU time from Linux's /proc/PID/stat,
-// for the tests and bench programs that measure another process (or
-// themselves). It is not a portable process API.
+// Package procstat reads a process's CPU time (Linux's /proc/PID/stat) and
+// resident memory (/proc/PID/status), for the tests and bench programs that
+// measure another process (or themselves). It is not a portable process
+// API.
 package procstat
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"strconv"
@@ -46,4 +48,40 @@ func parseCPU(line string) (time.Duration, error) {
 		return 0, fmt.Errorf("utime %q, stime %q: not numbers", fields[11], fields[12])
 	}
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// RSS is pid's resident set size in bytes (VmRSS): what the kernel counts
+// against a container's memory limit, freed Go heap not yet returned to it
+// included.
+func RSS(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	rss, err := parseRSS(bufio.NewScanner(f))
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/status: %w", pid, err)
+	}
+	return rss, nil
+}
+
+// parseRSS finds the "VmRSS:  1234 kB" line of a /proc/PID/status.
+func parseRSS(lines *bufio.Scanner) (int64, error) {
+	for lines.Scan() {
+		name, value, ok := strings.Cut(lines.Text(), ":")
+		if !ok || name != "VmRSS" {
+			continue
+		}
+		kb, unit, _ := strings.Cut(strings.TrimSpace(value), " ")
+		n, err := strconv.ParseInt(kb, 10, 64)
+		if err != nil || unit != "kB" {
+			return 0, fmt.Errorf("VmRSS %q: want a number of kB", value)
+		}
+		return n << 10, nil
+	}
+	if err := lines.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no VmRSS line (a kernel thread, or a zombie)")
 }

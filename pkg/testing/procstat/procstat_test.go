@@ -1,7 +1,9 @@
 package procstat
 
 import (
+	"bufio"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,5 +54,40 @@ func TestCPUOfItself(t *testing.T) {
 		for i := range 1_000_000 { // spend some
 			sink += i * i
 		}
+	}
+}
+
+func TestParseRSS(t *testing.T) {
+	tests := map[string]struct {
+		status  string
+		want    int64
+		wantErr bool
+	}{
+		"a process": {status: "Name:\tproxy-operator\nVmPeak:\t 900000 kB\nVmRSS:\t   51200 kB\nRssAnon:\t 40000 kB\n", want: 50 << 20},
+		"no VmRSS":  {status: "Name:\tkthreadd\nState:\tS (sleeping)\n", wantErr: true},
+		"not kB":    {status: "VmRSS:\t 12 MB\n", wantErr: true},
+		"garbled":   {status: "VmRSS:\t twelve kB\n", wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := parseRSS(bufio.NewScanner(strings.NewReader(tc.status)))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("parseRSS = %v, %v; want error %v", got, err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("parseRSS (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// RSS reads this very process: it has resident pages.
+func TestRSSOfItself(t *testing.T) {
+	rss, err := RSS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rss <= 0 {
+		t.Errorf("RSS of the test process = %d, want > 0", rss)
 	}
 }

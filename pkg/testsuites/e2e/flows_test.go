@@ -544,6 +544,11 @@ func (r *operatorRun) acquireLease(ctx context.Context, proxy string) (string, e
 
 // leaseCall calls the lease API as the crawler.
 func (r *operatorRun) leaseCall(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	return r.leaseCallAs(ctx, r.crawlerToken, method, path, body)
+}
+
+// leaseCallAs calls the lease API with token.
+func (r *operatorRun) leaseCallAs(ctx context.Context, token, method, path string, body any) (int, []byte, error) {
 	var reader io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
@@ -556,7 +561,7 @@ func (r *operatorRun) leaseCall(ctx context.Context, method, path string, body a
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+r.crawlerToken)
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, nil, err

@@ -45,8 +45,8 @@ const (
 // The node is made short for real: a kubelet threshold just under what is
 // available (a drop-in and a restart, both undone) and a Pod that holds
 // memory within its own request, at a priority below everything else's. After
-// the eviction: the standby leads and renews the lease, the Deployment brings
-// back two Ready replicas, and nothing else was evicted: no proxy replaced or
+// the eviction: another replica leads and renews the lease, the Deployment
+// brings back three Ready replicas, and nothing else was evicted: no proxy replaced or
 // restarted, the gateways and the target untouched.
 func operatorEvicted(t *testing.T, s *suite) {
 	_, _, leader, err := s.operatorPods(context.Background())
@@ -95,7 +95,7 @@ func operatorEvicted(t *testing.T, s *suite) {
 		t.Errorf("the leader's eviction message %q does not name memory", why)
 	}
 
-	waitFor(t, 3*time.Minute, "a leader renewing the lease and two Ready replicas", func(ctx context.Context) error {
+	waitFor(t, 3*time.Minute, "a leader renewing the lease and three Ready replicas", func(ctx context.Context) error {
 		if code, body := s.leaseCall(t, "POST", "/v1/leases/"+s.leaseID+"/renew", `{"ttl":"5m"}`); code != 200 {
 			return fmt.Errorf("renew: %d %s", code, body)
 		}
@@ -109,13 +109,13 @@ func operatorEvicted(t *testing.T, s *suite) {
 				running++
 			}
 		}
-		if running != 2 || ready != 2 || now == "" || now == leader {
+		if running != replicas || ready != replicas || now == "" || now == leader {
 			return fmt.Errorf("%d running, %d Ready, leader %q", running, ready, now)
 		}
 		return nil
 	})
-	t.Logf("leader evicted under memory pressure → a new leader renews, two Ready replicas: %s", time.Since(began).Round(100*time.Millisecond))
-	s.report.add("leader Pod evicted under memory pressure → a new leader renews, two Ready replicas", time.Since(began))
+	t.Logf("leader evicted under memory pressure → a new leader renews, three Ready replicas: %s", time.Since(began).Round(100*time.Millisecond))
+	s.report.add("leader Pod evicted under memory pressure → a new leader renews, three Ready replicas", time.Since(began))
 	if diff := cmp.Diff(before, s.instances(t)); diff != "" {
 		t.Errorf("proxies changed across the eviction (-before +after):\n%s", diff)
 	}

@@ -4,57 +4,88 @@ package realnode
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// leaderFailover: the leader's Pod deleted, then (second round) its container
-// killed with SIGKILL through containerd: the standby leads within the lease
-// duration, the lease granted before renews on it, nothing is granted twice,
-// and the Deployment (or the kubelet) brings the replica back.
+// leaderFailover: the Pod of the replica that leads the lease store
+// deleted, then (second round) its container killed with SIGKILL through
+// containerd, while an acquire goes through the leases Service every 50 ms
+// and a lease granted before is renewed every 100 ms. Another replica leads
+// the store and grants (the time from the kill to the first grant, and to
+// the first renewal, of calls sent after it is measured and reported, not
+// asserted); no answer is Recovering (the store's state is replicated, so
+// nothing is waited out); the lease granted before renews; nothing is
+// granted twice; the controllers' Lease follows the store's leader; and the
+// Deployment (or the kubelet) brings the replica back.
 func leaderFailover(t *testing.T, s *suite) {
+	s.startLoadProxy(t)
+	load := s.startLeaseLoad(t)
 	for _, round := range []struct {
 		name string
-		kill func(t *testing.T, s *suite, leader string)
+		kill func(t *testing.T, s *suite, leader corev1.Pod)
 	}{
-		{"Pod deleted", func(t *testing.T, s *suite, leader string) {
-			s.run(t, "kubectl", "delete", "pod", "-n", operatorNamespace, leader, "--wait=false")
+		{"Pod deleted", func(t *testing.T, s *suite, leader corev1.Pod) {
+			s.run(t, "kubectl", "delete", "pod", "-n", operatorNamespace, leader.Name, "--wait=false")
 		}},
-		{"container killed with SIGKILL", func(t *testing.T, s *suite, leader string) {
-			p, err := s.kube.CoreV1().Pods(operatorNamespace).Get(context.Background(), leader, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
+		{"container killed with SIGKILL", func(t *testing.T, s *suite, leader corev1.Pod) {
+			id := strings.TrimPrefix(leader.Status.ContainerStatuses[0].ContainerID, "containerd://")
 			s.run(t, "ctr", "--address", filepath.Join(s.root, ".cluster", "containerd", "containerd.sock"),
 				"-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", id)
 		}},
 	} {
 		t.Run(round.name, func(t *testing.T) {
-			// The step before restarts the API server, which may move the
-			// lease: the old leader's label goes a moment after the new
-			// one's comes, so wait for one leader first.
-			var old string
-			waitFor(t, time.Minute, "one leader before the round", func(ctx context.Context) error {
-				var err error
-				_, _, old, err = s.operatorPods(ctx)
-				if err == nil && old == "" {
-					err = errors.New("no leader")
+			// The step before restarts the API server, and the round before
+			// replaces a replica: wait for the whole group, one leader of
+			// the store holding the controllers' Lease too.
+			var old corev1.Pod
+			waitFor(t, 2*time.Minute, "three voters, one leader of the store and the controllers", func(ctx context.Context) error {
+				_, ready, label, err := s.operatorPods(ctx)
+				if err != nil {
+					return err
 				}
-				return err
+				p, voters, err := s.raftLeader(ctx)
+				switch {
+				case err != nil:
+					return err
+				case ready != replicas || voters != replicas:
+					return fmt.Errorf("%d Ready, %d voters", ready, voters)
+				case label != p.Name:
+					return fmt.Errorf("%s holds the controllers' Lease, %s leads the store", label, p.Name)
+				}
+				old = p
+				return nil
 			})
 			transitions := s.leaderTransitions(t)
 			began := time.Now()
 			round.kill(t, s, old)
-			// A killed container restarts in its Pod and may win the election
-			// again: a new term is a new acquisition, whichever Pod holds it.
-			waitFor(t, time.Minute, "a new leader renewing the lease", func(ctx context.Context) error {
+			var grant, renewal answer
+			waitFor(t, time.Minute, "a grant and a renewal through the leases Service of calls sent after the kill", func(context.Context) error {
+				var ok1, ok2 bool
+				grant, ok1 = load.first("acquire", http.StatusCreated, began)
+				renewal, ok2 = load.first("renew", http.StatusOK, began)
+				if !ok1 || !ok2 {
+					return fmt.Errorf("granted %v, renewed %v; answers since: %s", ok1, ok2, formatTally(load.tally(began, time.Now())))
+				}
+				return nil
+			})
+			toGrant, toRenewal := grant.answered.Sub(began), renewal.answered.Sub(began)
+			window := began.Add(max(toGrant, toRenewal) + time.Second)
+			t.Logf("leader %s %s → first new grant through the leases Service %v after (sent %v after), first renewal %v; answers to calls sent until a second after: %s",
+				old.Name, round.name, toGrant.Round(time.Millisecond), grant.sent.Sub(began).Round(time.Millisecond), toRenewal.Round(time.Millisecond), formatTally(load.tally(began, window)))
+			s.report.addExact("leader "+round.name+" → first new grant through the leases Service", toGrant)
+			s.report.addExact("leader "+round.name+" → first renewal through the leases Service", toRenewal)
+
+			// Controllers follow the store's leader: after a kill, once
+			// the old holder's Lease has expired.
+			waitFor(t, time.Minute, "a new leader of the controllers, renewing the lease", func(ctx context.Context) error {
 				_, _, leader, err := s.operatorPods(ctx)
 				if err != nil {
 					return err
@@ -67,24 +98,28 @@ func leaderFailover(t *testing.T, s *suite) {
 				}
 				return nil
 			})
-			t.Logf("%s → new leader renewing: %s", round.name, time.Since(began).Round(100*time.Millisecond))
-			s.report.add("leader "+round.name+" → new leader renews a lease", time.Since(began))
+			t.Logf("%s → new controllers' leader renewing: %s", round.name, time.Since(began).Round(100*time.Millisecond))
+			s.report.add("leader "+round.name+" → new leader of the controllers renews a lease", time.Since(began))
 			// Still one lease on a maxLeases-1 proxy: the new leader knows it.
 			if code, body := s.leaseAnswer(t, "POST", "/v1/leases", `{"holder":"second","namespace":"crawl"}`); code != 503 {
 				t.Errorf("acquire while the lease is held: %d %s, want 503", code, body)
 			}
-			waitFor(t, 2*time.Minute, "two Ready replicas again", func(ctx context.Context) error {
+			waitFor(t, 2*time.Minute, "three Ready replicas again", func(ctx context.Context) error {
 				pods, ready, _, err := s.operatorPods(ctx)
 				if err != nil {
 					return err
 				}
-				if len(pods) != 2 || ready != 2 {
+				if len(pods) != replicas || ready != replicas {
 					return fmt.Errorf("%d Pods, %d Ready", len(pods), ready)
 				}
 				return nil
 			})
+			if n := load.count("Recovering", began, time.Now()); n > 0 {
+				t.Errorf("%d lease calls answered 503 Recovering after the %s: a replicated store has nothing to wait out", n, round.name)
+			}
 		})
 	}
+	load.stop()
 }
 
 // leaderTransitions counts the leader election Lease's changes of holder.

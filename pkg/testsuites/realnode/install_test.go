@@ -14,30 +14,43 @@ import (
 )
 
 // installChart: helm install as the README tells users, with make image's
-// image and 2 replicas; both Pods Running and Ready (their probes pass, no
-// restarts), exactly one leader, and /metrics scraped from a Pod.
+// image and the chart's defaults (three replicas, the lease store
+// replicated with Raft); every Pod Running and Ready (their probes pass, no
+// restarts), exactly one replica leading the lease store with three voters,
+// exactly one holding the controllers' Lease, and /metrics scraped from a
+// Pod.
 func installChart(t *testing.T, s *suite) {
 	began := time.Now()
 	s.installedAt = began
 	s.run(t, "helm", "install", release, filepath.Join(s.root, "artifacts", "helm", "proxy-operator"),
-		"--namespace", operatorNamespace, "--create-namespace",
-		"--set", "replicaCount=2", "--wait", "--timeout=3m")
-	var leader string
-	waitFor(t, 2*time.Minute, "two Ready operator Pods and one leader", func(ctx context.Context) error {
+		"--namespace", operatorNamespace, "--create-namespace", "--wait", "--timeout=3m")
+	var leader, storeLeader string
+	waitFor(t, 2*time.Minute, "three Ready operator Pods, one leader", func(ctx context.Context) error {
 		pods, ready, l, err := s.operatorPods(ctx)
 		switch {
 		case err != nil:
 			return err
-		case len(pods) != 2 || ready != 2:
+		case len(pods) != replicas || ready != replicas:
 			return fmt.Errorf("%d Pods, %d Ready", len(pods), ready)
 		case l == "":
 			return errors.New("no leader yet")
 		}
-		leader = l
+		p, voters, err := s.raftLeader(ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case voters != replicas:
+			return fmt.Errorf("the lease store's leader %s counts %d voters", p.Name, voters)
+		case p.Name != l:
+			// The controllers run where the store is decided.
+			return fmt.Errorf("%s holds the controllers' Lease, %s leads the lease store", l, p.Name)
+		}
+		leader, storeLeader = l, p.Name
 		return nil
 	})
-	t.Logf("helm install → two Ready Pods and leader %s: %s", leader, time.Since(began).Round(100*time.Millisecond))
-	s.report.add("helm install → two Ready operator Pods, one leader", time.Since(began))
+	t.Logf("helm install → three Ready Pods, %s leading the lease store and %s the controllers: %s", storeLeader, leader, time.Since(began).Round(100*time.Millisecond))
+	s.report.add("helm install → three Ready operator Pods, one leader, three voters", time.Since(began))
 
 	pods, _, _, err := s.operatorPods(context.Background())
 	if err != nil {

@@ -20,10 +20,10 @@ const partitionChain = "PO-E2E-PARTITION"
 
 // leaderPartitioned (issue 37): the leader's Pod cut off from the API server
 // by a real packet filter. The old leader stops leading within its renew
-// deadline, the standby leads after the lease duration, the lease granted
-// before renews on it, and no acquire is granted anywhere while that lease
-// is held (the proxy takes one lease): no proxy is leased twice across the
-// two. The filter goes, and the old leader rejoins as a standby.
+// deadline, another replica leads after the lease duration, the lease
+// granted before renews on it, and no acquire is granted anywhere while
+// that lease is held (the proxy takes one lease): no proxy is leased twice
+// across them. The filter goes, and the old leader rejoins as a standby.
 func leaderPartitioned(t *testing.T, s *suite) {
 	var pods []corev1.Pod
 	var leader string
@@ -68,12 +68,12 @@ func leaderPartitioned(t *testing.T, s *suite) {
 	s.report.add("leader cut off from the API server → new leader renews a lease", time.Since(began))
 
 	heal(t)
-	waitFor(t, 2*time.Minute, "two Ready replicas and one leader after the partition", func(ctx context.Context) error {
+	waitFor(t, 2*time.Minute, "three Ready replicas and one leader after the partition", func(ctx context.Context) error {
 		pods, ready, leader, err := s.operatorPods(ctx)
 		if err != nil {
 			return err
 		}
-		if len(pods) != 2 || ready != 2 || leader == "" {
+		if len(pods) != replicas || ready != replicas || leader == "" {
 			return fmt.Errorf("%d Pods, %d Ready, leader %q", len(pods), ready, leader)
 		}
 		return nil

@@ -25,6 +25,11 @@ func (r *report) add(what string, d time.Duration) {
 	r.rows = append(r.rows, [2]string{what, d.Round(100 * time.Millisecond).String()})
 }
 
+// addExact reports d to the millisecond: the times of a failover.
+func (r *report) addExact(what string, d time.Duration) {
+	r.rows = append(r.rows, [2]string{what, d.Round(time.Millisecond).String()})
+}
+
 func (r *report) write(t *testing.T) {
 	path := os.Getenv("REALNODE_REPORT")
 	if path == "" {

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,10 @@ const (
 	leaderLabel       = "crawl.proxyfleet.io/leader"
 	crawlNamespace    = "crawl"  // PodSecurity restricted: the proxies and the crawler
 	targetNamespace   = "target" // the echo server the crawler reaches through a proxy
+	// replicas is the chart's default replicaCount: the lease store's Raft
+	// group of three, which keeps deciding with two.
+	replicas = 3
+	quorum   = replicas/2 + 1
 )
 
 // suite is what every step shares: the cluster's clients and what earlier
@@ -188,17 +193,17 @@ func TestRealNode(t *testing.T) {
 		name string
 		run  func(*testing.T, *suite)
 	}{
-		{"chart installs: two Ready replicas, one leader, metrics", installChart},
+		{"chart installs: three Ready replicas, one leader of the lease store and the controllers, metrics", installChart},
 		{"crawler Pods crawl through the gateway and through a lease, by Service names", crawlerPodsCrawl},
 		{"every NetworkPolicy holds for real packets: denied paths denied, allowed ones allowed", policiesHoldPackets},
 		{"a kubernetes-provider Proxy under PodSecurity restricted serves a crawler", proxyServesACrawler},
 		{"a ProxyPool rotates its Secret with Ready never below 2, then scales 3 → 0 → 2", poolRotates},
 		{"the gateway keeps a session on one upstream", gatewayKeepsASession},
 		{"the kubelet, containerd, etcd and the API server restart under running proxies", nodeAgentsRestart},
-		{"the standby leads when the leader's Pod is deleted or its container killed", leaderFailover},
-		{"a leader cut off from the API server stops; the standby leads; nothing granted twice", leaderPartitioned},
+		{"another replica leads when the leader's Pod is deleted or its container killed; grants resume at once", leaderFailover},
+		{"a leader cut off from the API server stops; another replica leads; nothing granted twice", leaderPartitioned},
 		{"an operator Pod over its memory request is evicted under memory pressure; a leader renews", operatorEvicted},
-		{"helm upgrade rolls the Pods one at a time, the lease lives on", upgradeRolls},
+		{"helm upgrade under crawler load rolls the Pods one at a time: no Recovering answer, no tunnel cut, the lease lives on", upgradeRolls},
 		{"uninstall leaves no proxy Pods, Secrets or NetworkPolicies", uninstallLeavesNothing},
 		{"kubectl apply -k installs the same operator", kustomizeInstalls},
 	}
@@ -213,8 +218,9 @@ func TestRealNode(t *testing.T) {
 // namespaces (Proxies first, while the operator can still run finalizers).
 func (s *suite) clean(t *testing.T) {
 	_, _ = s.try("kubectl", "delete", "proxypools,proxies", "--all", "-n", crawlNamespace, "--timeout=60s", "--ignore-not-found")
+	_, _ = s.try("kubectl", "delete", "proxies", "--all", "-n", loadNamespace, "--timeout=60s", "--ignore-not-found")
 	_, _ = s.try("helm", "uninstall", release, "-n", operatorNamespace, "--wait", "--timeout=60s", "--ignore-not-found")
-	_, _ = s.try("kubectl", "delete", "namespace", crawlNamespace, targetNamespace, operatorNamespace, "--timeout=90s", "--ignore-not-found")
+	_, _ = s.try("kubectl", "delete", "namespace", crawlNamespace, loadNamespace, targetNamespace, operatorNamespace, "--timeout=90s", "--ignore-not-found")
 }
 
 // dumpState logs what explains a failure: Pods, events, the operator's and
@@ -230,4 +236,47 @@ func (s *suite) dumpState(t *testing.T) {
 		out, _ := s.try("kubectl", args...)
 		t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
 	}
+}
+
+// raftLeader is the operator Pod whose replica leads the lease store's Raft
+// group (proxy_operator_lease_store_raft_leader 1 on its metrics port), and
+// how many voters it counts.
+func (s *suite) raftLeader(ctx context.Context) (corev1.Pod, int, error) {
+	pods, _, _, err := s.operatorPods(ctx)
+	if err != nil {
+		return corev1.Pod{}, 0, err
+	}
+	var leaders []corev1.Pod
+	voters := 0
+	for _, p := range pods {
+		if p.Status.PodIP == "" {
+			continue
+		}
+		metrics, err := curl("http://" + net.JoinHostPort(p.Status.PodIP, "9090") + "/metrics")
+		if err != nil {
+			continue // not serving yet, or going
+		}
+		if metricValue(metrics, "proxy_operator_lease_store_raft_leader") == 1 {
+			leaders = append(leaders, p)
+			voters = int(metricValue(metrics, `proxy_operator_lease_store_raft_members{suffrage="voter"}`))
+		}
+	}
+	if len(leaders) != 1 {
+		return corev1.Pod{}, 0, fmt.Errorf("%d replicas lead the lease store", len(leaders))
+	}
+	return leaders[0], voters, nil
+}
+
+// metricValue is the value of the series named exactly so (with its labels)
+// in a /metrics page, -1 when absent.
+func metricValue(page, series string) float64 {
+	for _, line := range strings.Split(page, "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			var v float64
+			if _, err := fmt.Sscan(rest, &v); err == nil {
+				return v
+			}
+		}
+	}
+	return -1
 }

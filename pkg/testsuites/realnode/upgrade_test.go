@@ -4,6 +4,7 @@ package realnode
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -16,16 +17,24 @@ import (
 )
 
 // upgradeRolls: helm upgrade to an operator image rebuilt under another tag
-// (its binary stamped with that version) rolls the operator's Pods one at a
-// time (Ready never below one, sampled every 250ms), every Pod then runs the
-// new build, and the lease granted before renews after.
+// (its binary stamped with that version), under crawler load: an acquire
+// through the leases Service every 50 ms (each released), a lease renewed
+// every 100 ms, and a tunnel through the gateway Service carrying a request
+// every 200 ms. It rolls the operator's Pods one at a time (Ready never
+// below a quorum, sampled every 250ms; each leader hands the lease store
+// over before it stops), no lease call is answered Recovering, the tunnel
+// is never cut, every Pod then runs the new build, and the lease granted
+// before renews after. The answers and the longest time without a grant
+// are reported.
 func upgradeRolls(t *testing.T, s *suite) {
 	tag := s.version + "-e2e-upgrade"
 	s.buildAndImport(t, tag)
 
+	load := s.startLeaseLoad(t)
+	tunnel := s.openTunnel(t)
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	minReady := 2
+	minReady := replicas
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -41,10 +50,29 @@ func upgradeRolls(t *testing.T, s *suite) {
 		"--namespace", operatorNamespace, "--reuse-values", "--set", "image.tag="+tag, "--wait", "--timeout=3m")
 	stop()
 	wg.Wait()
-	t.Logf("helm upgrade → rolled: %s, fewest Ready Pods on the way: %d", time.Since(began).Round(100*time.Millisecond), minReady)
-	s.report.add("helm upgrade → both Pods rolled to the new tag", time.Since(began))
-	if minReady < 1 {
-		t.Errorf("Ready operator Pods fell to %d during the rollout", minReady)
+	ended := time.Now()
+	// A second more of load, for the calls the last Pod's going may touch.
+	waitFor(t, time.Minute, "a grant after the rollout", func(context.Context) error {
+		if _, ok := load.first("acquire", http.StatusCreated, ended.Add(time.Second)); !ok {
+			return fmt.Errorf("none yet; answers since the rollout: %s", formatTally(load.tally(ended, time.Now())))
+		}
+		return nil
+	})
+	load.stop()
+	through, cut := tunnel.close()
+	t.Logf("helm upgrade → rolled: %s, fewest Ready Pods on the way: %d", ended.Sub(began).Round(100*time.Millisecond), minReady)
+	t.Logf("lease calls sent during the upgrade: %s; longest time without a grant: %v; requests through the tunnel: %d",
+		formatTally(load.tally(began, ended)), load.longestGap(began, ended).Round(time.Millisecond), through)
+	s.report.add("helm upgrade under crawler load → three Pods rolled to the new tag", ended.Sub(began))
+	s.report.addExact("helm upgrade under crawler load: longest time without a grant through the leases Service", load.longestGap(began, ended))
+	if minReady < quorum {
+		t.Errorf("Ready operator Pods fell to %d during the rollout, below a quorum of %d", minReady, quorum)
+	}
+	if n := load.count("Recovering", began, ended); n > 0 {
+		t.Errorf("%d lease calls answered 503 Recovering during the upgrade", n)
+	}
+	if cut != nil {
+		t.Errorf("the tunnel through the gateway was cut after %d requests, at %v into the upgrade: %v", through, tunnel.at.Sub(began).Round(time.Millisecond), cut)
 	}
 	pods, _, _, err := s.operatorPods(context.Background())
 	if err != nil {
@@ -68,6 +96,7 @@ func upgradeRolls(t *testing.T, s *suite) {
 		}
 		return nil
 	})
+	s.removeLoadProxy(t)
 }
 
 // buildAndImport builds the operator's image with tag, as make image does,

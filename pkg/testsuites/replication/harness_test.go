@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -15,12 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/operatortest"
-	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
 // shared is cmd/proxy-operator, built once for the package, and the real
@@ -36,8 +34,10 @@ const (
 
 // group is a namespace and the operator replicas of one test, each with a
 // Pod object of its own (there is no kubelet: the test plays it), a peer
-// port on loopback and a Raft directory that outlives its process, as an
-// emptyDir outlives a container.
+// port on a loopback address of its own (127.0.0.10+i, which its peer
+// dials come from too, so that a filter on it cuts it off) and a Raft
+// directory that outlives its process, as an emptyDir outlives a
+// container.
 type group struct {
 	t        *testing.T
 	ns       string
@@ -46,20 +46,34 @@ type group struct {
 	selector string
 	replicas []*replicaProc
 	flags    []string
+	// binary is cmd/proxy-operator as the package built it, or another
+	// build (newGroupOf).
+	binary string
+	// made counts the replicas made, for each one's own peer address.
+	made int
 }
 
 type replicaProc struct {
 	name, uid, peer, raftDir string
-	proc                     *operatortest.Process
-	api                      *client.Client
+	// ip is the peer port's address, peerPort its port.
+	ip       string
+	peerPort int
+	proc     *operatortest.Process
+	api      *client.Client
 	// leaseAddr stays the same across restarts, so a client keeps its address.
 	leaseAddr string
 }
 
 func newGroup(t *testing.T, n int, extra ...string) *group {
 	t.Helper()
+	return newGroupOf(t, shared.Get(t).Binary, n, extra...)
+}
+
+// newGroupOf is newGroup with another build of cmd/proxy-operator.
+func newGroupOf(t *testing.T, binary string, n int, extra ...string) *group {
+	t.Helper()
 	env := shared.Get(t).Env
-	g := &group{t: t, kube: kubernetes.NewForConfigOrDie(env.Config), crawl: versioned.NewForConfigOrDie(env.Config)}
+	g := &group{t: t, kube: kubernetes.NewForConfigOrDie(env.Config), crawl: versioned.NewForConfigOrDie(env.Config), binary: binary}
 	g.ns = operatortest.NewNamespace(t, g.kube)
 	g.selector = "replicas-of=" + g.ns
 	g.flags = append([]string{
@@ -76,7 +90,8 @@ func newGroup(t *testing.T, n int, extra ...string) *group {
 	return g
 }
 
-// newReplica makes the replica's Pod object and picks its ports.
+// newReplica makes the replica's Pod object and picks its ports, and
+// its peer address: the next of 127.0.0.10, .11, ...
 func (g *group) newReplica(name string) *replicaProc {
 	g.t.Helper()
 	pod, err := g.kube.CoreV1().Pods(g.ns).Create(g.t.Context(), &corev1.Pod{
@@ -87,7 +102,9 @@ func (g *group) newReplica(name string) *replicaProc {
 		g.t.Fatal(err)
 	}
 	ports := operatortest.FreePorts(g.t, 2)
-	return &replicaProc{name: name, uid: string(pod.UID), peer: "127.0.0.1:" + strconv.Itoa(ports[0]),
+	ip := "127.0.0." + strconv.Itoa(10+g.made)
+	g.made++
+	return &replicaProc{name: name, uid: string(pod.UID), ip: ip, peerPort: ports[0], peer: net.JoinHostPort(ip, strconv.Itoa(ports[0])),
 		leaseAddr: "127.0.0.1:" + strconv.Itoa(ports[1]), raftDir: filepath.Join(g.t.TempDir(), "raft")}
 }
 
@@ -101,14 +118,18 @@ func (g *group) start(r *replicaProc) {
 	args := append(operatortest.NamespaceArgs(kubeconfig, g.ns), g.flags...)
 	args = append(args, "--peer-addr="+r.peer, "--peer-advertise="+r.peer, "--raft-dir="+r.raftDir, "--lease-addr="+r.leaseAddr)
 	r.proc = operatortest.Start(g.t, operatortest.ProcessOptions{
-		Binary: shared.Get(g.t).Binary, Name: r.name, Args: args, LogsEnv: "REPLICATION_LOGS",
+		Binary: g.binary, Name: r.name, Args: args, LogsEnv: "REPLICATION_LOGS",
 		Env: []string{"POD_NAME=" + r.name, "POD_NAMESPACE=" + g.ns, "POD_UID=" + r.uid},
 	})
-	api, err := client.New("http://" + r.leaseAddr)
-	if err != nil {
-		g.t.Fatal(err)
+	if r.api == nil {
+		// Once: the address outlives the process, and workers read it
+		// while the process restarts.
+		api, err := client.New("http://" + r.leaseAddr)
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		r.api = api
 	}
-	r.api = api
 }
 
 // leader waits until exactly one running replica decides, and returns it.
@@ -156,36 +177,8 @@ func (g *group) voters(timeout time.Duration) {
 	})
 }
 
-// fleet makes n External Proxies (maxLeases 1) on forward proxies of this
-// process, health-checked through themselves against a local target, and
-// waits until the leader offers them all.
+// fleet makes n exclusive proxies (maxLeases 1), as steadyFleet does.
 func (g *group) fleet(n int) {
 	g.t.Helper()
-	target := proxytest.StartHTTPTarget(g.t)
-	for i := range n {
-		px := proxytest.StartInProcess(g.t, proxytest.Options{Verbosity: 1})
-		_, port, _ := net.SplitHostPort(px.Addr)
-		p, _ := strconv.Atoi(port)
-		_, err := g.crawl.CrawlV1alpha1().Proxies(g.ns).Create(g.t.Context(), &crawlv1alpha1.Proxy{
-			ObjectMeta: metav1.ObjectMeta{Name: "px-" + strconv.Itoa(i)},
-			Spec: crawlv1alpha1.ProxySpec{
-				Mode: crawlv1alpha1.ModeExternal, Endpoint: &crawlv1alpha1.Endpoint{Host: "127.0.0.1", Port: int32(p)}, MaxLeases: 1,
-				HealthCheck: crawlv1alpha1.HealthCheck{URL: target.URL + "/generate_204", ExpectedStatus: http.StatusNoContent,
-					Interval: &metav1.Duration{Duration: time.Second}, Timeout: &metav1.Duration{Duration: 500 * time.Millisecond}},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			g.t.Fatal(err)
-		}
-	}
-	eventually.Check(g.t, startTimeout, pollInterval, "every proxy offered", func(ctx context.Context) error {
-		proxies, err := g.leader(startTimeout).api.Proxies(ctx, g.ns, "")
-		if err != nil {
-			return err
-		}
-		if len(proxies) != n {
-			return fmt.Errorf("%d Ready proxies offered, want %d", len(proxies), n)
-		}
-		return nil
-	})
+	g.steadyFleet(slices.Repeat([]int32{1}, n))
 }

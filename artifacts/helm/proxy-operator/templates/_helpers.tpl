@@ -49,3 +49,38 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/version: {{ include "proxy-operator.tag" . | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
+
+{{/*
+The namespace of the inspection CA keys (docs/inspection.md): one of their
+own, so that the gateway, which reads them, reads no other Secret of the
+release (the lease-ID signing key, cloud tokens).
+*/}}
+{{- define "proxy-operator.inspectionCANamespace" -}}
+{{- .Values.inspection.caNamespace | default (printf "%s-inspection-ca" .Release.Namespace | trunc 63 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/*
+The lease store's replication (values leaseReplication): "true" with mode
+raft, else "". The replicas find each other by replicaSelector, the
+operator's own selector labels as a label selector (--replica-selector).
+*/}}
+{{- define "proxy-operator.raft" -}}
+{{- if not (has .Values.leaseReplication.mode (list "raft" "none")) -}}
+{{- fail (printf "leaseReplication.mode: %q is not raft or none" .Values.leaseReplication.mode) -}}
+{{- end -}}
+{{- if eq .Values.leaseReplication.mode "raft" -}}true{{- end -}}
+{{- end -}}
+
+{{- define "proxy-operator.replicaSelector" -}}
+{{- $labels := include "proxy-operator.selectorLabels" . | fromYaml -}}
+{{- $terms := list -}}
+{{- range $k := keys $labels | sortAlpha -}}
+{{- $terms = append $terms (printf "%s=%s" $k (get $labels $k)) -}}
+{{- end -}}
+{{- join "," $terms -}}
+{{- end -}}
+
+{{/* A quorum of the replicas: the fewest that keep the Raft group deciding. */}}
+{{- define "proxy-operator.quorum" -}}
+{{- add (div (int .Values.replicaCount) 2) 1 -}}
+{{- end -}}
