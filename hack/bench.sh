@@ -277,6 +277,16 @@ STORY
     echo
     go run ./pkg/testsuites/bench/gateway
     echo
+    echo "### Lease credentials: what the check costs the forward-proxy (issue 63)"
+    echo
+    echo "\`go run ./pkg/testsuites/bench/leasekey\`: cmd/forward-proxy built at the commit before lease keys (before) and from"
+    echo "this tree with a lease key (static: its static credentials; leased: each client a lease's signed credentials, verified,"
+    echo "tracked and its tunnel attached), on loopback, 32 clients each opening a fresh connection, a CONNECT and its 200 to a"
+    echo "target that closes at once; the sides take turns for 7 rounds of 4 s. Target: leased at least 0.9x before's median"
+    echo "CONNECT/s ([record 0404](decisions/0404-connect-rate-measured-before-and-after.md))."
+    echo
+    go run ./pkg/testsuites/bench/leasekey
+    echo
     echo "### Inspected HTTPS against tunnelled (issue 50)"
     echo
     echo "\`go test -run '^\$' -bench 'BenchmarkInspectedAgainstTunnelled' -benchtime 3s -count 5 ./pkg/gateway\`: one client,"

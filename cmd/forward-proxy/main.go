@@ -4,7 +4,9 @@
 //
 // Credentials come from the environment (PROXY_USERNAME, PROXY_PASSWORD) or
 // from a file named by --auth-file holding "username:password", never from
-// flags: argv is visible to every user of the machine.
+// flags: argv is visible to every user of the machine. So do the lease keys
+// (PROXY_LEASE_KEYS, or --lease-key-file), which make a lease's signed
+// credentials admit only until the lease ends (docs/api.md).
 //
 // On SIGTERM or SIGINT it stops accepting connections and waits up to
 // --shutdown-timeout for requests and tunnels in flight; a second signal
@@ -29,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 )
 
 // version is set at link time by `make image` (hack/image): the VERSION tag
@@ -36,8 +39,9 @@ import (
 var version = "dev"
 
 const (
-	envUsername = "PROXY_USERNAME"
-	envPassword = "PROXY_PASSWORD"
+	envUsername  = "PROXY_USERNAME"
+	envPassword  = "PROXY_PASSWORD"
+	envLeaseKeys = "PROXY_LEASE_KEYS"
 )
 
 func main() {
@@ -65,6 +69,11 @@ func run() int {
 	user, pass, err := credentials(c.AuthFile, os.Getenv)
 	if err != nil {
 		klog.ErrorS(err, "Cannot load credentials")
+		return 2
+	}
+	leaseKeys, err := leaseKeys(c.LeaseKeyFile, os.Getenv)
+	if err != nil {
+		klog.ErrorS(err, "Cannot load the lease keys")
 		return 2
 	}
 	if c.CloudInit != "" {
@@ -96,6 +105,7 @@ func run() int {
 		DenyCIDRs:         c.DenyCIDRs,
 		SourceAddr:        source,
 		ExitRanges:        c.ExitRanges,
+		LeaseKeys:         leaseKeys,
 		Logger:            klog.Background(),
 	})
 	if err != nil {
@@ -115,7 +125,7 @@ func run() int {
 	klog.InfoS("Configuration", "name", c.Name, "auth", user != "", "maxConns", c.MaxConns,
 		"readHeaderTimeout", c.ReadHeaderTimeout, "idleTimeout", c.IdleTimeout, "dialTimeout", c.DialTimeout,
 		"xForwardedFor", c.XForwardedFor, "allowCIDRs", c.AllowCIDRs.String(), "denyCIDRs", c.DenyCIDRs.String(),
-		"exitRanges", c.ExitRanges.String())
+		"exitRanges", c.ExitRanges.String(), "leaseKeys", len(leaseKeys))
 	klog.InfoS(forwardproxy.ListeningMessage, "addr", forwardproxy.LogAddr(ln.Addr().String()))
 
 	return serveUntilSignal(srv, ln, c.ShutdownTimeout)
@@ -174,6 +184,29 @@ func credentials(authFile string, getenv func(string) string) (user, pass string
 		return "", "", fmt.Errorf("set both $%s and $%s, or neither", envUsername, envPassword)
 	}
 	return envUser, envPass, nil
+}
+
+// leaseKeys returns the lease keys from keyFile or, when it is empty, from
+// the environment; neither: none (lease credentials are not checked).
+func leaseKeys(keyFile string, getenv func(string) string) ([]leasecred.Key, error) {
+	text := getenv(envLeaseKeys)
+	if keyFile != "" {
+		if text != "" {
+			return nil, fmt.Errorf("lease keys given both in --lease-key-file and in $%s: use one", envLeaseKeys)
+		}
+		data, err := os.ReadFile(keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading --lease-key-file: %w", err)
+		}
+		text = string(data)
+	}
+	if strings.TrimSpace(text) == "" {
+		if keyFile != "" {
+			return nil, fmt.Errorf("--lease-key-file %s holds no key", keyFile)
+		}
+		return nil, nil
+	}
+	return leasecred.ParseKeys(text)
 }
 
 func digestFile(path string) (int, string, error) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -274,4 +276,96 @@ func startEcho(t *testing.T) string {
 		}
 	}()
 	return l.Addr().String()
+}
+
+func TestLeaseKeys(t *testing.T) {
+	dir := t.TempDir()
+	key, err := leasecred.NewKeyText()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good", key+"\n")
+	empty := write("empty", "\n")
+	bad := write("bad", "not-a-key\n")
+	for name, tc := range map[string]struct {
+		file    string
+		env     string
+		want    int
+		wantErr bool
+	}{
+		"none":           {},
+		"env":            {env: key + "\n" + key, want: 2},
+		"file":           {file: good, want: 1},
+		"file and env":   {file: good, env: key, wantErr: true},
+		"an empty file":  {file: empty, wantErr: true},
+		"a bad key":      {file: bad, wantErr: true},
+		"a missing file": {file: filepath.Join(dir, "absent"), wantErr: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			keys, err := leaseKeys(tc.file, func(k string) string {
+				if k == envLeaseKeys {
+					return tc.env
+				}
+				return ""
+			})
+			if (err != nil) != tc.wantErr || len(keys) != tc.want {
+				t.Fatalf("leaseKeys = %d keys, %v; want %d, error %v", len(keys), err, tc.want, tc.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), key[:10]) {
+				t.Errorf("the error shows the key: %v", err)
+			}
+		})
+	}
+}
+
+// TestLeaseKeyFile: the binary with --lease-key-file admits a lease's
+// credential until its end and not after a push of its end, and says so
+// in its log without the key.
+func TestLeaseKeyFile(t *testing.T) {
+	target := proxytest.StartHTTPTarget(t)
+	text, err := leasecred.NewKeyText()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := leasecred.ParseKeys(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "lease-key")
+	if err := os.WriteFile(keyFile, []byte(text+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := proxytest.StartBinary(t, proxytest.Options{Username: "inst", Password: "static-pw", Args: []string{"--lease-key-file=" + keyFile}})
+	ctx := context.Background()
+	ref := leasecred.Ref{Epoch: 1, Serial: 9}
+	pass := leasecred.Sign(keys[0], "inst", leasecred.Claims{Ref: ref, End: time.Now().Add(time.Hour)})
+	res, err := proxytest.Fetch(ctx, p.URLWithAuth("inst", pass), target.URL+"/generate_204", nil)
+	if err != nil || res.Status != http.StatusNoContent {
+		t.Fatalf("with the lease's credential: %d %v, want 204", res.Status, err)
+	}
+	body, auth := leasecred.EncodePush(keys[0], []leasecred.Update{{Ref: ref, Until: time.Now().Add(time.Hour), Ended: true}})
+	req, _ := http.NewRequest(http.MethodPost, "http://"+p.Addr+leasecred.PushPath, bytes.NewReader(body))
+	req.Header.Set("Authorization", auth)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("push: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	res, err = proxytest.Fetch(ctx, p.URLWithAuth("inst", pass), target.URL+"/generate_204", nil)
+	if err != nil || res.Status != http.StatusProxyAuthRequired {
+		t.Errorf("after the push of its end: %d %v, want 407", res.Status, err)
+	}
+	if err := p.Terminate(t); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+	if logs := p.Logs(); !strings.Contains(logs, "leaseKeys=1") || strings.Contains(logs, text) {
+		t.Errorf("logs should say leaseKeys=1 and never the key:\n%s", logs)
+	}
 }

@@ -93,11 +93,9 @@ func main() {
 		// Hold renews the lease while fetch runs and releases it afterwards
 		// with the outcome fetch's error implies.
 		err := leases.Hold(ctx, req, func(ctx context.Context, l client.Lease) error {
-			proxyURL, err := l.ProxyURL() // credentials included when the proxy needs them
-			if err != nil {
-				return err
-			}
-			status, err := fetch(ctx, proxyURL, *target, *insecure, *showBody, *admitWait)
+			// The lease's credentials, renewed with it: a proxy that checks
+			// lease credentials admits them only while the lease lives.
+			status, err := fetch(ctx, l.ProxyFunc(), *target, *insecure, *showBody, *admitWait)
 			if err != nil {
 				return err
 			}
@@ -142,7 +140,7 @@ func crawlThroughGateway(ctx context.Context, gateway, tokenFile, namespace, tar
 		proxyURL.User = url.UserPassword("ns-"+namespace, password)
 		// No retry of a refusal: the chart puts no policy in front of the
 		// gateway, so a refused connection means no gateway is there.
-		status, err := fetch(ctx, proxyURL, target, insecure, showBody, 0)
+		status, err := fetch(ctx, http.ProxyURL(proxyURL), target, insecure, showBody, 0)
 		if err != nil {
 			fmt.Printf("round %d: %v\n", round, err)
 			failed++
@@ -156,11 +154,11 @@ func crawlThroughGateway(ctx context.Context, gateway, tokenFile, namespace, tar
 	return 0
 }
 
-// fetch requests target through proxyURL and returns the response's status
-// and time (and first line, with showBody).
-func fetch(ctx context.Context, proxyURL *url.URL, target string, insecure, showBody bool, admitWait time.Duration) (string, error) {
+// fetch requests target through the proxy proxy names and returns the
+// response's status and time (and first line, with showBody).
+func fetch(ctx context.Context, proxy func(*http.Request) (*url.URL, error), target string, insecure, showBody bool, admitWait time.Duration) (string, error) {
 	dial := admittingDialer{wait: admitWait}
-	transport := &http.Transport{Proxy: http.ProxyURL(proxyURL), DialContext: dial.DialContext, TLSClientConfig: &tls.Config{InsecureSkipVerify: insecure}} //nolint:gosec // opt-in, for make run's self-signed target
+	transport := &http.Transport{Proxy: proxy, DialContext: dial.DialContext, TLSClientConfig: &tls.Config{InsecureSkipVerify: insecure}} //nolint:gosec // opt-in, for make run's self-signed target
 	defer transport.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
@@ -93,8 +94,10 @@ func (c *Controller) ensureGeneratedCredentials(ctx context.Context, p *crawlv1a
 		return generatedAsIs, err
 	}
 	if want != nil {
-		secret.Data[crawlv1alpha1.AuthUsernameKey] = []byte(want.Username)
-		secret.Data[crawlv1alpha1.AuthPasswordKey] = []byte(want.Password)
+		secret.Data = map[string][]byte{
+			crawlv1alpha1.AuthUsernameKey: []byte(want.Username),
+			crawlv1alpha1.AuthPasswordKey: []byte(want.Password),
+		}
 	}
 	_, err = c.kube.CoreV1().Secrets(p.Namespace).Create(ctx, secret, metav1.CreateOptions{FieldManager: FieldManager})
 	if apierrors.IsAlreadyExists(err) {
@@ -179,14 +182,20 @@ func (c *Controller) updateGeneratedSecret(ctx context.Context, existing *corev1
 }
 
 // generatedCredentialsSecret is a new credentials Secret for p with random
-// username and password, controlled by p so that the garbage collector
-// deletes it with the Proxy.
+// username, password and lease key, controlled by p so that the garbage
+// collector deletes it with the Proxy. Rendered credentials (a proxy
+// network's) replace the username and password and keep no key: a network
+// checks no lease.
 func generatedCredentialsSecret(p *crawlv1alpha1.Proxy) (*corev1.Secret, error) {
 	username, err := randomToken(generatedUsernameBytes)
 	if err != nil {
 		return nil, err
 	}
 	password, err := randomToken(generatedPasswordBytes)
+	if err != nil {
+		return nil, err
+	}
+	leaseKey, err := leasecred.NewKeyText()
 	if err != nil {
 		return nil, err
 	}
@@ -212,6 +221,9 @@ func generatedCredentialsSecret(p *crawlv1alpha1.Proxy) (*corev1.Secret, error) 
 		Data: map[string][]byte{
 			crawlv1alpha1.AuthUsernameKey: []byte("u" + username),
 			crawlv1alpha1.AuthPasswordKey: []byte(password),
+			// The instance's own key, which signs its leases' credentials
+			// (docs/decisions/0400-a-lease-is-a-key.md).
+			leasecred.SecretKey: []byte(leaseKey),
 		},
 	}, nil
 }

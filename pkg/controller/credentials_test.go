@@ -4,14 +4,19 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/provider/upstream"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
@@ -54,6 +59,49 @@ func TestGeneratedCredentialsSecret(t *testing.T) {
 	again, _ := proxyaccess.ReadCredentials(second.Name, func(string) (*corev1.Secret, error) { return second, nil })
 	if again.Username == creds.Username || again.Password == creds.Password {
 		t.Error("two generated Secrets share a username or password")
+	}
+	// And a lease key of the instance's own, which signs its leases.
+	if _, err := leasecred.ParseKeys(creds.LeaseKeys); err != nil {
+		t.Errorf("the generated lease key: %v", err)
+	}
+	if again.LeaseKeys == creds.LeaseKeys {
+		t.Error("two generated Secrets share a lease key")
+	}
+}
+
+// TestLeaseBoundCondition: the latest successful probe says whether the
+// instance checks lease credentials; a failed probe leaves it; a new
+// instance starts without it.
+func TestLeaseBoundCondition(t *testing.T) {
+	for name, tc := range map[string]struct {
+		check      health.LeaseCheck
+		wantStatus metav1.ConditionStatus
+		wantReason string
+	}{
+		"checked":     {check: health.LeaseChecked, wantStatus: metav1.ConditionTrue, wantReason: ReasonInstanceChecksLeases},
+		"no key":      {check: health.LeaseNoKey, wantStatus: metav1.ConditionFalse, wantReason: ReasonNoLeaseKey},
+		"not checked": {check: health.LeaseNotChecked, wantStatus: metav1.ConditionFalse, wantReason: ReasonInstanceDoesNotCheck},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := &Controller{clock: testingclock.NewFakeClock(time.Now())}
+			p := newProxy()
+			c.stageLeaseBound(p, tc.check)
+			got := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionLeaseBound)
+			if got == nil || got.Status != tc.wantStatus || got.Reason != tc.wantReason {
+				t.Fatalf("LeaseBound = %+v, want %s/%s", got, tc.wantStatus, tc.wantReason)
+			}
+			if tc.check != health.LeaseChecked && !strings.Contains(got.Message, "advisory") {
+				t.Errorf("message %q does not say leases are advisory", got.Message)
+			}
+			c.stageLeaseBound(p, health.LeaseUnknown)
+			if again := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionLeaseBound); again.Reason != tc.wantReason {
+				t.Errorf("an unknown check changed the condition to %+v", again)
+			}
+			clearHealth(p)
+			if meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionLeaseBound) != nil {
+				t.Error("clearHealth kept LeaseBound")
+			}
+		})
 	}
 }
 

@@ -349,10 +349,11 @@ func (c *Controller) resolveCloudInit(p *crawlv1alpha1.Proxy) ([]byte, error) {
 	return data, nil
 }
 
-// credentialsDigest is a digest of the username and password of p's
-// credentials Secret (spec.auth's, or the generated one; "" for none): the
-// instance is configured with them, so a rotation must replace it. Only the
-// digest enters the spec hash.
+// credentialsDigest is a digest of the username, password and lease keys
+// of p's credentials Secret (spec.auth's, or the generated one; "" for
+// none): the instance is configured with them, so a rotation must replace
+// it. Only the digest enters the spec hash; a Secret without lease keys
+// digests as before they existed, so an upgrade replaces no instance.
 func (c *Controller) credentialsDigest(p *crawlv1alpha1.Proxy) (string, error) {
 	if !c.providers.ConfiguresCredentials(p) {
 		// Checked by a service the operator does not run: a new password
@@ -367,6 +368,10 @@ func (c *Controller) credentialsDigest(p *crawlv1alpha1.Proxy) (string, error) {
 	sum.Write([]byte(creds.Username))
 	sum.Write([]byte{0})
 	sum.Write([]byte(creds.Password))
+	if creds.LeaseKeys != "" {
+		sum.Write([]byte{0})
+		sum.Write([]byte(creds.LeaseKeys))
+	}
 	return hex.EncodeToString(sum.Sum(nil)), nil
 }
 

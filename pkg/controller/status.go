@@ -15,6 +15,8 @@ import (
 	"k8s.io/klog/v2"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -34,6 +36,10 @@ const (
 	// Healthy reasons.
 	ReasonProbeSucceeded = "ProbeSucceeded"
 	ReasonProbeFailed    = "ProbeFailed"
+	// LeaseBound's reasons: the health.LeaseCheck the probe found.
+	ReasonInstanceChecksLeases = string(health.LeaseChecked)
+	ReasonNoLeaseKey           = string(health.LeaseNoKey)
+	ReasonInstanceDoesNotCheck = string(health.LeaseNotChecked)
 	// Event-only reasons.
 	ReasonDeleted          = "Deleted"
 	ReasonInstanceVanished = "InstanceVanished"
@@ -124,6 +130,7 @@ func (c *Controller) applyHealth(ctx context.Context, p *crawlv1alpha1.Proxy) {
 	p.Status.LatencyMillis = v.Latency.Milliseconds()
 	if v.Healthy {
 		p.Status.ExitIP, p.Status.ExitCountry = v.ExitIP, v.ExitCountry
+		c.stageLeaseBound(p, v.Lease)
 	}
 	checked := metav1.NewTime(v.CheckedAt.Truncate(time.Second))
 	p.Status.LastHealthCheckTime = &checked
@@ -137,6 +144,28 @@ func (c *Controller) applyHealth(ctx context.Context, p *crawlv1alpha1.Proxy) {
 			logger.Info("Proxy is unhealthy", "reason", v.Message)
 			c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonUnhealthy, "Probe failed: %s", v.Message)
 		}
+	}
+}
+
+// stageLeaseBound stages the LeaseBound condition from what the latest
+// successful probe found: whether a lease on the proxy is a key or only a
+// promise (docs/api.md, "What a lease guarantees").
+func (c *Controller) stageLeaseBound(p *crawlv1alpha1.Proxy, check health.LeaseCheck) {
+	secret := proxyaccess.CredentialsSecret(p)
+	switch check {
+	case health.LeaseChecked:
+		c.setCondition(p, crawlv1alpha1.ConditionLeaseBound, metav1.ConditionTrue, ReasonInstanceChecksLeases,
+			"the instance checks lease credentials: a lease's admit only while the lease lives")
+	case health.LeaseNoKey:
+		msg := "the proxy takes no credentials: leases on it are advisory"
+		if secret != "" {
+			msg = fmt.Sprintf("credentials Secret %q holds no %s: leases on the proxy are advisory (their credentials outlive them)", secret, leasecred.SecretKey)
+		}
+		c.setCondition(p, crawlv1alpha1.ConditionLeaseBound, metav1.ConditionFalse, ReasonNoLeaseKey, msg)
+	case health.LeaseNotChecked:
+		c.setCondition(p, crawlv1alpha1.ConditionLeaseBound, metav1.ConditionFalse, ReasonInstanceDoesNotCheck, fmt.Sprintf(
+			"the instance does not say it checks the %s of Secret %q (it is not our forward-proxy started with it: squid, a proxy network, an older image): leases on the proxy are advisory",
+			leasecred.SecretKey, secret))
 	}
 }
 
@@ -184,6 +213,7 @@ func nonEmpty(ranges []string) []string {
 // clearHealth drops the verdict of an instance that is going away.
 func clearHealth(p *crawlv1alpha1.Proxy) {
 	meta.RemoveStatusCondition(&p.Status.Conditions, crawlv1alpha1.ConditionHealthy)
+	meta.RemoveStatusCondition(&p.Status.Conditions, crawlv1alpha1.ConditionLeaseBound)
 	p.Status.LatencyMillis = 0
 	p.Status.ExitIP, p.Status.ExitCountry = "", ""
 	p.Status.LastHealthCheckTime = nil

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 )
 
 // Defaults applied by [New] to zero fields of [Config].
@@ -109,6 +111,18 @@ type Config struct {
 	// net.DefaultResolver. Tests use it to make names resolve to internal
 	// addresses.
 	Resolver Resolver
+
+	// LeaseKeys, when set, make the proxy check lease credentials
+	// (pkg/leasecred): a password signed with one of them for the username
+	// presented, naming a lease and its end, admits that username (its
+	// session term too, so a session's exit) until the end, unless the
+	// operator pushed that the lease ended (POST leasecred.PushPath, signed
+	// with one of the keys). Connections and tunnels opened under a lease
+	// are closed when it ends (when served by Serve). Username and
+	// Password then admit only that username, and nothing on a proxy with
+	// ExitRanges; answers to them name the keys' IDs (LeaseKeysHeader).
+	// See docs/api.md, "What a lease guarantees".
+	LeaseKeys []leasecred.Key
 
 	// Logger receives the Server's logs. The zero value means
 	// klog.Background(); use logr.Discard() for silence.

@@ -50,7 +50,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 	// Deadlines set by the http.Server survive the hijack; the tunnel
 	// manages its own.
 	_ = client.SetDeadline(time.Time{})
-	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection Established\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(client, s.established(r)); err != nil {
 		t.close()
 		return
 	}
@@ -72,6 +72,15 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request) {
 		kv = append(kv, "err", err)
 	}
 	s.log.V(3).Info("Tunnel closed", kv...)
+}
+
+// established is the answer that opens a tunnel; to the operator's own
+// credentials it names the lease keys.
+func (s *Server) established(r *http.Request) string {
+	if announced, _ := r.Context().Value(announceKey{}).(bool); announced {
+		return "HTTP/1.1 200 Connection Established\r\n" + LeaseKeysHeader + ": " + s.keyIDs + "\r\n\r\n"
+	}
+	return "HTTP/1.1 200 Connection Established\r\n\r\n"
 }
 
 func validAuthority(hostport string) bool {

@@ -43,11 +43,20 @@
 //     "+session-<id>" term ([SplitSession], [ExitAddr]): the same session,
 //     the same address; none, a fresh one per connection. See
 //     docs/ipv6.md.
+//   - Lease credentials ([Config.LeaseKeys], --lease-key-file): a password
+//     the lease API signed with the instance's key (pkg/leasecred) admits
+//     its username, session term included, until its lease's end; a
+//     lease the operator says ended (a signed POST to
+//     leasecred.PushPath) is refused from then on, and the client
+//     connections and tunnels opened under a lease are closed when it
+//     ends. The static credentials then admit only the bare username,
+//     and nothing on a proxy with exit ranges. See docs/api.md.
 //   - Limits: concurrent client connections (enforced by [Server.Serve]),
 //     read-header, idle and dial timeouts.
 //   - GET /healthz addressed to the proxy itself (origin-form) answers 200
-//     "ok" without authentication, GET /metrics the Prometheus metrics; any
-//     other origin-form request is a 400.
+//     "ok" without authentication, GET /metrics the Prometheus metrics,
+//     POST /lease-updates takes the operator's pushes (signed); any other
+//     origin-form request is a 400.
 //   - Graceful shutdown that waits for in-flight requests and open tunnels
 //     until the context ends, then closes them.
 //

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 )
 
 // CommandLine is cmd/forward-proxy's flags, parsed.
@@ -19,6 +21,7 @@ type CommandLine struct {
 	DialTimeout       time.Duration
 	XForwardedFor     bool
 	AuthFile          string
+	LeaseKeyFile      string
 	CloudInit         string
 	ShutdownTimeout   time.Duration
 	ShowVersion       bool
@@ -43,6 +46,8 @@ func NewFlagSet(name string, c *CommandLine, credentialsHelp string) *flag.FlagS
 	fs.DurationVar(&c.DialTimeout, "dial-timeout", DefaultDialTimeout, "time allowed to connect to a target (504 when exceeded)")
 	fs.BoolVar(&c.XForwardedFor, "x-forwarded-for", false, "add the client's IP to X-Forwarded-For on plain HTTP requests (leaks the crawler's origin)")
 	fs.StringVar(&c.AuthFile, "auth-file", "", "file holding username:password for basic auth (alternative to "+credentialsHelp+")")
+	fs.StringVar(&c.LeaseKeyFile, "lease-key-file", "", "file holding the instance's lease keys, one base64url key a line (alternative to $PROXY_LEASE_KEYS): "+
+		"a lease's credentials, signed with one of them, then admit their username only until the lease ends, and the operator's pushes of ended leases (POST "+leasecred.PushPath+") close its connections; see docs/api.md")
 	fs.StringVar(&c.CloudInit, "cloud-init", "", "path of the cloud-init user-data delivered to this instance; its size and sha256 are logged, never its content")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 25*time.Second, "on SIGTERM, how long to wait for requests and tunnels in flight")
 	fs.BoolVar(&c.ShowVersion, "version", false, "print the version and exit")

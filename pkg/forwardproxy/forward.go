@@ -84,6 +84,9 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 // standard hop-by-hop headers already.
 func (s *Server) modifyResponse(res *http.Response) error {
 	appendVia(res.Header, res.ProtoMajor, res.ProtoMinor, s.cfg.Name)
+	if announced, _ := res.Request.Context().Value(announceKey{}).(bool); announced {
+		res.Header.Set(LeaseKeysHeader, s.keyIDs)
+	}
 	return nil
 }
 

@@ -18,7 +18,13 @@ const MetricsPath = "/metrics"
 // serverMetrics is one Server's private registry.
 type serverMetrics struct {
 	egressRefused *prometheus.CounterVec
-	handler       http.Handler
+	// Lease credentials (leases.go).
+	leaseRefused       *prometheus.CounterVec
+	leaseConnsClosed   prometheus.Counter
+	leases             prometheus.Gauge
+	pushes             *prometheus.CounterVec
+	pushUpdatesDropped prometheus.Counter
+	handler            http.Handler
 }
 
 func newServerMetrics() *serverMetrics {
@@ -29,7 +35,32 @@ func newServerMetrics() *serverMetrics {
 			Help: "Dials the egress guard refused (answered 403), by the rule that refused them.",
 		}, []string{"rule"}),
 	}
-	reg.MustRegister(m.egressRefused)
+	m.leaseRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "forward_proxy_lease_refused_total",
+		Help: "Lease credentials refused (answered 407), by reason: expired, ended (released or revoked, as the operator pushed), full.",
+	}, []string{"reason"})
+	m.leaseConnsClosed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "forward_proxy_lease_connections_closed_total",
+		Help: "Client connections and tunnels closed because the lease they were opened under ended.",
+	})
+	m.leases = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "forward_proxy_leases",
+		Help: "Leases the proxy keeps track of: those with credentials in use, and ended ones whose credentials have yet to expire.",
+	})
+	m.pushes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "forward_proxy_lease_pushes_total",
+		Help: "Pushes of lease updates from the operator, by result: ok, refused (bad signature or body).",
+	}, []string{"result"})
+	m.pushUpdatesDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "forward_proxy_lease_push_updates_dropped_total",
+		Help: "Pushed lease ends not kept because the proxy tracks the most leases it will.",
+	})
+	reg.MustRegister(m.egressRefused, m.leaseRefused, m.leaseConnsClosed, m.leases, m.pushes, m.pushUpdatesDropped)
+	for _, r := range []admitReason{refusedExpired, refusedEnded, refusedFull} {
+		m.leaseRefused.WithLabelValues(string(r))
+	}
+	m.pushes.WithLabelValues("ok")
+	m.pushes.WithLabelValues("refused")
 	// Every rule is exported from the start, so that an alert on a rate
 	// sees zeros rather than nothing.
 	for _, r := range DefaultEgressDenyRules {

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 )
 
 // Server is a forward proxy. Create it with [New]; serve with [Server.Serve]
@@ -34,8 +36,14 @@ type Server struct {
 	metrics *serverMetrics
 
 	auth     bool
+	static   bool // Username and Password are set
 	userHash [sha256.Size]byte
 	passHash [sha256.Size]byte
+
+	// leases is the book of lease credentials (nil without LeaseKeys);
+	// keyIDs announces the keys (LeaseKeysHeader).
+	leases *leaseBook
+	keyIDs string
 
 	conns atomic.Int64 // client connections accepted by Serve and not yet closed
 
@@ -83,9 +91,14 @@ func New(cfg Config) (*Server, error) {
 		s.cfg.DialContext = d.DialContext
 	}
 	if cfg.Username != "" {
-		s.auth = true
+		s.auth, s.static = true, true
 		s.userHash = sha256.Sum256([]byte(cfg.Username))
 		s.passHash = sha256.Sum256([]byte(cfg.Password))
+	}
+	if len(cfg.LeaseKeys) > 0 {
+		s.auth = true
+		s.leases = newLeaseBook(s.metrics)
+		s.keyIDs = leaseKeyIDs(cfg.LeaseKeys)
 	}
 	errorLog := log.New(logWriter{s.log.V(2)}, "", 0)
 	s.transport = &http.Transport{
@@ -116,10 +129,14 @@ func New(cfg Config) (*Server, error) {
 		ErrorLog:                     errorLog,
 		DisableGeneralOptionsHandler: true,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if tc, ok := c.(*trackedConn); ok && tc.overLimit {
-				return context.WithValue(ctx, overLimitKey{}, true)
+			tc, ok := c.(*trackedConn)
+			if !ok {
+				return ctx
 			}
-			return ctx
+			if tc.overLimit {
+				ctx = context.WithValue(ctx, overLimitKey{}, true)
+			}
+			return context.WithValue(ctx, connKey{}, tc)
 		},
 	}
 	return s, nil
@@ -198,7 +215,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "503 proxy connection limit reached", http.StatusServiceUnavailable)
 		return
 	}
-	session, ok, err := s.proxyUser(r)
+	a, err := s.proxyUser(r)
 	if err != nil {
 		s.log.V(2).Info("Refusing request: bad username term", "method", r.Method, "target", r.URL.Host, "client", r.RemoteAddr, "err", err)
 		if r.Method == http.MethodConnect {
@@ -207,17 +224,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "400 "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if !ok {
-		s.log.V(2).Info("Refusing request: proxy authentication missing or wrong", "method", r.Method, "target", r.URL.Host, "client", r.RemoteAddr)
+	if !a.ok {
+		s.log.V(2).Info("Refusing request: proxy authentication missing or wrong", "method", r.Method, "target", r.URL.Host, "client", r.RemoteAddr, "lease", a.refused)
 		w.Header().Set("Proxy-Authenticate", `Basic realm="`+Realm+`"`)
 		if r.Method == http.MethodConnect {
 			w.Header().Set("Connection", "close")
 		}
-		http.Error(w, "407 proxy authentication required", http.StatusProxyAuthRequired)
+		http.Error(w, "407 "+a.refusal(), http.StatusProxyAuthRequired)
 		return
 	}
-	if session != "" {
-		r = r.WithContext(withSession(r.Context(), session))
+	if a.lease != nil {
+		if tc, _ := r.Context().Value(connKey{}).(*trackedConn); tc != nil {
+			s.leases.attach(a.lease, tc)
+		}
+	}
+	if a.session != "" || a.announce {
+		ctx := r.Context()
+		if a.session != "" {
+			ctx = withSession(ctx, a.session)
+		}
+		if a.announce {
+			ctx = context.WithValue(ctx, announceKey{}, true)
+		}
+		r = r.WithContext(ctx)
 	}
 	if r.Method == http.MethodConnect {
 		s.serveConnect(w, r)
@@ -238,31 +267,84 @@ func (s *Server) serveDirect(w http.ResponseWriter, r *http.Request) {
 	case get && r.URL.Path == MetricsPath:
 		s.metrics.handler.ServeHTTP(w, r)
 		return
+	case r.Method == http.MethodPost && r.URL.Path == leasecred.PushPath:
+		s.servePush(w, r)
+		return
 	}
 	http.Error(w, "400 this is a forward proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port", http.StatusBadRequest)
 }
 
-// proxyUser reads the request's credentials: ok when they are the
-// configured ones (always, when none are configured), and the session id of
-// the username's session term (SplitSession). A configured username is
-// matched whole first, so one that itself ends in a session term still
-// works. Digests are compared in constant time.
-func (s *Server) proxyUser(r *http.Request) (session string, ok bool, err error) {
+// authn is what a request's credentials admit.
+type authn struct {
+	ok bool
+	// session is the username's session id (SplitSession), "" for none.
+	session string
+	// lease is the lease a lease credential is of (nil for none, and for
+	// the operator's own short credential).
+	lease *leaseEntry
+	// announce: the operator's own credentials (the static ones, or a
+	// lease credential of no lease), whose answers name the lease keys.
+	announce bool
+	// refused says why a lease credential was refused, "" otherwise.
+	refused admitReason
+}
+
+func (a authn) refusal() string {
+	switch a.refused {
+	case refusedExpired:
+		return "proxy authentication required: the lease of these credentials has expired; renew it for fresh ones"
+	case refusedEnded:
+		return "proxy authentication required: the lease of these credentials has ended"
+	case refusedFull:
+		return "proxy authentication required: this proxy tracks too many leases now"
+	}
+	return "proxy authentication required"
+}
+
+// proxyUser reads the request's credentials. Without lease keys they are
+// ok when they are the configured ones (always, when none are configured),
+// with the session id of the username's session term (SplitSession); a
+// configured username is matched whole first, so one that itself ends in a
+// session term still works. With lease keys a lease credential admits its
+// username, session term included, until its lease ends (leases.go); the
+// static credentials then admit only the username itself, and nothing on
+// a proxy with exit ranges (the operator probes those with a credential it
+// signs): a session's exit is reached only with that session's credential.
+// Digests and MACs are compared in constant time.
+func (s *Server) proxyUser(r *http.Request) (authn, error) {
 	user, pass, has := parseBasic(r.Header.Get("Proxy-Authorization"))
 	if !has {
-		return "", !s.auth, nil
+		return authn{ok: !s.auth}, nil
+	}
+	if s.leases != nil {
+		if claims, err := leasecred.Verify(s.cfg.LeaseKeys, user, pass); err == nil {
+			_, session, err := SplitSession(user)
+			if err != nil {
+				return authn{}, err
+			}
+			lease, refused := s.leases.admit(claims, time.Now())
+			if refused != "" {
+				s.metrics.leaseRefused.WithLabelValues(string(refused)).Inc()
+				return authn{refused: refused}, nil
+			}
+			return authn{ok: true, session: session, lease: lease, announce: claims.Ref.IsZero()}, nil
+		}
+		if s.static && len(s.cfg.ExitRanges) == 0 && s.credentialsMatch(user, pass) {
+			return authn{ok: true, announce: true}, nil
+		}
+		return authn{}, nil
 	}
 	if s.auth && s.credentialsMatch(user, pass) {
-		return "", true, nil
+		return authn{ok: true}, nil
 	}
 	base, session, err := SplitSession(user)
 	if err != nil {
-		return "", false, err
+		return authn{}, err
 	}
 	if !s.auth {
-		return session, true, nil
+		return authn{ok: true, session: session}, nil
 	}
-	return session, session != "" && s.credentialsMatch(base, pass), nil
+	return authn{ok: session != "" && s.credentialsMatch(base, pass), session: session}, nil
 }
 
 func (s *Server) credentialsMatch(user, pass string) bool {
@@ -417,6 +499,13 @@ func upstreamError(w http.ResponseWriter, err error) int {
 
 type overLimitKey struct{}
 
+// connKey holds a request's *trackedConn (connections accepted by Serve).
+type connKey struct{}
+
+// announceKey marks a request of the operator's own credentials, whose
+// answer names the lease keys (LeaseKeysHeader).
+type announceKey struct{}
+
 // limitListener counts client connections and marks those beyond MaxConns.
 type limitListener struct {
 	net.Listener
@@ -436,16 +525,26 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}, nil
 }
 
-// trackedConn decrements the connection count once, on Close.
+// trackedConn decrements the connection count once, on Close, and leaves
+// the lease it serves.
 type trackedConn struct {
 	net.Conn
 	s         *Server
 	overLimit bool
 	once      sync.Once
+	// lease is the lease the connection serves now (a tunnel, or the
+	// latest request's), nil for none; guarded by the lease book's lock.
+	lease      *leaseEntry
+	leaseClose sync.Once
 }
 
 func (c *trackedConn) Close() error {
-	c.once.Do(func() { c.s.conns.Add(-1) })
+	c.once.Do(func() {
+		c.s.conns.Add(-1)
+		if c.s.leases != nil {
+			c.s.leases.detach(c)
+		}
+	})
 	return c.Conn.Close()
 }
 

@@ -93,7 +93,7 @@ func (g *Gateway) openTunnel(ctx context.Context, c caller, authority string) (*
 			}
 			break // the refusal is the better answer
 		}
-		upstream, pending, err := g.dialConnect(ctx, u.h.upstream, authority)
+		upstream, pending, err := g.dialConnect(ctx, u.h.upstream(), authority)
 		if err == nil {
 			return u, upstream, pending, nil
 		}

@@ -68,8 +68,8 @@ func (fuzzLeases) Acquire(_ context.Context, _ auth.User, req store.AcquireReque
 	return store.Lease{ID: "id", Proxy: store.LeasedProxy{Key: store.ObjectName{Namespace: "crawl", Name: "p"}, URL: "http://127.0.0.1:9"}, TTL: time.Minute, ExpiresAt: time.Now().Add(time.Minute)},
 		&proxyaccess.Credentials{Username: "fleet", Password: fuzzUpstreamPassword}, nil
 }
-func (fuzzLeases) Renew(context.Context, auth.User, string, time.Duration, store.Report) (store.Lease, error) {
-	return store.Lease{}, store.ErrUnknownLease
+func (fuzzLeases) Renew(context.Context, auth.User, string, time.Duration, store.Report) (store.Lease, *proxyaccess.Credentials, error) {
+	return store.Lease{}, nil, store.ErrUnknownLease
 }
 func (fuzzLeases) Release(context.Context, auth.User, string, store.Outcome, string, int64) error {
 	return nil

@@ -25,9 +25,11 @@ type holding struct {
 	pool string
 	// user is who the lease was acquired for.
 	user auth.User
-	// upstream is the proxy's URL with its credentials in User: never
-	// logged, never shown to clients (use proxy to name it).
-	upstream *url.URL
+	// upstreamURL is the proxy's URL with its credentials in User: never
+	// logged, never shown to clients (use proxy to name it). A renewal of
+	// a lease on a proxy that checks lease credentials replaces it with
+	// one carrying the fresh credentials (upstream reads it).
+	upstreamURL atomic.Pointer[url.URL]
 
 	// transferred is the bytes moved through the upstream since the last
 	// report; each renewal and the release report them to the leader, for
@@ -54,7 +56,25 @@ func newHolding(user auth.User, l store.Lease, creds *proxyaccess.Credentials) (
 	if creds != nil {
 		u.User = url.UserPassword(creds.Username, creds.Password)
 	}
-	return &holding{proxy: cache.ObjectName(l.Proxy.Key), pool: l.Proxy.Pool, user: user, upstream: u, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL}, nil
+	h := &holding{proxy: cache.ObjectName(l.Proxy.Key), pool: l.Proxy.Pool, user: user, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL}
+	h.upstreamURL.Store(u)
+	return h, nil
+}
+
+// upstream is the proxy's URL with its latest credentials: new tunnels and
+// requests use them; those open already live as long as the lease (the
+// operator tells the proxy of each renewal).
+func (h *holding) upstream() *url.URL { return h.upstreamURL.Load() }
+
+// refresh takes a renewal's credentials, when they are the lease's own
+// (signed for its new end); a proxy's own credentials do not change.
+func (h *holding) refresh(creds *proxyaccess.Credentials) {
+	if creds == nil || !creds.LeaseBound {
+		return
+	}
+	u := *h.upstream()
+	u.User = url.UserPassword(creds.Username, creds.Password)
+	h.upstreamURL.Store(&u)
 }
 
 // detector judges the responses through the holding.
@@ -100,7 +120,7 @@ func (h *holding) drop(ctx context.Context, leases Leases, logger klog.Logger) {
 	}
 	h.ended = true
 	if r := h.takeReport(); r != (store.Report{}) {
-		if _, err := leases.Renew(ctx, h.user, h.id, h.ttl, r); err != nil && !leaseGone(err) {
+		if _, _, err := leases.Renew(ctx, h.user, h.id, h.ttl, r); err != nil && !leaseGone(err) {
 			logger.V(2).Info("Could not report a dropped lease's usage", "proxy", h.proxy, "okRequests", r.OKRequests, "bytes", r.TransferredBytes, "err", err.Error())
 		}
 	}
@@ -117,11 +137,12 @@ func (h *holding) putBack(r store.Report) {
 	h.transferred.Add(r.TransferredBytes)
 }
 
-// renewIfDue renews when less than half the TTL is left. It reports false
-// when the lease is gone (revoked, released through the session call,
-// expired), so that the next connection acquires another. Without a leader
-// it tries again at the next tick until the lease expires: a failover must
-// not end a tunnel.
+// renewIfDue renews when less than half the TTL is left, and takes the
+// renewal's fresh credentials for the tunnels and requests it opens next.
+// It reports false when the lease is gone (revoked, released through the
+// session call, expired), so that the next connection acquires another.
+// Without a leader it tries again at the next tick until the lease
+// expires: a failover must not end a tunnel.
 func (h *holding) renewIfDue(ctx context.Context, leases Leases, now time.Time, logger klog.Logger) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -132,13 +153,14 @@ func (h *holding) renewIfDue(ctx context.Context, leases Leases, now time.Time, 
 		return true
 	}
 	report := h.takeReport()
-	l, err := leases.Renew(ctx, h.user, h.id, h.ttl, report)
+	l, creds, err := leases.Renew(ctx, h.user, h.id, h.ttl, report)
 	if err != nil && !leaseGone(err) {
 		h.putBack(report) // not counted: report it next time
 	}
 	switch {
 	case err == nil:
 		h.id, h.expiresAt = l.ID, l.ExpiresAt
+		h.refresh(creds)
 		return true
 	case leaseGone(err), !now.Before(h.expiresAt):
 		logger.V(3).Info("Gateway lease gone", "proxy", h.proxy, "reason", err.Error())

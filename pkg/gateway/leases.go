@@ -19,8 +19,9 @@ type Leases interface {
 	// Renew, Release and Get reach user's leases only. Renew reports what
 	// happened on the lease since the last report, Release the bytes
 	// transferred through the proxy since then (0: none), for its pool's
-	// usage.
-	Renew(ctx context.Context, user auth.User, id string, ttl time.Duration, report store.Report) (store.Lease, error)
+	// usage. Renew returns the renewal's credentials when they are the
+	// lease's own (a proxy that checks lease credentials), else nil.
+	Renew(ctx context.Context, user auth.User, id string, ttl time.Duration, report store.Report) (store.Lease, *proxyaccess.Credentials, error)
 	Release(ctx context.Context, user auth.User, id string, outcome store.Outcome, domain string, transferred int64) error
 	// Get errors with ErrUnknownLease, ErrRevoked or ErrSuperseded when the
 	// lease is no longer live (released through the session call, revoked,

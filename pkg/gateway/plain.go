@@ -69,7 +69,7 @@ func (g *Gateway) servePlain(w http.ResponseWriter, r *http.Request, c caller) {
 // tunnel for HTTPS): from then on the target may have acted on it.
 func (g *Gateway) roundTrip(out *http.Request, u *use) (resp *http.Response, written bool, err error) {
 	var wrote atomic.Bool
-	ctx := httptrace.WithClientTrace(context.WithValue(out.Context(), upstreamKey{}, u.h.upstream),
+	ctx := httptrace.WithClientTrace(context.WithValue(out.Context(), upstreamKey{}, u.h.upstream()),
 		&httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }})
 	req := out.WithContext(ctx)
 	if out.Body != nil {
@@ -78,7 +78,7 @@ func (g *Gateway) roundTrip(out *http.Request, u *use) (resp *http.Response, wri
 	resp, err = g.transport.RoundTrip(req)
 	if err != nil {
 		// Go's proxy errors can quote the proxy URL; keep credentials out.
-		return nil, wrote.Load(), errors.New(redact(err.Error(), u.h.upstream))
+		return nil, wrote.Load(), errors.New(redact(err.Error(), u.h.upstream()))
 	}
 	return resp, true, nil
 }

@@ -195,7 +195,10 @@ func (r *Remote) Acquire(ctx context.Context, user auth.User, req store.AcquireR
 	}
 }
 
-func (r *Remote) Renew(ctx context.Context, user auth.User, id string, ttl time.Duration, report store.Report) (store.Lease, error) {
+// Renew renews and returns the renewal's credentials when it carries any:
+// the lease API sends them only when they are the lease's own, signed for
+// its new end.
+func (r *Remote) Renew(ctx context.Context, user auth.User, id string, ttl time.Duration, report store.Report) (store.Lease, *proxyaccess.Credentials, error) {
 	var got *client.Lease
 	err := r.call(ctx, func(c *client.Client) (err error) {
 		got, err = c.ActingFor(user.Name, user.UID, user.Groups).RenewReporting(ctx, id, ttl,
@@ -203,9 +206,13 @@ func (r *Remote) Renew(ctx context.Context, user auth.User, id string, ttl time.
 		return err
 	})
 	if err != nil {
-		return store.Lease{}, leaseError(err)
+		return store.Lease{}, nil, leaseError(err)
 	}
-	return leaseOf(user, got), nil
+	creds := credentialsOf(got)
+	if creds != nil {
+		creds.LeaseBound = true
+	}
+	return leaseOf(user, got), creds, nil
 }
 
 func (r *Remote) Release(ctx context.Context, user auth.User, id string, outcome store.Outcome, domain string, transferred int64) error {

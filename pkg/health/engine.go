@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 )
 
@@ -126,6 +127,8 @@ type Engine struct {
 
 	// probe is Probe; unit tests script it.
 	probe func(context.Context, Target) Result
+	// leaseKeys parses the credentials Secrets' lease keys once each.
+	leaseKeys leasecred.KeyCache
 	// geo is Config.GeoIP.
 	geo     CountryLookup
 	running atomic.Bool

@@ -31,7 +31,7 @@ const (
 
 // Reports lists why a verdict is reported, the label values of
 // Metrics.ObserveReport.
-var Reports = []string{reportFirstVerdict, reportFlip, reportLatency}
+var Reports = []string{reportFirstVerdict, reportFlip, reportLatency, reportLease}
 
 // Results lists every probe result, for pre-declaring metric series.
 var Results = []string{

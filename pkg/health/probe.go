@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 )
 
 // maxDrain bounds the response body a probe reads before closing.
@@ -68,6 +70,12 @@ type Result struct {
 	// (Target.ExitInfo) or, after the engine resolved it, as the GeoIP
 	// database knows it; "" when unknown.
 	ExitCountry string
+	// AnnouncedKeys is the proxy's leasecred.KeysHeader: the IDs of the
+	// lease keys it checks, "" when it named none.
+	AnnouncedKeys string
+	// Lease is what the engine made of it against the credentials Secret
+	// (worker.go); LeaseUnknown from Probe itself.
+	Lease LeaseCheck
 }
 
 // asksExitIP says whether the probe reads the exit IP from the answer.
@@ -115,7 +123,11 @@ func Probe(ctx context.Context, t Target) Result {
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 
-	res := Result{Status: resp.StatusCode, Latency: latency}
+	res := Result{Status: resp.StatusCode, Latency: latency, AnnouncedKeys: p.announced}
+	if !p.httpsTarget {
+		// The proxy's own header on the forwarded answer.
+		res.AnnouncedKeys = resp.Header.Get(leasecred.KeysHeader)
+	}
 	switch {
 	case t.asksExitIP() && resp.StatusCode == t.ExpectedStatus && exitIP == "":
 		res.Class = ResultUnexpectedStatus
@@ -149,7 +161,9 @@ func Probe(ctx context.Context, t Target) Result {
 
 // prober is one probe's connection and how far it got.
 type prober struct {
-	t           Target
+	t Target
+	// announced is the CONNECT answer's leasecred.KeysHeader.
+	announced   string
 	target      *url.URL
 	httpsTarget bool
 	stage       stage
@@ -271,6 +285,7 @@ func (p *prober) fetch(ctx context.Context) (*http.Response, error) {
 		return nil, err
 	}
 	answer.Body.Close()
+	p.announced = answer.Header.Get(leasecred.KeysHeader)
 	if n := p.buf.r.Buffered(); n > 0 {
 		// Bytes after the answer are the tunnel's: the TLS client reads
 		// them first.

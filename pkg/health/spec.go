@@ -27,8 +27,16 @@ type check struct {
 	target     Target
 	interval   time.Duration
 	thresholds thresholds
-	// authSecret names the spec.auth Secret in the proxy's namespace, "" for none.
+	// authSecret names the credentials Secret in the proxy's namespace, ""
+	// for none (proxyaccess.CredentialsSecret).
 	authSecret string
+	// session is the session id of a session on a shared instance, whose
+	// username carries it (proxyaccess.Session), "" for none.
+	session string
+	// signs: the probe authenticates with a credential it signs with the
+	// Secret's lease key, when there is one: a session's exit and a ranged
+	// instance admit nothing else (docs/decisions/0400-a-lease-is-a-key.md).
+	signs bool
 	// mustRefuseAnonymous: a Managed instance, which the operator starts with
 	// credentials, must refuse a request without them (docs/decisions/0140-managed-instance-must-refuse-request-without.md).
 	mustRefuseAnonymous bool
@@ -83,6 +91,8 @@ func checkFor(p *crawlv1alpha1.Proxy, address string, rootCAs *x509.CertPool, pr
 	if c.authSecret == "" {
 		return c
 	}
+	c.session = proxyaccess.SessionOf(p)
+	c.signs = c.session != "" || len(p.Status.ExitRanges) > 0
 	// An instance not configured with the credentials (a proxy network's
 	// super proxy) is not ours to prove closed.
 	c.mustRefuseAnonymous = p.Spec.Mode != crawlv1alpha1.ModeExternal && providers.ConfiguresCredentials(p)

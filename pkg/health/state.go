@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -138,7 +139,7 @@ func seedFromStatus(p *crawlv1alpha1.Proxy, address string) (counters, *Verdict,
 	if p.Status.LastHealthCheckTime != nil {
 		checkedAt = p.Status.LastHealthCheckTime.Time
 	}
-	return c, &Verdict{
+	v := &Verdict{
 		Address:     address,
 		Healthy:     healthy,
 		Message:     cond.Message,
@@ -146,5 +147,11 @@ func seedFromStatus(p *crawlv1alpha1.Proxy, address string) (counters, *Verdict,
 		ExitIP:      p.Status.ExitIP,
 		ExitCountry: p.Status.ExitCountry,
 		CheckedAt:   checkedAt,
-	}, checkedAt
+	}
+	// The LeaseBound condition's reason is the check, so a new leader's
+	// first probe writes nothing when it finds the same.
+	if bound := meta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionLeaseBound); bound != nil && slices.Contains(LeaseChecks, LeaseCheck(bound.Reason)) {
+		v.Lease = LeaseCheck(bound.Reason)
+	}
+	return c, v, checkedAt
 }

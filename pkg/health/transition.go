@@ -106,6 +106,7 @@ const (
 	reportFlip         = "flip"
 	reportLatency      = "latency_change"
 	reportExitIP       = "exit_ip_change"
+	reportLease        = "lease_check_change"
 )
 
 // minLatencyChange is the smallest latency change worth a status write.
@@ -146,6 +147,12 @@ func reportReason(reported *Verdict, reportedAt time.Time, c counters, latency t
 // latency's persistence: a pool re-rolls a member whose exit IP another
 // has, or whose country is not the one asked for, and the IP a lease would
 // get is what kubectl get shows.
+// leaseCheckChanged: a healthy proxy's instance started or stopped checking
+// lease credentials (a new key, a restart without one).
+func leaseCheckChanged(reported *Verdict, c counters, r Result) bool {
+	return reported != nil && reported.Healthy && c.verdict == verdictHealthy && r.OK && r.Lease != reported.Lease
+}
+
 func exitIPChanged(reported *Verdict, c counters, r Result) bool {
 	return reported != nil && reported.Healthy && c.verdict == verdictHealthy && r.OK &&
 		(r.ExitIP != reported.ExitIP || r.ExitCountry != reported.ExitCountry)

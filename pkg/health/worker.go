@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -40,22 +41,44 @@ func (e *Engine) runJob(ctx context.Context, j job) {
 // the job must prove the proxy closed, a successful probe is followed by
 // one without credentials, which must fail: a Managed instance that serves
 // anyone (a cloud-init that ignores the credentials, say) is never Ready.
+// A successful probe also says whether the instance checks lease
+// credentials (Result.Lease).
 func (e *Engine) runCheck(ctx context.Context, j job) Result {
 	t := j.check.target
 	if j.check.authSecret == "" {
-		return e.probe(ctx, t)
+		r := e.probe(ctx, t)
+		if r.OK {
+			r.Lease = LeaseNoKey
+		}
+		return r
 	}
 	creds, err := e.credentials(ctx, j.key.Namespace, j.check.authSecret)
 	if err != nil {
 		return Result{Class: ResultError, Message: err.Error()}
 	}
+	var keys []leasecred.Key
+	if creds.LeaseKeys != "" {
+		if keys, err = e.leaseKeys.Parse(creds.LeaseKeys); err != nil {
+			return Result{Class: ResultError, Message: fmt.Sprintf("credentials Secret %q key %q: %v", j.check.authSecret, leasecred.SecretKey, err)}
+		}
+	}
+	user, pass := proxyaccess.SessionUsername(creds.Username, j.check.session), creds.Password
+	if keys != nil && j.check.signs {
+		// A credential of no lease, for this probe: the instance admits
+		// nothing else to a session's exit or from its ranges. Its end
+		// leaves room for the instance's clock to run ahead of ours.
+		pass = leasecred.Sign(keys[0], user, leasecred.Claims{End: e.clock.Now().Add(t.Timeout + probeCredentialSlack)})
+	}
 	withAuth := t
 	proxyURL := *t.Proxy
-	proxyURL.User = url.UserPassword(creds.Username, creds.Password)
+	proxyURL.User = url.UserPassword(user, pass)
 	withAuth.Proxy = &proxyURL
 	r := e.probe(ctx, withAuth)
 	if r.Class == ResultProxyRefused && j.check.refusalHint != "" {
 		r.Message += ": " + j.check.refusalHint
+	}
+	if r.OK {
+		r.Lease = leaseCheck(keys, r.AnnouncedKeys)
 	}
 	if !r.OK || !j.proveClosed {
 		return r
@@ -65,6 +88,22 @@ func (e *Engine) runCheck(ctx context.Context, j job) Result {
 			"the instance answers without credentials too: anyone who can reach it can use it; configure it to require those of Secret %q", j.check.authSecret)}
 	}
 	return r
+}
+
+// probeCredentialSlack is how long a probe's own credential outlives the
+// probe's timeout: room for the instance's clock to run ahead of ours.
+const probeCredentialSlack = time.Minute
+
+// leaseCheck is whether an instance that announced the key IDs announced
+// checks the credentials signed with keys (the Secret's, the first signs).
+func leaseCheck(keys []leasecred.Key, announced string) LeaseCheck {
+	switch {
+	case len(keys) == 0:
+		return LeaseNoKey
+	case leasecred.Announces(announced, keys[0]):
+		return LeaseChecked
+	}
+	return LeaseNotChecked
 }
 
 // credentials reads the spec.auth Secret. Its errors name the Secret and
@@ -96,6 +135,9 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 	if why == "" && exitIPChanged(st.reported, st.counters, r) {
 		why = reportExitIP
 	}
+	if why == "" && leaseCheckChanged(st.reported, st.counters, r) {
+		why = reportLease
+	}
 	// Made only when reported: most probes report nothing (docs/decisions/0164-engine-own-work-probe-measured-alone.md).
 	var v *Verdict
 	if why != "" {
@@ -108,6 +150,7 @@ func (e *Engine) record(ctx context.Context, j job, r Result, started, now time.
 		if v.Healthy {
 			v.Latency = r.Latency // a failed probe's duration is not a latency
 			v.ExitIP, v.ExitCountry = r.ExitIP, r.ExitCountry
+			v.Lease = r.Lease
 		}
 		st.reported, st.reportedAt = v, now
 	}

@@ -51,6 +51,7 @@ type Metrics struct {
 	gcCollected       *prometheus.CounterVec
 	health            healthMetrics
 	lease             leaseMetrics
+	leasePush         leasePushMetrics
 	leaseState        leaseStateMetrics
 	outcomes          outcomeMetrics
 	tiers             tierMetrics
@@ -74,6 +75,8 @@ type Labels struct {
 	// AcquireOutcomes, LeaseEnds and LeaseStateKinds are pkg/lease's
 	// AcquireOutcomes, LeaseEnds and StateKinds.
 	AcquireOutcomes, LeaseEnds, LeaseStateKinds []string
+	// LeasePushResults are pkg/lease/push's Results.
+	LeasePushResults []string
 }
 
 // New builds the metrics on a fresh private registry, with the series of
@@ -144,6 +147,8 @@ func New(labels Labels) *Metrics {
 	m.registry.MustRegister(m.health.collectors()...)
 	m.lease.predeclare(labels.AcquireOutcomes, labels.LeaseEnds)
 	m.registry.MustRegister(m.lease.collectors()...)
+	m.leasePush = newLeasePushMetrics(labels.LeasePushResults)
+	m.registry.MustRegister(m.leasePush.collectors()...)
 	m.registry.MustRegister(m.outcomes.collectors()...)
 	m.registry.MustRegister(m.tiers.collectors()...)
 	m.registry.MustRegister(m.leaseState.collectors()...)

@@ -15,6 +15,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/feed"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/push"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/replica"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
@@ -36,10 +37,12 @@ func newLeaseCallers(ctx context.Context, o Options, authKube kubernetes.Interfa
 }
 
 // newLeaseServer builds the lease API: the store fed by the Proxy informer,
-// callers' authentication, credentials from the spec.auth Secrets,
+// callers' authentication, credentials from the Proxies' Secrets (signed
+// for the lease where the instance checks them), the pusher that tells
+// those instances of the leases' ends and renewals (run it on every replica),
 // the horizon a successor reads after a leader change, and the fence of the
 // leader election (nil without one).
-func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, callers leaseCallers, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics, fence *leadershipFence, onLead func(*store.Store)) (*server.Server, *replica.Node, cache.InformerSynced, error) {
+func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, callers leaseCallers, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics, fence *leadershipFence, onLead func(*store.Store)) (*server.Server, *replica.Node, *push.Pusher, cache.InformerSynced, error) {
 	// Every replica signs and verifies lease IDs with one key, created by
 	// the first replica to start.
 	var key []byte
@@ -48,7 +51,12 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, c
 		return err
 	})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("lease signing key: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("lease signing key: %w", err)
+	}
+	var pusher *push.Pusher
+	credentials := feed.NewLeaseCredentials(proxies.Lister(), secrets, func(l store.Lease, t push.Target) { pusher.Signed(l, t) })
+	if pusher, err = push.New(push.Config{Resolve: credentials.Target, Metrics: m}); err != nil {
+		return nil, nil, nil, nil, err
 	}
 	sc := store.Config{
 		Key:        key,
@@ -71,6 +79,7 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, c
 		Site:           site.Of,
 
 		LeadershipValidUntil: fence.validUntilFunc(),
+		OnLeaseEnded:         pusher.Ended,
 	}
 	var (
 		st   *store.Store
@@ -81,28 +90,28 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, c
 		// Raft's leadership fences the store, not the Kubernetes Lease's.
 		sc.LeadershipValidUntil = nil
 		if node, err = newReplicaNode(ctx, o, kube, sc, onLead, m); err != nil {
-			return nil, nil, nil, fmt.Errorf("lease store's replication: %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("lease store's replication: %w", err)
 		}
 		st = node.Working()
 		repl = &server.Replication{Leases: node.Router(), Ready: func() bool { return replicaReady(node, o.Replication.ReplicaID) }}
 	} else if st, err = store.New(sc); err != nil {
-		return nil, nil, nil, fmt.Errorf("lease store: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("lease store: %w", err)
 	}
 	proxiesSynced, err := feed.Proxies(st, proxies)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("lease feed: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("lease feed: %w", err)
 	}
 	cfg := server.Config{
 		Store:         st,
 		Replicated:    repl,
 		Authenticator: callers,
 		Authorizer:    callers,
-		Credentials:   feed.SecretCredentials(secrets),
+		Credentials:   credentials.For,
 	}
 	if repl == nil {
 		hostname, _ := os.Hostname()
 		cfg.Horizon = failover.NewConfigMapHorizon(kube, o.LeaderElectNamespace, LeaseHorizonConfigMap, hostname)
 	}
 	srv, err := server.New(cfg)
-	return srv, node, proxiesSynced, err
+	return srv, node, pusher, proxiesSynced, err
 }

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/push"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
 )
@@ -16,5 +17,7 @@ func metricLabels() metrics.Labels {
 		AcquireOutcomes: store.AcquireOutcomes,
 		LeaseEnds:       store.LeaseEnds,
 		LeaseStateKinds: store.StateKinds,
+
+		LeasePushResults: push.Results,
 	}
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/gc"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions"
 	"github.com/proxyfleet/proxy-operator/pkg/health"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/push"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/replica"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
 	"github.com/proxyfleet/proxy-operator/pkg/metrics"
@@ -144,6 +145,12 @@ type operator struct {
 	// replica is the lease store's replication (--lease-replication=raft);
 	// nil without.
 	replica *replica.Node
+	// leasePush tells the instances that check lease credentials of their
+	// leases' ends and renewals. It runs on every replica: the ends come
+	// from the replica whose store decides, the signings from whichever
+	// replica served the call (with a replicated store, a follower serves
+	// the calls it forwards to the leader's).
+	leasePush *push.Pusher
 	// health probes every proxy through itself, on the leader.
 	health *health.Engine
 	// collector collects orphans on the leader.
@@ -230,6 +237,12 @@ func (op *operator) run(ctx context.Context, metricsListener net.Listener) error
 	if op.replica != nil {
 		g.Go(func() error { return op.runReplica(gctx, leasesDone) })
 	}
+	g.Go(func() error {
+		// On every replica (see operator.leasePush); it drops what is
+		// pending when ctx ends.
+		defer logger.V(2).Info("Lease pushes stopped")
+		return op.leasePush.Run(gctx)
+	})
 	g.Go(func() error { return op.dashboard.Run(gctx) })
 	g.Go(func() error { return op.dashboardHistory.Run(gctx) })
 	err := g.Wait()

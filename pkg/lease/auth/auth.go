@@ -106,6 +106,27 @@ func (c *clientAddrContext) Value(key any) any {
 	return c.Context.Value(key)
 }
 
+// actingForKey marks a call made by a caller acting for a user (the
+// gateway tier), whose act-for permission the server checked.
+type actingForKey struct{}
+
+// WithActingFor returns ctx marked as a call the gateway tier makes for a
+// user: only such calls get the credentials of a gateway-only proxy.
+func WithActingFor(ctx context.Context) context.Context {
+	return context.WithValue(ctx, actingForKey{}, true)
+}
+
+// ActingFor reports whether ctx is a call the gateway tier makes for a user.
+func ActingFor(ctx context.Context) bool {
+	v, _ := ctx.Value(actingForKey{}).(bool)
+	return v
+}
+
+// ErrGatewayOnly: the proxy's credentials go only to the gateway tier,
+// which uses them itself (crawlv1alpha1.GatewayOnlyLabel); a crawler
+// reaches the proxy through the gateway (403 GatewayOnly).
+var ErrGatewayOnly = errors.New("the proxy's credentials go only to the gateway")
+
 func clientAddr(ctx context.Context) string {
 	addr, _ := ctx.Value(clientAddrKey{}).(string)
 	return addr

@@ -21,6 +21,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
@@ -120,7 +121,11 @@ type Lease struct {
 	ID     string
 	Holder string
 	Proxy  LeasedProxy
-	// Credentials are set by Acquire when the proxy requires basic auth.
+	// Credentials are set by Acquire when the proxy requires basic auth,
+	// and by Renew when they are the lease's own (the proxy checks lease
+	// credentials: they admit only while the lease lives, until the end
+	// they were signed for). Within Hold, use ProxyURL or ProxyFunc: they
+	// follow the renewals.
 	Credentials *Credentials
 	Session     string
 	Domain      string
@@ -130,6 +135,28 @@ type Lease struct {
 	TTL       time.Duration
 	GrantedAt time.Time
 	ExpiresAt time.Time
+
+	// latest holds the credentials of the latest renewal, shared by the
+	// copies of the Lease that Hold hands out; nil outside Hold.
+	latest *latestCredentials
+}
+
+// latestCredentials are a held lease's current credentials.
+type latestCredentials struct {
+	mu    sync.Mutex
+	creds *Credentials
+}
+
+func (c *latestCredentials) get() *Credentials {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.creds
+}
+
+func (c *latestCredentials) set(creds *Credentials) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.creds = creds
 }
 
 // LeasedProxy is the proxy a lease holds.
@@ -148,17 +175,30 @@ type Credentials struct {
 	Password string
 }
 
-// ProxyURL is the proxy's URL with the credentials in it, ready for
+// ProxyURL is the proxy's URL with the lease's latest credentials in it
+// (within Hold, those of its latest renewal), ready for
 // http.Transport.Proxy.
 func (l *Lease) ProxyURL() (*url.URL, error) {
 	u, err := url.Parse(l.Proxy.URL)
 	if err != nil {
 		return nil, fmt.Errorf("proxy URL of lease: %w", err)
 	}
-	if l.Credentials != nil {
-		u.User = url.UserPassword(l.Credentials.Username, l.Credentials.Password)
+	creds := l.Credentials
+	if l.latest != nil {
+		creds = l.latest.get()
+	}
+	if creds != nil {
+		u.User = url.UserPassword(creds.Username, creds.Password)
 	}
 	return u, nil
+}
+
+// ProxyFunc is an http.Transport's Proxy that sends every new connection
+// through the lease's proxy with its latest credentials: a Transport built
+// once in a Hold function keeps working across the lease's renewals
+// (connections opened earlier live as long as the lease).
+func (l *Lease) ProxyFunc() func(*http.Request) (*url.URL, error) {
+	return func(*http.Request) (*url.URL, error) { return l.ProxyURL() }
 }
 
 // Proxy is a Ready proxy as discovery lists it.

@@ -67,6 +67,17 @@ type apiServer struct {
 // credentials are u1/pw1) and p2, and short TTLs so that Hold renews often.
 func startAPI(t *testing.T) *apiServer {
 	t.Helper()
+	return startAPIWith(t, func(_ context.Context, l store.Lease) (*proxyaccess.Credentials, error) {
+		if l.Proxy.Key.Name == "p1" {
+			return &proxyaccess.Credentials{Username: "u1", Password: "pw1"}, nil
+		}
+		return nil, nil
+	})
+}
+
+// startAPIWith is startAPI with the credentials creds hands out.
+func startAPIWith(t *testing.T, creds server.CredentialsFunc) *apiServer {
+	t.Helper()
 	st, err := store.New(store.Config{
 		Key:    []byte("0123456789abcdef0123456789abcdef"),
 		MinTTL: 30 * time.Millisecond, DefaultTTL: 300 * time.Millisecond, MaxTTL: time.Minute,
@@ -83,12 +94,7 @@ func startAPI(t *testing.T) *apiServer {
 	}
 	srv, err := server.New(server.Config{
 		Store: st, Authenticator: tokenAuth{}, Authorizer: tokenAuth{}, Horizon: &failover.MemoryHorizon{},
-		Credentials: func(_ context.Context, p store.LeasedProxy) (*proxyaccess.Credentials, error) {
-			if p.Key.Name == "p1" {
-				return &proxyaccess.Credentials{Username: "u1", Password: "pw1"}, nil
-			}
-			return nil, nil
-		},
+		Credentials: creds,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +156,7 @@ func TestClientCalls(t *testing.T) {
 		Domain:      "example.com",
 		TTL:         time.Second,
 	}
-	if diff := cmp.Diff(want, l, cmpopts.IgnoreFields(client.Lease{}, "ID", "GrantedAt", "ExpiresAt")); diff != "" {
+	if diff := cmp.Diff(want, l, cmpopts.IgnoreFields(client.Lease{}, "ID", "GrantedAt", "ExpiresAt"), cmpopts.IgnoreUnexported(client.Lease{})); diff != "" {
 		t.Errorf("Acquire (-want +got):\n%s", diff)
 	}
 	if u, err := l.ProxyURL(); err != nil || u.String() != "http://u1:pw1@127.0.0.1:3128" {
@@ -319,6 +325,44 @@ func TestHoldRenewsAndReleases(t *testing.T) {
 				t.Errorf("p1 cooling down for example.com: %v, want %v (%v)", cooling, tc.wantCooling, err)
 			}
 		})
+	}
+}
+
+// TestHoldFollowsFreshCredentials: a proxy that checks lease credentials
+// gets fresh ones with each renewal; the function's ProxyURL and ProxyFunc
+// carry the latest without it doing anything.
+func TestHoldFollowsFreshCredentials(t *testing.T) {
+	api := startAPIWith(t, func(_ context.Context, l store.Lease) (*proxyaccess.Credentials, error) {
+		return &proxyaccess.Credentials{Username: "u", Password: "until-" + l.ExpiresAt.Format(time.RFC3339Nano), LeaseBound: true}, nil
+	})
+	c := newClient(t, api.url)
+	err := c.Hold(t.Context(), client.AcquireRequest{Holder: "w", TTL: 900 * time.Millisecond}, func(ctx context.Context, l client.Lease) error {
+		first, _ := l.ProxyURL()
+		proxy := l.ProxyFunc()
+		waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := eventually.Poll(waitCtx, 5*time.Millisecond, func(context.Context) error {
+			if n := api.renews.Load(); n < 2 {
+				return fmt.Errorf("%d renewals", n)
+			}
+			return nil
+		}); err != nil {
+			t.Errorf("renewals while holding: %v", err)
+		}
+		latest, _ := proxy(nil)
+		live, err := api.store.List(store.LeaseFilter{})
+		if err != nil || len(live) != 1 {
+			t.Fatalf("live leases %v, %v", live, err)
+		}
+		pass, _ := latest.User.Password()
+		firstPass, _ := first.User.Password()
+		if pass == firstPass || !strings.HasPrefix(pass, "until-") {
+			t.Errorf("ProxyFunc's password %q after renewals, want a renewal's, not the grant's %q", pass, firstPass)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -32,7 +32,9 @@ func Banned(domain string) error { return &BannedError{Domain: domain} }
 // Hold acquires a lease, runs fn with it and keeps it renewed every third of
 // its TTL while fn runs. When fn returns, Hold releases the lease with the
 // outcome fn's error implies: ok for nil, banned for a *BannedError, error
-// otherwise; and returns fn's error.
+// otherwise; and returns fn's error. A renewal's fresh credentials (a proxy
+// that checks lease credentials signs them for the lease's new end) reach
+// fn through the lease's ProxyURL and ProxyFunc, with nothing to do.
 //
 // If the lease is lost while fn runs (revoked, superseded, or not renewable
 // before it expired), fn's context is canceled with the loss as its cause,
@@ -43,6 +45,7 @@ func (c *Client) Hold(ctx context.Context, req AcquireRequest, fn func(ctx conte
 	if err != nil {
 		return err
 	}
+	l.latest = &latestCredentials{creds: l.Credentials}
 	holdCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := make(chan error, 1)
@@ -65,6 +68,9 @@ func (c *Client) Hold(ctx context.Context, req AcquireRequest, fn func(ctx conte
 			switch {
 			case err == nil:
 				current.ID, current.ExpiresAt = renewed.ID, renewed.ExpiresAt
+				if renewed.Credentials != nil {
+					current.latest.set(renewed.Credentials)
+				}
 				timer.Reset(interval)
 			case errors.Is(err, ErrLeaseLost):
 				lost = err

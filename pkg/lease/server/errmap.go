@@ -41,6 +41,7 @@ const (
 	codeUnavailable            = "Unavailable"
 	codeAuthUnavailable        = "AuthUnavailable"
 	codeCredentialsUnavailable = "CredentialsUnavailable"
+	codeGatewayOnly            = "GatewayOnly"
 	codeInternal               = "Internal"
 )
 

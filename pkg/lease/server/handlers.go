@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
@@ -42,10 +43,20 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	}
 	var creds *proxyaccess.Credentials
 	if s.credentials != nil {
-		if creds, err = s.credentials(r.Context(), l.Proxy); err != nil {
+		ctx := r.Context()
+		if actingFor(r) {
+			ctx = auth.WithActingFor(ctx)
+		}
+		if creds, err = s.credentials(ctx, l); err != nil {
 			// A lease without the credentials it needs is useless: give it back.
 			if relErr := s.leases.ReleaseAs(req.Owner, l.ID, store.OutcomeError, "", store.Report{}); relErr != nil && !errors.Is(relErr, store.ErrUnknownLease) {
 				klog.FromContext(r.Context()).Error(relErr, "Returning a lease whose credentials are unavailable", "proxy", l.Proxy.Key)
+			}
+			if errors.Is(err, auth.ErrGatewayOnly) {
+				writeError(w, http.StatusForbidden, codeGatewayOnly, fmt.Sprintf(
+					"proxy %s is gateway-only (label %s): its credentials go only to the gateway tier; crawl through the gateway, or leave such proxies out with the selector %s!=true; the lease was returned",
+					l.Proxy.Key, crawlv1alpha1.GatewayOnlyLabel, crawlv1alpha1.GatewayOnlyLabel), "")
+				return
 			}
 			klog.FromContext(r.Context()).Error(err, "Proxy credentials unavailable", "proxy", l.Proxy.Key)
 			writeError(w, http.StatusInternalServerError, codeCredentialsUnavailable,
@@ -84,8 +95,36 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
 		s.writeStoreError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, leaseWireFrom(l, nil))
+	writeJSON(w, http.StatusOK, leaseWireFrom(l, s.renewedCredentials(r, l)))
 }
+
+// renewedCredentials are a renewed lease's fresh credentials when its
+// proxy checks lease credentials (their end moved with the lease's); nil
+// otherwise: a proxy's own credentials are handed out with the grant only.
+// A failure to sign leaves the holder its earlier credentials, valid until
+// their end.
+func (s *Server) renewedCredentials(r *http.Request, l store.Lease) *proxyaccess.Credentials {
+	if s.credentials == nil {
+		return nil
+	}
+	ctx := r.Context()
+	if actingFor(r) {
+		ctx = auth.WithActingFor(ctx)
+	}
+	creds, err := s.credentials(ctx, l)
+	if err != nil {
+		klog.FromContext(r.Context()).Error(err, "Signing a renewed lease's credentials", "proxy", l.Proxy.Key)
+		return nil
+	}
+	if creds == nil || !creds.LeaseBound {
+		return nil
+	}
+	return creds
+}
+
+// actingFor reports whether the call is made for a user by a caller whose
+// act-for permission authenticate checked (the gateway tier).
+func actingFor(r *http.Request) bool { return r.Header.Get(wire.HeaderActForUser) != "" }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")

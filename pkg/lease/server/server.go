@@ -46,11 +46,15 @@ const (
 	horizonSaveTimeout = 5 * time.Second
 )
 
-// CredentialsFunc returns the credentials of a leased proxy, nil if it
-// needs none; they are handed to the holder in the response that grants
-// the lease, and nowhere else. Its errors must not contain the credentials.
-// feed.SecretCredentials is the operator's.
-type CredentialsFunc func(ctx context.Context, proxy store.LeasedProxy) (*proxyaccess.Credentials, error)
+// CredentialsFunc returns the credentials of lease l's proxy, nil if it
+// needs none: for a proxy whose instance checks lease credentials, a
+// password signed for the lease and its end (Credentials.LeaseBound),
+// else the proxy's own. They are handed to the holder in the response that
+// grants the lease and, when lease-bound, in each renewal's (the fresh end),
+// and nowhere else. auth.ErrGatewayOnly (ctx is no auth.ActingFor call)
+// refuses the grant. Its errors must not contain the credentials.
+// feed.LeaseCredentials is the operator's.
+type CredentialsFunc func(ctx context.Context, l store.Lease) (*proxyaccess.Credentials, error)
 
 // Leases is what the handlers ask of the store: *store.Store itself, or
 // the store's replication (replica.Router), which runs each call on the
@@ -84,7 +88,7 @@ type Config struct {
 	Authenticator auth.Authenticator
 	Authorizer    auth.Authorizer
 	// Credentials, if set, adds the proxy's credentials to the response that
-	// grants a lease.
+	// grants a lease, and lease-bound ones to each renewal's.
 	Credentials CredentialsFunc
 	// Horizon persists this leader's horizon so that a successor knows how
 	// long to wait after a crash. Without it a new leader refuses grants for

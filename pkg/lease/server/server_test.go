@@ -167,8 +167,8 @@ func errorOf(t *testing.T, rec *httptest.ResponseRecorder) wire.ErrorBody {
 
 func TestAcquireResponse(t *testing.T) {
 	ts := newTestServer(t, func(c *Config) {
-		c.Credentials = func(_ context.Context, p store.LeasedProxy) (*proxyaccess.Credentials, error) {
-			return &proxyaccess.Credentials{Username: "user-" + p.Key.Name, Password: "s3cret"}, nil
+		c.Credentials = func(_ context.Context, l store.Lease) (*proxyaccess.Credentials, error) {
+			return &proxyaccess.Credentials{Username: "user-" + l.Proxy.Key.Name, Password: "s3cret"}, nil
 		}
 	})
 	rec := ts.do(http.MethodPost, "/v1/leases", `{"holder":"w1","namespace":"crawl","selector":"","ttl":"30s","domain":"Example.COM","session":"s"}`)
@@ -197,7 +197,7 @@ func TestAcquireResponse(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("201 body (-want +got):\n%s", diff)
 	}
-	// The credentials are in the grant only.
+	// A proxy's own credentials are in the grant only.
 	for _, rec := range []*httptest.ResponseRecorder{
 		ts.do(http.MethodPost, "/v1/leases/"+id+"/renew", ""),
 		ts.do(http.MethodGet, "/v1/leases/"+id, ""),
@@ -404,7 +404,7 @@ func TestForbiddenAndAuthorizationErrors(t *testing.T) {
 
 func TestCredentialsUnavailableReturnsTheLease(t *testing.T) {
 	ts := newTestServer(t, func(c *Config) {
-		c.Credentials = func(context.Context, store.LeasedProxy) (*proxyaccess.Credentials, error) {
+		c.Credentials = func(context.Context, store.Lease) (*proxyaccess.Credentials, error) {
 			return nil, errors.New("Secret crawl/auth not found")
 		}
 	})
@@ -417,6 +417,63 @@ func TestCredentialsUnavailableReturnsTheLease(t *testing.T) {
 	leases, err := ts.store.List(store.LeaseFilter{})
 	if err != nil || len(leases) != 0 {
 		t.Errorf("live leases after failed grants: %v (%v), want none", leases, err)
+	}
+}
+
+// TestRenewalsCarryLeaseBoundCredentials: a proxy whose instance checks
+// lease credentials gets fresh ones, for the renewed end, with each renewal.
+func TestRenewalsCarryLeaseBoundCredentials(t *testing.T) {
+	ts := newTestServer(t, func(c *Config) {
+		c.Credentials = func(_ context.Context, l store.Lease) (*proxyaccess.Credentials, error) {
+			return &proxyaccess.Credentials{Username: "u", Password: "until-" + l.ExpiresAt.Format(time.RFC3339), LeaseBound: true}, nil
+		}
+	})
+	l := ts.acquire(`{"holder":"w","ttl":"30s"}`)
+	if l.Credentials == nil || l.Credentials.Password != "until-"+t0.Add(30*time.Second).Format(time.RFC3339) {
+		t.Fatalf("grant's credentials %+v", l.Credentials)
+	}
+	ts.clk.Step(10 * time.Second)
+	rec := ts.do(http.MethodPost, "/v1/leases/"+l.ID+"/renew", "")
+	var renewed wire.Lease
+	if err := json.Unmarshal(rec.Body.Bytes(), &renewed); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("renew: %d %s", rec.Code, rec.Body)
+	}
+	if renewed.Credentials == nil || renewed.Credentials.Password != "until-"+t0.Add(40*time.Second).Format(time.RFC3339) {
+		t.Errorf("renewal's credentials %+v, want ones until the renewed end", renewed.Credentials)
+	}
+	for _, rec := range []*httptest.ResponseRecorder{ts.do(http.MethodGet, "/v1/leases/"+renewed.ID, ""), ts.do(http.MethodGet, "/v1/leases", "")} {
+		if strings.Contains(rec.Body.String(), "credentials") {
+			t.Errorf("a read shows credentials: %s", rec.Body)
+		}
+	}
+}
+
+// TestAGatewayOnlyProxyIsNotGrantedToACrawler: the credentials function's
+// auth.ErrGatewayOnly (for a call not acting for a user) is a 403 naming
+// the label, and the lease goes back; the gateway tier's call gets them.
+func TestAGatewayOnlyProxyIsNotGrantedToACrawler(t *testing.T) {
+	ts := newTestServer(t, func(c *Config) {
+		c.Credentials = func(ctx context.Context, _ store.Lease) (*proxyaccess.Credentials, error) {
+			if !auth.ActingFor(ctx) {
+				return nil, auth.ErrGatewayOnly
+			}
+			return &proxyaccess.Credentials{Username: "vendor", Password: "account-pw"}, nil
+		}
+	})
+	rec := ts.do(http.MethodPost, "/v1/leases", `{"holder":"w"}`)
+	if e := errorOf(t, rec); rec.Code != http.StatusForbidden || e.Code != codeGatewayOnly || !strings.Contains(e.Message, "gateway-only") {
+		t.Fatalf("a crawler's acquire: %d %+v", rec.Code, e)
+	}
+	if leases, _ := ts.store.List(store.LeaseFilter{}); len(leases) != 0 {
+		t.Errorf("live leases after the refusal: %v", leases)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/v1/leases", strings.NewReader(`{"holder":"w"}`))
+	req.Header.Set("Authorization", "Bearer "+goodToken)
+	req.Header.Set(wire.HeaderActForUser, "someone")
+	rec = httptest.NewRecorder()
+	ts.handler.ServeHTTP(rec, req)
+	if rec.Code != http.StatusCreated || !strings.Contains(rec.Body.String(), "account-pw") {
+		t.Errorf("the gateway's acquire: %d %s", rec.Code, rec.Body)
 	}
 }
 

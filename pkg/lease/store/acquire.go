@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Acquiring a lease, in one place: the request and the lease as callers
@@ -67,7 +68,10 @@ func (req *AcquireRequest) suits(p *proxyState) bool {
 // Lease is a granted lease as callers see it.
 type Lease struct {
 	// ID is the lease's current ID; a renewal returns a new one (see token.go).
-	ID     string
+	ID string
+	// Ref names the lease for its whole life, the same in every ID of it;
+	// it is no secret.
+	Ref    LeaseRef
 	Holder string
 	// Owner is the identity that acquired it (AcquireRequest.Owner).
 	Owner     string
@@ -86,7 +90,9 @@ type Lease struct {
 
 // LeasedProxy is the proxy a lease holds.
 type LeasedProxy struct {
-	Key           ObjectName
+	Key ObjectName
+	// UID tells the leased Proxy from a later one of the same name.
+	UID           types.UID
 	URL           string
 	LatencyMillis int64
 	// CredentialsSecret names the Secret of its credentials (ProxyInfo's), "" if none.
@@ -451,10 +457,11 @@ func selectAmong(st *state, req *AcquireRequest, gates []policy, now time.Time) 
 // its ID encodes: sign it (signer.withID) once the store is unlocked.
 func viewOf(l *lease) (Lease, token) {
 	return Lease{
+		Ref:    l.key.ref(),
 		Holder: l.holder,
 		Owner:  l.owner,
 		Proxy: LeasedProxy{
-			Key: l.proxyKey, URL: l.proxy.info.URL, LatencyMillis: l.proxy.info.LatencyMillis,
+			Key: l.proxyKey, UID: l.proxyUID, URL: l.proxy.info.URL, LatencyMillis: l.proxy.info.LatencyMillis,
 			CredentialsSecret: l.proxy.info.CredentialsSecret,
 			Pool:              l.proxy.info.Pool,
 		},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 )
 
@@ -90,6 +91,15 @@ type Config struct {
 	// (Store.Apply): its own decisions panic, since they would make its
 	// state differ from the one it follows.
 	Follower bool
+	// OnLeaseEnded, if set, is told of every lease that ends before its
+	// expiry: released, revoked or superseded (an expiry is not told: the
+	// lease's credentials name their end). Only the store that decides
+	// tells it, once the decision is made and its lock is released, in the
+	// order of the effects (KindEnd); a follower applying the leader's
+	// effects tells nothing, so that each end is pushed once, by the
+	// replica that leads (pkg/lease/push sends it to the proxy's instance).
+	// It must not block: it only enqueues.
+	OnLeaseEnded func(EndedLease)
 }
 
 // fencedAt says whether a store with this configuration refuses grants
@@ -108,6 +118,21 @@ func (c Config) ttlFor(ttl time.Duration, field string) (time.Duration, error) {
 		return 0, &FieldError{Field: field, Message: fmt.Sprintf("must be between %v and %v", c.MinTTL, c.MaxTTL)}
 	}
 	return ttl, nil
+}
+
+// EndedLease is a lease that ended before its expiry (Config.OnLeaseEnded).
+type EndedLease struct {
+	// Proxy and ProxyUID name the proxy the lease held.
+	Proxy    ObjectName
+	ProxyUID types.UID
+	// Ref names the lease, as Lease.Ref.
+	Ref LeaseRef
+	// ExpiresAt is when the lease would have expired: no credential of it
+	// names a later end.
+	ExpiresAt time.Time
+	// End is how it ended: EndReleasedOK, EndReleasedBanned,
+	// EndReleasedError, EndRevoked or EndSuperseded.
+	End string
 }
 
 func (c Config) withDefaults() Config {

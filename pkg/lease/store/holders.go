@@ -121,8 +121,12 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string, r Re
 			s.commit(Tombstone{lease: tok, state: stateReleased})
 		case l == nil && s.st.term.mayRelearn(tok, now):
 			// A lease of the previous leader that we never met: remember
-			// that it ended, so that its ID cannot be re-learned later.
+			// that it ended, so that its ID cannot be re-learned later. It
+			// was live there: its instance is told, as for a lease of ours.
 			s.commit(Tombstone{lease: tok, state: stateReleased})
+			if s.cfg.OnLeaseEnded != nil {
+				s.ended = append(s.ended, EndedLease{Proxy: tok.proxy, ProxyUID: tok.proxyUID, Ref: tok.key.ref(), ExpiresAt: tok.expiresAt, End: end})
+			}
 		default:
 			err = ErrUnknownLease
 			return

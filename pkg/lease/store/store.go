@@ -95,6 +95,9 @@ type Store struct {
 	follower bool
 	// encoded is the journal's buffer, reused for every effect.
 	encoded []byte
+	// ended are the early ends of leases the decision under way committed,
+	// told to Config.OnLeaseEnded once the lock is released (locked).
+	ended []EndedLease
 }
 
 // New returns an empty store that does not lead: it tracks proxies but
@@ -126,6 +129,13 @@ func (s *Store) commit(e Effect) {
 		s.encoded = EncodeEffect(s.encoded[:0], e)
 		s.journal.Append(s.encoded, renewal)
 	}
+	if end, ok := e.(End); ok && s.cfg.OnLeaseEnded != nil {
+		// Read before apply forgets the lease. Only here, where the store
+		// that decides commits, and never in Apply: a follower applying the
+		// leader's effects would push the same end a second time.
+		l := s.st.leases[end.key]
+		s.ended = append(s.ended, EndedLease{Proxy: l.proxyKey, ProxyUID: l.proxyUID, Ref: l.key.ref(), ExpiresAt: l.expiresAt, End: end.how})
+	}
 	s.st.apply(e)
 }
 
@@ -145,8 +155,21 @@ func (s *Store) Apply(effects ...Effect) {
 // and seals its effects in the journal. It returns what the caller waits
 // on before it answers (nil: nothing), and false on a follower, which
 // decides nothing.
+//
+// The leases decide ended early are told to Config.OnLeaseEnded after the
+// lock is released, so the callback may take its own locks, and before
+// the journal has kept the effects: Upsert and Remove do not wait for
+// them. A leader that loses its leadership in between may so have told an
+// end the log never kept; it stops (pkg/lease/replica), and the instance
+// refuses that lease's credentials early, which fails closed.
 func (s *Store) locked(decide func(now time.Time)) (Pending, bool) {
 	now := s.clock.Now()
+	var ended []EndedLease
+	defer func() { // after the Unlock below
+		for _, e := range ended {
+			s.cfg.OnLeaseEnded(e)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.follower {
@@ -154,6 +177,7 @@ func (s *Store) locked(decide func(now time.Time)) (Pending, bool) {
 	}
 	s.advance(now)
 	decide(now)
+	ended, s.ended = s.ended, nil
 	if s.journal == nil {
 		return nil, true
 	}

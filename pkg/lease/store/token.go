@@ -84,7 +84,20 @@ func (k leaseKey) less(o leaseKey) bool {
 }
 
 // String is a short, non-secret handle for logs.
-func (k leaseKey) String() string { return fmt.Sprintf("%x.%d", k.epoch, k.serial) }
+func (k leaseKey) String() string { return k.ref().String() }
+
+func (k leaseKey) ref() LeaseRef { return LeaseRef{Epoch: k.epoch, Serial: k.serial} }
+
+// LeaseRef names a lease for its whole life, across renewals and leaders,
+// without being a secret: the term it was granted in and its serial there.
+// A lease's credentials name it (pkg/leasecred), so that an instance told
+// the lease ended refuses every credential of it.
+type LeaseRef struct {
+	Epoch, Serial uint64
+}
+
+// String is epoch (hex) "." serial, as logs and the push to instances write it.
+func (r LeaseRef) String() string { return fmt.Sprintf("%x.%d", r.Epoch, r.Serial) }
 
 // token is the content of a lease ID.
 type token struct {

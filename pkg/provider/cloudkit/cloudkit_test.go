@@ -137,16 +137,16 @@ func TestGateHoldsCallsUntilRetryAfter(t *testing.T) {
 
 func TestUserDataCarriesCredentialsAndRefusesUnknownCloudInit(t *testing.T) {
 	req := request("a", "h1")
-	ud, err := cloudkit.UserData("hetzner", req, &proxyaccess.Credentials{Username: "u", Password: "p'w"}, 8080, 32*1024)
+	ud, err := cloudkit.UserData("hetzner", req, &proxyaccess.Credentials{Username: "u", Password: "p'w", LeaseKeys: "k1\nk2\n"}, 8080, 32*1024)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"PROXY_PORT=8080", `PROXY_AUTH_PASSWORD='p'\\''w'`, cloudkit.EnvFile} {
+	for _, want := range []string{"PROXY_PORT=8080", `PROXY_AUTH_PASSWORD='p'\\''w'`, `PROXY_LEASE_KEYS='k1 k2'`, cloudkit.EnvFile} {
 		if !strings.Contains(string(ud), want) {
 			t.Errorf("user-data lacks %q", want)
 		}
 	}
-	again, _ := cloudkit.UserData("hetzner", req, &proxyaccess.Credentials{Username: "u", Password: "p'w"}, 8080, 32*1024)
+	again, _ := cloudkit.UserData("hetzner", req, &proxyaccess.Credentials{Username: "u", Password: "p'w", LeaseKeys: "k1\nk2\n"}, 8080, 32*1024)
 	if string(again) != string(ud) {
 		t.Error("the same request built different user-data")
 	}

@@ -17,8 +17,9 @@ import (
 )
 
 // EnvFile is where the operator's part of the user-data writes the proxy's
-// settings (port, credentials, egress ranges) as shell variables, mode 0600,
-// for the user's cloud-init to read (docs/aws.md, docs/hetzner.md).
+// settings (port, credentials, lease keys, egress ranges) as shell
+// variables, mode 0600, for the user's cloud-init to read (docs/aws.md,
+// docs/hetzner.md): PROXY_LEASE_KEYS is forward-proxy's own variable.
 const EnvFile = "/etc/proxy-operator/proxy.env"
 
 // UserData is an instance's user-data, as cloud-init reads it: a MIME
@@ -96,6 +97,10 @@ func operatorCloudConfig(req provider.CreateRequest, creds *proxyaccess.Credenti
 	fmt.Fprintf(&env, "PROXY_PORT=%d\n", port)
 	if creds != nil {
 		fmt.Fprintf(&env, "PROXY_AUTH_USERNAME=%s\nPROXY_AUTH_PASSWORD=%s\n", shellQuote(creds.Username), shellQuote(creds.Password))
+		if creds.LeaseKeys != "" {
+			// One line: keys are white-space separated (leasecred.ParseKeys).
+			fmt.Fprintf(&env, "PROXY_LEASE_KEYS=%s\n", shellQuote(strings.Join(strings.Fields(creds.LeaseKeys), " ")))
+		}
 	}
 	if e := req.Proxy.Spec.Egress; e != nil {
 		fmt.Fprintf(&env, "PROXY_EGRESS_ALLOW_CIDRS=%s\n", shellQuote(joinCIDRs(e.AllowCIDRs)))

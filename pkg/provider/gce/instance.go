@@ -53,6 +53,11 @@ const (
 	// (docs/decisions/0140-managed-instance-must-refuse-request-without.md). Secret: never logged.
 	MetadataAuthUsername = "proxy-auth-username"
 	MetadataAuthPassword = "proxy-auth-password"
+	// MetadataLeaseKeys is the instance's lease keys (the credentials
+	// Secret's lease-key, when it holds one): a cloud-init that starts our
+	// forward-proxy with them ($PROXY_LEASE_KEYS) makes its leases keys
+	// (docs/decisions/0400-a-lease-is-a-key.md). Secret: never logged.
+	MetadataLeaseKeys = "proxy-lease-keys"
 	// MetadataExitRange marks a VM created with spec.gce.ipv6ExitRange
 	// (cloudkit.ExitRangeIPv6): Get reports its /96 as its exit range.
 	MetadataExitRange = "proxy-exit-range"
@@ -144,6 +149,9 @@ func buildInstance(req provider.CreateRequest, zone string, creds *proxyaccess.C
 		metadata = append(metadata,
 			&compute.MetadataItems{Key: MetadataAuthUsername, Value: ptrTo(creds.Username)},
 			&compute.MetadataItems{Key: MetadataAuthPassword, Value: ptrTo(creds.Password)})
+		if creds.LeaseKeys != "" {
+			metadata = append(metadata, &compute.MetadataItems{Key: MetadataLeaseKeys, Value: ptrTo(creds.LeaseKeys)})
+		}
 	}
 
 	nic := &compute.NetworkInterface{

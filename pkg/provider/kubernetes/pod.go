@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 	"github.com/proxyfleet/proxy-operator/pkg/provider"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
@@ -47,6 +48,10 @@ const (
 	// cmd/forward-proxy (it never takes them as flags).
 	EnvUsername = "PROXY_USERNAME"
 	EnvPassword = "PROXY_PASSWORD"
+	// EnvLeaseKeys carries the instance's lease keys (the Secret's
+	// lease-key, when it has one): the proxy then checks lease credentials
+	// (docs/decisions/0400-a-lease-is-a-key.md).
+	EnvLeaseKeys = "PROXY_LEASE_KEYS"
 
 	// NonRootUID is the user (and group) the proxy runs as: distroless's
 	// "nonroot", which the forward-proxy image declares.
@@ -182,15 +187,20 @@ func cloudInitVolumes(secretName string) ([]corev1.Volume, []corev1.VolumeMount)
 }
 
 // credentialsEnv hands the proxy its username and password from spec.auth's
-// Secret, or the one the controller generated: a proxy is never open.
+// Secret, or the one the controller generated: a proxy is never open; and
+// the Secret's lease keys, when it holds any (optional: a spec.auth Secret
+// without them makes a proxy whose leases are advisory).
 func credentialsEnv(p *crawlv1alpha1.Proxy) []corev1.EnvVar {
 	secret := proxyaccess.CredentialsSecret(p)
 	if secret == "" {
 		return nil
 	}
+	leaseKeys := secretEnv(EnvLeaseKeys, secret, leasecred.SecretKey)
+	leaseKeys.ValueFrom.SecretKeyRef.Optional = ptr.To(true)
 	return []corev1.EnvVar{
 		secretEnv(EnvUsername, secret, crawlv1alpha1.AuthUsernameKey),
 		secretEnv(EnvPassword, secret, crawlv1alpha1.AuthPasswordKey),
+		leaseKeys,
 	}
 }
 

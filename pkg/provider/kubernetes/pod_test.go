@@ -149,9 +149,12 @@ func podAuthEnv(secret string) podOption {
 		ref := func(key string) *corev1.EnvVarSource {
 			return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}
 		}
+		leaseKeys := ref("lease-key")
+		leaseKeys.SecretKeyRef.Optional = ptr.To(true) // a spec.auth Secret may hold none
 		p.Spec.Containers[0].Env = []corev1.EnvVar{
 			{Name: "PROXY_USERNAME", ValueFrom: ref("username")},
 			{Name: "PROXY_PASSWORD", ValueFrom: ref("password")},
+			{Name: "PROXY_LEASE_KEYS", ValueFrom: leaseKeys},
 		}
 	}
 }

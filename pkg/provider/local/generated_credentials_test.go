@@ -114,7 +114,9 @@ func TestManagedProxyWithoutAuthIsNeverOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := feed.ProxyInfoFrom(open)
-	creds, err := feed.SecretCredentials(secrets.Lister())(ctx, store.LeasedProxy{Key: info.Key, CredentialsSecret: info.CredentialsSecret})
+	leaseCreds := feed.NewLeaseCredentials(proxies.Lister(), secrets.Lister(), nil)
+	lease := store.Lease{Ref: store.LeaseRef{Epoch: 1, Serial: 1}, Proxy: store.LeasedProxy{Key: info.Key, UID: info.UID}, ExpiresAt: time.Now().Add(time.Minute)}
+	creds, err := leaseCreds.For(ctx, lease)
 	if err != nil || creds == nil {
 		t.Fatalf("the lease feed's credentials: %v, %v", creds, err)
 	}
@@ -125,8 +127,33 @@ func TestManagedProxyWithoutAuthIsNeverOpen(t *testing.T) {
 	if err != nil || res.Status != http.StatusNoContent {
 		t.Fatalf("with the lease's credentials through %s: status %d, err %v; want 204", addr, res.Status, err)
 	}
-	h.Health.Set(h.Key("open"), health.Verdict{Address: addr, Healthy: true, Message: "probe with the generated credentials succeeded", Latency: time.Millisecond, CheckedAt: time.Now()})
+	h.Health.Set(h.Key("open"), health.Verdict{Address: addr, Healthy: true, Message: "probe with the generated credentials succeeded", Latency: time.Millisecond, CheckedAt: time.Now(),
+		Lease: health.LeaseChecked})
 	h.WaitForPhase("open", crawlv1alpha1.PhaseReady)
+
+	// The instance got the Secret's lease key: once LeaseBound, a lease's
+	// credentials are signed, admit until the lease's end, and not after.
+	h.Eventually(30*time.Second, "LeaseBound in the lister", func() (bool, string) {
+		p, err := proxies.Lister().Proxies(h.NS).Get("open")
+		return err == nil && meta.IsStatusConditionTrue(p.Status.Conditions, crawlv1alpha1.ConditionLeaseBound), fmt.Sprintf("%v", err)
+	})
+	for name, tc := range map[string]struct {
+		end  time.Time
+		want int
+	}{
+		"a live lease's":   {end: time.Now().Add(time.Minute), want: http.StatusNoContent},
+		"an ended lease's": {end: time.Now().Add(-time.Second), want: http.StatusProxyAuthRequired},
+	} {
+		lease.ExpiresAt = tc.end
+		signed, err := leaseCreds.For(ctx, lease)
+		if err != nil || !signed.LeaseBound || signed.Password == pass {
+			t.Fatalf("%s credentials: %+v, %v; want signed ones", name, signed, err)
+		}
+		res, err := proxytest.Fetch(ctx, &url.URL{Scheme: "http", Host: addr, User: url.UserPassword(signed.Username, signed.Password)}, target.URL+"/generate_204", nil)
+		if err != nil || res.Status != tc.want {
+			t.Errorf("with %s credentials: status %d, err %v; want %d", name, res.Status, err, tc.want)
+		}
+	}
 
 	if err := h.Crawl.CrawlV1alpha1().Proxies(h.NS).Delete(h.Ctx, "open", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

@@ -55,8 +55,9 @@ const (
 
 // The environment variables cmd/forward-proxy reads its credentials from.
 const (
-	envUsername = "PROXY_USERNAME"
-	envPassword = "PROXY_PASSWORD"
+	envUsername  = "PROXY_USERNAME"
+	envPassword  = "PROXY_PASSWORD"
+	envLeaseKeys = "PROXY_LEASE_KEYS"
 )
 
 const (
@@ -272,9 +273,10 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	return p.observe(ctx, st)
 }
 
-// credentialsEnv returns the child's whole environment: the spec.auth
-// credentials, if any, and nothing else (the operator's environment may hold
-// its own secrets). Errors name the Secret, never its content.
+// credentialsEnv returns the child's whole environment: the credentials of
+// the Proxy's Secret, if any, with its lease keys when it holds some, and
+// nothing else (the operator's environment may hold its own secrets).
+// Errors name the Secret, never its content.
 func (p *Provider) credentialsEnv(ctx context.Context, proxy *crawlv1alpha1.Proxy) ([]string, error) {
 	env := []string{} // not nil: nil would make the child inherit ours
 	if proxy == nil {
@@ -287,7 +289,11 @@ func (p *Provider) credentialsEnv(ctx context.Context, proxy *crawlv1alpha1.Prox
 	case creds == nil:
 		return env, nil
 	}
-	return append(env, envUsername+"="+creds.Username, envPassword+"="+creds.Password), nil
+	env = append(env, envUsername+"="+creds.Username, envPassword+"="+creds.Password)
+	if creds.LeaseKeys != "" {
+		env = append(env, envLeaseKeys+"="+creds.LeaseKeys)
+	}
+	return env, nil
 }
 
 // Get implements provider.Provider: provider.ErrNotFound without a state

@@ -9,10 +9,13 @@
 // the Proxy's UID, so a new Proxy is a new session and a new exit address,
 // made without a new VM (docs/decisions/0354-pool-members-are-sessions-on-ranged-instances.md).
 //
-// Its credentials are rendered from the instance's (CredentialsRenderer):
-// the instance's username plus the session, the instance's password; the
-// instance checks them (CredentialsCheckedElsewhere). A pool with
-// spec.membersPerInstance makes its members through SessionMaker.
+// Its credentials derive from the instance's, read from the instance's
+// Secret by every reader (proxyaccess.ReadProxyCredentials: the instance's
+// username plus the session; a lease's password signed with the instance's
+// lease key, which binds the session, so only the session's own lease
+// reaches its exit): no Secret is kept per session. The instance checks
+// them (CredentialsCheckedElsewhere). A pool with spec.membersPerInstance
+// makes its members through SessionMaker.
 package session
 
 import (
@@ -36,7 +39,6 @@ func New() *Provider { return &Provider{upstream.NewBook("session", "the instanc
 
 var (
 	_ provider.Provider                    = (*Provider)(nil)
-	_ provider.CredentialsRenderer         = (*Provider)(nil)
 	_ provider.CredentialsCheckedElsewhere = (*Provider)(nil)
 	_ provider.SessionMaker                = (*Provider)(nil)
 )
@@ -53,50 +55,20 @@ func (p *Provider) Create(_ context.Context, req provider.CreateRequest) (provid
 
 // Username is the session's username on an instance whose username is user.
 func Username(user string, p *crawlv1alpha1.Proxy) string {
-	return user + "+session-" + upstream.SessionID(p.UID)
-}
-
-// CredentialsSources is the instance's credentials Secret.
-func (*Provider) CredentialsSources(p *crawlv1alpha1.Proxy) []string {
-	if p.Spec.Session == nil {
-		return nil
-	}
-	return []string{p.Spec.Session.CredentialsSecretRef.Name}
-}
-
-// RenderCredentials is the instance's username with the session, and the
-// instance's password, read through readMarked like every credential.
-func (*Provider) RenderCredentials(p *crawlv1alpha1.Proxy, readMarked provider.MarkedSecretReader) (*proxyaccess.Credentials, error) {
-	if p.Spec.Session == nil {
-		return nil, nil
-	}
-	name := p.Spec.Session.CredentialsSecretRef.Name
-	secret, err := readMarked(proxyaccess.FieldSessionCredentialsSecretRef, name)
-	if err != nil {
-		return nil, err
-	}
-	for _, key := range []string{crawlv1alpha1.AuthUsernameKey, crawlv1alpha1.AuthPasswordKey} {
-		if len(secret.Data[key]) == 0 {
-			return nil, &proxyaccess.CredentialsError{Field: proxyaccess.FieldSessionCredentialsSecretRef, Secret: name, Key: key, Problem: "is missing or empty"}
-		}
-	}
-	return &proxyaccess.Credentials{
-		Username: Username(string(secret.Data[crawlv1alpha1.AuthUsernameKey]), p),
-		Password: string(secret.Data[crawlv1alpha1.AuthPasswordKey]),
-	}, nil
+	return proxyaccess.SessionUsername(user, proxyaccess.SessionID(p.UID))
 }
 
 // RefusedCredentialsHint points at the instance, which checks the
-// session's credentials: they are its own with the session added. The
-// instance's own probe proves it refuses a request without them, so a
-// session is not probed for that again (CredentialsCheckedElsewhere), and
-// a new instance password is used from the next probe on, no new session.
+// session's credentials: they derive from its own. The instance's own
+// probe proves it refuses a request without them, so a session is not
+// probed for that again (CredentialsCheckedElsewhere), and a new instance
+// password is used from the next probe on, no new session.
 func (*Provider) RefusedCredentialsHint(p *crawlv1alpha1.Proxy, secret string) string {
 	instance, source := "", ""
 	if p.Spec.Session != nil {
 		instance, source = p.Spec.Session.Instance, p.Spec.Session.CredentialsSecretRef.Name
 	}
-	return fmt.Sprintf("the instance %s refused the session's username or password; check its credentials in Secret %q (copied into Secret %q)", instance, source, secret)
+	return fmt.Sprintf("the instance %s refused the session's username or password; check its credentials and lease-key in Secret %q (this session's derive from them: %q)", instance, source, secret)
 }
 
 // SessionSpec is the spec of a pool member that is one session on

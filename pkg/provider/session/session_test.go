@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -55,9 +56,11 @@ func TestLifecycle(t *testing.T) {
 	}
 }
 
-// TestRenderCredentials: the instance's username plus the session, the
-// instance's password, only from a Secret marked for proxies.
-func TestRenderCredentials(t *testing.T) {
+// TestCredentialsDeriveFromTheInstance: every reader reads a session's
+// credentials from the instance's Secret (no Secret of its own): the
+// instance's username plus the session, the instance's password and lease
+// keys, only from a Secret marked for proxies.
+func TestCredentialsDeriveFromTheInstance(t *testing.T) {
 	marked := map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}
 	tests := map[string]struct {
 		secret  *corev1.Secret
@@ -66,8 +69,12 @@ func TestRenderCredentials(t *testing.T) {
 	}{
 		"instance credentials": {
 			secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "proxy-auth-i1", Labels: marked},
-				Data: map[string][]byte{"username": []byte("px"), "password": []byte("pw")}},
-			want: &proxyaccess.Credentials{Username: "px+session-" + upstream.SessionID("uid-a"), Password: "pw"},
+				Data: map[string][]byte{"username": []byte("px"), "password": []byte("pw"), "lease-key": []byte("k")}},
+			want: &proxyaccess.Credentials{Username: "px+session-" + upstream.SessionID("uid-a"), Password: "pw", LeaseKeys: "k"},
+		},
+		"not marked": {
+			secret:  &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "proxy-auth-i1"}, Data: map[string][]byte{"username": []byte("px"), "password": []byte("pw")}},
+			wantErr: `spec.session.credentialsSecretRef: Secret "proxy-auth-i1" is not marked for proxy use`,
 		},
 		"no username": {
 			secret:  &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "proxy-auth-i1", Labels: marked}, Data: map[string][]byte{"password": []byte("pw")}},
@@ -76,12 +83,20 @@ func TestRenderCredentials(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			read := func(field, name string) (*corev1.Secret, error) {
-				return proxyaccess.ReadMarkedSecret(field, name, func(string) (*corev1.Secret, error) { return tc.secret, nil })
+			if got := proxyaccess.CredentialsSecret(member("a")); got != "proxy-auth-i1" {
+				t.Errorf("CredentialsSecret = %q, want the instance's", got)
 			}
-			got, err := New().RenderCredentials(member("a"), read)
+			if proxyaccess.UsesGeneratedCredentials(member("a")) {
+				t.Errorf("a session has a generated Secret")
+			}
+			got, err := proxyaccess.ReadProxyCredentials(member("a"), func(name string) (*corev1.Secret, error) {
+				if name != "proxy-auth-i1" {
+					t.Errorf("read Secret %q, want the instance's", name)
+				}
+				return tc.secret, nil
+			})
 			if tc.wantErr != "" {
-				if err == nil || err.Error() != tc.wantErr {
+				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
 				}
 				return

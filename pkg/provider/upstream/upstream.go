@@ -19,7 +19,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -65,10 +64,7 @@ func (p *Provider) Create(_ context.Context, req provider.CreateRequest) (provid
 
 // SessionID is the session id of the Proxy with uid: 16 lowercase hex
 // digits, which every network's session parameter accepts.
-func SessionID(uid types.UID) string {
-	sum := sha256.Sum256([]byte(uid))
-	return hex.EncodeToString(sum[:8])
-}
+func SessionID(uid types.UID) string { return proxyaccess.SessionID(uid) }
 
 // Username renders spec's username template for the Proxy with uid.
 func Username(spec *crawlv1alpha1.UpstreamProvider, uid types.UID) string {

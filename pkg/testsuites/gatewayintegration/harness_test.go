@@ -121,7 +121,7 @@ func startHarness(t *testing.T, ns string, opts harnessOptions) *harness {
 	auth := auth.NewKubernetes(h.kube, auth.KubernetesOptions{CacheTTL: time.Second})
 	srv, err := server.New(server.Config{
 		Store: st, Authenticator: auth, Authorizer: auth,
-		Credentials: feed.SecretCredentials(secrets.Lister()),
+		Credentials: feed.NewLeaseCredentials(proxies.Lister(), secrets.Lister(), nil).For,
 		Horizon:     &failover.MemoryHorizon{},
 	})
 	if err != nil {

@@ -17,13 +17,14 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
-	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/push"
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/netnstest"
 )
@@ -52,7 +53,10 @@ type sessionRig struct {
 	seen              map[string]bool
 }
 
-func startSessionRig(t *testing.T, forwardProxy string) *sessionRig {
+// startSessionRig starts the rig; the forward-proxy checks lease
+// credentials signed with leaseKey (the instance's key, which the test puts
+// in the instance's credentials Secret as an External proxy's owner does).
+func startSessionRig(t *testing.T, forwardProxy, leaseKey string) *sessionRig {
 	netnstest.Needs(t)
 	rig := &sessionRig{proxyNS: netnstest.New(t, "sessproxy"), targetNS: netnstest.New(t, "sesstarget"), seen: map[string]bool{}}
 	netnstest.Veth(t, rig.proxyNS, "px0", rig.targetNS, "tg0")
@@ -80,7 +84,7 @@ func startSessionRig(t *testing.T, forwardProxy string) *sessionRig {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", rig.proxyNS.Name, forwardProxy,
 		"--listen="+sessProxyAddr, "--exit-range="+sessExitRange, "--allow-cidr="+sessLink, "--dial-timeout=3s")
-	cmd.Env = []string{"PROXY_USERNAME=" + sessUser, "PROXY_PASSWORD=" + sessPassword}
+	cmd.Env = []string{"PROXY_USERNAME=" + sessUser, "PROXY_PASSWORD=" + sessPassword, "PROXY_LEASE_KEYS=" + leaseKey}
 	out := &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -216,18 +220,26 @@ func (pt *poolTest) sessionsReady(ctx context.Context, pool string, n int) (map[
 
 // TestSessionPoolOnOneRangedInstance: a pool of 64 members on one instance
 // (membersPerInstance 64), our forward-proxy with a ULA /64 in a network
-// namespace, declared as an External instance with spec.exitRanges. The
-// pool makes one instance Proxy and 64 sessions on it; the target sees 64
+// namespace, declared as an External instance with spec.exitRanges and a
+// lease key in its credentials Secret. The pool makes one instance Proxy
+// and 64 sessions on it, with no Secret per session; the target sees 64
 // distinct source addresses, each the exitIP of its member's status; a
-// banned member is recycled into a new session and a new address without a
-// new instance; the egress guard still refuses internal IPv6
-// destinations through a member's username; and scaled to zero, the
-// sessions go and then the instance.
+// lease on a member leaves only from that member's exitIP, and its
+// credentials with another member's id, a made-up id or no session term
+// are refused (407), as are the instance's own credentials, and the
+// lease's once it is released; a banned member is recycled into a new
+// session and a new address without a new instance; the egress guard still
+// refuses internal IPv6 destinations through a member's lease; and scaled
+// to zero, the sessions go and then the instance.
 func TestSessionPoolOnOneRangedInstance(t *testing.T) {
 	t.Parallel()
 	pt := newPoolTest(t, "--providers=session")
-	rig := startSessionRig(t, filepath.Join(filepath.Dir(shared.Get(t).Binary), "forward-proxy"))
-	pt.createCredentialsSecret("instance-auth", map[string]string{"username": sessUser, "password": sessPassword})
+	leaseKey, err := leasecred.NewKeyText()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig := startSessionRig(t, filepath.Join(filepath.Dir(shared.Get(t).Binary), "forward-proxy"), leaseKey)
+	pt.createCredentialsSecret("instance-auth", map[string]string{"username": sessUser, "password": sessPassword, leasecred.SecretKey: leaseKey})
 	host, portText, _ := net.SplitHostPort(rig.relay)
 	var port int32
 	fmt.Sscan(portText, &port)
@@ -256,51 +268,106 @@ func TestSessionPoolOnOneRangedInstance(t *testing.T) {
 	if n, err := pt.instanceCount(t.Context(), "v6"); err != nil || n != 1 {
 		t.Fatalf("instance Proxies: %d (%v), want 1", n, err)
 	}
+	if generated, err := pt.kube.CoreV1().Secrets(pt.ns).List(t.Context(), metav1.ListOptions{LabelSelector: "crawl.proxyfleet.io/generated-credentials-for"}); err != nil || len(generated.Items) != 0 {
+		t.Errorf("generated credentials Secrets: %d (%v), want none: a session's derive from its instance's", len(generated.Items), err)
+	}
 
-	// The target saw each member's exit IP, and a fetch with the member's
-	// own credentials (its generated Secret) leaves from it again.
+	// The target saw each member's exit IP; every member is LeaseBound.
 	ms, err := pt.members(t.Context(), "v6")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fetched := map[string]bool{}
 	for _, m := range ms {
 		if !rig.saw(m.Status.ExitIP) {
 			t.Errorf("member %s: the target never saw its exit IP %s", m.Name, m.Status.ExitIP)
 		}
-		creds, err := proxyaccess.ReadProxyCredentials(&m, func(name string) (*corev1.Secret, error) {
-			return pt.kube.CoreV1().Secrets(pt.ns).Get(t.Context(), name, metav1.GetOptions{})
-		})
-		if err != nil {
-			t.Fatalf("member %s credentials: %v", m.Name, err)
-		}
-		if !strings.HasPrefix(creds.Username, sessUser+"+session-") || creds.Password != sessPassword {
-			t.Fatalf("member %s: username %q; want %s+session-<id> and the instance's password", m.Name, creds.Username, sessUser)
-		}
-		code, body := rig.fetch(t, rig.target, creds.Username, creds.Password)
-		if code != http.StatusOK || body != m.Status.ExitIP {
-			t.Errorf("member %s: through its session the target saw %d %q; status.exitIP is %s", m.Name, code, body, m.Status.ExitIP)
-		}
-		fetched[body] = true
-
-		// The egress guard: internal IPv6 destinations stay refused.
-		if m.Name == ms[0].Name {
-			for _, internal := range []string{"http://[::1]:80", "http://[fd00:77::1]:80", "http://[fd00:5e55:54::9]:80"} {
-				if code, body := rig.fetch(t, internal, creds.Username, creds.Password); code != http.StatusForbidden {
-					t.Errorf("through member %s to %s: %d %q; want 403 from the egress guard", m.Name, internal, code, body)
-				}
-			}
+		if !meta.IsStatusConditionTrue(m.Status.Conditions, crawlv1alpha1.ConditionLeaseBound) {
+			t.Errorf("member %s is not LeaseBound: %+v", m.Name, meta.FindStatusCondition(m.Status.Conditions, crawlv1alpha1.ConditionLeaseBound))
 		}
 	}
-	if len(fetched) != 64 {
-		t.Errorf("the target saw %d distinct source addresses for 64 members; want 64", len(fetched))
-	}
 
-	// A ban recycles a member: a new session, a new address, no new instance.
+	// A lease on each member: its credentials leave from its own exit IP,
+	// and from nowhere else.
 	lc, err := client.New("http://" + pt.op.LeaseAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	leases := map[string]*client.Lease{}
+	for range ms {
+		l, err := lc.Acquire(t.Context(), client.AcquireRequest{Holder: "exits", Namespace: pt.ns, Selector: crawlv1alpha1.PoolLabel + "=v6", TTL: 5 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[l.Proxy.Name] = l
+	}
+	fetched := map[string]bool{}
+	var a, b *client.Lease
+	for name, l := range leases {
+		c := l.Credentials
+		if c == nil || !strings.HasPrefix(c.Username, sessUser+"+session-") || c.Password == sessPassword {
+			t.Fatalf("lease on %s: credentials %v; want %s+session-<id> with a lease's password", name, c != nil, sessUser)
+		}
+		code, body := rig.fetch(t, rig.target, c.Username, c.Password)
+		if code != http.StatusOK || body != ips[name] {
+			t.Errorf("lease on %s: the target saw %d %q; status.exitIP is %s", name, code, body, ips[name])
+		}
+		fetched[body] = true
+		if a == nil {
+			a = l
+		} else if b == nil {
+			b = l
+		}
+	}
+	if len(fetched) != 64 {
+		t.Errorf("the target saw %d distinct source addresses for 64 leases; want 64", len(fetched))
+	}
+	for what, user := range map[string]string{
+		"another member's id": b.Credentials.Username,
+		"a made-up id":        sessUser + "+session-0000000000000000",
+		"no session term":     sessUser,
+		"its own id alone":    "session-" + strings.TrimPrefix(a.Credentials.Username, sessUser+"+session-"),
+	} {
+		if code, body := rig.fetch(t, rig.target, user, a.Credentials.Password); code != http.StatusProxyAuthRequired {
+			t.Errorf("%s with %s's lease password: %d %q, want 407", what, a.Proxy.Name, code, body)
+		}
+	}
+	for what, user := range map[string]string{"with a session term": a.Credentials.Username, "bare": sessUser} {
+		if code, body := rig.fetch(t, rig.target, user, sessPassword); code != http.StatusProxyAuthRequired {
+			t.Errorf("the instance's own password, %s: %d %q, want 407", what, code, body)
+		}
+	}
+	// The egress guard: internal IPv6 destinations stay refused.
+	for _, internal := range []string{"http://[::1]:80", "http://[fd00:77::1]:80", "http://[fd00:5e55:54::9]:80"} {
+		if code, body := rig.fetch(t, internal, a.Credentials.Username, a.Credentials.Password); code != http.StatusForbidden {
+			t.Errorf("through %s's lease to %s: %d %q; want 403 from the egress guard", a.Proxy.Name, internal, code, body)
+		}
+	}
+	// Released, a lease's credentials are refused within the bound (the
+	// push reaches the instance through the address its probes use).
+	if err := lc.Release(t.Context(), a.ID, client.OutcomeOK, ""); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	eventually.Check(t, 30*time.Second, 20*time.Millisecond, "the released lease's credentials refused", func(context.Context) error {
+		if code, _ := rig.fetch(t, rig.target, a.Credentials.Username, a.Credentials.Password); code != http.StatusProxyAuthRequired {
+			return fmt.Errorf("still %d", code)
+		}
+		return nil
+	})
+	if d := time.Since(released); d > push.Bound {
+		t.Errorf("the released lease's credentials refused %v after the release, beyond the bound %v", d, push.Bound)
+	} else {
+		t.Logf("a session's released lease refused %v after the release (bound %v)", d.Round(time.Millisecond), push.Bound)
+	}
+	for name, l := range leases {
+		if l != a {
+			if err := lc.Release(t.Context(), l.ID, client.OutcomeOK, ""); err != nil {
+				t.Fatalf("releasing %s: %v", name, err)
+			}
+		}
+	}
+
+	// A ban recycles a member: a new session, a new address, no new instance.
 	l, err := lc.Acquire(t.Context(), client.AcquireRequest{Holder: "banner", Namespace: pt.ns, Selector: crawlv1alpha1.PoolLabel + "=v6", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)

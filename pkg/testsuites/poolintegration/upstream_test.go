@@ -335,6 +335,11 @@ func (pt *poolTest) noPasswordShown(t *testing.T, password string, events []core
 // operator's own forward-proxies and a pool of a proxy network's sessions
 // (examples/pool-mixed.yaml's setup): its four download slots (four target
 // hosts) take the four members, so the target sees both kinds of exit IP.
+// Unmodified Scrapy crawls through the gateway whether the upstream checks
+// lease credentials (the own pool's, LeaseBound: the gateway renews and
+// carries them) or not (the network's, gateway-only: the lease API refuses
+// a crawler's own acquire of one, and the vendor's password reaches only
+// the gateway).
 func TestScrapyCrawlsOwnAndNetworkIPs(t *testing.T) {
 	t.Parallel()
 	const scrapyBin = "/usr/bin/scrapy"
@@ -364,11 +369,37 @@ func TestScrapyCrawlsOwnAndNetworkIPs(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "residential"},
 		Spec: crawlv1alpha1.ProxyPoolSpec{
 			Replicas: ptr.To[int32](2),
-			Template: crawlv1alpha1.ProxyTemplate{Spec: upstreamSpec(t, vendor.Addr, echo, "vendor", vendorTemplate)},
+			Template: crawlv1alpha1.ProxyTemplate{
+				Metadata: crawlv1alpha1.TemplateMetadata{Labels: map[string]string{crawlv1alpha1.GatewayOnlyLabel: "true"}},
+				Spec:     upstreamSpec(t, vendor.Addr, echo, "vendor", vendorTemplate),
+			},
 		},
 	})
 	for _, pool := range []string{"own", "residential"} {
 		eventually.Check(t, 2*time.Minute, interval, "pool "+pool+" Ready", func(ctx context.Context) error { return pt.settled(ctx, pool, 2) })
+	}
+	for pool, want := range map[string]metav1.ConditionStatus{"own": metav1.ConditionTrue, "residential": metav1.ConditionFalse} {
+		eventually.Check(t, time.Minute, interval, "pool "+pool+"'s LeaseBound "+string(want), func(ctx context.Context) error {
+			ms, err := pt.members(ctx, pool)
+			if err != nil {
+				return err
+			}
+			for _, m := range ms {
+				if c := meta.FindStatusCondition(m.Status.Conditions, crawlv1alpha1.ConditionLeaseBound); c == nil || c.Status != want {
+					return fmt.Errorf("member %s: LeaseBound %+v", m.Name, c)
+				}
+			}
+			return nil
+		})
+	}
+	lc, err := client.New("http://" + pt.op.LeaseAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = lc.Acquire(t.Context(), client.AcquireRequest{Holder: "direct", Namespace: pt.ns, Selector: crawlv1alpha1.PoolLabel + "=residential"})
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusForbidden || apiErr.Code != "GatewayOnly" {
+		t.Errorf("a crawler's own acquire of a gateway-only member: %v, want 403 GatewayOnly", err)
 	}
 
 	out := filepath.Join(t.TempDir(), "items.json")

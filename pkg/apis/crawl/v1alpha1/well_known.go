@@ -38,4 +38,16 @@ const (
 	ConditionProvisioned = "Provisioned"
 	// ConditionHealthy: probes through the proxy succeed.
 	ConditionHealthy = "Healthy"
+	// ConditionLeaseBound: the instance checks lease credentials (our
+	// forward-proxy with the lease key of its credentials Secret), so a
+	// lease's credentials admit only while the lease lives; False: leases on
+	// the proxy are advisory (docs/api.md, "What a lease guarantees").
+	ConditionLeaseBound = "LeaseBound"
 )
+
+// GatewayOnlyLabel, "true" on a Proxy (a pool template's labels), keeps its
+// credentials from the lease API's callers: only the gateway tier (a caller
+// acting for a user) is granted it, and uses its credentials itself, so a
+// proxy network's account password never reaches a crawler
+// (docs/upstreams.md).
+const GatewayOnlyLabel = "crawl.proxyfleet.io/gateway-only"

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxy-operator/pkg/forwardproxy"
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 )
 
 // Boot is what an instance's cloud-init would have to start the proxy:
@@ -84,7 +85,7 @@ type BootFunc func(b Boot) (halt func())
 // BootForwardProxy does what an instance's cloud-init would with the
 // operator's part of the user-data: it reads the settings file (the
 // kit's format, UserDataEnv) and serves our forward proxy on the public IP
-// with that port and those credentials, with the exit ranges of
+// with that port, those credentials and lease keys, with the exit ranges of
 // BootExitRanges, admitting targets in allow; rec (may be nil) records
 // the exit ranges. A test then sees an instance Ready only if the
 // operator's probe went through the proxy its own create configured. We
@@ -102,8 +103,16 @@ func BootForwardProxy(t testing.TB, rec *Boots, allow ...netip.Prefix) BootFunc 
 			t.Errorf("instance %s: %v", b.Name, err)
 			return func() {}
 		}
+		var keys []leasecred.Key
+		if text := env["PROXY_LEASE_KEYS"]; text != "" {
+			if keys, err = leasecred.ParseKeys(text); err != nil {
+				t.Errorf("instance %s: PROXY_LEASE_KEYS: %v", b.Name, err)
+				return func() {}
+			}
+		}
 		srv, err := forwardproxy.New(forwardproxy.Config{
 			Username: env["PROXY_AUTH_USERNAME"], Password: env["PROXY_AUTH_PASSWORD"], AllowCIDRs: allow, ExitRanges: ranges,
+			LeaseKeys: keys,
 		})
 		if err != nil {
 			t.Errorf("instance %s: %v", b.Name, err)

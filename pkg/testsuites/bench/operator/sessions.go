@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
+	"github.com/proxyfleet/proxy-operator/pkg/leasecred"
 )
 
 // Sessions mode (-instances, issue 54): beside each size's N External
@@ -22,8 +23,10 @@ import (
 // each a session on one of -instances shared instances. The instances are
 // External proxies at one fleet listener (a pool with an External template
 // names one proxy); the fleet ignores credentials and answers the probe
-// itself, so what differs is the operator's side: N session Proxies, their
-// generated credentials Secrets, the pool controller's placement.
+// itself, so what differs is the operator's side: N session Proxies, whose
+// credentials derive from the instance's Secret (no Secret per session;
+// its lease key makes every probe of a session sign a credential), the
+// pool controller's placement.
 
 // sessionsPool is the bench's pool: n members on instances instances.
 const sessionsPool = "sessions"
@@ -34,10 +37,14 @@ func membersPerInstance(n, instances int) int32 { return int32((n + instances - 
 // createSessionsPool creates the instance credentials (marked for proxies)
 // and the pool whose members are sessions on instances at addr.
 func (b *bench) createSessionsPool(ctx context.Context, ns string, n int, addr string) error {
+	key, err := leasecred.NewKeyText()
+	if err != nil {
+		return err
+	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "instance-auth", Namespace: ns,
 			Labels: map[string]string{crawlv1alpha1.ProxyCredentialsLabel: crawlv1alpha1.ProxyCredentialsLabelValue}},
-		StringData: map[string]string{"username": "bench", "password": "bench-instance-pw"},
+		StringData: map[string]string{"username": "bench", "password": "bench-instance-pw", leasecred.SecretKey: key},
 	}
 	if _, err := b.kube.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating the instance credentials: %w", err)
