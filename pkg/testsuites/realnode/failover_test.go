@@ -4,6 +4,7 @@ package realnode
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -100,10 +101,7 @@ func leaderFailover(t *testing.T, s *suite) {
 			})
 			t.Logf("%s → new controllers' leader renewing: %s", round.name, time.Since(began).Round(100*time.Millisecond))
 			s.report.add("leader "+round.name+" → new leader of the controllers renews a lease", time.Since(began))
-			// Still one lease on a maxLeases-1 proxy: the new leader knows it.
-			if code, body := s.leaseAnswer(t, "POST", "/v1/leases", `{"holder":"second","namespace":"crawl"}`); code != 503 {
-				t.Errorf("acquire while the lease is held: %d %s, want 503", code, body)
-			}
+			s.heldLeaseKnown(t)
 			waitFor(t, 2*time.Minute, "three Ready replicas again", func(ctx context.Context) error {
 				pods, ready, _, err := s.operatorPods(ctx)
 				if err != nil {
@@ -133,4 +131,37 @@ func (s *suite) leaderTransitions(t *testing.T) int32 {
 		return 0
 	}
 	return *l.Spec.LeaseTransitions
+}
+
+// heldLeaseKnown checks that the new leader knows the lease granted
+// before the failover on a maxLeases-1 proxy: acquires of the crawl
+// namespace get every other proxy (the pool's members), never the held
+// one, and then 503 NoneFree; the leases they got are released.
+func (s *suite) heldLeaseKnown(t *testing.T) {
+	t.Helper()
+	var granted []lease
+	defer func() {
+		for _, l := range granted {
+			s.leaseAnswer(t, "DELETE", "/v1/leases/"+l.ID, "")
+		}
+	}()
+	for range 10 {
+		code, body := s.leaseAnswer(t, "POST", "/v1/leases", `{"holder":"second","namespace":"crawl","ttl":"30s"}`)
+		if code != http.StatusCreated {
+			if code != http.StatusServiceUnavailable || !strings.Contains(body, `"NoneFree"`) {
+				t.Errorf("acquire while the lease is held: %d %s, want 201 or 503 NoneFree", code, body)
+			}
+			return
+		}
+		var l lease
+		if err := json.Unmarshal([]byte(body), &l); err != nil {
+			t.Fatal(err)
+		}
+		granted = append(granted, l)
+		if l.Proxy.Name == s.lease.Proxy.Name {
+			t.Errorf("acquire while the lease on %s is held got %s: the new leader forgot the lease", s.lease.Proxy.Name, l.Proxy.Name)
+			return
+		}
+	}
+	t.Errorf("10 acquires of the crawl namespace all granted (%d proxies?), never 503", len(granted))
 }
