@@ -229,7 +229,12 @@ func (r *operatorRun) leaderFlow() flow {
 }
 
 // leaderLabelled checks that the placeholder Pod carries the leader label
-// (want) or not, and that the lease Service selects it accordingly.
+// (want) or not, and that the lease Service selects it accordingly: a
+// Service that selects the leader label (--lease-replication=none
+// installs) selects the Pod only while it leads; the artifacts' default,
+// which selects every replica (raft: every ready replica serves the lease
+// API, docs/decisions/0381), selects it either way and leaves the choice
+// to readiness.
 func (r *operatorRun) leaderLabelled(ctx context.Context, want bool) error {
 	pod, err := r.s.kube.CoreV1().Pods(r.ns).Get(ctx, r.podName, metav1.GetOptions{})
 	if err != nil {
@@ -242,20 +247,26 @@ func (r *operatorRun) leaderLabelled(ctx context.Context, want bool) error {
 	if err != nil {
 		return err
 	}
-	if got := labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)); got != want {
-		return fmt.Errorf("lease Service %s selects the Pod = %v, want %v", svc.Name, got, want)
+	_, byLeader := svc.Spec.Selector[operator.LeaderLabel]
+	if got := labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)); got != (want || !byLeader) {
+		return fmt.Errorf("lease Service %s (selector %v) selects the Pod = %v, want %v", svc.Name, svc.Spec.Selector, got, want || !byLeader)
 	}
 	return nil
 }
 
+// leaseServiceName is the artifacts' Service of the lease API.
 func (r *operatorRun) leaseServiceName() string {
 	for _, svc := range r.artifacts.services {
-		if _, ok := svc.Spec.Selector[operator.LeaderLabel]; ok {
+		if svc.Name == leaseServiceName {
 			return svc.Name
 		}
 	}
-	return "(no lease Service in the artifacts)"
+	return "(no " + leaseServiceName + " Service in the artifacts)"
 }
+
+// leaseServiceName is the name of the lease API's Service in the
+// artifacts (artifacts/deploy/services.yaml).
+const leaseServiceName = "proxy-operator-leases"
 
 // externalFlow: an External Proxy gets its status, and the status follows
 // each edit of the endpoint within seconds. Several edits in a row tell an
