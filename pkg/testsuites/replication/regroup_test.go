@@ -43,6 +43,10 @@ func (g *group) restartExited(stopped ...*replicaProc) {
 // regroup); a lease granted before renews throughout (its ID re-learned),
 // and the ban the old group recorded holds after.
 func TestLostQuorumRegroupsBehindTheHorizon(t *testing.T) {
+	// Each poll's calls are bounded: the client retries a replica that is
+	// down or knows no leader until its context ends, and a poll that
+	// waits on one never restarts the replicas that exited to regroup.
+	const callTimeout = 2 * time.Second
 	const maxTTL = 20 * time.Second
 	g := newGroup(t, 3, "--lease-max-ttl="+maxTTL.String())
 	g.voters(startTimeout)
@@ -80,6 +84,8 @@ func TestLostQuorumRegroupsBehindTheHorizon(t *testing.T) {
 	// The keeper renews its lease throughout, through any replica that answers.
 	eventually.Check(t, regroupTimeout, 200*time.Millisecond, "the group regrouped behind its survivor", func(ctx context.Context) error {
 		g.restartExited()
+		ctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
 		if l, err := survivor.api.Renew(ctx, held.ID, maxTTL); err == nil {
 			held = l
 		}
@@ -107,6 +113,8 @@ func TestLostQuorumRegroupsBehindTheHorizon(t *testing.T) {
 	refusals := 0
 	eventually.Check(t, regroupTimeout, 200*time.Millisecond, "a grant by the new group", func(ctx context.Context) error {
 		g.restartExited()
+		ctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
 		if l, err := g.replicas[0].api.Renew(ctx, held.ID, maxTTL); err == nil {
 			held = l
 		} else if errors.Is(err, client.ErrLeaseLost) {
