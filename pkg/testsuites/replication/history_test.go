@@ -66,7 +66,8 @@ func TestHistoryUnderFaultsIsLinearizable(t *testing.T) {
 	failoverFigures(t, calls, f.done)
 	r := checkHistory(t, calls, modelConfig(fleetMaxLeases))
 	if !r.OK() {
-		t.Errorf("the history breaks the store's promises: %d violations", len(r.Violations()))
+		t.Errorf("the history breaks the store's promises: %d violations; the faults: %v; the whole history: %s",
+			len(r.Violations()), f.done, saveHistory(t, calls, f.done))
 	}
 }
 
