@@ -127,7 +127,7 @@ func failoverFigures(t *testing.T, calls []call, done []fault) {
 		}
 		switch f.kind {
 		case sigterm:
-			span := notLeaderSpan(calls, f.at, f.at+5*time.Second)
+			span := notLeaderSpan(calls, f.replica, f.at, f.at+5*time.Second)
 			notLeader = append(notLeader, span)
 			if integration.Long() && span > time.Second {
 				t.Errorf("%v: NotLeader answers for %v, want at most 1s", f, span)
