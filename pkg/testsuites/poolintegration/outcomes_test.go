@@ -161,8 +161,9 @@ type banCrawl struct {
 func startBanCrawl(t *testing.T, extra ...string) *banCrawl {
 	t.Helper()
 	// The site bans one exit per banAfter pages, crawlPages/banAfter in
-	// all: a long crawl of a strict site, for which decision 0413 says to
-	// raise the site-ban bound (its default, 5, is tested in the chaos
+	// all: a long crawl of a strict site, for which
+	// docs/decisions/0413-a-site-bans-a-bounded-number-of-proxies.md says
+	// to raise the site-ban bound (its default, 5, is tested in the chaos
 	// suite's TestHostileSiteCannotRecycleThePool).
 	siteBanBound := "--lease-site-ban-proxies=" + strconv.Itoa(2*crawlPages/banAfter)
 	pt := newPoolTest(t, append([]string{"--local-loopback-exits", siteBanBound}, extra...)...)
