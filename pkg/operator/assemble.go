@@ -210,7 +210,7 @@ func (op *operator) addLeaseServer(ctx context.Context, o Options, c clients, pr
 			klog.FromContext(ctx).Error(err, "Feeding the lease store on taking the lead")
 		}
 	}
-	if op.leases, op.replica, op.leasePush, feedSynced, err = newLeaseServer(ctx, o, c.kube, callers, proxyInformer, secretInformer.Lister(), op.metrics, op.fence, onLead); err != nil {
+	if op.leases, op.replica, op.leasePush, feedSynced, err = newLeaseServer(ctx, o, c.kube, callers, proxyInformer, secretInformer, op.metrics, op.fence, onLead); err != nil {
 		return err
 	}
 	op.synced = append(op.synced, feedSynced)

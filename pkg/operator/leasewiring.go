@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"os"
 
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -42,7 +42,7 @@ func newLeaseCallers(ctx context.Context, o Options, authKube kubernetes.Interfa
 // those instances of the leases' ends and renewals (run it on every replica),
 // the horizon a successor reads after a leader change, and the fence of the
 // leader election (nil without one).
-func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, callers leaseCallers, proxies crawlinformersv1alpha1.ProxyInformer, secrets corelisters.SecretLister, m *metrics.Metrics, fence *leadershipFence, onLead func(*store.Store)) (*server.Server, *replica.Node, *push.Pusher, cache.InformerSynced, error) {
+func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, callers leaseCallers, proxies crawlinformersv1alpha1.ProxyInformer, secrets coreinformers.SecretInformer, m *metrics.Metrics, fence *leadershipFence, onLead func(*store.Store)) (*server.Server, *replica.Node, *push.Pusher, cache.InformerSynced, error) {
 	// Every replica signs and verifies lease IDs with one key, created by
 	// the first replica to start.
 	var key []byte
@@ -54,7 +54,7 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, c
 		return nil, nil, nil, nil, fmt.Errorf("lease signing key: %w", err)
 	}
 	var pusher *push.Pusher
-	credentials := feed.NewLeaseCredentials(proxies.Lister(), secrets, func(l store.Lease, t push.Target) { pusher.Signed(l, t) })
+	credentials := feed.NewLeaseCredentials(proxies.Lister(), secrets.Lister(), func(l store.Lease, t push.Target) { pusher.Signed(l, t) })
 	if pusher, err = push.New(push.Config{Resolve: credentials.Target, Metrics: m}); err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -93,7 +93,15 @@ func newLeaseServer(ctx context.Context, o Options, kube kubernetes.Interface, c
 			return nil, nil, nil, nil, fmt.Errorf("lease store's replication: %w", err)
 		}
 		st = node.Working()
-		repl = &server.Replication{Leases: node.Router(), Ready: func() bool { return replicaReady(node, o.Replication.ReplicaID) }}
+		// A replica signs a lease's credentials from its own listers: until
+		// they have listed the Proxies and Secrets, it would answer
+		// CredentialsUnavailable for leases the leader granted.
+		synced := func() bool { return proxies.Informer().HasSynced() && secrets.Informer().HasSynced() }
+		repl = &server.Replication{
+			Leases: node.Router(),
+			Synced: synced,
+			Ready:  func() bool { return synced() && replicaReady(node, o.Replication.ReplicaID) },
+		}
 	} else if st, err = store.New(sc); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("lease store: %w", err)
 	}

@@ -20,6 +20,8 @@ type callError struct {
 	RetryAfter time.Duration `json:"retryAfter,omitempty"`
 	Need       time.Time     `json:"need,omitempty"`
 	Number     int           `json:"number,omitempty"`
+	Site       string        `json:"site,omitempty"`
+	Window     time.Duration `json:"window,omitempty"`
 }
 
 // The store's unavailable reasons, by name, most specific first.
@@ -54,6 +56,7 @@ func errorOf(err error) *callError {
 		owner       *store.OwnerLimitError
 		horizon     *store.HorizonError
 		unavailable *store.UnavailableError
+		siteBanning *store.SiteBanningError
 	)
 	c := &callError{Kind: "other", Message: err.Error()}
 	switch {
@@ -65,6 +68,8 @@ func errorOf(err error) *callError {
 		c.Kind, c.Number = "tooManyLeases", owner.Limit
 	case errors.As(err, &horizon):
 		c.Kind, c.Need = "horizon", horizon.Need
+	case errors.As(err, &siteBanning):
+		c.Kind, c.Site, c.Number, c.Window, c.RetryAfter = "siteBanning", siteBanning.Site, siteBanning.Proxies, siteBanning.Window, siteBanning.RetryAfter
 	case errors.As(err, &unavailable):
 		c.Kind, c.RetryAfter, c.Message = "unavailable", unavailable.RetryAfter, unavailable.Reason.Error()
 		for _, r := range reasons {
@@ -94,6 +99,8 @@ func (c *callError) error() error {
 		return &store.OwnerLimitError{Limit: c.Number}
 	case "horizon":
 		return &store.HorizonError{Need: c.Need}
+	case "siteBanning":
+		return &store.SiteBanningError{Site: c.Site, Proxies: c.Number, Window: c.Window, RetryAfter: c.RetryAfter}
 	case "unavailable":
 		base := store.ErrNoneFree
 		for _, r := range reasons {

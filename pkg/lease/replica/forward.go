@@ -238,13 +238,20 @@ func (r *Router) forward(ctx context.Context, c call) (result, error) {
 }
 
 // send posts one forwarded call to the leader this replica knows; retry
-// says that the leader was unknown, unreachable or did not lead.
+// says that the leader was unknown, unreachable or did not lead. The post
+// is given up when the leader this replica knows changes: a stopped or
+// cut-off leader answers nothing, and its successor is asked at once (an
+// acquire's request ID keeps it from granting twice).
 func (r *Router) send(ctx context.Context, body []byte) (res result, retry bool, err error) {
+	era := r.node.currentEra()
 	_, addr := r.node.Leader()
 	if addr == "" {
 		return result{}, true, errors.New("no leader known")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+peerCallPath, bytes.NewReader(body))
+	postCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(era, cancel)()
+	req, err := http.NewRequestWithContext(postCtx, http.MethodPost, "https://"+addr+peerCallPath, bytes.NewReader(body))
 	if err != nil {
 		return result{}, false, err
 	}

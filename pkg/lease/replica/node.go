@@ -107,7 +107,29 @@ type Node struct {
 	// router sends lease calls to the leader; its client also asks peers
 	// for their progress.
 	router *Router
+	// leaderEra ends at the next change of the leader this replica
+	// knows: a call forwarded to a leader that was stopped or cut off is
+	// sent again to the next one at once, not left hanging until its
+	// deadline.
+	leaderEra atomic.Pointer[era]
 }
+
+// era is a context that ends at the next change of leader.
+type era struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newEra() *era {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &era{ctx: ctx, cancel: cancel}
+}
+
+// currentEra ends when the leader this replica knows changes.
+func (n *Node) currentEra() context.Context { return n.leaderEra.Load().ctx }
+
+// nextEra ends the current era: the leader this replica knows changed.
+func (n *Node) nextEra() { n.leaderEra.Swap(newEra()).cancel() }
 
 // New opens the replica's log and snapshots in cfg.Dir, listens on the
 // peer port and starts Raft. It bootstraps no group: see Bootstrap.
@@ -122,6 +144,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, logger: logger, fsm: &fsm{store: committed}, journal: &journal{metrics: cfg.Metrics}}
 	n.router = &Router{node: n, client: peerClient(cfg.TLS, dialFrom(cfg.Listen))}
+	n.leaderEra.Store(newEra())
 	sc.Journal = n.journal
 	if n.working, err = store.New(sc); err != nil {
 		return nil, err
@@ -238,6 +261,7 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-changes:
+			n.nextEra()
 			n.cfg.Metrics.ObserveRaftLeaderChange()
 		case <-check.C:
 			n.observe()

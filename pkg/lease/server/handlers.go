@@ -48,19 +48,26 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 			ctx = auth.WithActingFor(ctx)
 		}
 		if creds, err = s.credentials(ctx, l); err != nil {
-			// A lease without the credentials it needs is useless: give it back.
-			if relErr := s.leases.ReleaseAs(req.Owner, l.ID, store.OutcomeError, "", store.Report{}); relErr != nil && !errors.Is(relErr, store.ErrUnknownLease) {
-				klog.FromContext(r.Context()).Error(relErr, "Returning a lease whose credentials are unavailable", "proxy", l.Proxy.Key)
+			// A lease without the credentials it needs is useless: give it
+			// back. Not a session's: the acquire may have joined the
+			// session's live lease, which its other calls still hold; its
+			// TTL ends it.
+			given := "the session's lease ends with its TTL"
+			if req.Session == "" {
+				given = "the lease was returned"
+				if relErr := s.leases.ReleaseAs(req.Owner, l.ID, store.OutcomeError, "", store.Report{}); relErr != nil && !errors.Is(relErr, store.ErrUnknownLease) {
+					klog.FromContext(r.Context()).Error(relErr, "Returning a lease whose credentials are unavailable", "proxy", l.Proxy.Key)
+				}
 			}
 			if errors.Is(err, auth.ErrGatewayOnly) {
 				writeError(w, http.StatusForbidden, wire.CodeGatewayOnly, fmt.Sprintf(
-					"proxy %s is gateway-only (label %s): its credentials go only to the gateway tier; crawl through the gateway, or leave such proxies out with the selector %s!=true; the lease was returned",
-					l.Proxy.Key, crawlv1alpha1.GatewayOnlyLabel, crawlv1alpha1.GatewayOnlyLabel), "")
+					"proxy %s is gateway-only (label %s): its credentials go only to the gateway tier; crawl through the gateway, or leave such proxies out with the selector %s!=true; %s",
+					l.Proxy.Key, crawlv1alpha1.GatewayOnlyLabel, crawlv1alpha1.GatewayOnlyLabel, given), "")
 				return
 			}
 			klog.FromContext(r.Context()).Error(err, "Proxy credentials unavailable", "proxy", l.Proxy.Key)
 			writeError(w, http.StatusInternalServerError, wire.CodeCredentialsUnavailable,
-				fmt.Sprintf("the credentials of proxy %s are unavailable; the lease was returned", l.Proxy.Key), "")
+				fmt.Sprintf("the credentials of proxy %s are unavailable; %s", l.Proxy.Key, given), "")
 			return
 		}
 	}

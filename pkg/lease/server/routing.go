@@ -73,6 +73,10 @@ func (s *Server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
 			writeNotLeading(w)
 			return
 		}
+		if s.replicated != nil && s.replicated.Synced != nil && !s.replicated.Synced() {
+			writeNotSynced(w)
+			return
+		}
 		h(w, r)
 	}
 }
@@ -80,6 +84,11 @@ func (s *Server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
 func writeNotLeading(w http.ResponseWriter) {
 	setRetryAfter(w, time.Second)
 	writeError(w, http.StatusServiceUnavailable, wire.CodeNotLeader, "this replica is not the leader of the lease API: retry through the Service, which routes to the leader", "")
+}
+
+func writeNotSynced(w http.ResponseWriter) {
+	setRetryAfter(w, time.Second)
+	writeError(w, http.StatusServiceUnavailable, wire.CodeNotLeader, "this replica is starting: it has not yet listed the Proxies and Secrets a lease call reads; retry through the Service, which routes to ready replicas", "")
 }
 
 // noRoute answers what the mux would answer with 404 or 405, in JSON.

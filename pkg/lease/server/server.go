@@ -108,9 +108,15 @@ type Config struct {
 type Replication struct {
 	// Leases runs the calls on the leader's store.
 	Leases Leases
-	// Ready says whether this replica may take lease calls: it is a
-	// voting member that has caught up with the log.
+	// Ready says whether this replica may take lease calls (its
+	// /readyz): it is Synced, and a voting member that has caught up
+	// with the log.
 	Ready func() bool
+	// Synced says whether what a lease call reads on this replica (the
+	// Proxies and their Secrets, for the credentials) has been listed.
+	// Before, every /v1 call is answered 503 NotLeader, as the Service
+	// would not route it here.
+	Synced func() bool
 }
 
 // Server is the lease API over HTTP (docs/api.md). Every replica may serve

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -581,5 +582,31 @@ func TestDomainBudgetsFullAnswer(t *testing.T) {
 	if rec.Code != http.StatusTooManyRequests || e.Code != wire.CodeDomainLimited || !strings.Contains(e.Message, "--lease-max-domain-budgets") || rec.Header().Get("Retry-After") != "60" {
 		t.Errorf("a new domain with the share pinned: %d %+v Retry-After %q; want 429 DomainLimited naming --lease-max-domain-budgets, Retry-After 60",
 			rec.Code, e, rec.Header().Get("Retry-After"))
+	}
+}
+
+// TestAFailedJoinKeepsTheSessionsLease: an acquire of a sticky session
+// joins the session's live lease; when its credentials cannot be had then
+// (a replica whose Secret lister lags), the answer is 500
+// CredentialsUnavailable and the session's lease, which the session's
+// other calls hold, is not ended with it.
+func TestAFailedJoinKeepsTheSessionsLease(t *testing.T) {
+	var failing atomic.Bool
+	ts := newTestServer(t, func(c *Config) {
+		c.Credentials = func(context.Context, store.Lease) (*proxyaccess.Credentials, error) {
+			if failing.Load() {
+				return nil, errors.New("secret not listed yet")
+			}
+			return &proxyaccess.Credentials{Username: "u", Password: "p"}, nil
+		}
+	})
+	ts.acquire(`{"holder":"w","session":"s1"}`)
+	failing.Store(true)
+	rec := ts.do(http.MethodPost, "/v1/leases", `{"holder":"w","session":"s1"}`)
+	if e := errorOf(t, rec); rec.Code != http.StatusInternalServerError || e.Code != wire.CodeCredentialsUnavailable || !strings.Contains(e.Message, "ends with its TTL") {
+		t.Fatalf("the failed join: %d %+v", rec.Code, e)
+	}
+	if leases, _ := ts.store.List(store.LeaseFilter{}); len(leases) != 1 || leases[0].Session == "" {
+		t.Errorf("the session's lease after the failed join: %+v, want it live", leases)
 	}
 }

@@ -161,12 +161,15 @@ func firstGrant(calls []call, at time.Duration, not int) (time.Duration, bool) {
 }
 
 // notLeaderSpan is how long after at, and before until, the callers got
-// NotLeader answers: from the first such answer's call to the last one's
-// return; zero for none.
-func notLeaderSpan(calls []call, at, until time.Duration) time.Duration {
+// NotLeader answers from the replicas other than stopped: from the first
+// such answer's call to the last one's return; zero for none. The stopped
+// replica's own answers are left out: it starts again meanwhile, and a
+// starting replica answers NotLeader until it has synced, while the
+// Service routes nothing to it.
+func notLeaderSpan(calls []call, stopped int, at, until time.Duration) time.Duration {
 	first, last := time.Duration(-1), time.Duration(0)
 	for _, c := range calls {
-		if c.code != "NotLeader" || c.op.Call < at || c.op.Call > until {
+		if c.code != "NotLeader" || c.replica == stopped || c.op.Call < at || c.op.Call > until {
 			continue
 		}
 		if first < 0 || c.op.Call < first {

@@ -66,7 +66,8 @@ func TestHistoryUnderFaultsIsLinearizable(t *testing.T) {
 	failoverFigures(t, calls, f.done)
 	r := checkHistory(t, calls, modelConfig(fleetMaxLeases))
 	if !r.OK() {
-		t.Errorf("the history breaks the store's promises: %d violations", len(r.Violations()))
+		t.Errorf("the history breaks the store's promises: %d violations; the faults: %v; the whole history: %s",
+			len(r.Violations()), f.done, saveHistory(t, calls, f.done))
 	}
 }
 
@@ -126,7 +127,7 @@ func failoverFigures(t *testing.T, calls []call, done []fault) {
 		}
 		switch f.kind {
 		case sigterm:
-			span := notLeaderSpan(calls, f.at, f.at+5*time.Second)
+			span := notLeaderSpan(calls, f.replica, f.at, f.at+5*time.Second)
 			notLeader = append(notLeader, span)
 			if integration.Long() && span > time.Second {
 				t.Errorf("%v: NotLeader answers for %v, want at most 1s", f, span)

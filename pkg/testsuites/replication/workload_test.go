@@ -1,13 +1,18 @@
 package replication_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -340,4 +345,34 @@ func checkHistory(t *testing.T, calls []call, cfg leasemodel.Config) leasemodel.
 	r := leasemodel.Check(cfg, history(calls))
 	t.Logf("history checked in %v: %v", time.Since(start).Round(time.Millisecond), r)
 	return r
+}
+
+// saveHistory writes the calls, each with the replica it went to and its
+// error code, and the faults, in the order they began, to the test's
+// artifact directory (kept with go test -artifacts), and returns the
+// file's path: a violation is read against the calls around it.
+func saveHistory(t *testing.T, calls []call, faults []fault) string {
+	t.Helper()
+	type line struct {
+		at   time.Duration
+		text string
+	}
+	var lines []line
+	for _, c := range calls {
+		lines = append(lines, line{c.op.Call, fmt.Sprintf("%v replica-%d %s", c.op, c.replica, c.code)})
+	}
+	for _, f := range faults {
+		lines = append(lines, line{f.at, fmt.Sprintf("FAULT %v, healed at %v", f, f.healed.Round(time.Millisecond))})
+	}
+	slices.SortStableFunc(lines, func(a, b line) int { return cmp.Compare(a.at, b.at) })
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString(l.text)
+		b.WriteByte('\n')
+	}
+	path := filepath.Join(t.ArtifactDir(), "history.txt")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		return fmt.Sprintf("not saved: %v", err)
+	}
+	return path
 }
