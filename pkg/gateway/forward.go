@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxyfleet/proxy-operator/pkg/bandetect"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 // Response headers that tell a crawler what the gateway did for it. Only
@@ -71,7 +71,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, c caller) {
 		if err != nil {
 			// After a ban, the site banning too many proxies is the answer:
 			// the crawler learns why no other proxy was tried.
-			if attempt == 1 || errors.Is(err, store.ErrSiteBanning) {
+			if attempt == 1 || hasCode(err, wire.CodeSiteBanning) {
 				g.acquireError(w, r, err)
 				return
 			}

@@ -16,7 +16,8 @@ import (
 	"time"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -61,25 +62,28 @@ type fuzzLeases struct{}
 
 const fuzzUpstreamPassword = "upstream-secret-never-shown"
 
-func (fuzzLeases) Acquire(_ context.Context, _ auth.User, req store.AcquireRequest) (store.Lease, *proxyaccess.Credentials, error) {
+func (fuzzLeases) Acquire(_ context.Context, _ auth.User, req client.AcquireRequest) (client.Lease, *proxyaccess.Credentials, error) {
 	if req.Namespace == "full" {
-		return store.Lease{}, nil, &store.UnavailableError{Reason: store.ErrNoneFree, RetryAfter: time.Second}
+		return client.Lease{}, nil, &client.Error{StatusCode: http.StatusServiceUnavailable, Code: wire.CodeNoneFree, Message: "no matching Ready proxy has free capacity", RetryAfter: time.Second}
 	}
-	return store.Lease{ID: "id", Proxy: store.LeasedProxy{Key: store.ObjectName{Namespace: "crawl", Name: "p"}, URL: "http://127.0.0.1:9"}, TTL: time.Minute, ExpiresAt: time.Now().Add(time.Minute)},
+	return client.Lease{ID: "id", Proxy: client.LeasedProxy{Namespace: "crawl", Name: "p", URL: "http://127.0.0.1:9"}, TTL: time.Minute, ExpiresAt: time.Now().Add(time.Minute)},
 		&proxyaccess.Credentials{Username: "fleet", Password: fuzzUpstreamPassword}, nil
 }
-func (fuzzLeases) Renew(context.Context, auth.User, string, time.Duration, store.Report) (store.Lease, *proxyaccess.Credentials, error) {
-	return store.Lease{}, nil, store.ErrUnknownLease
+func (fuzzLeases) Renew(context.Context, auth.User, string, time.Duration, client.Report) (client.Lease, *proxyaccess.Credentials, error) {
+	return client.Lease{}, nil, fuzzLeaseGone
 }
-func (fuzzLeases) Release(context.Context, auth.User, string, store.Outcome, string, int64) error {
+func (fuzzLeases) Release(context.Context, auth.User, string, client.Outcome, string, int64) error {
 	return nil
 }
-func (fuzzLeases) Get(context.Context, auth.User, string) (store.Lease, error) {
-	return store.Lease{}, store.ErrUnknownLease
+func (fuzzLeases) Get(context.Context, auth.User, string) (client.Lease, error) {
+	return client.Lease{}, fuzzLeaseGone
 }
-func (fuzzLeases) ReleaseSession(context.Context, auth.User, string, string, store.Outcome, string) error {
+func (fuzzLeases) ReleaseSession(context.Context, auth.User, string, string, client.Outcome, string) error {
 	return nil
 }
+
+// fuzzLeaseGone is the lease API's answer for a lease it no longer has.
+var fuzzLeaseGone = &client.Error{StatusCode: http.StatusNotFound, Code: wire.CodeNotFound, Message: "no such lease"}
 
 // fuzzAuth accepts the token "good" for user u, allowed in namespace crawl and full.
 type fuzzAuth struct{}

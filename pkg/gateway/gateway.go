@@ -14,12 +14,15 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/proxyfleet/proxy-operator/pkg/bandetect"
+	"github.com/proxyfleet/proxy-operator/pkg/hostrule"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 // Defaults of Config.
@@ -375,15 +378,23 @@ func domainOf(hostport string) string {
 	if err != nil {
 		host = hostport
 	}
-	return store.NormalizeDomain(strings.Trim(host, "[]"))
+	return hostrule.NormalizeDomain(strings.Trim(host, "[]"))
+}
+
+// selectorString is s as the lease API reads it: "" for everything.
+func selectorString(s labels.Selector) string {
+	if s == nil || s.Empty() {
+		return ""
+	}
+	return s.String()
 }
 
 // acquire takes a lease for one connection or a session's first.
 func (g *Gateway) acquire(ctx context.Context, c caller, domain string) (*holding, error) {
-	l, creds, err := g.cfg.Leases.Acquire(ctx, c.user, store.AcquireRequest{
+	l, creds, err := g.cfg.Leases.Acquire(ctx, c.user, client.AcquireRequest{
 		Holder:    holderName(c),
 		Namespace: c.target.Namespace,
-		Selector:  c.target.Selector(),
+		Selector:  selectorString(c.target.Selector()),
 		TTL:       g.cfg.TTL,
 		Domain:    domain,
 		Session:   c.target.Session,
@@ -395,8 +406,8 @@ func (g *Gateway) acquire(ctx context.Context, c caller, domain string) (*holdin
 	}
 	h, err := newHolding(c.user, l, creds)
 	if err != nil {
-		_ = g.cfg.Leases.Release(ctx, c.user, l.ID, store.OutcomeError, "", 0)
-		return nil, fmt.Errorf("proxy %s has an unusable URL: %w", l.Proxy.Key, err)
+		_ = g.cfg.Leases.Release(ctx, c.user, l.ID, client.OutcomeError, "", 0)
+		return nil, fmt.Errorf("proxy %s/%s has an unusable URL: %w", l.Proxy.Namespace, l.Proxy.Name, err)
 	}
 	return h, nil
 }
@@ -423,7 +434,7 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 		g.mu.Lock()
 		g.rotating[h] = struct{}{}
 		g.mu.Unlock()
-		drop := func(outcome store.Outcome, domain string) {
+		drop := func(outcome client.Outcome, domain string) {
 			g.mu.Lock()
 			delete(g.rotating, h)
 			g.mu.Unlock()
@@ -431,9 +442,9 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 		}
 		return &use{
 			h: h, mode: ModeRotating,
-			done:    func() { drop(store.OutcomeOK, "") },
-			refused: func() { drop(store.OutcomeError, "") },
-			banned:  func(domain string) { drop(store.OutcomeBanned, domain) },
+			done:    func() { drop(client.OutcomeOK, "") },
+			refused: func() { drop(client.OutcomeError, "") },
+			banned:  func(domain string) { drop(client.OutcomeBanned, domain) },
 		}, nil
 	}
 
@@ -471,7 +482,7 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 	// A refusal or a ban moves the session: the lease may be shared with
 	// other replicas, so the session call ends it for all of them, and
 	// the store's sticky choice goes with it.
-	move := func(outcome store.Outcome, domain string) {
+	move := func(outcome client.Outcome, domain string) {
 		s.mu.Lock()
 		if s.held == h {
 			s.held = nil
@@ -487,8 +498,8 @@ func (g *Gateway) take(ctx context.Context, c caller, domain string) (*use, erro
 		h:       h,
 		mode:    ModeSession,
 		done:    func() { h.okRequests.Add(1); g.leaveSession(s) },
-		refused: func() { move(store.OutcomeError, "") },
-		banned:  func(domain string) { move(store.OutcomeBanned, domain) },
+		refused: func() { move(client.OutcomeError, "") },
+		banned:  func(domain string) { move(client.OutcomeBanned, domain) },
 	}, nil
 }
 
@@ -499,26 +510,30 @@ func (g *Gateway) leaveSession(s *session) {
 	s.mu.Unlock()
 }
 
-// acquireError answers a failed acquire.
+// domainLimited is the reason of a DomainLimited answer, in the gateway's
+// words: the API's own words add advice for its direct callers (acquire with
+// wait) that a gateway client cannot follow.
+const domainLimited = "the crawl policy's budget for this domain is used up"
+
+// acquireError answers a failed acquire: the lease API's answer, by its
+// code, or no leader.
 func (g *Gateway) acquireError(w http.ResponseWriter, r *http.Request, err error) {
-	var unavailable *store.UnavailableError
-	var field *store.FieldError
-	var siteBanning *store.SiteBanningError
+	apiErr := apiError(err)
 	switch {
-	case errors.As(err, &siteBanning):
-		g.fail(w, r, http.StatusTooManyRequests, ReasonSiteBanning, err.Error(), siteBanning.RetryAfter)
-	case errors.As(err, &unavailable) && errors.Is(err, store.ErrSiteBanning):
-		// The site refuses the fleet: no proxy is sent to it until
-		// Retry-After, so that it burns no more IPs.
-		g.fail(w, r, http.StatusTooManyRequests, ReasonSiteBanning, unavailable.Reason.Error(), unavailable.RetryAfter)
-	case errors.As(err, &unavailable) && errors.Is(err, store.ErrDomainLimited):
-		g.fail(w, r, http.StatusTooManyRequests, ReasonDomainLimited, unavailable.Reason.Error(), unavailable.RetryAfter)
-	case errors.As(err, &unavailable):
-		g.fail(w, r, http.StatusServiceUnavailable, ReasonNoneFree, unavailable.Reason.Error(), unavailable.RetryAfter)
-	case errors.As(err, &field):
-		g.fail(w, r, http.StatusBadRequest, ReasonBadRequest, err.Error(), 0)
-	case errors.Is(err, store.ErrNotLeader):
+	case errors.Is(err, client.ErrNotLeader):
 		g.fail(w, r, http.StatusServiceUnavailable, ReasonNotLeader, "no lease API leader answered (a failover, or this replica is not the leader): retry", time.Second)
+	case apiErr != nil && apiErr.Code == wire.CodeSiteBanning:
+		// The site refuses the fleet: no proxy is sent to it until
+		// Retry-After, so that it burns no more IPs. The API's words name
+		// the site, the count and the window.
+		g.fail(w, r, http.StatusTooManyRequests, ReasonSiteBanning, apiErr.Message, apiErr.RetryAfter)
+	case apiErr != nil && apiErr.Code == wire.CodeDomainLimited:
+		g.fail(w, r, http.StatusTooManyRequests, ReasonDomainLimited, domainLimited, apiErr.RetryAfter)
+	case apiErr != nil && (apiErr.Code == wire.CodeNoneFree || apiErr.Code == wire.CodeCoolingDown || apiErr.Code == wire.CodeRecovering):
+		// In the API's words: they may say more (the country asked for).
+		g.fail(w, r, http.StatusServiceUnavailable, ReasonNoneFree, apiErr.Message, apiErr.RetryAfter)
+	case apiErr != nil && apiErr.StatusCode == http.StatusBadRequest:
+		g.fail(w, r, http.StatusBadRequest, ReasonBadRequest, apiErr.Message, 0)
 	case errors.Is(err, context.Canceled):
 		g.cfg.Metrics.ObserveGatewayError(ReasonUnavailable) // the client left while waiting
 	default:

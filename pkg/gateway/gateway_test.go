@@ -6,14 +6,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -23,10 +21,8 @@ import (
 	"github.com/proxyfleet/proxy-operator/pkg/hostrule/site"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/leaseapitest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -37,7 +33,7 @@ var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 // in-process forward proxies as upstreams.
 type unit struct {
 	clock    *clocktesting.FakeClock
-	store    *store.Store
+	api      *leaseapitest.API
 	gw       *gateway.Gateway
 	addr     string
 	leaseAPI string
@@ -52,8 +48,9 @@ type unitOptions struct {
 	countries []string
 	// resolver resolves target names for every upstream; nil: DNS.
 	resolver forwardproxy.Resolver
-	// store adjusts the lease store's Config.
-	store func(*store.Config)
+	// siteBanProxies is the lease store's bound on the proxies one site
+	// may ban; 0: the store's default.
+	siteBanProxies int
 	// gateway adjusts the gateway's Config.
 	gateway func(*gateway.Config)
 	// maxLeases is each upstream's slots; 0: one.
@@ -76,15 +73,10 @@ func startUnitWith(t testing.TB, opts unitOptions, upstreams ...string) *unit {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	u := &unit{clock: clocktesting.NewFakeClock(t0), ups: map[string]*proxytest.Proxy{}}
-	var err error
-	storeCfg := store.Config{Key: []byte("gateway-unit-test-key-of-32-byte"), Clock: u.clock, DefaultTTL: 30 * time.Second, Site: site.Of}
-	if opts.store != nil {
-		opts.store(&storeCfg)
-	}
-	u.store, err = store.New(storeCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u.api = leaseapitest.Start(t, leaseapitest.Config{
+		Key: []byte("gateway-unit-test-key-of-32-byte"), Clock: u.clock, DefaultTTL: 30 * time.Second,
+		Site: site.Of, SiteBanProxies: opts.siteBanProxies,
+	})
 	for i, name := range upstreams {
 		var popts proxytest.Options
 		if i < len(opts.leaveFrom) {
@@ -105,27 +97,21 @@ func startUnitWith(t testing.TB, opts unitOptions, upstreams ...string) *unit {
 		if i < len(opts.countries) {
 			country = opts.countries[i]
 		}
-		u.store.Upsert(store.ProxyInfo{
-			ExitCountry: country,
-			Key:         store.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID("uid-" + name), Ready: true,
-			URL: "http://" + p.Addr, Labels: map[string]string{gateway.PoolLabel: "p"}, Pool: "p", MaxLeases: max(1, opts.maxLeases),
+		u.api.Upsert(leaseapitest.Proxy{
+			Namespace: "crawl", Name: name, ExitCountry: country,
+			URL: "http://" + p.Addr, Labels: map[string]string{gateway.PoolLabel: "p"}, Pool: "p", MaxLeases: opts.maxLeases,
 			LatencyMillis: int64(i), ReadySince: t0,
 		})
 	}
+	if err := u.api.Server.StartLeading(ctx); err != nil {
+		t.Fatal(err)
+	}
+	u.leaseAPI = u.api.URL
+	remote, err := gateway.NewRemote(gateway.RemoteConfig{URLs: []string{u.api.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	auth := auth.None{}
-	srv, err := server.New(server.Config{Store: u.store, Authenticator: auth, Authorizer: auth, Horizon: &failover.MemoryHorizon{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.StartLeading(ctx); err != nil {
-		t.Fatal(err)
-	}
-	api := httptest.NewServer(srv.Handler())
-	u.leaseAPI = api.URL
-	remote, err := gateway.NewRemote(gateway.RemoteConfig{URLs: []string{api.URL}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := gateway.Config{
 		Leases: remote, Authenticator: auth, Authorizer: auth, AuthNone: true,
 		SessionIdle: time.Minute, Clock: u.clock, JanitorInterval: time.Hour, // Tidy is driven by the test
@@ -149,7 +135,6 @@ func startUnitWith(t testing.TB, opts unitOptions, upstreams ...string) *unit {
 		if err := <-served; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-		api.Close()
 	})
 	return u
 }
@@ -173,12 +158,12 @@ var anonymous = auth.User{Name: "system:anonymous"}.Identity()
 // sessionProxy is the proxy the session's lease holds, "" if none.
 func (u *unit) sessionProxy(t *testing.T, scope, session string) string {
 	t.Helper()
-	ls := u.store.SessionLeases(anonymous, scope, session)
+	ls := u.api.SessionProxies(anonymous, scope, session)
 	switch len(ls) {
 	case 0:
 		return ""
 	case 1:
-		return ls[0].Proxy.Key.Name
+		return ls[0]
 	}
 	t.Fatalf("session %s holds %d leases", session, len(ls))
 	return ""
@@ -190,7 +175,7 @@ func TestSessionRenewsWhileUsedAndLapsesWhenIdle(t *testing.T) {
 	if status, body := u.get(t, "ns-crawl+session-s", target.URL+"/echo"); status != http.StatusOK {
 		t.Fatalf("status %d: %s", status, body)
 	}
-	held := u.store.SessionLeases(anonymous, "crawl", "s")
+	held := u.api.SessionProxies(anonymous, "crawl", "s")
 	if len(held) != 1 {
 		t.Fatalf("session holds %d leases", len(held))
 	}
@@ -207,8 +192,8 @@ func TestSessionRenewsWhileUsedAndLapsesWhenIdle(t *testing.T) {
 	u.gw.Tidy(t.Context())
 	u.clock.Step(20 * time.Second)
 	u.gw.Tidy(t.Context())
-	if got := u.sessionProxy(t, "crawl", "s"); got != held[0].Proxy.Key.Name {
-		t.Fatalf("after 40s (TTL 30s) the session holds %q, want %q renewed", got, held[0].Proxy.Key.Name)
+	if got := u.sessionProxy(t, "crawl", "s"); got != held[0] {
+		t.Fatalf("after 40s (TTL 30s) the session holds %q, want %q renewed", got, held[0])
 	}
 	// A minute without connections ends the session; its lease, which
 	// other replicas might share, is no longer renewed and lapses at its

@@ -12,7 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -48,7 +48,7 @@ type holding struct {
 	ended bool
 }
 
-func newHolding(user auth.User, l store.Lease, creds *proxyaccess.Credentials) (*holding, error) {
+func newHolding(user auth.User, l client.Lease, creds *proxyaccess.Credentials) (*holding, error) {
 	u, err := url.Parse(l.Proxy.URL)
 	if err != nil {
 		return nil, err
@@ -56,7 +56,7 @@ func newHolding(user auth.User, l store.Lease, creds *proxyaccess.Credentials) (
 	if creds != nil {
 		u.User = url.UserPassword(creds.Username, creds.Password)
 	}
-	h := &holding{proxy: cache.ObjectName(l.Proxy.Key), pool: l.Proxy.Pool, user: user, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL}
+	h := &holding{proxy: cache.ObjectName{Namespace: l.Proxy.Namespace, Name: l.Proxy.Name}, pool: l.Proxy.Pool, user: user, id: l.ID, expiresAt: l.ExpiresAt, ttl: l.TTL}
 	h.upstreamURL.Store(u)
 	return h, nil
 }
@@ -96,14 +96,14 @@ func (h *holding) live(ctx context.Context, leases Leases, now time.Time) bool {
 
 // release gives the lease back once (with the domain of a ban); later
 // calls do nothing.
-func (h *holding) release(ctx context.Context, leases Leases, outcome store.Outcome, domain string, logger klog.Logger) {
+func (h *holding) release(ctx context.Context, leases Leases, outcome client.Outcome, domain string, logger klog.Logger) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended {
 		return
 	}
 	h.ended = true
-	if err := leases.Release(ctx, h.user, h.id, outcome, domain, h.transferred.Swap(0)); err != nil && !leaseGone(err) && !errors.Is(err, store.ErrNotLeader) {
+	if err := leases.Release(ctx, h.user, h.id, outcome, domain, h.transferred.Swap(0)); err != nil && !leaseGone(err) && !errors.Is(err, client.ErrNotLeader) {
 		logger.Error(err, "Releasing a gateway lease", "proxy", h.proxy, "outcome", outcome)
 	}
 }
@@ -119,7 +119,7 @@ func (h *holding) drop(ctx context.Context, leases Leases, logger klog.Logger) {
 		return
 	}
 	h.ended = true
-	if r := h.takeReport(); r != (store.Report{}) {
+	if r := h.takeReport(); r != (client.Report{}) {
 		if _, _, err := leases.Renew(ctx, h.user, h.id, h.ttl, r); err != nil && !leaseGone(err) {
 			logger.V(2).Info("Could not report a dropped lease's usage", "proxy", h.proxy, "okRequests", r.OKRequests, "bytes", r.TransferredBytes, "err", err.Error())
 		}
@@ -127,12 +127,12 @@ func (h *holding) drop(ctx context.Context, leases Leases, logger klog.Logger) {
 }
 
 // takeReport is what happened on the lease since the last report.
-func (h *holding) takeReport() store.Report {
-	return store.Report{OKRequests: h.okRequests.Swap(0), TransferredBytes: h.transferred.Swap(0)}
+func (h *holding) takeReport() client.Report {
+	return client.Report{OKRequests: h.okRequests.Swap(0), TransferredBytes: h.transferred.Swap(0)}
 }
 
 // putBack keeps an unsent report for the next one.
-func (h *holding) putBack(r store.Report) {
+func (h *holding) putBack(r client.Report) {
 	h.okRequests.Add(r.OKRequests)
 	h.transferred.Add(r.TransferredBytes)
 }
@@ -166,7 +166,7 @@ func (h *holding) renewIfDue(ctx context.Context, leases Leases, now time.Time, 
 		logger.V(3).Info("Gateway lease gone", "proxy", h.proxy, "reason", err.Error())
 		h.ended = true
 		return false
-	case errors.Is(err, store.ErrNotLeader):
+	case errors.Is(err, client.ErrNotLeader):
 		logger.V(2).Info("No lease API leader to renew with; trying again", "proxy", h.proxy, "expiresAt", h.expiresAt)
 		return true
 	default:

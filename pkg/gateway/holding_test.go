@@ -8,7 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -18,8 +18,8 @@ type renewingLeases struct {
 	creds *proxyaccess.Credentials
 }
 
-func (r renewingLeases) Renew(_ context.Context, _ auth.User, id string, ttl time.Duration, _ store.Report) (store.Lease, *proxyaccess.Credentials, error) {
-	return store.Lease{ID: id + "'", TTL: ttl, ExpiresAt: time.Now().Add(ttl)}, r.creds, nil
+func (r renewingLeases) Renew(_ context.Context, _ auth.User, id string, ttl time.Duration, _ client.Report) (client.Lease, *proxyaccess.Credentials, error) {
+	return client.Lease{ID: id + "'", TTL: ttl, ExpiresAt: time.Now().Add(ttl)}, r.creds, nil
 }
 
 // TestARenewalsCredentialsReachTheUpstream: a renewal's lease-bound
@@ -35,7 +35,7 @@ func TestARenewalsCredentialsReachTheUpstream(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			now := time.Now()
-			l := store.Lease{ID: "id", Proxy: store.LeasedProxy{URL: "http://127.0.0.1:3128"}, TTL: time.Minute, ExpiresAt: now.Add(time.Minute)}
+			l := client.Lease{ID: "id", Proxy: client.LeasedProxy{URL: "http://127.0.0.1:3128"}, TTL: time.Minute, ExpiresAt: now.Add(time.Minute)}
 			h, err := newHolding(auth.User{Name: "crawler"}, l, &proxyaccess.Credentials{Username: "u", Password: "signed-for-the-first-end"})
 			if err != nil {
 				t.Fatal(err)

@@ -16,7 +16,6 @@ import (
 
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/inspection"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/antibot"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
@@ -53,8 +52,8 @@ func (u *unit) fetch(t *testing.T, c *http.Client, method, target string) answer
 func (u *unit) released(t *testing.T) {
 	t.Helper()
 	err := proxytest.Poll(5*time.Second, func() bool {
-		held, err := u.store.List(store.LeaseFilter{})
-		return err == nil && len(held) == 0
+		held, err := u.api.LiveLeases()
+		return err == nil && held == 0
 	})
 	if err != nil {
 		t.Fatalf("leases still held after the answer: %v", err)

@@ -3,18 +3,16 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -120,7 +118,7 @@ func (r *Remote) Watch(ctx context.Context) {
 
 // call runs fn on each URL from the last leader's until one answers as the
 // leader (success, or any answer but NotLeader); it returns that answer, or
-// store.ErrNotLeader when none did.
+// client.ErrNotLeader when none did.
 func (r *Remote) call(ctx context.Context, fn func(*client.Client) error) error {
 	first := int(r.leader.Load())
 	var last error
@@ -145,15 +143,14 @@ func (r *Remote) call(ctx context.Context, fn func(*client.Client) error) error 
 		return ctx.Err()
 	}
 	klog.FromContext(ctx).V(3).Info("No lease API URL answers as the leader", "urls", r.cfg.URLs, "last", last.Error())
-	return store.ErrNotLeader
+	return client.ErrNotLeader
 }
 
 // notLeader is a standby's answer, a URL that cannot be reached now, or a
 // foreign answer.
 func notLeader(err error) bool {
-	var apiErr *client.Error
-	if errors.As(err, &apiErr) {
-		return apiErr.Code == "NotLeader" || apiErr.Code == ""
+	if apiErr := apiError(err); apiErr != nil {
+		return apiErr.Code == wire.CodeNotLeader || apiErr.Code == ""
 	}
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
@@ -164,32 +161,28 @@ func notLeader(err error) bool {
 // left by the node's default route, something there answered an empty
 // 404, and every call reused that kept-alive connection.
 func foreignAnswer(err error) bool {
-	var apiErr *client.Error
-	return errors.As(err, &apiErr) && apiErr.Code == ""
+	return hasCode(err, "")
 }
 
 // Acquire holds the connection up to LeaderWait while there is no leader.
-func (r *Remote) Acquire(ctx context.Context, user auth.User, req store.AcquireRequest) (store.Lease, *proxyaccess.Credentials, error) {
+func (r *Remote) Acquire(ctx context.Context, user auth.User, req client.AcquireRequest) (client.Lease, *proxyaccess.Credentials, error) {
 	var got *client.Lease
 	acquire := func(c *client.Client) (err error) {
-		got, err = c.ActingFor(user.Name, user.UID, user.Groups).Acquire(ctx, client.AcquireRequest{
-			Holder: req.Holder, Namespace: req.Namespace, Selector: selectorString(req.Selector), TTL: req.TTL,
-			Domain: req.Domain, Session: req.Session, Wait: req.Wait, Country: req.Country,
-		})
+		got, err = c.ActingFor(user.Name, user.UID, user.Groups).Acquire(ctx, req)
 		return err
 	}
 	deadline := r.cfg.Clock.Now().Add(r.cfg.LeaderWait)
 	for {
 		err := r.call(ctx, acquire)
-		if !errors.Is(err, store.ErrNotLeader) || !r.cfg.Clock.Now().Before(deadline) {
+		if !errors.Is(err, client.ErrNotLeader) || !r.cfg.Clock.Now().Before(deadline) {
 			if err != nil {
-				return store.Lease{}, nil, leaseError(err)
+				return client.Lease{}, nil, err
 			}
-			return leaseOf(user, got), credentialsOf(got), nil
+			return *got, credentialsOf(got), nil
 		}
 		select {
 		case <-ctx.Done():
-			return store.Lease{}, nil, ctx.Err()
+			return client.Lease{}, nil, ctx.Err()
 		case <-r.cfg.Clock.After(leaderRetry):
 		}
 	}
@@ -198,60 +191,44 @@ func (r *Remote) Acquire(ctx context.Context, user auth.User, req store.AcquireR
 // Renew renews and returns the renewal's credentials when it carries any:
 // the lease API sends them only when they are the lease's own, signed for
 // its new end.
-func (r *Remote) Renew(ctx context.Context, user auth.User, id string, ttl time.Duration, report store.Report) (store.Lease, *proxyaccess.Credentials, error) {
+func (r *Remote) Renew(ctx context.Context, user auth.User, id string, ttl time.Duration, report client.Report) (client.Lease, *proxyaccess.Credentials, error) {
 	var got *client.Lease
 	err := r.call(ctx, func(c *client.Client) (err error) {
-		got, err = c.ActingFor(user.Name, user.UID, user.Groups).RenewReporting(ctx, id, ttl,
-			client.Report{OKRequests: report.OKRequests, TransferredBytes: report.TransferredBytes})
+		got, err = c.ActingFor(user.Name, user.UID, user.Groups).RenewReporting(ctx, id, ttl, report)
 		return err
 	})
 	if err != nil {
-		return store.Lease{}, nil, leaseError(err)
+		return client.Lease{}, nil, err
 	}
 	creds := credentialsOf(got)
 	if creds != nil {
 		creds.LeaseBound = true
 	}
-	return leaseOf(user, got), creds, nil
+	return *got, creds, nil
 }
 
-func (r *Remote) Release(ctx context.Context, user auth.User, id string, outcome store.Outcome, domain string, transferred int64) error {
-	return leaseError(r.call(ctx, func(c *client.Client) error {
-		return c.ActingFor(user.Name, user.UID, user.Groups).ReleaseTransferred(ctx, id, client.Outcome(outcome), domain, transferred)
-	}))
+func (r *Remote) Release(ctx context.Context, user auth.User, id string, outcome client.Outcome, domain string, transferred int64) error {
+	return r.call(ctx, func(c *client.Client) error {
+		return c.ActingFor(user.Name, user.UID, user.Groups).ReleaseTransferred(ctx, id, outcome, domain, transferred)
+	})
 }
 
-func (r *Remote) Get(ctx context.Context, user auth.User, id string) (store.Lease, error) {
+func (r *Remote) Get(ctx context.Context, user auth.User, id string) (client.Lease, error) {
 	var got *client.Lease
 	err := r.call(ctx, func(c *client.Client) (err error) {
 		got, err = c.ActingFor(user.Name, user.UID, user.Groups).Lease(ctx, id)
 		return err
 	})
 	if err != nil {
-		return store.Lease{}, leaseError(err)
+		return client.Lease{}, err
 	}
-	return leaseOf(user, got), nil
+	return *got, nil
 }
 
-func (r *Remote) ReleaseSession(ctx context.Context, user auth.User, scope, session string, outcome store.Outcome, domain string) error {
-	return leaseError(r.call(ctx, func(c *client.Client) error {
-		return c.ActingFor(user.Name, user.UID, user.Groups).ReleaseSession(ctx, scope, session, client.Outcome(outcome), domain)
-	}))
-}
-
-func selectorString(s labels.Selector) string {
-	if s == nil || s.Empty() {
-		return ""
-	}
-	return s.String()
-}
-
-func leaseOf(user auth.User, l *client.Lease) store.Lease {
-	return store.Lease{
-		ID: l.ID, Holder: l.Holder, Owner: user.Identity(),
-		Proxy:   store.LeasedProxy{Key: store.ObjectName{Namespace: l.Proxy.Namespace, Name: l.Proxy.Name}, URL: l.Proxy.URL, LatencyMillis: l.Proxy.LatencyMillis, Pool: l.Proxy.Pool},
-		Session: l.Session, Domain: l.Domain, GrantedAt: l.GrantedAt, ExpiresAt: l.ExpiresAt, TTL: l.TTL,
-	}
+func (r *Remote) ReleaseSession(ctx context.Context, user auth.User, scope, session string, outcome client.Outcome, domain string) error {
+	return r.call(ctx, func(c *client.Client) error {
+		return c.ActingFor(user.Name, user.UID, user.Groups).ReleaseSession(ctx, scope, session, outcome, domain)
+	})
 }
 
 func credentialsOf(l *client.Lease) *proxyaccess.Credentials {
@@ -259,56 +236,4 @@ func credentialsOf(l *client.Lease) *proxyaccess.Credentials {
 		return nil
 	}
 	return &proxyaccess.Credentials{Username: l.Credentials.Username, Password: l.Credentials.Password}
-}
-
-// worded is reason as the lease API worded it.
-type worded struct {
-	reason  error
-	message string
-}
-
-func (w worded) Error() string {
-	if w.message == "" {
-		return w.reason.Error()
-	}
-	return w.message
-}
-
-func (w worded) Unwrap() error { return w.reason }
-
-// leaseError maps the API's answers to the store's errors, which the
-// gateway answers its clients by (acquireError).
-func leaseError(err error) error {
-	var apiErr *client.Error
-	if !errors.As(err, &apiErr) {
-		return err
-	}
-	switch apiErr.Code {
-	case "NoneFree":
-		// In the API's words: they may say more (the country asked for).
-		return &store.UnavailableError{Reason: worded{store.ErrNoneFree, apiErr.Message}, RetryAfter: apiErr.RetryAfter}
-	case "CoolingDown":
-		return &store.UnavailableError{Reason: store.ErrCoolingDown, RetryAfter: apiErr.RetryAfter}
-	case "Recovering":
-		return &store.UnavailableError{Reason: store.ErrRecovering, RetryAfter: apiErr.RetryAfter}
-	case "DomainLimited":
-		return &store.UnavailableError{Reason: store.ErrDomainLimited, RetryAfter: apiErr.RetryAfter}
-	case "SiteBanning":
-		// In the API's words: they name the site, the count and the window.
-		return &store.UnavailableError{Reason: worded{store.ErrSiteBanning, apiErr.Message}, RetryAfter: apiErr.RetryAfter}
-	case "NotLeader":
-		return store.ErrNotLeader
-	}
-	// The API's own words stay in the error, for the gateway's log.
-	switch apiErr.StatusCode {
-	case http.StatusNotFound:
-		return fmt.Errorf("%w (%v)", store.ErrUnknownLease, apiErr)
-	case http.StatusConflict:
-		return fmt.Errorf("%w (%v)", store.ErrSuperseded, apiErr)
-	case http.StatusGone:
-		return fmt.Errorf("%w (%v)", store.ErrRevoked, apiErr)
-	case http.StatusBadRequest:
-		return &store.FieldError{Field: apiErr.Field, Message: apiErr.Message}
-	}
-	return fmt.Errorf("lease API: %w", err)
 }

@@ -11,14 +11,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/auth"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/failover"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/leaseapitest"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
 
@@ -42,17 +41,10 @@ func (tierAuth) Authorize(_ context.Context, u auth.User, attrs auth.Attributes)
 	return true, "", nil
 }
 
-// replica is one operator replica's lease API: a store and its server.
-type replica struct {
-	store *store.Store
-	srv   *server.Server
-	url   string
-}
-
 // tier is two lease API replicas (the first leading) sharing a key and a
 // horizon, and two gateways that reach them over HTTP.
 type tier struct {
-	replicas [2]*replica
+	replicas [2]*leaseapitest.API
 	gateways [2]string
 }
 
@@ -60,38 +52,30 @@ func startTier(t *testing.T, upstreams ...string) *tier {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	horizon := &failover.MemoryHorizon{}
-	var ups []store.ProxyInfo
+	var ups []leaseapitest.Proxy
 	for _, name := range upstreams {
 		p := proxytest.StartInProcess(t, proxytest.Options{})
-		ups = append(ups, store.ProxyInfo{
-			Key: store.ObjectName{Namespace: "crawl", Name: name}, UID: types.UID("uid-" + name), Ready: true,
+		ups = append(ups, leaseapitest.Proxy{
+			Namespace: "crawl", Name: name,
 			URL: "http://" + p.Addr, Labels: map[string]string{gateway.PoolLabel: "p"}, Pool: "p", MaxLeases: 1, ReadySince: t0,
 		})
 	}
 	tr := &tier{}
 	for i := range tr.replicas {
-		st, err := store.New(store.Config{Key: []byte("gateway-tier-test-key-of-32-byte"), DefaultTTL: 30 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
+		api := leaseapitest.Start(t, leaseapitest.Config{Key: []byte("gateway-tier-test-key-of-32-byte"), DefaultTTL: 30 * time.Second,
+			Authenticator: tierAuth{}, Authorizer: tierAuth{}, Horizon: horizon})
 		for _, p := range ups {
-			st.Upsert(p)
+			api.Upsert(p)
 		}
-		srv, err := server.New(server.Config{Store: st, Authenticator: tierAuth{}, Authorizer: tierAuth{}, Horizon: horizon})
-		if err != nil {
-			t.Fatal(err)
-		}
-		api := httptest.NewServer(srv.Handler())
-		t.Cleanup(api.Close)
-		tr.replicas[i] = &replica{store: st, srv: srv, url: api.URL}
+		tr.replicas[i] = api
 	}
-	if err := tr.replicas[0].srv.StartLeading(ctx); err != nil {
+	if err := tr.replicas[0].Server.StartLeading(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for i := range tr.gateways {
 		// The standby first: its NotLeader answer must send calls on.
 		remote, err := gateway.NewRemote(gateway.RemoteConfig{
-			URLs:  []string{tr.replicas[1].url, tr.replicas[0].url},
+			URLs:  []string{tr.replicas[1].URL, tr.replicas[0].URL},
 			Token: func(context.Context) (string, error) { return tierGatewayToken, nil },
 		})
 		if err != nil {
@@ -120,13 +104,9 @@ func startTier(t *testing.T, upstreams ...string) *tier {
 	return tr
 }
 
-// sessionLeases are the proxies of the session's live leases on r.
-func (r *replica) sessionLeases(session string) []string {
-	var out []string
-	for _, l := range r.store.SessionLeases(anonymous, "crawl", session) {
-		out = append(out, l.Proxy.Key.Name)
-	}
-	return out
+// sessionLeases are the proxies of the session's live leases on api.
+func sessionLeases(api *leaseapitest.API, session string) []string {
+	return api.SessionProxies(anonymous, "crawl", session)
 }
 
 func TestRemoteSessionOnTwoGatewaysKeepsItsUpstreamAcrossAFailover(t *testing.T) {
@@ -143,33 +123,33 @@ func TestRemoteSessionOnTwoGatewaysKeepsItsUpstreamAcrossAFailover(t *testing.T)
 	through(1, "ns-crawl+session-s")
 	through(1, "ns-crawl") // rotating: released at its end
 	leader, standby := tr.replicas[0], tr.replicas[1]
-	held := leader.sessionLeases("s")
+	held := sessionLeases(leader, "s")
 	if len(held) != 1 {
 		t.Fatalf("session s on two gateways holds %v on the leader, want one lease (owned by the user, not the gateway)", held)
 	}
 	// The rotating lease goes when its tunnel closes, a moment after the
 	// client has its answer.
 	if err := proxytest.Poll(5*time.Second, func() bool {
-		all, err := leader.store.List(store.LeaseFilter{})
-		return err == nil && len(all) == 1
+		live, err := leader.LiveLeases()
+		return err == nil && live == 1
 	}); err != nil {
-		all, _ := leader.store.List(store.LeaseFilter{})
-		t.Errorf("%d live leases after one session and one rotating connection, want 1: %v", len(all), err)
+		live, _ := leader.LiveLeases()
+		t.Errorf("%d live leases after one session and one rotating connection, want 1: %v", live, err)
 	}
 
 	// Graceful handover: the new leader recovers until the old leader's
 	// lease expires, yet the session goes on through both gateways on the
 	// same upstream.
 	ctx := t.Context()
-	if err := leader.srv.StopLeading(ctx); err != nil {
+	if err := leader.Server.StopLeading(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := standby.srv.StartLeading(ctx); err != nil {
+	if err := standby.Server.StartLeading(ctx); err != nil {
 		t.Fatal(err)
 	}
 	through(1, "ns-crawl+session-s")
 	through(0, "ns-crawl+session-s")
-	if diff := cmp.Diff(held, standby.sessionLeases("s")); diff != "" {
+	if diff := cmp.Diff(held, sessionLeases(standby, "s")); diff != "" {
 		t.Errorf("session s after the failover (-before +after):\n%s", diff)
 	}
 }
@@ -184,8 +164,8 @@ func TestRemoteHoldsAcquiresWhileNoLeaderAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, _, err = remote.Acquire(ctx, auth.User{Name: "u"}, store.AcquireRequest{Holder: "h"})
-	if !errors.Is(err, store.ErrNotLeader) {
+	_, _, err = remote.Acquire(ctx, auth.User{Name: "u"}, client.AcquireRequest{Holder: "h"})
+	if !errors.Is(err, client.ErrNotLeader) {
 		t.Fatalf("Acquire without a leader: err = %v, want ErrNotLeader", err)
 	}
 	// Held for the leader wait, not refused at once (bounds, not timing: at
@@ -226,8 +206,8 @@ func TestRemoteTakesAForeignAnswerForNoLeader(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, _, err = remote.Acquire(ctx, auth.User{Name: "u"}, store.AcquireRequest{Holder: "h"})
-			if !errors.Is(err, store.ErrNotLeader) {
+			_, _, err = remote.Acquire(ctx, auth.User{Name: "u"}, client.AcquireRequest{Holder: "h"})
+			if !errors.Is(err, client.ErrNotLeader) {
 				t.Fatalf("Acquire answered by %s: err = %v, want ErrNotLeader (held, then no leader)", name, err)
 			}
 			if n := dials.Load(); n < 2 {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
 	"github.com/proxyfleet/proxy-operator/pkg/inspection"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/testing/leaseapitest"
 )
 
 // countingSite reads each request whole and counts it by method; with
@@ -122,8 +122,7 @@ func TestAPostIsTriedOnTheNextProxyWhenTheUpstreamRefusedIt(t *testing.T) {
 	}
 	deadAddr := dead.Addr().String()
 	dead.Close()
-	u.store.Upsert(store.ProxyInfo{Key: store.ObjectName{Namespace: "crawl", Name: "0dead"}, UID: "uid-0dead", Ready: true,
-		URL: "http://" + deadAddr, MaxLeases: 1, ReadySince: t0})
+	u.api.Upsert(leaseapitest.Proxy{Namespace: "crawl", Name: "0dead", URL: "http://" + deadAddr, MaxLeases: 1, ReadySince: t0})
 	req, _ := http.NewRequest(http.MethodPost, site.srv.URL+"/item/1", strings.NewReader(""))
 	resp, err := u.crawler("ns-crawl", pool(ca.Cert)).Do(req)
 	if err != nil {

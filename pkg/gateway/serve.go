@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/client"
 )
 
 // Server timeouts. Reading a request head is bounded; the answer is not
@@ -176,7 +176,7 @@ func (g *Gateway) releaseAll(ctx context.Context, logger klog.Logger) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for h := range g.rotating {
-		h.release(ctx, g.cfg.Leases, store.OutcomeOK, "", logger)
+		h.release(ctx, g.cfg.Leases, client.OutcomeOK, "", logger)
 	}
 	for k, s := range g.sessions {
 		s.mu.Lock()

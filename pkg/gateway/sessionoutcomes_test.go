@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/eventually"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest"
 )
@@ -18,17 +17,16 @@ import (
 func TestSessionRequestsCountAsOutcomes(t *testing.T) {
 	target := proxytest.StartHTTPTarget(t)
 	u := startUnit(t, "a")
-	pool := store.ObjectName{Namespace: "crawl", Name: "p"}
 	for range 3 {
 		u.get(t, "ns-crawl+session-s1", target.URL)
 	}
 	waitConnectionsLeft(t, u)
-	if got := u.store.PoolOutcomes(pool); got.OK != 0 {
+	if got := u.api.PoolOutcomes("crawl", "p"); got.OK != 0 {
 		t.Fatalf("before any renewal the pool counted %+v", got)
 	}
 	u.clock.Step(20 * time.Second) // past half of the 30 s TTL: the janitor renews
 	u.gw.Tidy(t.Context())
-	if got := u.store.PoolOutcomes(pool); got.OK != 3 || got.TransferredBytes == 0 {
+	if got := u.api.PoolOutcomes("crawl", "p"); got.OK != 3 || got.TransferredBytes == 0 {
 		t.Errorf("after the renewal the pool counted %+v, want 3 ok and their bytes", got)
 	}
 	u.get(t, "ns-crawl+session-s1", target.URL)
@@ -41,7 +39,7 @@ func TestSessionRequestsCountAsOutcomes(t *testing.T) {
 		u.clock.Step(10 * time.Second)
 		u.gw.Tidy(t.Context())
 	}
-	if got := u.store.PoolOutcomes(pool); got.OK != 4 {
+	if got := u.api.PoolOutcomes("crawl", "p"); got.OK != 4 {
 		t.Errorf("after the idle session was dropped the pool counted %+v, want 4 ok", got)
 	}
 }

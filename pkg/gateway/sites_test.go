@@ -15,7 +15,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/proxyfleet/proxy-operator/pkg/gateway"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 )
 
 // siteResolver resolves every name under site.test, and calm.test, to
@@ -57,7 +56,7 @@ func TestASitesNamesAreOneSite(t *testing.T) {
 	if n := received.Load(); n != 3 {
 		t.Errorf("the site received %d requests, want 3", n)
 	}
-	burn, err := u.store.BurnByProxy("crawl", time.Hour)
+	burn, err := u.api.BurnByProxy("crawl", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +82,7 @@ func TestASiteThatBannedTheBoundIsRefusedWithItsReason(t *testing.T) {
 		w.WriteHeader(http.StatusForbidden)
 	}))
 	t.Cleanup(site.Close)
-	u := startUnitWith(t, unitOptions{resolver: siteResolver{}, store: func(c *store.Config) { c.SiteBanProxies = 2 }}, "a", "b", "c", "d")
+	u := startUnitWith(t, unitOptions{resolver: siteResolver{}, siteBanProxies: 2}, "a", "b", "c", "d")
 	crawler := u.crawler("ns-crawl", nil)
 	type refusal struct {
 		Status             int

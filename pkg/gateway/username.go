@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 	"github.com/proxyfleet/proxy-operator/pkg/names"
 	"github.com/proxyfleet/proxy-operator/pkg/sessionid"
 )
@@ -103,7 +103,7 @@ func ParseUsername(username string) (Target, error) {
 			t.Session = value
 		case keyCountry:
 			code := strings.ToUpper(value)
-			if !store.IsCountryCode(code) {
+			if !wire.IsCountryCode(code) {
 				return Target{}, &TermError{Term: term, Reason: "is not an ISO 3166-1 alpha-2 country code (two letters, such as country-de)"}
 			}
 			t.Country = code

@@ -6,6 +6,12 @@ package hostrule
 
 import "strings"
 
+// NormalizeDomain lower-cases a domain and drops a trailing dot, so that
+// rules, cool-downs and bans match however a client spells the name.
+func NormalizeDomain(domain string) string {
+	return strings.TrimSuffix(strings.ToLower(domain), ".")
+}
+
 // How specifically a rule's host matches a domain; a higher rank wins, and
 // between two suffixes the longer. A policy's default rule ranks Default.
 const (

@@ -434,11 +434,16 @@ var (
 	// ErrUnavailable: a 503 (nothing free, cooling down, recovering, not the
 	// leader); RetryAfter says when to try again.
 	ErrUnavailable = errors.New("lease API unavailable")
+	// ErrNotLeader: a 503 NotLeader, the answer of a standby replica: the
+	// same call may succeed on another replica's URL at once.
+	ErrNotLeader = errors.New("not the lease API leader")
 )
 
-// Is matches ErrLeaseLost and ErrUnavailable.
+// Is matches ErrLeaseLost, ErrUnavailable and ErrNotLeader.
 func (e *Error) Is(target error) bool {
 	switch target {
+	case ErrNotLeader:
+		return e.Code == wire.CodeNotLeader
 	case ErrLeaseLost:
 		return e.StatusCode == http.StatusNotFound || e.StatusCode == http.StatusConflict || e.StatusCode == http.StatusGone
 	case ErrUnavailable:

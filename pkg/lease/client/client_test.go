@@ -270,6 +270,39 @@ func TestClientErrors(t *testing.T) {
 	}
 }
 
+// TestErrNotLeaderIsAStandbysAnswer: a replica that does not lead answers
+// 503 NotLeader, which matches ErrNotLeader (and ErrUnavailable); the
+// leader's own 503s do not.
+func TestErrNotLeaderIsAStandbysAnswer(t *testing.T) {
+	ctx := t.Context()
+	st, err := store.New(store.Config{Key: []byte("0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Store: st, Authenticator: tokenAuth{}, Authorizer: tokenAuth{}, Horizon: &failover.MemoryHorizon{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	standby := httptest.NewServer(srv.Handler())
+	t.Cleanup(standby.Close)
+	if err := newClient(t, standby.URL).Ready(ctx); !errors.Is(err, client.ErrNotLeader) || !errors.Is(err, client.ErrUnavailable) {
+		t.Errorf("Ready on a standby: err = %v, want ErrNotLeader and ErrUnavailable", err)
+	}
+	if _, err := newClient(t, standby.URL).Acquire(ctx, client.AcquireRequest{Holder: "w"}); !errors.Is(err, client.ErrNotLeader) {
+		t.Errorf("Acquire on a standby: err = %v, want ErrNotLeader", err)
+	}
+	leader := newClient(t, startAPI(t).url)
+	for range 2 {
+		if _, err := leader.Acquire(ctx, client.AcquireRequest{Holder: "w"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = leader.Acquire(ctx, client.AcquireRequest{Holder: "w"})
+	if !errors.Is(err, client.ErrUnavailable) || errors.Is(err, client.ErrNotLeader) {
+		t.Errorf("Acquire on the leader with nothing free: err = %v, want ErrUnavailable and not ErrNotLeader", err)
+	}
+}
+
 func TestHoldRenewsAndReleases(t *testing.T) {
 	for name, tc := range map[string]struct {
 		fnErr       error

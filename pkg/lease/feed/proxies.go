@@ -9,6 +9,7 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	crawlinformers "github.com/proxyfleet/proxy-operator/pkg/generated/informers/externalversions/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 	"github.com/proxyfleet/proxy-operator/pkg/proxyaccess"
 )
 
@@ -94,7 +95,7 @@ func exitCountry(p *crawlv1alpha1.Proxy) string {
 	if c == "" {
 		c = p.Labels[crawlv1alpha1.ExitCountryLabel]
 	}
-	if !store.IsCountryCode(c) {
+	if !wire.IsCountryCode(c) {
 		return ""
 	}
 	return c

@@ -172,7 +172,7 @@ func TestAbuseRevokedLeaseCountsOneBan(t *testing.T) {
 	// the banned proxy could serve the domain.
 	ls.store.Remove(newProxy("p2").Key)
 	code, e, _ := ls.call(http.MethodPost, "/v1/leases", `{"holder":"w3","domain":"example.com"}`)
-	if code != http.StatusServiceUnavailable || e.Code != codeCoolingDown {
+	if code != http.StatusServiceUnavailable || e.Code != wire.CodeCoolingDown {
 		t.Fatalf("acquire for the banned domain: %d %+v, want 503 CoolingDown", code, e)
 	}
 	if got := ls.metrics.Snapshot().Ends[store.EndReleasedBanned]; got != 0 {
@@ -217,7 +217,7 @@ func TestAbuseQueriesThatDoNotParse(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, e, _ := ls.call(tc.method, tc.path, "")
-			if code != http.StatusBadRequest || e.Code != codeInvalid || e.Field != tc.wantField {
+			if code != http.StatusBadRequest || e.Code != wire.CodeInvalid || e.Field != tc.wantField {
 				t.Errorf("%d %+v, want 400 Invalid on %q", code, e, tc.wantField)
 			}
 		})
@@ -262,7 +262,7 @@ func TestAbuseStrictDecoding(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, e, _ := ls.call(tc.method, tc.path, tc.body)
-			if code != http.StatusBadRequest || e.Code != codeInvalid || e.Field != tc.wantField {
+			if code != http.StatusBadRequest || e.Code != wire.CodeInvalid || e.Field != tc.wantField {
 				t.Fatalf("%d %+v, want 400 Invalid on %q", code, e, tc.wantField)
 			}
 			if tc.wantField != "" && !strings.Contains(e.Message, tc.wantField) {
@@ -303,7 +303,7 @@ func TestAbuseLeaseIDsAreCanonical(t *testing.T) {
 			{http.MethodPost, "/v1/leases/" + v + "/renew"},
 			{http.MethodDelete, "/v1/leases/" + v + "?outcome=banned"},
 		} {
-			if code, e, _ := ls.call(call.method, call.path, ""); code != http.StatusNotFound || e.Code != codeNotFound {
+			if code, e, _ := ls.call(call.method, call.path, ""); code != http.StatusNotFound || e.Code != wire.CodeNotFound {
 				t.Errorf("%s with the spelling %q: %d %+v, want 404", call.method, v, code, e)
 			}
 		}
@@ -389,13 +389,13 @@ func TestLeaseBoundToItsOwner(t *testing.T) {
 		{http.MethodPost, "/v1/leases/" + l.ID + "/renew"},
 		{http.MethodDelete, "/v1/leases/" + l.ID + "?outcome=banned&domain=example.com"},
 	} {
-		if code, e, _ := ls.call(call.method, call.path, "", otherToken); code != http.StatusNotFound || e.Code != codeNotFound {
+		if code, e, _ := ls.call(call.method, call.path, "", otherToken); code != http.StatusNotFound || e.Code != wire.CodeNotFound {
 			t.Errorf("%s by another identity: %d %+v, want 404", call.method, code, e)
 		}
 	}
 	// The cap: one lease per identity; another identity still gets one.
 	code, e, _ := ls.call(http.MethodPost, "/v1/leases", `{"holder":"w"}`)
-	if code != http.StatusTooManyRequests || e.Code != codeTooManyLeases {
+	if code != http.StatusTooManyRequests || e.Code != wire.CodeTooManyLeases {
 		t.Errorf("a second lease for one identity: %d %+v, want 429 TooManyLeases", code, e)
 	}
 	other := ls.acquire(`{"holder":"x"}`, otherToken)

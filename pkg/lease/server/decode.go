@@ -19,7 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/proxyfleet/proxy-operator/pkg/hostrule"
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 	"github.com/proxyfleet/proxy-operator/pkg/names"
 )
 
@@ -476,19 +478,19 @@ func validateText(field, s string, maxLen int, required bool) error {
 }
 
 // parseDomain is how every call reads a domain (acquire, release, session
-// state): normalized (NormalizeDomain), then validated. "" is no domain.
+// state): normalized (hostrule.NormalizeDomain), then validated. "" is no domain.
 // parseCountry reads an ISO 3166-1 alpha-2 code in either case and
 // answers it in upper case, as status.exitCountry has it; "" stays "".
 func parseCountry(field, raw string) (string, error) {
 	c := strings.ToUpper(raw)
-	if raw != "" && !store.IsCountryCode(c) {
+	if raw != "" && !wire.IsCountryCode(c) {
 		return "", &store.FieldError{Field: field, Message: fmt.Sprintf("%q is not an ISO 3166-1 alpha-2 country code (two letters, such as DE)", truncate(raw))}
 	}
 	return c, nil
 }
 
 func parseDomain(field, raw string) (string, error) {
-	d := store.NormalizeDomain(raw)
+	d := hostrule.NormalizeDomain(raw)
 	if err := validateDomain(field, d); err != nil {
 		return "", err
 	}

@@ -19,32 +19,6 @@ import (
 // Error mapping: the API's error codes, and how a decoder's or the store's
 // error becomes a status and a JSON error body.
 
-// Error codes of the API (docs/api.md).
-const (
-	codeInvalid                = "Invalid"
-	codeRequestTooLarge        = "RequestTooLarge"
-	codeHeadersTooLarge        = "HeadersTooLarge"
-	codeRequestTimeout         = "RequestTimeout"
-	codeTooManyLeases          = "TooManyLeases"
-	codeDomainLimited          = "DomainLimited"
-	codeSiteBanning            = "SiteBanning"
-	codeUnauthorized           = "Unauthorized"
-	codeForbidden              = "Forbidden"
-	codeNotFound               = "NotFound"
-	codeMethodNotAllowed       = "MethodNotAllowed"
-	codeSuperseded             = "Superseded"
-	codeRevoked                = "Revoked"
-	codeNoneFree               = "NoneFree"
-	codeCoolingDown            = "CoolingDown"
-	codeRecovering             = "Recovering"
-	codeNotLeader              = "NotLeader"
-	codeUnavailable            = "Unavailable"
-	codeAuthUnavailable        = "AuthUnavailable"
-	codeCredentialsUnavailable = "CredentialsUnavailable"
-	codeGatewayOnly            = "GatewayOnly"
-	codeInternal               = "Internal"
-)
-
 // writeStoreError answers an error of a decoder or the store.
 func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err error) {
 	var (
@@ -59,57 +33,57 @@ func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err err
 	)
 	switch {
 	case errors.As(err, &field):
-		writeError(w, http.StatusBadRequest, codeInvalid, err.Error(), field.Field)
+		writeError(w, http.StatusBadRequest, wire.CodeInvalid, err.Error(), field.Field)
 	case errors.As(err, &stateTooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, codeRequestTooLarge, err.Error(), "state")
+		writeError(w, http.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, err.Error(), "state")
 	case errors.As(err, &tooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, codeRequestTooLarge, fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit), "")
+		writeError(w, http.StatusRequestEntityTooLarge, wire.CodeRequestTooLarge, fmt.Sprintf("the request body is larger than %d bytes", tooLarge.Limit), "")
 	case errors.As(err, &readErr) && readErr.timeout:
 		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusRequestTimeout, codeRequestTimeout, err.Error(), "")
+		writeError(w, http.StatusRequestTimeout, wire.CodeRequestTimeout, err.Error(), "")
 	case errors.As(err, &readErr):
-		writeError(w, http.StatusBadRequest, codeInvalid, err.Error(), "")
+		writeError(w, http.StatusBadRequest, wire.CodeInvalid, err.Error(), "")
 	case errors.Is(err, store.ErrTooManyLeases):
-		writeError(w, http.StatusTooManyRequests, codeTooManyLeases, err.Error(), "")
+		writeError(w, http.StatusTooManyRequests, wire.CodeTooManyLeases, err.Error(), "")
 	case errors.As(err, &unavailable) && errors.Is(err, store.ErrDomainLimited):
 		// The caller asks too often, not the fleet too little: 429.
 		setRetryAfter(w, unavailable.RetryAfter)
 		// Its reason says which: the budget is used up, or the namespace
 		// has no room for another domain's (ErrDomainBudgetsFull).
-		writeError(w, http.StatusTooManyRequests, codeDomainLimited, unavailable.Reason.Error()+"; retry after Retry-After, or acquire with wait", "")
+		writeError(w, http.StatusTooManyRequests, wire.CodeDomainLimited, unavailable.Reason.Error()+"; retry after Retry-After, or acquire with wait", "")
 	case errors.As(err, &siteBanning):
 		// The site refuses the fleet, not the fleet the caller: 429, and
 		// no wait helps before Retry-After.
 		setRetryAfter(w, siteBanning.RetryAfter)
-		writeError(w, http.StatusTooManyRequests, codeSiteBanning, err.Error()+"; retry after Retry-After, or crawl other sites meanwhile", "")
+		writeError(w, http.StatusTooManyRequests, wire.CodeSiteBanning, err.Error()+"; retry after Retry-After, or crawl other sites meanwhile", "")
 	case errors.Is(err, store.ErrUnknownLease):
-		writeError(w, http.StatusNotFound, codeNotFound, "no such lease: unknown, released or expired; acquire a new one", "")
+		writeError(w, http.StatusNotFound, wire.CodeNotFound, "no such lease: unknown, released or expired; acquire a new one", "")
 	case errors.Is(err, store.ErrRevoked):
-		writeError(w, http.StatusGone, codeRevoked, err.Error()+"; acquire a new one", "")
+		writeError(w, http.StatusGone, wire.CodeRevoked, err.Error()+"; acquire a new one", "")
 	case errors.Is(err, store.ErrSuperseded):
-		writeError(w, http.StatusConflict, codeSuperseded, err.Error()+"; acquire a new one", "")
+		writeError(w, http.StatusConflict, wire.CodeSuperseded, err.Error()+"; acquire a new one", "")
 	case errors.As(err, &unavailable):
 		setRetryAfter(w, unavailable.RetryAfter)
-		code := codeNoneFree
+		code := wire.CodeNoneFree
 		switch {
 		case errors.Is(err, store.ErrCoolingDown):
-			code = codeCoolingDown
+			code = wire.CodeCoolingDown
 		case errors.Is(err, store.ErrRecovering):
-			code = codeRecovering
+			code = wire.CodeRecovering
 		}
 		writeError(w, http.StatusServiceUnavailable, code, unavailable.Reason.Error(), "")
 	case errors.Is(err, store.ErrNotLeader):
 		setRetryAfter(w, time.Second)
-		writeError(w, http.StatusServiceUnavailable, codeNotLeader, err.Error(), "")
+		writeError(w, http.StatusServiceUnavailable, wire.CodeNotLeader, err.Error(), "")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errHorizon):
 		if errors.Is(err, errHorizon) {
 			klog.FromContext(r.Context()).Error(err, "Extending the lease horizon")
 		}
 		setRetryAfter(w, time.Second)
-		writeError(w, http.StatusServiceUnavailable, codeUnavailable, "the lease API cannot answer now; retry", "")
+		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "the lease API cannot answer now; retry", "")
 	default:
 		klog.FromContext(r.Context()).Error(err, "Lease API call failed", "method", r.Method, "path", r.URL.Path)
-		writeError(w, http.StatusInternalServerError, codeInternal, "internal error", "")
+		writeError(w, http.StatusInternalServerError, wire.CodeInternal, "internal error", "")
 	}
 }
 

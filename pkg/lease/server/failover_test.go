@@ -210,7 +210,7 @@ func (f *fleet) renew() {
 		}
 		l.ended = true
 	case http.StatusServiceUnavailable:
-		if errorOf(f.t, rec).Code != codeUnavailable {
+		if errorOf(f.t, rec).Code != wire.CodeUnavailable {
 			f.t.Errorf("renew: %d %s", rec.Code, rec.Body)
 		}
 	default:

@@ -71,7 +71,7 @@ func fenceAnswerOf(t *testing.T, rec *httptest.ResponseRecorder) fenceAnswer {
 	return a
 }
 
-var notLeaderAnswer = fenceAnswer{Status: http.StatusServiceUnavailable, Code: codeNotLeader, RetryAfter: "1"}
+var notLeaderAnswer = fenceAnswer{Status: http.StatusServiceUnavailable, Code: wire.CodeNotLeader, RetryAfter: "1"}
 
 // A leader whose leadership may have passed (Config.LeadershipValidUntil)
 // grants and renews nothing and is unready, but still takes releases; once

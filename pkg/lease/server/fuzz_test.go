@@ -49,7 +49,7 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder, decodeErr error, 
 	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
 		t.Fatalf("error answer %d is not a JSON error: %q (%v)", rec.Code, rec.Body, err)
 	}
-	if rec.Code == http.StatusBadRequest && e.Error.Code != codeInvalid {
+	if rec.Code == http.StatusBadRequest && e.Error.Code != wire.CodeInvalid {
 		t.Fatalf("400 with code %q", e.Error.Code)
 	}
 }

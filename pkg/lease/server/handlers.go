@@ -60,13 +60,13 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			if errors.Is(err, auth.ErrGatewayOnly) {
-				writeError(w, http.StatusForbidden, codeGatewayOnly, fmt.Sprintf(
+				writeError(w, http.StatusForbidden, wire.CodeGatewayOnly, fmt.Sprintf(
 					"proxy %s is gateway-only (label %s): its credentials go only to the gateway tier; crawl through the gateway, or leave such proxies out with the selector %s!=true; %s",
 					l.Proxy.Key, crawlv1alpha1.GatewayOnlyLabel, crawlv1alpha1.GatewayOnlyLabel, given), "")
 				return
 			}
 			klog.FromContext(r.Context()).Error(err, "Proxy credentials unavailable", "proxy", l.Proxy.Key)
-			writeError(w, http.StatusInternalServerError, codeCredentialsUnavailable,
+			writeError(w, http.StatusInternalServerError, wire.CodeCredentialsUnavailable,
 				fmt.Sprintf("the credentials of proxy %s are unavailable; %s", l.Proxy.Key, given), "")
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 // TestHorizonFollowsGrants checks that the persisted horizon stays ahead of
@@ -40,7 +41,7 @@ func TestHorizonFollowsGrants(t *testing.T) {
 	next := ts.successor(t)
 	horizon, _ := ts.persisted.get()
 	rec := next.do("POST", "/v1/leases", `{"holder":"w"}`)
-	if e := errorOf(t, rec); rec.Code != 503 || e.Code != codeRecovering {
+	if e := errorOf(t, rec); rec.Code != 503 || e.Code != wire.CodeRecovering {
 		t.Fatalf("successor's acquire: %d %+v, want 503 Recovering", rec.Code, e)
 	}
 	wantRetry := horizon.Add(DefaultMaxClockSkew).Sub(ts.clk.Now())
@@ -125,7 +126,7 @@ func TestHorizonWriteFailures(t *testing.T) {
 	ts.persisted.failSaves = true
 	ts.persisted.mu.Unlock()
 	rec := ts.do("POST", "/v1/leases", `{"holder":"w"}`)
-	if e := errorOf(t, rec); rec.Code != 503 || e.Code != codeUnavailable || rec.Header().Get("Retry-After") == "" {
+	if e := errorOf(t, rec); rec.Code != 503 || e.Code != wire.CodeUnavailable || rec.Header().Get("Retry-After") == "" {
 		t.Errorf("acquire while the horizon cannot be persisted: %d %+v", rec.Code, e)
 	}
 	ts.persisted.mu.Lock()

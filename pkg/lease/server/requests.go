@@ -68,16 +68,16 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (auth.User
 	switch {
 	case errors.Is(err, auth.ErrReviewBudget):
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, codeAuthUnavailable, "too many new bearer tokens to review now; retry", "")
+		writeError(w, http.StatusServiceUnavailable, wire.CodeAuthUnavailable, "too many new bearer tokens to review now; retry", "")
 		return auth.User{}, false
 	case errors.Is(err, auth.ErrUnauthenticated):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="proxy-operator lease API"`)
-		writeError(w, http.StatusUnauthorized, codeUnauthorized, "a valid bearer token is required: "+err.Error(), "")
+		writeError(w, http.StatusUnauthorized, wire.CodeUnauthorized, "a valid bearer token is required: "+err.Error(), "")
 		return auth.User{}, false
 	case err != nil:
 		klog.FromContext(r.Context()).Error(err, "Authenticating a lease API call")
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, codeAuthUnavailable, "authentication is unavailable; retry", "")
+		writeError(w, http.StatusServiceUnavailable, wire.CodeAuthUnavailable, "authentication is unavailable; retry", "")
 		return auth.User{}, false
 	}
 	return s.actFor(w, r, user)
@@ -94,7 +94,7 @@ func (s *Server) actFor(w http.ResponseWriter, r *http.Request, caller auth.User
 		return caller, true
 	}
 	if name == "" {
-		writeError(w, http.StatusBadRequest, codeInvalid, wire.HeaderActForUser+" is required with the other act-for headers", wire.HeaderActForUser)
+		writeError(w, http.StatusBadRequest, wire.CodeInvalid, wire.HeaderActForUser+" is required with the other act-for headers", wire.HeaderActForUser)
 		return auth.User{}, false
 	}
 	if !s.authorize(w, r, caller, auth.Attributes{Verb: auth.VerbActFor}) {
@@ -119,7 +119,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, user auth.Use
 	if err != nil {
 		klog.FromContext(r.Context()).Error(err, "Authorizing a lease API call", "user", user.Name, "verb", attrs.Verb, "namespace", attrs.Namespace)
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, codeAuthUnavailable, "authorization is unavailable; retry", "")
+		writeError(w, http.StatusServiceUnavailable, wire.CodeAuthUnavailable, "authorization is unavailable; retry", "")
 		return false
 	}
 	if !allowed {
@@ -134,7 +134,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, user auth.Use
 		if reason != "" {
 			msg += ": " + reason
 		}
-		writeError(w, http.StatusForbidden, codeForbidden, msg, "")
+		writeError(w, http.StatusForbidden, wire.CodeForbidden, msg, "")
 		return false
 	}
 	return true

@@ -6,6 +6,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 // Routing: the API's routes on the standard library's ServeMux, and what
@@ -49,12 +51,12 @@ func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if headBytes(r) > maxHeaderBytes {
 			w.Header().Set("Connection", "close")
-			writeError(w, http.StatusRequestHeaderFieldsTooLarge, codeHeadersTooLarge, fmt.Sprintf("the request line and headers are larger than %d bytes", maxHeaderBytes), "")
+			writeError(w, http.StatusRequestHeaderFieldsTooLarge, wire.CodeHeadersTooLarge, fmt.Sprintf("the request line and headers are larger than %d bytes", maxHeaderBytes), "")
 			return
 		}
 		if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
 			// The mux would redirect; the API has one spelling per endpoint.
-			writeError(w, http.StatusNotFound, codeNotFound, fmt.Sprintf("no such endpoint: %s (the API does not redirect: use %s)", r.URL.Path, clean), "")
+			writeError(w, http.StatusNotFound, wire.CodeNotFound, fmt.Sprintf("no such endpoint: %s (the API does not redirect: use %s)", r.URL.Path, clean), "")
 			return
 		}
 		if _, pattern := s.mux.Handler(r); pattern == "" {
@@ -81,12 +83,12 @@ func (s *Server) leaderOnly(h http.HandlerFunc) http.HandlerFunc {
 
 func writeNotLeading(w http.ResponseWriter) {
 	setRetryAfter(w, time.Second)
-	writeError(w, http.StatusServiceUnavailable, codeNotLeader, "this replica is not the leader of the lease API: retry through the Service, which routes to the leader", "")
+	writeError(w, http.StatusServiceUnavailable, wire.CodeNotLeader, "this replica is not the leader of the lease API: retry through the Service, which routes to the leader", "")
 }
 
 func writeNotSynced(w http.ResponseWriter) {
 	setRetryAfter(w, time.Second)
-	writeError(w, http.StatusServiceUnavailable, codeNotLeader, "this replica is starting: it has not yet listed the Proxies and Secrets a lease call reads; retry through the Service, which routes to ready replicas", "")
+	writeError(w, http.StatusServiceUnavailable, wire.CodeNotLeader, "this replica is starting: it has not yet listed the Proxies and Secrets a lease call reads; retry through the Service, which routes to ready replicas", "")
 }
 
 // noRoute answers what the mux would answer with 404 or 405, in JSON.
@@ -97,12 +99,12 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	switch rec.status {
 	case http.StatusMethodNotAllowed:
 		w.Header().Set("Allow", rec.header.Get("Allow"))
-		writeError(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path), "")
+		writeError(w, http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path), "")
 	case http.StatusNotFound:
-		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "")
+		writeError(w, http.StatusNotFound, wire.CodeNotFound, "no such endpoint: "+r.URL.Path, "")
 	default:
 		// Anything else the mux would say (a redirect) is a 404 here too.
-		writeError(w, http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path, "")
+		writeError(w, http.StatusNotFound, wire.CodeNotFound, "no such endpoint: "+r.URL.Path, "")
 	}
 }
 

@@ -346,7 +346,7 @@ func TestLeaseLifecycleOverHTTP(t *testing.T) {
 		t.Fatalf("release: %d %s", rec.Code, rec.Body)
 	}
 	rec = ts.do(http.MethodPost, "/v1/leases", `{"holder":"w3","domain":"example.com"}`)
-	if e := errorOf(t, rec); rec.Code != http.StatusServiceUnavailable || e.Code != codeCoolingDown || rec.Header().Get("Retry-After") != "60" {
+	if e := errorOf(t, rec); rec.Code != http.StatusServiceUnavailable || e.Code != wire.CodeCoolingDown || rec.Header().Get("Retry-After") != "60" {
 		t.Errorf("acquire for the banned domain: %d %+v Retry-After %q", rec.Code, e, rec.Header().Get("Retry-After"))
 	}
 	if l := ts.acquire(`{"holder":"w3","domain":"other.example"}`); l.Proxy.Name != "p1" {
@@ -358,7 +358,7 @@ func TestLeaseLifecycleOverHTTP(t *testing.T) {
 	}
 	ts.store.Upsert(newProxy("p2", withLatency(20), notReady()))
 	rec = ts.do(http.MethodPost, "/v1/leases/"+second.ID+"/renew", "")
-	if e := errorOf(t, rec); rec.Code != http.StatusGone || e.Code != codeRevoked {
+	if e := errorOf(t, rec); rec.Code != http.StatusGone || e.Code != wire.CodeRevoked {
 		t.Errorf("renew after the proxy left Ready: %d %+v, want 410 Revoked", rec.Code, e)
 	}
 }
@@ -398,7 +398,7 @@ func TestForbiddenAndAuthorizationErrors(t *testing.T) {
 		t.Errorf("release without permission: %d %+v", rec.Code, e)
 	}
 	ts.auth.err = errors.New("SubjectAccessReview: timeout")
-	if rec := ts.do(http.MethodGet, "/v1/leases", ""); rec.Code != http.StatusServiceUnavailable || errorOf(t, rec).Code != codeAuthUnavailable {
+	if rec := ts.do(http.MethodGet, "/v1/leases", ""); rec.Code != http.StatusServiceUnavailable || errorOf(t, rec).Code != wire.CodeAuthUnavailable {
 		t.Errorf("authorizer failing: %d %s", rec.Code, rec.Body)
 	}
 }
@@ -411,7 +411,7 @@ func TestCredentialsUnavailableReturnsTheLease(t *testing.T) {
 	})
 	for range 3 { // more often than there are proxies: each failed grant is given back
 		rec := ts.do(http.MethodPost, "/v1/leases", `{"holder":"w"}`)
-		if e := errorOf(t, rec); rec.Code != http.StatusInternalServerError || e.Code != codeCredentialsUnavailable {
+		if e := errorOf(t, rec); rec.Code != http.StatusInternalServerError || e.Code != wire.CodeCredentialsUnavailable {
 			t.Fatalf("acquire: %d %+v", rec.Code, e)
 		}
 	}
@@ -462,7 +462,7 @@ func TestAGatewayOnlyProxyIsNotGrantedToACrawler(t *testing.T) {
 		}
 	})
 	rec := ts.do(http.MethodPost, "/v1/leases", `{"holder":"w"}`)
-	if e := errorOf(t, rec); rec.Code != http.StatusForbidden || e.Code != codeGatewayOnly || !strings.Contains(e.Message, "gateway-only") {
+	if e := errorOf(t, rec); rec.Code != http.StatusForbidden || e.Code != wire.CodeGatewayOnly || !strings.Contains(e.Message, "gateway-only") {
 		t.Fatalf("a crawler's acquire: %d %+v", rec.Code, e)
 	}
 	if leases, _ := ts.store.List(store.LeaseFilter{}); len(leases) != 0 {
@@ -532,7 +532,7 @@ func TestServeTimeoutsAndShutdown(t *testing.T) {
 	cancel()
 	select {
 	case a := <-answered:
-		if a.err != nil || a.status != http.StatusServiceUnavailable || a.code != codeUnavailable {
+		if a.err != nil || a.status != http.StatusServiceUnavailable || a.code != wire.CodeUnavailable {
 			t.Errorf("waiting acquire at shutdown: %+v, want 503 Unavailable", a)
 		}
 	case <-time.After(30 * time.Second):
@@ -579,7 +579,7 @@ func TestDomainBudgetsFullAnswer(t *testing.T) {
 	}
 	rec := ts.do(http.MethodPost, "/v1/leases", `{"holder":"w","domain":"b.example"}`)
 	e := errorOf(t, rec)
-	if rec.Code != http.StatusTooManyRequests || e.Code != codeDomainLimited || !strings.Contains(e.Message, "--lease-max-domain-budgets") || rec.Header().Get("Retry-After") != "60" {
+	if rec.Code != http.StatusTooManyRequests || e.Code != wire.CodeDomainLimited || !strings.Contains(e.Message, "--lease-max-domain-budgets") || rec.Header().Get("Retry-After") != "60" {
 		t.Errorf("a new domain with the share pinned: %d %+v Retry-After %q; want 429 DomainLimited naming --lease-max-domain-budgets, Retry-After 60",
 			rec.Code, e, rec.Header().Get("Retry-After"))
 	}
@@ -603,7 +603,7 @@ func TestAFailedJoinKeepsTheSessionsLease(t *testing.T) {
 	ts.acquire(`{"holder":"w","session":"s1"}`)
 	failing.Store(true)
 	rec := ts.do(http.MethodPost, "/v1/leases", `{"holder":"w","session":"s1"}`)
-	if e := errorOf(t, rec); rec.Code != http.StatusInternalServerError || e.Code != codeCredentialsUnavailable || !strings.Contains(e.Message, "ends with its TTL") {
+	if e := errorOf(t, rec); rec.Code != http.StatusInternalServerError || e.Code != wire.CodeCredentialsUnavailable || !strings.Contains(e.Message, "ends with its TTL") {
 		t.Fatalf("the failed join: %d %+v", rec.Code, e)
 	}
 	if leases, _ := ts.store.List(store.LeaseFilter{}); len(leases) != 1 || leases[0].Session == "" {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/proxyfleet/proxy-operator/pkg/hostrule"
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire"
 )
 
 // Acquiring a lease, in one place: the request and the lease as callers
@@ -269,13 +271,13 @@ func normalizeAcquire(cfg Config, req *AcquireRequest) (time.Duration, error) {
 	if req.Selector == nil {
 		req.Selector = labels.Everything()
 	}
-	if req.Country != "" && !IsCountryCode(req.Country) {
+	if req.Country != "" && !wire.IsCountryCode(req.Country) {
 		return 0, &FieldError{Field: "country", Message: fmt.Sprintf("%q is not an ISO 3166-1 alpha-2 code in upper case (such as DE)", req.Country)}
 	}
 	if len(req.RequestID) > MaxRequestIDLen {
 		return 0, &FieldError{Field: "requestId", Message: fmt.Sprintf("at most %d bytes; got %d", MaxRequestIDLen, len(req.RequestID))}
 	}
-	req.Domain = NormalizeDomain(req.Domain)
+	req.Domain = hostrule.NormalizeDomain(req.Domain)
 	req.site = cfg.Site(req.Domain)
 	return ttl, nil
 }
@@ -472,10 +474,4 @@ func viewOf(l *lease) (Lease, token) {
 		TTL:       l.ttl,
 		Slot:      l.slot,
 	}, tokenOf(l)
-}
-
-// NormalizeDomain lower-cases a domain and drops a trailing dot, so that
-// cool-downs match however a client spells the name.
-func NormalizeDomain(domain string) string {
-	return strings.TrimSuffix(strings.ToLower(domain), ".")
 }

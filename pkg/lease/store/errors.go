@@ -125,12 +125,6 @@ func truncate(s string) string {
 	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
-// IsCountryCode says whether s is an ISO 3166-1 alpha-2 code in upper case
-// (its shape: two letters A-Z).
-func IsCountryCode(s string) bool {
-	return len(s) == 2 && 'A' <= s[0] && s[0] <= 'Z' && 'A' <= s[1] && s[1] <= 'Z'
-}
-
 // noneInCountry is ErrNoneFree for an acquire that named a country: the
 // same answer (503, retry), saying the country, since a country nothing
 // leaves from is the likelier cause than a busy fleet.

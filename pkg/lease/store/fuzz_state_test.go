@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyfleet/proxy-operator/pkg/hostrule"
 	"github.com/proxyfleet/proxy-operator/pkg/tier"
 )
 
@@ -51,7 +52,7 @@ func FuzzDomainBudgets(f *testing.F) {
 				ns := []string{"ns-a", "ns-b"}[op%2]
 				// Whatever the domain: the API's decoder refuses some, but an
 				// in-process caller reaches the store with any.
-				domain := NormalizeDomain(domains[arg%len(domains)])
+				domain := hostrule.NormalizeDomain(domains[arg%len(domains)])
 				l, err := s.Acquire(context.Background(), AcquireRequest{Holder: "h", Namespace: ns, Domain: domain})
 				var unavailable *UnavailableError
 				switch {

@@ -3,6 +3,8 @@ package store
 import (
 	"fmt"
 	"time"
+
+	"github.com/proxyfleet/proxy-operator/pkg/hostrule"
 )
 
 // What a holder does with its lease after the grant: renew it (including
@@ -86,7 +88,7 @@ func (s *Store) ReleaseAs(owner, id string, outcome Outcome, domain string, r Re
 	if err != nil {
 		return err
 	}
-	if domain = NormalizeDomain(domain); domain == "" {
+	if domain = hostrule.NormalizeDomain(domain); domain == "" {
 		domain = tok.domain
 	}
 	if outcome == OutcomeBanned && domain == "" {
@@ -297,7 +299,7 @@ func (s *Store) PutSessionStateAs(owner, scope, session, domain string, blob []b
 	if len(blob) > MaxStateSize {
 		return &StateTooLargeError{Size: len(blob)}
 	}
-	domain = NormalizeDomain(domain)
+	domain = hostrule.NormalizeDomain(domain)
 	var err error
 	p, ok := s.locked(func(now time.Time) {
 		if err = s.st.term.grants(s.cfg, now); err != nil {

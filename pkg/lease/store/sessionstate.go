@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/proxyfleet/proxy-operator/pkg/hostrule"
 )
 
 // Session state that travels with the IP (docs/sessionstate.md): a lease
@@ -189,7 +191,7 @@ func (st *sessionStates) touch(l *lease) {
 // drop forgets owner's blob of proxy p for domain (after its ban). Other
 // identities' blobs stay: one identity never drops another's.
 func (st *sessionStates) drop(owner string, p *proxyState, domain string) {
-	k := stateKey{owner: owner, proxy: p.info.Key, uid: p.info.UID, instance: p.info.ProviderID, domain: NormalizeDomain(domain)}
+	k := stateKey{owner: owner, proxy: p.info.Key, uid: p.info.UID, instance: p.info.ProviderID, domain: hostrule.NormalizeDomain(domain)}
 	if e := st.byKey[k]; e != nil {
 		st.dropEntry(e)
 		setStateEntries(st.metrics, StateSessionStates, len(st.byKey))

@@ -188,6 +188,8 @@ var allowedImports = []string{
 	"encoding/binary", "errors", "fmt", "hash", "io", "maps", "math", "slices", "strings", "sync", "sync/atomic", "time",
 	"k8s.io/apimachinery/pkg/labels", "k8s.io/apimachinery/pkg/types", "k8s.io/utils/clock",
 	"github.com/proxyfleet/proxy-operator/pkg/hostrule", "github.com/proxyfleet/proxy-operator/pkg/tier",
+	// The API's vocabulary (a country code's spelling): types, no I/O.
+	"github.com/proxyfleet/proxy-operator/pkg/lease/wire",
 }
 
 // TestStoreIsPure: the store imports only what allowedImports lists and

@@ -1,7 +1,8 @@
 // Package wire is the JSON of the lease API (docs/api.md), written once and
 // shared by the server (pkg/lease/server) and the Go client (pkg/lease/client).
 //
-// It holds types and error codes only, no behaviour, and depends on the
+// It holds types, error codes and the spelling rules of the members both
+// sides check (a country code), no other behaviour, and depends on the
 // standard library only, so that the client stays free of client-go. The
 // server's strict decoder (pkg/lease/decode.go) accepts exactly the members
 // named by AcquireRequest's and RenewRequest's tags.
@@ -99,6 +100,38 @@ type ErrorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+}
+
+// Error codes of the API (docs/api.md): ErrorBody.Code.
+const (
+	CodeInvalid                = "Invalid"
+	CodeRequestTooLarge        = "RequestTooLarge"
+	CodeHeadersTooLarge        = "HeadersTooLarge"
+	CodeRequestTimeout         = "RequestTimeout"
+	CodeTooManyLeases          = "TooManyLeases"
+	CodeDomainLimited          = "DomainLimited"
+	CodeSiteBanning            = "SiteBanning"
+	CodeUnauthorized           = "Unauthorized"
+	CodeForbidden              = "Forbidden"
+	CodeNotFound               = "NotFound"
+	CodeMethodNotAllowed       = "MethodNotAllowed"
+	CodeSuperseded             = "Superseded"
+	CodeRevoked                = "Revoked"
+	CodeNoneFree               = "NoneFree"
+	CodeCoolingDown            = "CoolingDown"
+	CodeRecovering             = "Recovering"
+	CodeNotLeader              = "NotLeader"
+	CodeUnavailable            = "Unavailable"
+	CodeAuthUnavailable        = "AuthUnavailable"
+	CodeCredentialsUnavailable = "CredentialsUnavailable"
+	CodeGatewayOnly            = "GatewayOnly"
+	CodeInternal               = "Internal"
+)
+
+// IsCountryCode says whether s is an ISO 3166-1 alpha-2 code in upper case
+// (syntax only), as the country member is compared once upper-cased.
+func IsCountryCode(s string) bool {
+	return len(s) == 2 && 'A' <= s[0] && s[0] <= 'Z' && 'A' <= s[1] && s[1] <= 'Z'
 }
 
 // The headers by which a caller with the act-for permission (the gateway
