@@ -183,6 +183,18 @@ func notLeaderSpan(calls []call, stopped int, at, until time.Duration) time.Dura
 	return last - first
 }
 
+// notLeaderAnswers are the calls notLeaderSpan counts, each as when it
+// was sent and answered, and by which replica.
+func notLeaderAnswers(calls []call, stopped int, at, until time.Duration) []string {
+	var out []string
+	for _, c := range calls {
+		if c.code == "NotLeader" && c.replica != stopped && c.op.Call >= at && c.op.Call <= until {
+			out = append(out, fmt.Sprintf("%s [%v, %v] replica-%d", c.op.Kind, (c.op.Call-at).Round(time.Millisecond), (c.op.Return-at).Round(time.Millisecond), c.replica))
+		}
+	}
+	return out
+}
+
 // acknowledgedAfter are the calls replica i acknowledged that were sent
 // after at and answered before until (a call answered later may have been
 // forwarded to the new leader once the cut healed).

@@ -129,6 +129,9 @@ func failoverFigures(t *testing.T, calls []call, done []fault) {
 		case sigterm:
 			span := notLeaderSpan(calls, f.replica, f.at, f.at+5*time.Second)
 			notLeader = append(notLeader, span)
+			if span > time.Second {
+				t.Logf("%v: NotLeader answers for %v: %v", f, span, notLeaderAnswers(calls, f.replica, f.at, f.at+5*time.Second))
+			}
 			if integration.Long() && span > time.Second {
 				t.Errorf("%v: NotLeader answers for %v, want at most 1s", f, span)
 			}
