@@ -76,6 +76,10 @@ func main() {
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
+	if *quick {
+		quickDefaults(map[string]string{"proxies": "200", "clients": "32", "rounds": "3", "round": "2s",
+			"memory-proxies": "1000", "memory-cooldowns": "10000"})
+	}
 	fleet.ServeIfChild(*fleetSize, *fleetDelay)
 	if *serve != "" {
 		if err := serveTrivial(*serve); err != nil {
@@ -88,7 +92,8 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	report, err := run(ctx, config{proxies: *proxies, clients: *clients, rounds: *rounds, round: *round, cpuProfile: *cpuProfile, timeout: *timeout})
+	report, err := run(ctx, config{proxies: *proxies, clients: *clients, rounds: *rounds, round: *round, cpuProfile: *cpuProfile, timeout: *timeout,
+		raftReplicas: *raftReplicas, raftProfile: *raftProfile, memoryProxies: *memoryProxies, memoryCooldowns: *memoryCooldowns})
 	if err != nil {
 		fail(err)
 	}
@@ -99,6 +104,11 @@ type config struct {
 	proxies, clients, rounds int
 	round, timeout           time.Duration
 	cpuProfile               string
+	// The raft side (raft.go): its replicas (0: none), its profile, and
+	// the load its memory is read at.
+	raftReplicas                   int
+	raftProfile                    string
+	memoryProxies, memoryCooldowns int
 }
 
 func fail(err error) {
@@ -114,7 +124,11 @@ func run(ctx context.Context, cfg config) (string, error) {
 	if err := fleet.RaiseFileLimit(); err != nil {
 		return "", err
 	}
-	fl, addrs, err := fleet.Start(cfg.proxies, 0)
+	fleetSize := cfg.proxies
+	if cfg.raftReplicas > 0 {
+		fleetSize = max(fleetSize, cfg.memoryProxies)
+	}
+	fl, addrs, err := fleet.Start(fleetSize, 0)
 	if err != nil {
 		return "", err
 	}
@@ -157,17 +171,29 @@ func run(ctx context.Context, cfg config) (string, error) {
 	defer trivial.Kill()
 
 	sides := []side{
-		{name: "trivial net/http handler", client: tc, proc: trivial, ns: ns},
-		{name: "lease API on the operator", client: c, proc: op, ns: ns},
+		{name: "trivial net/http handler", clients: []*leaseclient.Client{tc}, procs: []*benchkit.Process{trivial}, ns: ns},
+		{name: "lease API on the operator", clients: []*leaseclient.Client{c}, procs: []*benchkit.Process{op}, ns: ns},
 	}
 	baseSides, err := startBaselines(ctx, dir, kubeconfig, crawl, kube, addrs, baselines, cfg)
 	for _, b := range baseSides {
-		defer b.proc.Kill()
+		defer b.procs[0].Kill()
 	}
 	if err != nil {
 		return "", err
 	}
 	sides = append(sides, baseSides...)
+	raftSide := -1
+	if cfg.raftReplicas > 0 {
+		group, err := startRaftGroup(ctx, dir, binary, kubeconfig, crawl, kube, "lease-bench-raft", cfg.raftReplicas, addrs, cfg)
+		for _, p := range group.procs {
+			defer p.Kill()
+		}
+		if err != nil {
+			return "", err
+		}
+		raftSide = len(sides)
+		sides = append(sides, group)
+	}
 	progress("warming up")
 	for _, s := range sides {
 		if _, err := measure(ctx, s, cfg.clients, time.Second); err != nil {
@@ -181,13 +207,27 @@ func run(ctx context.Context, cfg config) (string, error) {
 	}
 	if cfg.cpuProfile != "" {
 		progress("profiling the operator over one more lease round")
-		if err := profile(ctx, op, sides[1], cfg, cfg.cpuProfile); err != nil {
+		if err := profile(ctx, sides[1], cfg, cfg.cpuProfile); err != nil {
 			return "", fmt.Errorf("phase \"profile\": %w", err)
+		}
+	}
+	if cfg.raftProfile != "" && raftSide > 0 {
+		progress("profiling the raft replicas over one more lease round")
+		if err := profile(ctx, sides[raftSide], cfg, cfg.raftProfile); err != nil {
+			return "", fmt.Errorf("phase \"raft profile\": %w", err)
 		}
 	}
 	report := format(cfg, load, loadAverage(), results)
 	for i, b := range baselines {
 		report += formatAB(cfg, b.name, results, 2+i)
+	}
+	if raftSide > 0 {
+		report += formatRaft(cfg, results, raftSide, len(sides[raftSide].procs))
+		memory, err := raftMemory(ctx, sides[raftSide], crawl, addrs, cfg.memoryProxies, cfg.memoryCooldowns, cfg)
+		if err != nil {
+			return report, err
+		}
+		report += memory
 	}
 	return report, nil
 }
@@ -225,7 +265,7 @@ func measureRounds(ctx context.Context, sides []side, cfg config) ([][]result, e
 			i := (r + k) % len(sides)
 			got, err := measure(ctx, sides[i], cfg.clients, cfg.round)
 			if err != nil {
-				return nil, fmt.Errorf("phase \"round %d, %s\": %w", r+1, sides[i].name, errors.Join(err, sides[i].proc.ExitErr()))
+				return nil, fmt.Errorf("phase \"round %d, %s\": %w", r+1, sides[i].name, errors.Join(err, sides[i].exitErr()))
 			}
 			res[i] = got
 		}
@@ -299,17 +339,8 @@ func populate(ctx context.Context, op *benchkit.Process, crawl versioned.Interfa
 	if err := op.WaitReady(ctx, "http://"+op.Addr(1)+"/readyz", time.Minute); err != nil {
 		return nil, fmt.Errorf("phase \"operator leads\": %w", err)
 	}
-	progress("creating %d External proxies in %s", cfg.proxies, ns)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
-	for i, addr := range addrs[:cfg.proxies] {
-		g.Go(func() error {
-			_, err := crawl.CrawlV1alpha1().Proxies(ns).Create(gctx, newProxy(ns, i, addr), metav1.CreateOptions{})
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, fmt.Errorf("phase \"create proxies\": %w", err)
+	if err := createProxies(ctx, crawl, ns, addrs, 0, cfg.proxies); err != nil {
+		return nil, err
 	}
 	c, err := newClient("http://"+op.Addr(1), cfg.clients)
 	if err != nil {
@@ -321,22 +352,69 @@ func populate(ctx context.Context, op *benchkit.Process, crawl versioned.Interfa
 	return c, nil
 }
 
-// side is one server the clients measure.
+// createProxies creates the External proxies from..to-1 of addrs in ns.
+func createProxies(ctx context.Context, crawl versioned.Interface, ns string, addrs []string, from, to int) error {
+	progress("creating %d External proxies in %s", to-from, ns)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := from; i < to; i++ {
+		g.Go(func() error {
+			_, err := crawl.CrawlV1alpha1().Proxies(ns).Create(gctx, newProxy(ns, i, addrs[i]), metav1.CreateOptions{})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("phase \"create proxies\": %w", err)
+	}
+	return nil
+}
+
+// side is one server the clients measure: one process, or the replicas
+// of a group, client w calling replica w mod len(clients) as the leases
+// Service would spread them.
 type side struct {
-	name   string
-	client *leaseclient.Client
-	proc   *benchkit.Process
-	ns     string // where its proxies are
+	name    string
+	clients []*leaseclient.Client
+	procs   []*benchkit.Process
+	ns      string // where its proxies are
+	// countFailures: a failed pair is counted, not the end of the run.
+	// Replicas can change leader under load (their calls then answer
+	// NotLeader until the new one leads); a client retries, the bench
+	// counts.
+	countFailures bool
+}
+
+// exitErr is the first of the side's processes to have exited, if any.
+func (s side) exitErr() error {
+	var errs []error
+	for _, p := range s.procs {
+		errs = append(errs, p.ExitErr())
+	}
+	return errors.Join(errs...)
+}
+
+// cpu is the CPU time the side's processes have used so far.
+func (s side) cpu() (time.Duration, error) {
+	var sum time.Duration
+	for _, p := range s.procs {
+		c, err := procstat.CPU(p.PID())
+		if err != nil {
+			return 0, err
+		}
+		sum += c
+	}
+	return sum, nil
 }
 
 // result is one measurement of one side.
 type result struct {
-	pairs         int
-	pairsPerSec   float64
-	p50, p99      time.Duration
-	cpuPerPair    time.Duration // the server process's CPU
-	serverCores   float64
-	errorsAnswers int64
+	pairs       int
+	pairsPerSec float64
+	p50, p99    time.Duration
+	cpuPerPair  time.Duration // the server process's CPU
+	serverCores float64
+	// failed counts the pairs that failed, on a side that counts them.
+	failed int64
 }
 
 // measure runs acquire+release pairs from clients goroutines for d.
@@ -347,7 +425,7 @@ func measure(ctx context.Context, s side, clients int, d time.Duration) (result,
 		failures  atomic.Int64
 		firstErr  error
 	)
-	cpuBefore, err := procstat.CPU(s.proc.PID())
+	cpuBefore, err := s.cpu()
 	if err != nil {
 		return result{}, err
 	}
@@ -360,9 +438,10 @@ func measure(ctx context.Context, s side, clients int, d time.Duration) (result,
 			mine := make([]time.Duration, 0, 4096)
 			for time.Now().Before(deadline) {
 				t0 := time.Now()
-				l, err := s.client.Acquire(ctx, leaseclient.AcquireRequest{Holder: holder, Namespace: s.ns})
+				c := s.clients[w%len(s.clients)]
+				l, err := c.Acquire(ctx, leaseclient.AcquireRequest{Holder: holder, Namespace: s.ns})
 				if err == nil {
-					err = s.client.Release(ctx, l.ID, leaseclient.OutcomeOK, "")
+					err = c.Release(ctx, l.ID, leaseclient.OutcomeOK, "")
 				}
 				if err != nil {
 					failures.Add(1)
@@ -382,11 +461,11 @@ func measure(ctx context.Context, s side, clients int, d time.Duration) (result,
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpuAfter, err := procstat.CPU(s.proc.PID())
+	cpuAfter, err := s.cpu()
 	if err != nil {
 		return result{}, err
 	}
-	if firstErr != nil {
+	if firstErr != nil && (!s.countFailures || len(latencies) == 0) {
 		return result{}, fmt.Errorf("%d pairs failed, the first: %w", failures.Load(), firstErr)
 	}
 	if len(latencies) == 0 {
@@ -401,35 +480,49 @@ func measure(ctx context.Context, s side, clients int, d time.Duration) (result,
 		p99:         latencies[len(latencies)*99/100],
 		cpuPerPair:  cpu / time.Duration(len(latencies)),
 		serverCores: cpu.Seconds() / elapsed.Seconds(),
+		failed:      failures.Load(),
 	}, nil
 }
 
-// profile takes the operator's CPU profile during one more lease round.
-func profile(ctx context.Context, op *benchkit.Process, s side, cfg config, path string) error {
+// profile takes a CPU profile of each of the side's processes during one
+// more lease round: into path for one process, path.0, path.1, ... for
+// several.
+func profile(ctx context.Context, s side, cfg config, path string) error {
 	seconds := max(1, int(cfg.round.Seconds()))
-	got := make(chan error, 1)
-	go func() {
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", op.Addr(0), seconds))
-		if err != nil {
-			got <- err
-			return
+	got := make(chan error, len(s.procs))
+	for i, op := range s.procs {
+		out := path
+		if len(s.procs) > 1 {
+			out = path + "." + strconv.Itoa(i)
 		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			got <- fmt.Errorf("/debug/pprof/profile: %s", resp.Status)
-			return
-		}
-		f, err := os.Create(path)
-		if err == nil {
-			_, err = io.Copy(f, resp.Body)
-			err = errors.Join(err, f.Close())
-		}
-		got <- err
-	}()
+		go func() { got <- fetchProfile(op, seconds, out) }()
+	}
 	if _, err := measure(ctx, s, cfg.clients, time.Duration(seconds)*time.Second+500*time.Millisecond); err != nil {
 		return err
 	}
-	return <-got
+	var errs []error
+	for range s.procs {
+		errs = append(errs, <-got)
+	}
+	return errors.Join(errs...)
+}
+
+// fetchProfile writes op's CPU profile over seconds to path.
+func fetchProfile(op *benchkit.Process, seconds int, path string) error {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", op.Addr(0), seconds))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/debug/pprof/profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	return errors.Join(err, f.Close())
 }
 
 // newClient is the lease client both sides get: connections kept for every
