@@ -158,6 +158,11 @@ HEALTHAB
     echo "The same rounds also run the operator built at $fold_ab_ref (FOLD_AB_REF), the last commit with the lease"
     echo "path's hand-written speed-ups, for issue 34's A/B: a speed-up stays only if it saves at least 10% of the"
     echo "operator's CPU per pair here ([0171](decisions/0171-lease-path-plain-again.md); the A/B tables below)."
+    echo "The same rounds also run three replicas with --lease-replication=raft (issue 62), each with a Pod object of its"
+    echo "own and its peer port on loopback, leading a namespace of the same 1,000 proxies, client i calling replica i mod 3"
+    echo "as the leases Service spreads them: pairs/s against the one process (--lease-replication=none), target at least 0.5x."
+    echo "Then each replica's RSS after growing that fleet to 10,000 proxies and making 100,000 cool-downs through the"
+    echo "replicas (an acquire for a site of its own, released banned); \`-quick\` runs it all small in about two minutes."
     echo
     go run ./pkg/testsuites/bench/leaseapi -baseline-ref "$fold_ab_ref"
     echo
@@ -229,6 +234,18 @@ then `go tool pprof -peek 'Server..(acquire|release)$'`), 2026-12-01, 64 clients
   later), so the absolute figures of the tables above are the day's, not the code's; the ratios, measured side
   by side in one run, are what compare.
 STORY
+    echo
+    echo "### Snapshots of the replicated store (issue 62)"
+    echo
+    echo "\`go test -run '^\$' -bench 'BenchmarkSnapshotAtDefaultCaps' -benchtime 5x ./pkg/lease/store\`: the Raft snapshot"
+    echo "of a store of 10,000 proxies at the default caps, 100,000 cool-downs and 64 MiB of session state (state-MiB, as"
+    echo "--lease-max-state-bytes charges it): its size, the time the store's lock is held for it (the encoding, which"
+    echo "Snapshot does under the lock into memory; no grant is made meanwhile), the write that follows outside the"
+    echo "lock, and a Restore into a fresh store (decoded outside the lock, swapped in under it)."
+    echo
+    echo '```text'
+    go test -run '^$' -bench 'BenchmarkSnapshotAtDefaultCaps' -benchtime 5x ./pkg/lease/store | grep -E '^Benchmark'
+    echo '```'
     echo
     echo "## Lease API under a garbage-token flood (issue 20)"
     echo

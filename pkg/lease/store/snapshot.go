@@ -37,10 +37,15 @@ var ErrUnknownSnapshot = errors.New("not a lease store snapshot this release rea
 
 // Snapshot writes the whole state to w. It encodes under the store's lock
 // into memory and writes outside it, so a slow writer does not stall
-// grants; the lock is held for the encoding alone.
+// grants; the lock is held for the encoding alone. The buffer starts at
+// the last snapshot's size and an eighth: grown from 64 KiB by doubling,
+// its copies were half the time under the lock at the default caps
+// (BenchmarkSnapshotAtDefaultCaps, 53 MiB: 443-550 ms grown, 137-281 ms
+// sized). A replica's first snapshot, with no size before it, still grows.
 func (s *Store) Snapshot(w io.Writer) error {
 	s.mu.Lock()
-	b := s.st.encode(make([]byte, 0, 1<<16))
+	b := s.st.encode(make([]byte, 0, max(1<<16, s.snapshotSize+s.snapshotSize/8)))
+	s.snapshotSize = len(b)
 	s.mu.Unlock()
 	_, err := w.Write(b)
 	return err
@@ -61,6 +66,7 @@ func (s *Store) Restore(r io.Reader) error {
 	defer s.mu.Unlock()
 	fresh.wake = s.st.wake
 	s.st = fresh
+	s.snapshotSize = len(b)
 	s.st.wake.broadcast()
 	return nil
 }

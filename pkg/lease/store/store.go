@@ -95,6 +95,9 @@ type Store struct {
 	follower bool
 	// encoded is the journal's buffer, reused for every effect.
 	encoded []byte
+	// snapshotSize is the length of the last snapshot taken or restored,
+	// so that the next one's buffer is allocated once (snapshot.go).
+	snapshotSize int
 	// ended are the early ends of leases the decision under way committed,
 	// told to Config.OnLeaseEnded once the lock is released (locked).
 	ended []EndedLease

@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
+	leaseclient "github.com/proxyfleet/proxy-operator/pkg/lease/client"
+	"github.com/proxyfleet/proxy-operator/pkg/testsuites/bench/benchkit"
 )
 
 // The A/B part: baseline operators built or given, and their tables.
@@ -97,7 +100,7 @@ func startBaselines(ctx context.Context, dir, kubeconfig string, crawl versioned
 		if err != nil {
 			return sides, fmt.Errorf("baseline %s: %w", b.name, err)
 		}
-		sides = append(sides, side{name: "baseline " + b.name, client: bc, proc: bop, ns: baseNS})
+		sides = append(sides, side{name: "baseline " + b.name, clients: []*leaseclient.Client{bc}, procs: []*benchkit.Process{bop}, ns: baseNS})
 	}
 	return sides, nil
 }

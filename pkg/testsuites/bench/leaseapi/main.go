@@ -13,6 +13,11 @@
 //	go run ./pkg/testsuites/bench/leaseapi                       # 1,000 proxies, 64 clients, 11 rounds of 5 s
 //	go run ./pkg/testsuites/bench/leaseapi -cpuprofile op.pprof  # also a CPU profile of the operator under load
 //	go run ./pkg/testsuites/bench/leaseapi -baseline-ref main    # A/B: main's operator in the same rounds
+//	go run ./pkg/testsuites/bench/leaseapi -quick                # all of it small, in about two minutes
+//
+// The same rounds run three replicas with --lease-replication=raft beside
+// the one process (raft.go; -raft-replicas 0 leaves them out), and then
+// read each replica's memory at 10,000 proxies and 100,000 cool-downs.
 //
 // Rounds alternate which side goes first; the report gives every round and
 // the medians. It prints markdown on stdout and progress on stderr. It is a
@@ -33,7 +38,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -49,8 +53,6 @@ import (
 	crawlv1alpha1 "github.com/proxyfleet/proxy-operator/pkg/apis/crawl/v1alpha1"
 	"github.com/proxyfleet/proxy-operator/pkg/generated/clientset/versioned"
 	leaseclient "github.com/proxyfleet/proxy-operator/pkg/lease/client"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/server"
-	"github.com/proxyfleet/proxy-operator/pkg/lease/store"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/procstat"
 	"github.com/proxyfleet/proxy-operator/pkg/testing/proxytest/fleet"
 	"github.com/proxyfleet/proxy-operator/pkg/testsuites/bench/benchkit"
@@ -76,6 +78,10 @@ func main() {
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
+	if *quick {
+		quickDefaults(map[string]string{"proxies": "200", "clients": "32", "rounds": "3", "round": "2s",
+			"memory-proxies": "1000", "memory-cooldowns": "10000"})
+	}
 	fleet.ServeIfChild(*fleetSize, *fleetDelay)
 	if *serve != "" {
 		if err := serveTrivial(*serve); err != nil {
@@ -88,7 +94,8 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	report, err := run(ctx, config{proxies: *proxies, clients: *clients, rounds: *rounds, round: *round, cpuProfile: *cpuProfile, timeout: *timeout})
+	report, err := run(ctx, config{proxies: *proxies, clients: *clients, rounds: *rounds, round: *round, cpuProfile: *cpuProfile, timeout: *timeout,
+		raftReplicas: *raftReplicas, raftProfile: *raftProfile, memoryProxies: *memoryProxies, memoryCooldowns: *memoryCooldowns})
 	if err != nil {
 		fail(err)
 	}
@@ -99,6 +106,11 @@ type config struct {
 	proxies, clients, rounds int
 	round, timeout           time.Duration
 	cpuProfile               string
+	// The raft side (raft.go): its replicas (0: none), its profile, and
+	// the load its memory is read at.
+	raftReplicas                   int
+	raftProfile                    string
+	memoryProxies, memoryCooldowns int
 }
 
 func fail(err error) {
@@ -114,7 +126,11 @@ func run(ctx context.Context, cfg config) (string, error) {
 	if err := fleet.RaiseFileLimit(); err != nil {
 		return "", err
 	}
-	fl, addrs, err := fleet.Start(cfg.proxies, 0)
+	fleetSize := cfg.proxies
+	if cfg.raftReplicas > 0 {
+		fleetSize = max(fleetSize, cfg.memoryProxies)
+	}
+	fl, addrs, err := fleet.Start(fleetSize, 0)
 	if err != nil {
 		return "", err
 	}
@@ -157,17 +173,29 @@ func run(ctx context.Context, cfg config) (string, error) {
 	defer trivial.Kill()
 
 	sides := []side{
-		{name: "trivial net/http handler", client: tc, proc: trivial, ns: ns},
-		{name: "lease API on the operator", client: c, proc: op, ns: ns},
+		{name: "trivial net/http handler", clients: []*leaseclient.Client{tc}, procs: []*benchkit.Process{trivial}, ns: ns},
+		{name: "lease API on the operator", clients: []*leaseclient.Client{c}, procs: []*benchkit.Process{op}, ns: ns},
 	}
 	baseSides, err := startBaselines(ctx, dir, kubeconfig, crawl, kube, addrs, baselines, cfg)
 	for _, b := range baseSides {
-		defer b.proc.Kill()
+		defer b.procs[0].Kill()
 	}
 	if err != nil {
 		return "", err
 	}
 	sides = append(sides, baseSides...)
+	raftSide := -1
+	if cfg.raftReplicas > 0 {
+		group, err := startRaftGroup(ctx, dir, binary, kubeconfig, crawl, kube, "lease-bench-raft", cfg.raftReplicas, addrs, cfg)
+		for _, p := range group.procs {
+			defer p.Kill()
+		}
+		if err != nil {
+			return "", err
+		}
+		raftSide = len(sides)
+		sides = append(sides, group)
+	}
 	progress("warming up")
 	for _, s := range sides {
 		if _, err := measure(ctx, s, cfg.clients, time.Second); err != nil {
@@ -181,13 +209,27 @@ func run(ctx context.Context, cfg config) (string, error) {
 	}
 	if cfg.cpuProfile != "" {
 		progress("profiling the operator over one more lease round")
-		if err := profile(ctx, op, sides[1], cfg, cfg.cpuProfile); err != nil {
+		if err := profile(ctx, sides[1], cfg, cfg.cpuProfile); err != nil {
 			return "", fmt.Errorf("phase \"profile\": %w", err)
+		}
+	}
+	if cfg.raftProfile != "" && raftSide > 0 {
+		progress("profiling the raft replicas over one more lease round")
+		if err := profile(ctx, sides[raftSide], cfg, cfg.raftProfile); err != nil {
+			return "", fmt.Errorf("phase \"raft profile\": %w", err)
 		}
 	}
 	report := format(cfg, load, loadAverage(), results)
 	for i, b := range baselines {
 		report += formatAB(cfg, b.name, results, 2+i)
+	}
+	if raftSide > 0 {
+		report += formatRaft(cfg, results, raftSide, len(sides[raftSide].procs))
+		memory, err := raftMemory(ctx, sides[raftSide], crawl, addrs, cfg.memoryProxies, cfg.memoryCooldowns, cfg)
+		if err != nil {
+			return report, err
+		}
+		report += memory
 	}
 	return report, nil
 }
@@ -225,7 +267,7 @@ func measureRounds(ctx context.Context, sides []side, cfg config) ([][]result, e
 			i := (r + k) % len(sides)
 			got, err := measure(ctx, sides[i], cfg.clients, cfg.round)
 			if err != nil {
-				return nil, fmt.Errorf("phase \"round %d, %s\": %w", r+1, sides[i].name, errors.Join(err, sides[i].proc.ExitErr()))
+				return nil, fmt.Errorf("phase \"round %d, %s\": %w", r+1, sides[i].name, errors.Join(err, sides[i].exitErr()))
 			}
 			res[i] = got
 		}
@@ -233,40 +275,6 @@ func measureRounds(ctx context.Context, sides []side, cfg config) ([][]result, e
 		results = append(results, res)
 	}
 	return results, nil
-}
-
-// startTrivial starts the trivial handler (this binary, -serve-trivial),
-// answering acquires with the body of one real grant of the operator at
-// leaseURL, so that it answers what the operator answers.
-func startTrivial(ctx context.Context, dir, leaseURL, ns string, clients int) (*benchkit.Process, *leaseclient.Client, error) {
-	grant, err := grantBody(ctx, leaseURL, ns)
-	if err != nil {
-		return nil, nil, fmt.Errorf("phase \"one grant\": %w", err)
-	}
-	bodyPath := filepath.Join(dir, "grant.json")
-	if err := os.WriteFile(bodyPath, grant, 0o600); err != nil {
-		return nil, nil, err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return nil, nil, err
-	}
-	trivial, err := benchkit.Start(self, filepath.Join(dir, "trivial.log"), 2, func(ports []int) []string {
-		return []string{"-serve-trivial=" + bodyPath, fmt.Sprintf("-addr=127.0.0.1:%d", ports[0]), fmt.Sprintf("-bare-trivial=%v", *bareTrivial)}
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := trivial.WaitReady(ctx, "http://"+trivial.Addr(0)+"/healthz", 30*time.Second); err != nil {
-		trivial.Kill()
-		return nil, nil, fmt.Errorf("phase \"trivial handler\": %w", err)
-	}
-	tc, err := newClient("http://"+trivial.Addr(0), clients)
-	if err != nil {
-		trivial.Kill()
-		return nil, nil, err
-	}
-	return trivial, tc, nil
 }
 
 // startOperator starts binary leading namespace ns with one External proxy
@@ -299,17 +307,8 @@ func populate(ctx context.Context, op *benchkit.Process, crawl versioned.Interfa
 	if err := op.WaitReady(ctx, "http://"+op.Addr(1)+"/readyz", time.Minute); err != nil {
 		return nil, fmt.Errorf("phase \"operator leads\": %w", err)
 	}
-	progress("creating %d External proxies in %s", cfg.proxies, ns)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
-	for i, addr := range addrs[:cfg.proxies] {
-		g.Go(func() error {
-			_, err := crawl.CrawlV1alpha1().Proxies(ns).Create(gctx, newProxy(ns, i, addr), metav1.CreateOptions{})
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, fmt.Errorf("phase \"create proxies\": %w", err)
+	if err := createProxies(ctx, crawl, ns, addrs, 0, cfg.proxies); err != nil {
+		return nil, err
 	}
 	c, err := newClient("http://"+op.Addr(1), cfg.clients)
 	if err != nil {
@@ -321,22 +320,69 @@ func populate(ctx context.Context, op *benchkit.Process, crawl versioned.Interfa
 	return c, nil
 }
 
-// side is one server the clients measure.
+// createProxies creates the External proxies from..to-1 of addrs in ns.
+func createProxies(ctx context.Context, crawl versioned.Interface, ns string, addrs []string, from, to int) error {
+	progress("creating %d External proxies in %s", to-from, ns)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := from; i < to; i++ {
+		g.Go(func() error {
+			_, err := crawl.CrawlV1alpha1().Proxies(ns).Create(gctx, newProxy(ns, i, addrs[i]), metav1.CreateOptions{})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("phase \"create proxies\": %w", err)
+	}
+	return nil
+}
+
+// side is one server the clients measure: one process, or the replicas
+// of a group, client w calling replica w mod len(clients) as the leases
+// Service would spread them.
 type side struct {
-	name   string
-	client *leaseclient.Client
-	proc   *benchkit.Process
-	ns     string // where its proxies are
+	name    string
+	clients []*leaseclient.Client
+	procs   []*benchkit.Process
+	ns      string // where its proxies are
+	// countFailures: a failed pair is counted, not the end of the run.
+	// Replicas can change leader under load (their calls then answer
+	// NotLeader until the new one leads); a client retries, the bench
+	// counts.
+	countFailures bool
+}
+
+// exitErr is the first of the side's processes to have exited, if any.
+func (s side) exitErr() error {
+	var errs []error
+	for _, p := range s.procs {
+		errs = append(errs, p.ExitErr())
+	}
+	return errors.Join(errs...)
+}
+
+// cpu is the CPU time the side's processes have used so far.
+func (s side) cpu() (time.Duration, error) {
+	var sum time.Duration
+	for _, p := range s.procs {
+		c, err := procstat.CPU(p.PID())
+		if err != nil {
+			return 0, err
+		}
+		sum += c
+	}
+	return sum, nil
 }
 
 // result is one measurement of one side.
 type result struct {
-	pairs         int
-	pairsPerSec   float64
-	p50, p99      time.Duration
-	cpuPerPair    time.Duration // the server process's CPU
-	serverCores   float64
-	errorsAnswers int64
+	pairs       int
+	pairsPerSec float64
+	p50, p99    time.Duration
+	cpuPerPair  time.Duration // the server process's CPU
+	serverCores float64
+	// failed counts the pairs that failed, on a side that counts them.
+	failed int64
 }
 
 // measure runs acquire+release pairs from clients goroutines for d.
@@ -347,7 +393,7 @@ func measure(ctx context.Context, s side, clients int, d time.Duration) (result,
 		failures  atomic.Int64
 		firstErr  error
 	)
-	cpuBefore, err := procstat.CPU(s.proc.PID())
+	cpuBefore, err := s.cpu()
 	if err != nil {
 		return result{}, err
 	}
@@ -360,9 +406,10 @@ func measure(ctx context.Context, s side, clients int, d time.Duration) (result,
 			mine := make([]time.Duration, 0, 4096)
 			for time.Now().Before(deadline) {
 				t0 := time.Now()
-				l, err := s.client.Acquire(ctx, leaseclient.AcquireRequest{Holder: holder, Namespace: s.ns})
+				c := s.clients[w%len(s.clients)]
+				l, err := c.Acquire(ctx, leaseclient.AcquireRequest{Holder: holder, Namespace: s.ns})
 				if err == nil {
-					err = s.client.Release(ctx, l.ID, leaseclient.OutcomeOK, "")
+					err = c.Release(ctx, l.ID, leaseclient.OutcomeOK, "")
 				}
 				if err != nil {
 					failures.Add(1)
@@ -382,11 +429,11 @@ func measure(ctx context.Context, s side, clients int, d time.Duration) (result,
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpuAfter, err := procstat.CPU(s.proc.PID())
+	cpuAfter, err := s.cpu()
 	if err != nil {
 		return result{}, err
 	}
-	if firstErr != nil {
+	if firstErr != nil && (!s.countFailures || len(latencies) == 0) {
 		return result{}, fmt.Errorf("%d pairs failed, the first: %w", failures.Load(), firstErr)
 	}
 	if len(latencies) == 0 {
@@ -401,35 +448,49 @@ func measure(ctx context.Context, s side, clients int, d time.Duration) (result,
 		p99:         latencies[len(latencies)*99/100],
 		cpuPerPair:  cpu / time.Duration(len(latencies)),
 		serverCores: cpu.Seconds() / elapsed.Seconds(),
+		failed:      failures.Load(),
 	}, nil
 }
 
-// profile takes the operator's CPU profile during one more lease round.
-func profile(ctx context.Context, op *benchkit.Process, s side, cfg config, path string) error {
+// profile takes a CPU profile of each of the side's processes during one
+// more lease round: into path for one process, path.0, path.1, ... for
+// several.
+func profile(ctx context.Context, s side, cfg config, path string) error {
 	seconds := max(1, int(cfg.round.Seconds()))
-	got := make(chan error, 1)
-	go func() {
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", op.Addr(0), seconds))
-		if err != nil {
-			got <- err
-			return
+	got := make(chan error, len(s.procs))
+	for i, op := range s.procs {
+		out := path
+		if len(s.procs) > 1 {
+			out = path + "." + strconv.Itoa(i)
 		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			got <- fmt.Errorf("/debug/pprof/profile: %s", resp.Status)
-			return
-		}
-		f, err := os.Create(path)
-		if err == nil {
-			_, err = io.Copy(f, resp.Body)
-			err = errors.Join(err, f.Close())
-		}
-		got <- err
-	}()
+		go func() { got <- fetchProfile(op, seconds, out) }()
+	}
 	if _, err := measure(ctx, s, cfg.clients, time.Duration(seconds)*time.Second+500*time.Millisecond); err != nil {
 		return err
 	}
-	return <-got
+	var errs []error
+	for range s.procs {
+		errs = append(errs, <-got)
+	}
+	return errors.Join(errs...)
+}
+
+// fetchProfile writes op's CPU profile over seconds to path.
+func fetchProfile(op *benchkit.Process, seconds int, path string) error {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", op.Addr(0), seconds))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/debug/pprof/profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	return errors.Join(err, f.Close())
 }
 
 // newClient is the lease client both sides get: connections kept for every
@@ -480,81 +541,4 @@ func waitLeasable(ctx context.Context, c *leaseclient.Client, ns string, n int, 
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-// grantBody is the body of one real grant (released again at once).
-func grantBody(ctx context.Context, leaseURL, ns string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, leaseURL+"/v1/leases", strings.NewReader(`{"holder":"bench-0","namespace":"`+ns+`"}`))
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusCreated {
-		return nil, fmt.Errorf("acquire: %v %s: %s", err, resp.Status, body)
-	}
-	del, err := http.NewRequestWithContext(ctx, http.MethodDelete, leaseURL+resp.Header.Get("Location"), nil)
-	if err != nil {
-		return nil, err
-	}
-	delResp, err := http.DefaultClient.Do(del)
-	if err != nil {
-		return nil, err
-	}
-	delResp.Body.Close()
-	if delResp.StatusCode != http.StatusNoContent {
-		return nil, fmt.Errorf("release: %s", delResp.Status)
-	}
-	return body, nil
-}
-
-var (
-	trivialAddr    = flag.String("addr", "127.0.0.1:0", "internal: the trivial handler's address (with -serve-trivial)")
-	baselineRef    = flag.String("baseline-ref", "", "A/B: also build cmd/proxy-operator at these git refs (comma-separated; a worktree each in a temporary directory, removed after) and measure them in the same alternating rounds")
-	baselineBinary = flag.String("baseline-binary", "", "A/B: baseline operator binaries (comma-separated), beside or instead of -baseline-ref")
-	bareTrivial    = flag.Bool("bare-trivial", false, "serve the trivial handler with net/http's defaults and a header timeout, not the lease API's server settings (its timeouts and header limit)")
-)
-
-// serveTrivial answers POST /v1/leases with the grant in bodyPath (and its
-// Location) and DELETE /v1/leases/{id} with 204, as the lease API does,
-// with nothing behind them.
-func serveTrivial(bodyPath string) error {
-	body, err := os.ReadFile(bodyPath)
-	if err != nil {
-		return err
-	}
-	location := "/v1/leases/" + idOf(body)
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/leases", func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Location", location)
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write(body)
-	})
-	mux.HandleFunc("DELETE /v1/leases/{id}", func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	ln, err := net.Listen("tcp", *trivialAddr)
-	if err != nil {
-		return err
-	}
-	// The lease API's own server settings: the same per-request deadlines.
-	if *bareTrivial {
-		return (&http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}).Serve(ln)
-	}
-	return server.NewHTTPServer(mux, store.DefaultMaxWait).Serve(ln)
-}
-
-// idOf is the "id" member of a grant body.
-func idOf(body []byte) string {
-	_, rest, _ := strings.Cut(string(body), `"id":"`)
-	id, _, _ := strings.Cut(rest, `"`)
-	return id
 }
