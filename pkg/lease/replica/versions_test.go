@@ -107,35 +107,48 @@ func (g *group) transferTo(from, to int) {
 	}
 }
 
+// kill stops the leader l and waits for the next one among the live
+// replicas, which removes l; it returns the next leader.
+func (g *group) kill(l int, dead ...int) int {
+	g.t.Helper()
+	g.stop[l]()
+	if err := g.nodes[l].Shutdown(); err != nil {
+		g.t.Fatal(err)
+	}
+	next := g.waitLeader(append(dead, l)...)
+	if err := g.nodes[next].Remove(g.nodes[l].cfg.ID); err != nil {
+		g.t.Fatal(err)
+	}
+	return next
+}
+
 // TestLeaderWritesWhatEveryMemberReads: an older replica joins a group of
 // this release: it starts from a snapshot it reads, and while it is a
 // member the leaders write no effect it would refuse (a new leader's
 // Promoted is not produced); once it is gone, the next leader writes it.
+// The leaders change by being stopped, as in TestFailoverKeepsLeasesBansAndState.
 func TestLeaderWritesWhatEveryMemberReads(t *testing.T) {
+	const olderReplica = 2
 	g := emptyGroup(t)
-	g.start(0)
-	g.start(1)
-	g.startReading(2, older)
-	g.start(3)
+	for i := range 5 {
+		if i == olderReplica {
+			g.startReading(i, older)
+		} else {
+			g.start(i)
+		}
+	}
 	if err := g.nodes[0].Bootstrap(); err != nil {
 		t.Fatal(err)
 	}
-	l0 := g.waitLeader()
-	st := g.nodes[l0].Working()
+	g.waitLeader()
+	st := g.nodes[0].Working()
 	for i := range 3 {
 		st.Upsert(proxy("p" + strconv.Itoa(i)))
-	}
-	banned, err := st.Acquire(t.Context(), store.AcquireRequest{Holder: "w", Owner: "alice", Domain: "ban.example"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.ReleaseAs("alice", banned.ID, store.OutcomeBanned, "", store.Report{}); err != nil {
-		t.Fatal(err)
 	}
 	if kinds := logKinds(t, g.nodes[0], 0); kinds[store.KindPromoted] == 0 {
 		t.Fatalf("the first leader wrote no Promoted: %v", kinds)
 	}
-	for i := 1; i < 4; i++ {
+	for i := 1; i < 5; i++ {
 		if err := g.nodes[0].AddVoter(g.nodes[i].cfg.ID, g.nodes[i].cfg.Advertise); err != nil {
 			t.Fatal(err)
 		}
@@ -143,28 +156,26 @@ func TestLeaderWritesWhatEveryMemberReads(t *testing.T) {
 	if got := g.nodes[0].Working().Writes(); got != older {
 		t.Fatalf("the leader writes for %v with an older member, want %v", got, older)
 	}
-	for i := 1; i < 4; i++ {
+	for i := 1; i < 5; i++ {
 		g.caughtUp(i, 0)
 	}
-	if got := g.nodes[2].Committed().Proxies("", nil); len(got) != 3 {
+	if got := g.nodes[olderReplica].Committed().Proxies("", nil); len(got) != 3 {
 		t.Errorf("the older member holds %d proxies, want 3", len(got))
 	}
 	_, joined := g.nodes[0].Progress()
 
 	// A new leader, the older member still there: no Promoted.
-	eventually.Check(t, 10*time.Second, 10*time.Millisecond, "replica 1 knows the older member", eventually.Holds(func() (bool, string) {
-		return g.nodes[1].Working().Writes() == older, "it writes for " + g.nodes[1].Working().Writes().String()
-	}))
-	g.transferTo(0, 1)
-	if l := g.waitLeader(0); l != 1 {
-		t.Fatalf("replica %d leads, want 1", l)
+	for i := 1; i < 5; i++ {
+		eventually.Check(t, 10*time.Second, 10*time.Millisecond, "replica "+strconv.Itoa(i)+" knows the older member", eventually.Holds(func() (bool, string) {
+			return g.nodes[i].Working().Writes() == older, "it writes for " + g.nodes[i].Working().Writes().String()
+		}))
 	}
-	g.retire(0, 1)
-	if _, err := g.nodes[1].Working().Acquire(t.Context(), store.AcquireRequest{Holder: "w", Owner: "bob"}); err != nil {
+	l1 := g.kill(0)
+	if _, err := g.nodes[l1].Working().Acquire(t.Context(), store.AcquireRequest{Holder: "w", Owner: "bob"}); err != nil {
 		t.Fatal(err)
 	}
-	g.caughtUp(2, 1)
-	kinds := logKinds(t, g.nodes[1], joined)
+	g.caughtUp(olderReplica, l1)
+	kinds := logKinds(t, g.nodes[l1], joined)
 	if kinds[store.KindTermStart] == 0 || kinds[store.KindGrant] == 0 {
 		t.Fatalf("the new leader's entries: %v, want its term and its grant", kinds)
 	}
@@ -173,16 +184,26 @@ func TestLeaderWritesWhatEveryMemberReads(t *testing.T) {
 	}
 
 	// The older member goes: the next leader writes Promoted again.
-	_, gone := g.nodes[1].Progress()
-	g.retire(2, 1)
-	eventually.Check(t, 10*time.Second, 10*time.Millisecond, "replica 3 writes for this release", eventually.Holds(func() (bool, string) {
-		return g.nodes[3].Working().Writes() == store.ThisRelease, "it writes for " + g.nodes[3].Working().Writes().String()
-	}))
-	g.transferTo(1, 3)
-	if l := g.waitLeader(0, 1); l != 3 {
-		t.Fatalf("replica %d leads, want 3", l)
+	dead, leader := []int{0, olderReplica}, l1
+	if l1 == olderReplica {
+		leader = g.kill(olderReplica, 0)
+	} else {
+		g.retire(olderReplica, l1)
 	}
-	if kinds := logKinds(t, g.nodes[3], gone); kinds[store.KindPromoted] != 1 {
+	live := []int{}
+	for i := 1; i < 5; i++ {
+		if i != olderReplica {
+			live = append(live, i)
+		}
+	}
+	for _, i := range live {
+		eventually.Check(t, 10*time.Second, 10*time.Millisecond, "replica "+strconv.Itoa(i)+" writes for this release", eventually.Holds(func() (bool, string) {
+			return g.nodes[i].Working().Writes() == store.ThisRelease, "it writes for " + g.nodes[i].Working().Writes().String()
+		}))
+	}
+	_, gone := g.nodes[leader].Progress()
+	next := g.kill(leader, dead...)
+	if kinds := logKinds(t, g.nodes[next], gone); kinds[store.KindPromoted] != 1 {
 		t.Errorf("the leader of a group of this release: %v, want one Promoted", kinds)
 	}
 }
