@@ -14,6 +14,7 @@ type replicaMetrics struct {
 	applied       prometheus.Gauge
 	committed     prometheus.Gauge
 	members       *prometheus.GaugeVec
+	unreadable    prometheus.Gauge
 }
 
 func newReplicaMetrics() replicaMetrics {
@@ -44,13 +45,17 @@ func newReplicaMetrics() replicaMetrics {
 			Help: "Members of the lease store's Raft group as this replica knows them, by suffrage: voter, or follower (a new replica catching up).",
 		}, []string{"suffrage"}),
 	}
+	r.unreadable = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "lease_store_raft_unreadable",
+		Help: "1 while this replica cannot read the lease store's log (an entry or snapshot of a newer release, after a rollback): it applies nothing more, is not ready and does not lead.",
+	})
 	r.members.WithLabelValues("voter")
 	r.members.WithLabelValues("follower")
 	return r
 }
 
 func (r replicaMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{r.leader, r.leaderChanges, r.commit, r.applied, r.committed, r.members}
+	return []prometheus.Collector{r.leader, r.leaderChanges, r.commit, r.applied, r.committed, r.members, r.unreadable}
 }
 
 // SetRaftLeader records whether this replica leads the store's Raft group.
@@ -78,4 +83,14 @@ func (m *Metrics) SetRaftProgress(applied, committed uint64) {
 func (m *Metrics) SetRaftMembers(voters, followers int) {
 	m.replica.members.WithLabelValues("voter").Set(float64(voters))
 	m.replica.members.WithLabelValues("follower").Set(float64(followers))
+}
+
+// SetRaftUnreadable records whether this replica stopped applying the log
+// because it cannot read it.
+func (m *Metrics) SetRaftUnreadable(stopped bool) {
+	v := 0.0
+	if stopped {
+		v = 1
+	}
+	m.replica.unreadable.Set(v)
 }

@@ -243,6 +243,9 @@ type membership struct {
 	// lostSince is when this replica first saw the group without a quorum
 	// (zero: it has one, or it was not looked at).
 	lostSince time.Time
+	// toldUnreadable: the event that this replica cannot read the log is
+	// recorded.
+	toldUnreadable bool
 }
 
 // run publishes this replica's peer address on its Pod, bootstraps the
@@ -266,6 +269,7 @@ func (m *membership) run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
+		m.tellUnreadable(ctx)
 		var err error
 		switch leader, _ := m.node.Leader(); {
 		case m.node.Deciding():
@@ -450,6 +454,20 @@ func (m *membership) watchQuorum(ctx context.Context, logger klog.Logger) error 
 	return errRegroup
 }
 
+// tellUnreadable records, once, a warning that this replica stopped
+// applying the log it cannot read (a rollback onto a newer log).
+func (m *membership) tellUnreadable(ctx context.Context) {
+	err := m.node.Unreadable()
+	if err == nil || m.toldUnreadable {
+		m.toldUnreadable = m.toldUnreadable && err != nil
+		return
+	}
+	m.toldUnreadable = true
+	m.event(ctx, corev1.EventTypeWarning, "LogUnreadable", fmt.Sprintf(
+		"Replica %s (Pod %s) cannot read the lease store's log and stopped applying it; it is not ready and does not lead: %v. Roll the release forward, or delete this Pod so that it starts from a snapshot in a format it reads (docs/operations.md)",
+		m.id, m.pod, err))
+}
+
 // event records an event on the marker, where `kubectl describe configmap
 // proxy-operator-replicas` shows the group's story. It is written directly
 // (not through the process's broadcaster, which only the controllers'
@@ -469,9 +487,13 @@ func (m *membership) event(ctx context.Context, eventType, reason, message strin
 	}
 }
 
-// replicaReady says whether this replica may take lease calls: it leads,
-// or it votes and has followed the log to within maxLag of its commit.
+// replicaReady says whether this replica may take lease calls: it reads
+// the log, and it leads, or it votes and has followed the log to within
+// maxLag of its commit.
 func replicaReady(node *replica.Node, id string) bool {
+	if node.Unreadable() != nil {
+		return false // it stopped applying the log
+	}
 	if node.Deciding() {
 		return true
 	}

@@ -309,13 +309,16 @@ type Status struct {
 	Leader string
 	// Voters are the voting members' IDs in this replica's configuration.
 	Voters []string
+	// Reads is what this replica's release reads (versions.go); a release
+	// before versions were advertised leaves it out.
+	Reads store.Version
 }
 
 // Status is this replica's.
 func (n *Node) Status() Status {
 	applied, committed := n.Progress()
 	leader, _ := n.Leader()
-	s := Status{Applied: applied, Committed: committed, Leader: leader}
+	s := Status{Applied: applied, Committed: committed, Leader: leader, Reads: n.cfg.Reads}
 	if members, err := n.Members(); err == nil {
 		for _, m := range members {
 			if m.Voter {

@@ -79,11 +79,16 @@ func (p pending) Wait(context.Context) error {
 	return err
 }
 
-// errBadEntry: a log entry this release cannot read (a newer release's).
-var errBadEntry = errors.New("a log entry this release cannot read")
+// ErrUnreadableLog: a log entry or snapshot this replica cannot read (a
+// newer release's, met after a rollback).
+var ErrUnreadableLog = errors.New("a log entry or snapshot this replica cannot read")
 
-// decodeBatch returns the effects of a log entry.
-func decodeBatch(data []byte) ([]store.Effect, error) {
+// errBadEntry is ErrUnreadableLog for a log entry.
+var errBadEntry = fmt.Errorf("%w (a log entry)", ErrUnreadableLog)
+
+// decodeBatch returns the effects of a log entry, or errBadEntry when it
+// holds an effect reads does not read.
+func decodeBatch(data []byte, reads store.Version) ([]store.Effect, error) {
 	if len(data) == 0 || data[0] != batchFormat {
 		return nil, fmt.Errorf("%w: format %v", errBadEntry, data[:min(1, len(data))])
 	}
@@ -92,6 +97,9 @@ func decodeBatch(data []byte) ([]store.Effect, error) {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || n > uint64(len(b)-k) {
 			return nil, fmt.Errorf("%w: a cut effect", errBadEntry)
+		}
+		if err := reads.CheckEffect(b[k : k+int(n)]); err != nil {
+			return nil, fmt.Errorf("%w: %w", errBadEntry, err)
 		}
 		e, err := store.DecodeEffect(b[k : k+int(n)])
 		if err != nil {

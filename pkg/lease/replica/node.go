@@ -63,6 +63,10 @@ type Config struct {
 	OnLead func(*store.Store)
 	// Metrics receives the replication's measurements; nil: none.
 	Metrics Metrics
+	// Reads is what this replica reads of the log and snapshots; zero:
+	// store.ThisRelease. Only a test sets it, to play a replica of an
+	// older release.
+	Reads store.Version
 	// RecoverUntil, on the replica that regrouped a group which had lost
 	// its quorum, is when every lease the old group could have granted
 	// has ended: its working store grants nothing before (it re-learns
@@ -77,6 +81,7 @@ type Metrics interface {
 	ObserveRaftCommit(time.Duration)
 	SetRaftProgress(applied, committed uint64)
 	SetRaftMembers(voters, followers int)
+	SetRaftUnreadable(bool)
 }
 
 type noMetrics struct{}
@@ -86,6 +91,7 @@ func (noMetrics) ObserveRaftLeaderChange()        {}
 func (noMetrics) ObserveRaftCommit(time.Duration) {}
 func (noMetrics) SetRaftProgress(uint64, uint64)  {}
 func (noMetrics) SetRaftMembers(int, int)         {}
+func (noMetrics) SetRaftUnreadable(bool)          {}
 
 // Node is one replica of the lease store.
 type Node struct {
@@ -112,6 +118,8 @@ type Node struct {
 	// sent again to the next one at once, not left hanging until its
 	// deadline.
 	leaderEra atomic.Pointer[era]
+	// versions is what each member last said it reads (versions.go).
+	versions versions
 }
 
 // era is a context that ends at the next change of leader.
@@ -142,7 +150,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, logger: logger, fsm: &fsm{store: committed}, journal: &journal{metrics: cfg.Metrics}}
+	n := &Node{cfg: cfg, logger: logger, fsm: &fsm{store: committed, reads: cfg.Reads}, journal: &journal{metrics: cfg.Metrics}}
 	n.router = &Router{node: n, client: peerClient(cfg.TLS, dialFrom(cfg.Listen))}
 	n.leaderEra.Store(newEra())
 	sc.Journal = n.journal
@@ -182,6 +190,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Metrics == nil {
 		c.Metrics = noMetrics{}
+	}
+	if c.Reads == (store.Version{}) {
+		c.Reads = store.ThisRelease
 	}
 	return c
 }
@@ -240,12 +251,19 @@ func (n *Node) Bootstrap() error {
 }
 
 // Run follows Raft's leadership until ctx ends (nil) or this replica stops
-// leading after it led (ErrLostLeadership), or an entry could not be
-// applied. On becoming leader it waits for the log's earlier entries to be
-// applied, copies the committed store into a working store, promotes it and
-// tells OnLead.
+// leading after it led (ErrLostLeadership). On becoming leader it waits for
+// the log's earlier entries to be applied, copies the committed store into
+// a working store, promotes it and tells OnLead. Meanwhile it keeps the
+// stores writing what every member reads (versions.go).
+//
+// A replica that meets an entry it cannot read (a rollback onto a newer
+// log) stops applying the log, says so once (log and metric; Unreadable
+// keeps it from being ready) and stays a member that never leads: it
+// hands the lead on when elected, and Run ends with the error when it
+// cannot.
 func (n *Node) Run(ctx context.Context) error {
-	led := false
+	go n.followVersions(ctx)
+	led, told := false, false
 	check := time.NewTicker(time.Second)
 	defer check.Stop()
 	changes := make(chan raft.Observation, 8)
@@ -268,7 +286,14 @@ func (n *Node) Run(ctx context.Context) error {
 		case leading := <-n.raft.LeaderCh():
 			switch {
 			case leading && !led:
-				if err := n.lead(); err != nil {
+				err := n.lead()
+				if errors.Is(err, ErrUnreadableLog) {
+					if terr := n.raft.LeadershipTransfer().Error(); terr != nil {
+						return fmt.Errorf("elected while unable to read the log, and could not hand the lead on (%w): %w", terr, err)
+					}
+					break
+				}
+				if err != nil {
 					return err
 				}
 				led = true
@@ -276,10 +301,28 @@ func (n *Node) Run(ctx context.Context) error {
 				return ErrLostLeadership
 			}
 		}
-		if err := n.fsm.broken.Load(); err != nil {
-			return fmt.Errorf("the committed store cannot follow the log: %w", *err)
+		err := n.Unreadable()
+		if err == nil && told { // mended by a snapshot it reads
+			told = false
+			n.cfg.Metrics.SetRaftUnreadable(false)
+		}
+		if err != nil && !told {
+			told = true
+			n.cfg.Metrics.SetRaftUnreadable(true)
+			n.logger.Error(err, "This replica stopped applying the lease store's log: it is not ready and will not lead. Roll the release forward, or empty its --raft-dir so that it starts from a snapshot it reads (docs/operations.md)",
+				"reads", n.cfg.Reads.String())
 		}
 	}
+}
+
+// Unreadable is the error that stopped this replica's committed store
+// (wrapping ErrUnreadableLog: an entry or a snapshot of a newer release),
+// or nil while it follows the log.
+func (n *Node) Unreadable() error {
+	if err := n.fsm.broken.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // lead makes the working store a copy of the committed one, once the
@@ -288,6 +331,10 @@ func (n *Node) lead() error {
 	start := time.Now()
 	if err := n.raft.Barrier(10 * time.Second).Error(); err != nil {
 		return fmt.Errorf("waiting for the log before leading: %w", err)
+	}
+	if err := n.Unreadable(); err != nil {
+		// Its committed store stopped short of the log: it must not decide.
+		return err
 	}
 	var snap bytes.Buffer
 	if err := n.fsm.store.Snapshot(&snap); err != nil {
@@ -401,13 +448,20 @@ func (n *Node) Members() ([]Member, error) {
 }
 
 // AddFollower adds a member that follows without a vote: a new replica,
-// until it has caught up (AddVoter then).
+// until it has caught up (AddVoter then). The stores write for the group
+// with it first (versions.go).
 func (n *Node) AddFollower(id, address string) error {
+	if err := n.admit(id, address); err != nil {
+		return err
+	}
 	return n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(address), 0, 10*time.Second).Error()
 }
 
 // AddVoter gives a member a vote (or adds it with one).
 func (n *Node) AddVoter(id, address string) error {
+	if err := n.admit(id, address); err != nil {
+		return err
+	}
 	return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(address), 0, 10*time.Second).Error()
 }
 

@@ -25,13 +25,19 @@ type group struct {
 	errs  []chan error
 }
 
-func newGroup(t *testing.T, n int) *group {
+// emptyGroup is a group of no replicas yet, with its CA.
+func emptyGroup(t *testing.T) *group {
 	t.Helper()
 	ca, err := NewCA(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &group{t: t, ca: ca}
+	return &group{t: t, ca: ca}
+}
+
+func newGroup(t *testing.T, n int) *group {
+	t.Helper()
+	g := emptyGroup(t)
 	for i := range n {
 		g.start(i)
 	}
@@ -57,7 +63,11 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func (g *group) start(i int) {
+func (g *group) start(i int) { g.t.Helper(); g.startReading(i, store.Version{}) }
+
+// startReading starts replica i as one that reads only reads (zero: this
+// release's).
+func (g *group) startReading(i int, reads store.Version) {
 	g.t.Helper()
 	tlsConfig, err := g.ca.PeerTLS("r"+strconv.Itoa(i), time.Now())
 	if err != nil {
@@ -66,7 +76,7 @@ func (g *group) start(i int) {
 	addr := freeAddr(g.t)
 	n, err := New(context.Background(), Config{
 		ID: "r" + strconv.Itoa(i), Listen: addr, Advertise: addr, Dir: g.t.TempDir(), TLS: tlsConfig,
-		Store: store.Config{Key: storetest.Key},
+		Store: store.Config{Key: storetest.Key}, Reads: reads,
 	})
 	if err != nil {
 		g.t.Fatal(err)

@@ -44,7 +44,7 @@ var ErrUnknownSnapshot = errors.New("not a lease store snapshot this release rea
 // sized). A replica's first snapshot, with no size before it, still grows.
 func (s *Store) Snapshot(w io.Writer) error {
 	s.mu.Lock()
-	b := s.st.encode(make([]byte, 0, max(1<<16, s.snapshotSize+s.snapshotSize/8)))
+	b := s.st.encode(make([]byte, 0, max(1<<16, s.snapshotSize+s.snapshotSize/8)), s.writes.SnapshotFormat)
 	s.snapshotSize = len(b)
 	s.mu.Unlock()
 	_, err := w.Write(b)
@@ -71,10 +71,12 @@ func (s *Store) Restore(r io.Reader) error {
 	return nil
 }
 
-// encode appends the state's snapshot to b.
-func (st *state) encode(b []byte) []byte {
+// encode appends the state's snapshot in the given format to b: format 1
+// leaves the site bans out, for a group with a replica that reads no more
+// (Store.WriteFor).
+func (st *state) encode(b []byte, format uint64) []byte {
 	w := fieldWriter{b: append(b, snapshotMagic...)}
-	w.uint(SnapshotFormat)
+	w.uint(format)
 	t := st.term
 	w.bool(t.leading)
 	w.uint(t.epoch)
@@ -128,7 +130,9 @@ func (st *state) encode(b []byte) []byte {
 		w.time(sess.lastUsed)
 	}
 	encodeStates(&w, st.states)
-	encodeSiteBans(&w, st.siteBans) // sitebans.go
+	if format >= 2 {
+		encodeSiteBans(&w, st.siteBans) // sitebans.go
+	}
 	return w.b
 }
 

@@ -98,6 +98,8 @@ type Store struct {
 	// snapshotSize is the length of the last snapshot taken or restored,
 	// so that the next one's buffer is allocated once (snapshot.go).
 	snapshotSize int
+	// writes is what every replica of the group reads (WriteFor).
+	writes Version
 	// ended are the early ends of leases the decision under way committed,
 	// told to Config.OnLeaseEnded once the lock is released (locked).
 	ended []EndedLease
@@ -110,7 +112,7 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("lease store: %w", err)
 	}
-	s := &Store{cfg: cfg, clock: cfg.Clock, signer: newSigner(cfg.Key), journal: cfg.Journal, follower: cfg.Follower, st: newState(cfg)}
+	s := &Store{cfg: cfg, clock: cfg.Clock, signer: newSigner(cfg.Key), journal: cfg.Journal, follower: cfg.Follower, st: newState(cfg), writes: ThisRelease}
 	s.emit = s.commit
 	return s, nil
 }
@@ -121,6 +123,16 @@ func (s *Store) Config() Config { return s.cfg }
 // commit applies an effect to the state and hands it to the journal; the
 // caller holds the lock. It is how every decision changes the store.
 func (s *Store) commit(e Effect) {
+	if !s.writes.Reads(e.Kind()) {
+		// A replica of the group would refuse it: its older form, or none
+		// (version.go). Neither the log nor this state gets the newer one.
+		if o, ok := e.(olderForm); ok {
+			for _, older := range o.olderForm(s.writes) {
+				s.commit(older)
+			}
+		}
+		return
+	}
 	if s.journal != nil {
 		// A renewal that keeps its lease's TTL only moves its expiry, which
 		// a new leader makes up for (Promote): a replica may leave it out.
@@ -310,6 +322,27 @@ func (s *Store) Promote(skew time.Duration) error {
 	}
 	s.mu.Unlock()
 	return settle(p, true)
+}
+
+// WriteFor makes the store write only what v reads (Common over the
+// group's members, version.go): effects of a newer kind in their older form, snapshots
+// in v's format. A replica's store writes for ThisRelease until told.
+func (s *Store) WriteFor(v Version) error {
+	if err := v.Validate(); err != nil {
+		return err
+	}
+	v = Common(v)
+	s.mu.Lock()
+	s.writes = v
+	s.mu.Unlock()
+	return nil
+}
+
+// Writes is the version the store writes for.
+func (s *Store) Writes() Version {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writes
 }
 
 // Fenced reports whether the store refuses grants and renewals now because
