@@ -108,7 +108,7 @@ func RecoverAlone(cfg Config) error {
 	rc.LocalID = raft.ServerID(cfg.ID)
 	_, transport := raft.NewInmemTransport(raft.ServerAddress(cfg.Advertise))
 	alone := raft.Configuration{Servers: []raft.Server{{ID: raft.ServerID(cfg.ID), Address: raft.ServerAddress(cfg.Advertise)}}}
-	if err := raft.RecoverCluster(rc, &fsm{store: st}, bolt, bolt, snaps, transport, alone); err != nil {
+	if err := raft.RecoverCluster(rc, &fsm{store: st, reads: cfg.Reads}, bolt, bolt, snaps, transport, alone); err != nil {
 		return fmt.Errorf("recovering the log as a group of one: %w", err)
 	}
 	return nil
